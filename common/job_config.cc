@@ -1,0 +1,411 @@
+#include "common/job_config.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <google/protobuf/io/tokenizer.h>
+#include <google/protobuf/text_format.h>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+
+namespace ps {
+namespace {
+
+using google::protobuf::FieldDescriptor;
+using google::protobuf::Message;
+using google::protobuf::TextFormat;
+
+constexpr uint32_t kMaxDim = 4096;
+constexpr uint32_t kMaxShards = 65536;
+constexpr uint32_t kMinMessageBytes = 1u << 20;
+constexpr uint32_t kMaxMessageBytes = 1u << 30;
+
+// Collects the first syntax error with its position.
+class FirstErrorCollector : public google::protobuf::io::ErrorCollector {
+ public:
+  void AddError(int line, google::protobuf::io::ColumnNumber column,
+                const std::string& message) override {
+    if (has_error_) return;
+    has_error_ = true;
+    line_ = line;
+    column_ = column;
+    message_ = message;
+  }
+  void AddWarning(int, google::protobuf::io::ColumnNumber, const std::string&) override {}
+
+  bool has_error() const { return has_error_; }
+  int line() const { return line_; }
+  int column() const { return column_; }
+  const std::string& message() const { return message_; }
+
+ private:
+  bool has_error_ = false;
+  int line_ = 0;
+  int column_ = 0;
+  std::string message_;
+};
+
+// Where a message of the job was written in the file: the position of its field in the parent and
+// the parse-info subtree of its own fields. Without a tree (a job built in code) positions are absent.
+struct Where {
+  const TextFormat::ParseInfoTree* tree = nullptr;
+  int line = -1;    // 0-based, -1: unknown
+  int column = -1;  // 0-based
+  std::string path;  // e.g. `tables[1] "item"`
+};
+
+const FieldDescriptor* Field(const Message& msg, const char* name) {
+  const FieldDescriptor* f = msg.GetDescriptor()->FindFieldByName(name);
+  if (f == nullptr) {
+    // A typo in this file, not a user error.
+    std::fprintf(stderr, "job_config: no field %s in %s\n", name,
+                 msg.GetDescriptor()->full_name().c_str());
+    std::abort();
+  }
+  return f;
+}
+
+// The location of the nested message `msg.name[index]` (index -1: not repeated).
+Where Nested(const Where& parent, const Message& msg, const char* name, int index,
+             const std::string& label) {
+  Where w;
+  w.path = parent.path.empty() ? label : absl::StrCat(parent.path, ".", label);
+  w.line = parent.line;
+  w.column = parent.column;
+  if (parent.tree != nullptr) {
+    const FieldDescriptor* f = Field(msg, name);
+    const auto loc = parent.tree->GetLocation(f, index);
+    if (loc.line >= 0) {
+      w.line = loc.line;
+      w.column = loc.column;
+    }
+    w.tree = parent.tree->GetTreeForNested(f, index);
+  }
+  return w;
+}
+
+// Builds the errors of one message; `path` is the file name, or empty for jobs built in code.
+class Checker {
+ public:
+  explicit Checker(std::string path) : path_(std::move(path)) {}
+
+  // The error for field `name` of `msg` (the message itself when the field was not written).
+  // `index` picks the element of a repeated field.
+  absl::Status Error(const Where& where, const Message& msg, const char* name,
+                     const std::string& what, int index = 0) const {
+    int line = where.line;
+    int column = where.column;
+    if (where.tree != nullptr && name != nullptr) {
+      const FieldDescriptor* f = Field(msg, name);
+      auto loc = where.tree->GetLocation(f, f->is_repeated() ? index : -1);
+      // Elements of a list written as `[a, b]` share the list's position.
+      if (loc.line < 0 && f->is_repeated()) loc = where.tree->GetLocation(f, 0);
+      if (loc.line >= 0) {
+        line = loc.line;
+        column = loc.column;
+      }
+    }
+    std::string subject = where.path;
+    if (name != nullptr) subject = subject.empty() ? name : absl::StrCat(subject, ".", name);
+    std::string prefix;
+    if (path_.empty()) {
+      prefix = "job: ";
+    } else if (line >= 0) {
+      prefix = absl::StrFormat("%s:%d:%d: ", path_, line + 1, column + 1);
+    } else {
+      prefix = absl::StrFormat("%s:1:1: ", path_);
+    }
+    return absl::InvalidArgumentError(absl::StrCat(prefix, subject, ": ", what));
+  }
+
+ private:
+  std::string path_;
+};
+
+// Protobuf reports an unknown field or enum value at the token after it, which may be on the next
+// line. When the message quotes the offending name (its last quoted word), move the position back to where that name
+// was written, the last time before the reported position.
+void PointAtQuotedName(const std::string& text, const std::string& message, int* line,
+                       int* column) {
+  const size_t close = message.rfind('"');
+  if (close == std::string::npos || close == 0) return;
+  const size_t open = message.rfind('"', close - 1);
+  if (open == std::string::npos || close == open + 1) return;
+  const std::string name = message.substr(open + 1, close - open - 1);
+  // Offset of (line, column) in text.
+  size_t offset = 0;
+  for (int l = 0; l < *line && offset < text.size(); ++l) {
+    const size_t nl = text.find('\n', offset);
+    if (nl == std::string::npos) return;
+    offset = nl + 1;
+  }
+  offset = std::min(text.size(), offset + static_cast<size_t>(*column));
+  const size_t at = text.rfind(name, offset);
+  if (at == std::string::npos) return;
+  int l = 0;
+  size_t line_start = 0;
+  for (size_t i = 0; i < at; ++i) {
+    if (text[i] == '\n') {
+      ++l;
+      line_start = i + 1;
+    }
+  }
+  *line = l;
+  *column = static_cast<int>(at - line_start);
+}
+
+bool Finite(float x) { return std::isfinite(x); }
+
+absl::Status CheckOptimizer(const Checker& c, const Where& w, const config::Optimizer& o) {
+  if (!IsKnownOptimizer(o.type())) {
+    return c.Error(w, o, "type",
+                   absl::StrFormat("unknown optimizer \"%s\" (expected sgd, adagrad, adam or ftrl)",
+                                   o.type()));
+  }
+  if (!Finite(o.learning_rate()) || o.learning_rate() <= 0) {
+    return c.Error(w, o, "learning_rate",
+                   absl::StrCat("must be a positive number, got ", o.learning_rate()));
+  }
+  if (o.type() == "adagrad" && !(o.initial_accumulator() > 0)) {
+    return c.Error(w, o, "initial_accumulator",
+                   absl::StrCat("must be > 0 for adagrad, got ", o.initial_accumulator()));
+  }
+  if ((o.type() == "adagrad" || o.type() == "adam") && !(o.epsilon() > 0)) {
+    return c.Error(w, o, "epsilon", absl::StrCat("must be > 0, got ", o.epsilon()));
+  }
+  if (o.type() == "adam") {
+    if (!(o.beta1() >= 0 && o.beta1() < 1)) {
+      return c.Error(w, o, "beta1", absl::StrCat("must be in [0, 1), got ", o.beta1()));
+    }
+    if (!(o.beta2() >= 0 && o.beta2() < 1)) {
+      return c.Error(w, o, "beta2", absl::StrCat("must be in [0, 1), got ", o.beta2()));
+    }
+  }
+  if (o.type() == "ftrl") {
+    if (!(o.l1() >= 0)) return c.Error(w, o, "l1", absl::StrCat("must be >= 0, got ", o.l1()));
+    if (!(o.l2() >= 0)) return c.Error(w, o, "l2", absl::StrCat("must be >= 0, got ", o.l2()));
+    if (!(o.ftrl_beta() >= 0)) {
+      return c.Error(w, o, "ftrl_beta", absl::StrCat("must be >= 0, got ", o.ftrl_beta()));
+    }
+    if (!(o.lr_power() <= 0)) {
+      return c.Error(w, o, "lr_power", absl::StrCat("must be <= 0, got ", o.lr_power()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckInitializer(const Checker& c, const Where& w, const config::Initializer& init) {
+  switch (init.kind()) {
+    case config::Initializer::ZEROS:
+      return absl::OkStatus();
+    case config::Initializer::UNIFORM:
+      if (!Finite(init.low()) || !Finite(init.high()) || !(init.low() < init.high())) {
+        return c.Error(w, init, "high",
+                       absl::StrFormat("uniform needs low < high, got low %g high %g", init.low(),
+                                       init.high()));
+      }
+      return absl::OkStatus();
+    case config::Initializer::NORMAL:
+    case config::Initializer::TRUNCATED_NORMAL:
+      if (!Finite(init.mean())) {
+        return c.Error(w, init, "mean", absl::StrCat("must be finite, got ", init.mean()));
+      }
+      if (!Finite(init.stddev()) || !(init.stddev() > 0)) {
+        return c.Error(w, init, "stddev", absl::StrCat("must be > 0, got ", init.stddev()));
+      }
+      return absl::OkStatus();
+  }
+  return c.Error(w, init, "kind", "unknown initializer kind");
+}
+
+bool ValidName(const std::string& name) {
+  if (name.empty() || name.size() > 128) return false;
+  for (char ch : name) {
+    const bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+                    (ch >= '0' && ch <= '9') || ch == '_' || ch == '-' || ch == '.';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+absl::Status CheckJob(const Checker& c, const Where& root, const config::Job& job) {
+  // Tables.
+  if (job.tables_size() == 0) return c.Error(root, job, "tables", "the job needs at least one table");
+  absl::flat_hash_set<std::string> names;
+  for (int i = 0; i < job.tables_size(); ++i) {
+    const config::Table& t = job.tables(i);
+    const std::string label =
+        t.has_name() ? absl::StrFormat("tables[%d] \"%s\"", i, t.name()) : absl::StrFormat("tables[%d]", i);
+    const Where w = Nested(root, job, "tables", i, label);
+    if (!t.has_name()) return c.Error(w, t, nullptr, "missing name");
+    if (!ValidName(t.name())) {
+      return c.Error(w, t, "name",
+                     "name must be 1 to 128 characters of letters, digits, '_', '-' or '.'");
+    }
+    if (!names.insert(t.name()).second) {
+      return c.Error(w, t, "name", absl::StrFormat("duplicate table name \"%s\"", t.name()));
+    }
+    if (!t.has_dim()) return c.Error(w, t, nullptr, "missing dim");
+    if (t.dim() < 1 || t.dim() > kMaxDim) {
+      return c.Error(w, t, "dim",
+                     absl::StrFormat("dim must be between 1 and %d, got %d", kMaxDim, t.dim()));
+    }
+    PS_RETURN_IF_ERROR(
+        CheckInitializer(c, Nested(w, t, "initializer", -1, "initializer"), t.initializer()));
+    PS_RETURN_IF_ERROR(CheckOptimizer(c, Nested(w, t, "optimizer", -1, "optimizer"), t.optimizer()));
+  }
+
+  // Model.
+  if (job.has_model()) {
+    const config::Model& m = job.model();
+    const Where w = Nested(root, job, "model", -1, "model");
+    for (int i = 0; i < m.bottom_mlp_size(); ++i) {
+      if (m.bottom_mlp(i) == 0) {
+        return c.Error(w, m, "bottom_mlp", "layer sizes must be > 0", i);
+      }
+    }
+    for (int i = 0; i < m.top_mlp_size(); ++i) {
+      if (m.top_mlp(i) == 0) return c.Error(w, m, "top_mlp", "layer sizes must be > 0", i);
+    }
+    if (m.has_shared_table()) {
+      if (!names.contains(m.shared_table())) {
+        return c.Error(w, m, "shared_table",
+                       absl::StrFormat("no table named \"%s\"", m.shared_table()));
+      }
+    } else if (static_cast<uint32_t>(job.tables_size()) < m.num_sparse_features()) {
+      return c.Error(w, m, "num_sparse_features",
+                     absl::StrFormat("%d sparse features need %d tables (or a shared_table), the "
+                                     "job has %d",
+                                     m.num_sparse_features(), m.num_sparse_features(),
+                                     job.tables_size()));
+    }
+  }
+
+  // Data.
+  if (job.has_data()) {
+    const config::Data& d = job.data();
+    const Where w = Nested(root, job, "data", -1, "data");
+    for (int i = 0; i < d.train_paths_size(); ++i) {
+      if (d.train_paths(i).empty()) return c.Error(w, d, "train_paths", "empty path", i);
+    }
+    for (int i = 0; i < d.eval_paths_size(); ++i) {
+      if (d.eval_paths(i).empty()) return c.Error(w, d, "eval_paths", "empty path", i);
+    }
+  }
+
+  // Training.
+  const config::Training& tr = job.training();
+  const Where wt = Nested(root, job, "training", -1, "training");
+  if (tr.staleness() < 0) {
+    return c.Error(wt, tr, "staleness", absl::StrCat("must be >= 0, got ", tr.staleness()));
+  }
+  if (!(tr.sync_quorum() > 0 && tr.sync_quorum() <= 1)) {
+    return c.Error(wt, tr, "sync_quorum",
+                   absl::StrCat("must be in (0, 1], got ", tr.sync_quorum()));
+  }
+  if (tr.sync_timeout_ms() == 0) return c.Error(wt, tr, "sync_timeout_ms", "must be > 0");
+  if (tr.batch_size() == 0) return c.Error(wt, tr, "batch_size", "must be > 0");
+  if (tr.dense_sync_every() == 0) return c.Error(wt, tr, "dense_sync_every", "must be >= 1");
+  if (tr.steps() > 0 && tr.epochs() > 0) {
+    return c.Error(wt, tr, "epochs", "set steps or epochs, not both");
+  }
+  if (tr.has_dense_optimizer()) {
+    PS_RETURN_IF_ERROR(CheckOptimizer(c, Nested(wt, tr, "dense_optimizer", -1, "dense_optimizer"),
+                                      tr.dense_optimizer()));
+  }
+
+  // Cluster.
+  const config::Cluster& cl = job.cluster();
+  const Where wc = Nested(root, job, "cluster", -1, "cluster");
+  if (cl.num_shards() < 1 || cl.num_shards() > kMaxShards) {
+    return c.Error(wc, cl, "num_shards",
+                   absl::StrFormat("must be between 1 and %d, got %d", kMaxShards, cl.num_shards()));
+  }
+  if (cl.num_servers() < 1) return c.Error(wc, cl, "num_servers", "must be >= 1");
+  if (cl.num_workers() < 1) return c.Error(wc, cl, "num_workers", "must be >= 1");
+  if (cl.num_servers() > cl.num_shards()) {
+    return c.Error(wc, cl, "num_servers",
+                   absl::StrFormat("%d servers cannot share %d shards: need num_shards >= "
+                                   "num_servers",
+                                   cl.num_servers(), cl.num_shards()));
+  }
+  if (cl.replication_factor() < 1 || cl.replication_factor() > cl.num_servers()) {
+    return c.Error(wc, cl, "replication_factor",
+                   absl::StrFormat("must be between 1 and num_servers (%d), got %d",
+                                   cl.num_servers(), cl.replication_factor()));
+  }
+  if (cl.checkpoint_every_steps() > 0 && cl.checkpoint_dir().empty()) {
+    return c.Error(wc, cl, "checkpoint_every_steps", "checkpoints need a checkpoint_dir");
+  }
+  if (cl.max_message_bytes() < kMinMessageBytes || cl.max_message_bytes() > kMaxMessageBytes) {
+    return c.Error(wc, cl, "max_message_bytes",
+                   absl::StrFormat("must be between %d and %d, got %d", kMinMessageBytes,
+                                   kMaxMessageBytes, cl.max_message_bytes()));
+  }
+  if (cl.dense_chunk_floats() == 0 ||
+      uint64_t{cl.dense_chunk_floats()} * sizeof(float) > cl.max_message_bytes() / 2) {
+    return c.Error(wc, cl, "dense_chunk_floats",
+                   "must be > 0 and its bytes at most half of max_message_bytes");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+bool IsKnownOptimizer(absl::string_view type) {
+  return type == "sgd" || type == "adagrad" || type == "adam" || type == "ftrl";
+}
+
+absl::StatusOr<config::Job> ParseJob(absl::string_view text, absl::string_view path) {
+  config::Job job;
+  TextFormat::Parser parser;
+  FirstErrorCollector errors;
+  TextFormat::ParseInfoTree tree;
+  parser.RecordErrorsTo(&errors);
+  parser.WriteLocationsTo(&tree);
+  const std::string copy(text);
+  if (!parser.ParseFromString(copy, &job)) {
+    if (errors.has_error()) {
+      int line = errors.line();
+      int column = errors.column();
+      PointAtQuotedName(copy, errors.message(), &line, &column);
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s:%d:%d: %s", path, line + 1, column + 1, errors.message()));
+    }
+    return absl::InvalidArgumentError(absl::StrCat(path, ":1:1: cannot parse the job"));
+  }
+  const Checker checker{std::string(path)};
+  Where root;
+  root.tree = &tree;
+  PS_RETURN_IF_ERROR(CheckJob(checker, root, job));
+  return job;
+}
+
+absl::StatusOr<config::Job> LoadJobFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    const int err = errno;
+    if (err == ENOENT) return absl::NotFoundError(absl::StrCat(path, ": no such job file"));
+    if (err == EACCES) return absl::PermissionDeniedError(absl::StrCat(path, ": permission denied"));
+    return absl::FailedPreconditionError(absl::StrCat(path, ": cannot open: ", std::strerror(err)));
+  }
+  std::ostringstream buf;
+  buf << in.rdbuf();
+  if (in.bad()) return absl::FailedPreconditionError(absl::StrCat(path, ": read error"));
+  return ParseJob(buf.str(), path);
+}
+
+absl::Status ValidateJob(const config::Job& job) {
+  return CheckJob(Checker(""), Where{}, job);
+}
+
+}  // namespace ps

@@ -1,0 +1,194 @@
+#include "common/job_config.h"
+
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace ps {
+namespace {
+
+// A small valid job; the bad jobs below are this with one mistake.
+constexpr char kGoodJob[] = R"pb(name: "t"
+tables {
+  name: "user"
+  dim: 8
+  optimizer { type: "adagrad" learning_rate: 0.1 }
+}
+tables {
+  name: "item"
+  dim: 4
+}
+training {
+  mode: BOUNDED_STALENESS
+  staleness: 2
+}
+cluster {
+  num_shards: 16
+  num_servers: 2
+  replication_factor: 2
+}
+)pb";
+
+std::string Replace(std::string text, const std::string& from, const std::string& to) {
+  const size_t at = text.find(from);
+  REQUIRE(at != std::string::npos);
+  text.replace(at, from.size(), to);
+  return text;
+}
+
+// Parses `text` as "job.pbtxt", expects INVALID_ARGUMENT and returns the message.
+std::string ErrorOf(const std::string& text) {
+  const absl::StatusOr<config::Job> job = ParseJob(text, "job.pbtxt");
+  REQUIRE_FALSE(job.ok());
+  CHECK(job.status().code() == absl::StatusCode::kInvalidArgument);
+  return std::string(job.status().message());
+}
+
+TEST_CASE("a good job parses with its values and defaults", "[common][job]") {
+  const absl::StatusOr<config::Job> job = ParseJob(kGoodJob, "job.pbtxt");
+  REQUIRE(job.ok());
+  REQUIRE(job->tables_size() == 2);
+  CHECK(job->tables(0).dim() == 8);
+  CHECK(job->tables(0).optimizer().type() == "adagrad");
+  CHECK(job->tables(1).optimizer().type() == "sgd");
+  CHECK(job->training().mode() == config::Training::BOUNDED_STALENESS);
+  CHECK(job->training().sync_quorum() == 1.0f);
+  CHECK(job->cluster().num_shards() == 16);
+  CHECK(ValidateJob(*job).ok());
+}
+
+TEST_CASE("the shipped jobs are valid", "[common][job]") {
+  const absl::StatusOr<config::Job> job = LoadJobFile("deploy/jobs/quickstart.pbtxt");
+  INFO(job.status().ToString());
+  REQUIRE(job.ok());
+  CHECK(job->cluster().num_servers() == 2);
+}
+
+TEST_CASE("syntax errors name file, line and column", "[common][job]") {
+  SECTION("unknown field") {
+    const std::string msg = ErrorOf(Replace(kGoodJob, "dim: 4", "dims: 4"));
+    INFO(msg);
+    CHECK(absl::StartsWith(msg, "job.pbtxt:9:3: "));
+    CHECK(absl::StrContains(msg, "dims"));
+  }
+  SECTION("unknown mode") {
+    const std::string msg = ErrorOf(Replace(kGoodJob, "BOUNDED_STALENESS", "EVENTUAL"));
+    INFO(msg);
+    CHECK(absl::StartsWith(msg, "job.pbtxt:12:3: "));
+    CHECK(absl::StrContains(msg, "EVENTUAL"));
+  }
+  SECTION("negative dim") {
+    const std::string msg = ErrorOf(Replace(kGoodJob, "dim: 8", "dim: -8"));
+    CHECK(absl::StartsWith(msg, "job.pbtxt:4:"));
+  }
+  SECTION("unbalanced brace") {
+    const std::string msg = ErrorOf(absl::StrCat(kGoodJob, "cluster {\n"));
+    CHECK(absl::StartsWith(msg, "job.pbtxt:"));
+  }
+}
+
+struct BadJob {
+  const char* what;
+  const char* from;
+  const char* to;
+  const char* position;  // expected "job.pbtxt:line:col: " prefix
+  const char* message;   // expected to appear in the message
+};
+
+TEST_CASE("semantic errors name the field and what is wrong", "[common][job]") {
+  const BadJob bad = GENERATE(
+      BadJob{"dim 0", "dim: 4", "dim: 0", "job.pbtxt:9:3: ",
+             "tables[1] \"item\".dim: dim must be between 1 and 4096, got 0"},
+      BadJob{"dim too large", "dim: 8", "dim: 5000", "job.pbtxt:4:3: ",
+             "tables[0] \"user\".dim: dim must be between 1 and 4096, got 5000"},
+      BadJob{"missing dim", "  dim: 4\n", "", "job.pbtxt:7:1: ", "tables[1] \"item\": missing dim"},
+      BadJob{"missing name", "  name: \"item\"\n", "", "job.pbtxt:7:1: ",
+             "tables[1]: missing name"},
+      BadJob{"duplicate table", "name: \"item\"", "name: \"user\"", "job.pbtxt:8:3: ",
+             "duplicate table name \"user\""},
+      BadJob{"bad table name", "name: \"item\"", "name: \"it em\"", "job.pbtxt:8:3: ",
+             "name must be 1 to 128 characters"},
+      BadJob{"unknown optimizer", "type: \"adagrad\"", "type: \"adamw\"", "job.pbtxt:5:15: ",
+             "tables[0] \"user\".optimizer.type: unknown optimizer \"adamw\""},
+      BadJob{"zero learning rate", "learning_rate: 0.1", "learning_rate: 0", "job.pbtxt:5:31: ",
+             "optimizer.learning_rate: must be a positive number, got 0"},
+      BadJob{"adam beta1 of 1", "type: \"adagrad\"", "type: \"adam\" beta1: 1", "job.pbtxt:5:28: ",
+             "optimizer.beta1: must be in [0, 1), got 1"},
+      BadJob{"ftrl positive power", "type: \"adagrad\"", "type: \"ftrl\" lr_power: 0.5",
+             "job.pbtxt:5:28: ", "optimizer.lr_power: must be <= 0, got 0.5"},
+      BadJob{"uniform low >= high", "dim: 4", "dim: 4 initializer { low: 1 high: 1 }",
+             "job.pbtxt:9:31: ", "uniform needs low < high"},
+      BadJob{"normal stddev 0", "dim: 4", "dim: 4 initializer { kind: NORMAL stddev: 0 }",
+             "job.pbtxt:9:37: ", "initializer.stddev: must be > 0, got 0"},
+      BadJob{"negative staleness", "staleness: 2", "staleness: -1", "job.pbtxt:13:3: ",
+             "training.staleness: must be >= 0, got -1"},
+      BadJob{"quorum 0", "staleness: 2", "sync_quorum: 0", "job.pbtxt:13:3: ",
+             "training.sync_quorum: must be in (0, 1], got 0"},
+      BadJob{"quorum above 1", "staleness: 2", "sync_quorum: 1.5", "job.pbtxt:13:3: ",
+             "training.sync_quorum: must be in (0, 1], got 1.5"},
+      BadJob{"batch 0", "staleness: 2", "batch_size: 0", "job.pbtxt:13:3: ",
+             "training.batch_size: must be > 0"},
+      BadJob{"steps and epochs", "staleness: 2", "steps: 10 epochs: 1", "job.pbtxt:13:13: ",
+             "set steps or epochs, not both"},
+      BadJob{"replication above servers", "replication_factor: 2", "replication_factor: 3",
+             "job.pbtxt:18:3: ",
+             "cluster.replication_factor: must be between 1 and num_servers (2), got 3"},
+      BadJob{"replication 0", "replication_factor: 2", "replication_factor: 0", "job.pbtxt:18:3: ",
+             "cluster.replication_factor: must be between 1 and num_servers (2), got 0"},
+      BadJob{"zero shards", "num_shards: 16", "num_shards: 0", "job.pbtxt:16:3: ",
+             "cluster.num_shards: must be between 1 and 65536, got 0"},
+      BadJob{"more servers than shards", "num_shards: 16", "num_shards: 1", "job.pbtxt:17:3: ",
+             "need num_shards >= num_servers"},
+      BadJob{"checkpoint without dir", "num_shards: 16", "num_shards: 16 checkpoint_every_steps: 5",
+             "job.pbtxt:16:18: ", "checkpoints need a checkpoint_dir"},
+      BadJob{"tiny messages", "num_shards: 16", "num_shards: 16 max_message_bytes: 1000",
+             "job.pbtxt:16:18: ", "cluster.max_message_bytes: must be between"},
+      BadJob{"model with unknown shared table", "training {",
+             "model { shared_table: \"nope\" }\ntraining {", "job.pbtxt:11:9: ",
+             "model.shared_table: no table named \"nope\""},
+      BadJob{"model with too few tables", "training {", "model { num_sparse_features: 3 }\ntraining {",
+             "job.pbtxt:11:9: ", "3 sparse features need 3 tables (or a shared_table), the job has 2"},
+      BadJob{"zero layer", "training {", "model { shared_table: \"user\" top_mlp: [8, 0] }\ntraining {",
+             "job.pbtxt:11:30: ", "model.top_mlp: layer sizes must be > 0"});
+  INFO(bad.what);
+  const std::string msg = ErrorOf(Replace(kGoodJob, bad.from, bad.to));
+  INFO(msg);
+  CHECK(absl::StartsWith(msg, bad.position));
+  CHECK(absl::StrContains(msg, bad.message));
+}
+
+TEST_CASE("a job without tables is refused", "[common][job]") {
+  const std::string msg = ErrorOf("name: \"empty\"\n");
+  CHECK(msg == "job.pbtxt:1:1: tables: the job needs at least one table");
+}
+
+TEST_CASE("a job built in code is validated without positions", "[common][job]") {
+  config::Job job;
+  config::Table* t = job.add_tables();
+  t->set_name("x");
+  t->set_dim(0);
+  const absl::Status status = ValidateJob(job);
+  CHECK(status.code() == absl::StatusCode::kInvalidArgument);
+  CHECK(status.message() == "job: tables[0] \"x\".dim: dim must be between 1 and 4096, got 0");
+}
+
+TEST_CASE("job files that cannot be read get a specific error", "[common][job]") {
+  CHECK(LoadJobFile("/nonexistent/job.pbtxt").status().code() == absl::StatusCode::kNotFound);
+  const std::string path = absl::StrCat(std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp",
+                                        "/bad_job.pbtxt");
+  {
+    std::ofstream out(path);
+    out << Replace(kGoodJob, "dim: 4", "dim: 0");
+  }
+  const absl::Status status = LoadJobFile(path).status();
+  CHECK(status.code() == absl::StatusCode::kInvalidArgument);
+  CHECK(absl::StartsWith(status.message(), absl::StrCat(path, ":9:3: ")));
+  std::remove(path.c_str());
+}
+
+}  // namespace
+}  // namespace ps

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs every Debian package that building, testing and running the parameter server need.
+# Idempotent and quiet when everything is already there; safe to run before every command.
+set -euo pipefail
+
+PACKAGES=(
+  bazel-bootstrap          # Bazel 4.2.3, works offline
+  g++
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libabsl-dev
+  librocksdb-dev
+  catch2                   # Catch2 v2: catch2/catch.hpp
+  libgloo-dev              # CPU AllReduce (TCP)
+  libcpp-httplib-dev       # metrics endpoint
+  libxxhash-dev            # key-to-shard hash (XXH3)
+  zlib1g-dev               # gzip input files
+  openmpi-bin libopenmpi-dev  # reference AllReduce in the benchmark
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+
+echo "setup: installing ${missing[*]}" >&2
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then
+  SUDO="sudo"
+fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq >/dev/null
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "setup: done" >&2
