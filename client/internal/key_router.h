@@ -1,0 +1,50 @@
+// Planning of a sparse call: dedupe keys, group them by server and shard, cut them into requests.
+// Private to the client library.
+#ifndef PS_CLIENT_INTERNAL_KEY_ROUTER_H_
+#define PS_CLIENT_INTERNAL_KEY_ROUTER_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/types/span.h"
+
+namespace ps {
+namespace client_internal {
+
+// Consecutive unique keys [begin, begin + count) of one shard.
+struct Segment {
+  uint32_t shard = 0;
+  uint32_t begin = 0;
+  uint32_t count = 0;
+};
+
+// The keys of one request to one server.
+struct Part {
+  uint32_t server = 0;
+  std::vector<Segment> segments;
+  uint32_t num_keys = 0;
+};
+
+// A planned call.
+struct KeyPlan {
+  // The distinct keys, grouped by server, then shard.
+  std::vector<uint64_t> unique;
+  // For key i of the call, the index of its row in `unique`.
+  std::vector<uint32_t> inverse;
+  std::vector<Part> parts;
+};
+
+// Plans a call on `keys` of the table whose NameHash is `name_hash`. `shard_to_server[s]` is the
+// server of shard s (its size is the number of shards). Each part holds at most
+// `max_keys_per_part` (>= 1) keys and the keys of one server.
+KeyPlan PlanKeys(absl::Span<const uint64_t> keys, uint64_t name_hash,
+                 absl::Span<const uint32_t> shard_to_server, uint32_t max_keys_per_part);
+
+// Regroups the segments of `part` (planned with an older map) by the servers of
+// `shard_to_server`, keeping each segment whole.
+std::vector<Part> Reroute(const Part& part, absl::Span<const uint32_t> shard_to_server);
+
+}  // namespace client_internal
+}  // namespace ps
+
+#endif  // PS_CLIENT_INTERNAL_KEY_ROUTER_H_

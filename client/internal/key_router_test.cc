@@ -1,0 +1,76 @@
+#include "client/internal/key_router.h"
+
+#include <catch2/catch.hpp>
+#include <random>
+#include <set>
+
+#include "common/hash.h"
+
+namespace ps {
+namespace client_internal {
+namespace {
+
+TEST_CASE("plans dedupe keys and group them by server and shard", "[client][router]") {
+  const uint32_t num_shards = GENERATE(1u, 7u, 64u);
+  const uint32_t num_servers = GENERATE(1u, 3u);
+  const uint32_t max_keys = GENERATE(1u, 5u, 1000u);
+  std::vector<uint32_t> shard_to_server(num_shards);
+  for (uint32_t s = 0; s < num_shards; ++s) shard_to_server[s] = (s * 5 + 1) % num_servers;
+  std::mt19937_64 rng(42);
+  std::vector<uint64_t> keys(3000);
+  for (auto& k : keys) k = rng() % 1500;  // many repeats
+  keys.push_back(0);
+  keys.push_back(~uint64_t{0});
+  const uint64_t table = NameHash("t");
+
+  const KeyPlan plan = PlanKeys(keys, table, shard_to_server, max_keys);
+
+  // Every key maps to its own value, and unique holds each distinct key once.
+  REQUIRE(plan.inverse.size() == keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) CHECK(plan.unique[plan.inverse[i]] == keys[i]);
+  CHECK(std::set<uint64_t>(keys.begin(), keys.end()).size() == plan.unique.size());
+
+  // Parts cover unique exactly once, in order, each within one server and max_keys.
+  uint32_t next = 0;
+  for (const Part& part : plan.parts) {
+    CHECK(part.num_keys <= max_keys);
+    uint32_t sum = 0;
+    for (const Segment& seg : part.segments) {
+      CHECK(seg.begin == next);
+      CHECK(shard_to_server[seg.shard] == part.server);
+      for (uint32_t j = seg.begin; j < seg.begin + seg.count; ++j) {
+        CHECK(ShardOf(table, plan.unique[j], num_shards) == seg.shard);
+      }
+      next += seg.count;
+      sum += seg.count;
+    }
+    CHECK(sum == part.num_keys);
+  }
+  CHECK(next == plan.unique.size());
+}
+
+TEST_CASE("an empty call plans nothing", "[client][router]") {
+  const std::vector<uint32_t> map(8, 0);
+  const KeyPlan plan = PlanKeys({}, NameHash("t"), map, 10);
+  CHECK(plan.unique.empty());
+  CHECK(plan.parts.empty());
+}
+
+TEST_CASE("reroute regroups a part's segments by the new map", "[client][router]") {
+  Part part;
+  part.server = 0;
+  part.segments = {{0, 0, 3}, {1, 3, 2}, {2, 5, 4}};
+  part.num_keys = 9;
+  const std::vector<uint32_t> new_map = {1, 2, 1};
+  const std::vector<Part> parts = Reroute(part, new_map);
+  REQUIRE(parts.size() == 2);
+  CHECK(parts[0].server == 1);
+  CHECK(parts[0].num_keys == 7);
+  CHECK(parts[0].segments.size() == 2);
+  CHECK(parts[1].server == 2);
+  CHECK(parts[1].num_keys == 2);
+}
+
+}  // namespace
+}  // namespace client_internal
+}  // namespace ps

@@ -1,0 +1,741 @@
+#include "client/ps_client.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <deque>
+#include <limits>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "client/internal/key_router.h"
+#include "common/coordinator_client.h"
+#include "common/grpc_status.h"
+#include "common/hash.h"
+#include "common/status_macros.h"
+#include "proto/ps.grpc.pb.h"
+
+namespace ps {
+namespace {
+
+using client_internal::KeyPlan;
+using client_internal::Part;
+using client_internal::Segment;
+
+// Room for the header, table name and runs of a request beyond keys and values.
+constexpr uint64_t kRequestOverheadBytes = 64 << 10;
+
+bool IsRetryable(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kFailedPrecondition:  // a stale map: retried after refreshing it
+    case absl::StatusCode::kDeadlineExceeded:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool AllFinite(const float* data, size_t n) {
+  float acc = 0;
+  for (size_t i = 0; i < n; ++i) acc += data[i] * 0.0f;
+  return acc == 0.0f;
+}
+
+// The channels to one server.
+struct ServerConnection {
+  std::string address;
+  std::vector<std::unique_ptr<rpc::ParameterServer::Stub>> stubs;
+  std::atomic<uint32_t> next{0};
+
+  rpc::ParameterServer::Stub* Stub() {
+    return stubs[next.fetch_add(1, std::memory_order_relaxed) % stubs.size()].get();
+  }
+};
+
+// A shard map ready for routing. Immutable once built; replaced whole on refresh.
+struct Routing {
+  uint64_t version = 0;
+  std::vector<uint32_t> shard_to_server;
+  absl::flat_hash_map<uint32_t, std::shared_ptr<ServerConnection>> servers;
+  rpc::ShardMap map;
+};
+
+struct TableInfo {
+  std::string name;
+  uint32_t dim = 0;
+  uint64_t name_hash = 0;
+};
+
+// Runs functions at given times on one thread: the backoff of retries, which must not block
+// gRPC's callback threads.
+class Scheduler {
+ public:
+  Scheduler() : thread_([this] { Run(); }) {}
+  ~Scheduler() {
+    {
+      absl::MutexLock lock(&mu_);
+      stop_ = true;
+    }
+    thread_.join();
+  }
+  void At(absl::Time when, std::function<void()> fn) {
+    absl::MutexLock lock(&mu_);
+    tasks_.push_back({when, std::move(fn)});
+  }
+
+ private:
+  struct Task {
+    absl::Time when;
+    std::function<void()> fn;
+  };
+  void Run() {
+    while (true) {
+      std::function<void()> fn;
+      {
+        absl::MutexLock lock(&mu_);
+        // Wake when stopping with nothing left, or when the earliest task is due.
+        while (true) {
+          if (stop_ && tasks_.empty()) return;
+          auto earliest = std::min_element(
+              tasks_.begin(), tasks_.end(),
+              [](const Task& a, const Task& b) { return a.when < b.when; });
+          const absl::Time now = absl::Now();
+          if (earliest != tasks_.end() && (earliest->when <= now || stop_)) {
+            fn = std::move(earliest->fn);
+            tasks_.erase(earliest);
+            break;
+          }
+          const absl::Time until =
+              earliest == tasks_.end() ? now + absl::Seconds(1) : earliest->when;
+          const size_t size = tasks_.size();
+          auto changed = [this, size] { return stop_ || tasks_.size() != size; };
+          mu_.AwaitWithDeadline(absl::Condition(&changed), until);
+        }
+      }
+      fn();
+    }
+  }
+
+  absl::Mutex mu_;
+  std::deque<Task> tasks_ ABSL_GUARDED_BY(mu_);
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+class ClientImpl;
+
+// One Pull or Push call in flight: its plan, its requests, and what is left to do.
+struct SparseCall {
+  enum class Kind { kPull, kPush };
+
+  // One request of the call; kept whole across retries (same sequence number).
+  struct Request {
+    Part part;
+    uint64_t sequence = 0;
+    uint64_t routed_version = 0;
+    std::unique_ptr<grpc::ClientContext> context;
+    rpc::PullRequest pull;
+    rpc::PushRequest push;
+    rpc::PullResponse pull_response;
+    rpc::PushResponse push_response;
+  };
+
+  Kind kind = Kind::kPull;
+  const TableInfo* table = nullptr;
+  int64_t clock = -1;
+  absl::Span<const uint64_t> keys;
+  absl::Span<float> values;         // pull
+  absl::Span<const float> grads;    // push
+  KeyPlan plan;
+  std::vector<float> grad_sums;  // push: summed gradients in plan.unique order
+  std::vector<const float*> rows;  // pull: for each unique key, its row in a response
+  Client::Callback done;
+  absl::Time deadline;
+  absl::Duration backoff = absl::Milliseconds(5);
+
+  absl::Mutex mu;
+  int outstanding ABSL_GUARDED_BY(mu) = 0;
+  std::vector<std::unique_ptr<Request>> finished ABSL_GUARDED_BY(mu);
+  std::vector<std::unique_ptr<Request>> to_retry ABSL_GUARDED_BY(mu);
+  absl::Status error ABSL_GUARDED_BY(mu);        // a non-retryable error
+  absl::Status last_retryable ABSL_GUARDED_BY(mu);
+};
+
+class ClientImpl final : public Client {
+ public:
+  ClientImpl(const ClientOptions& options, std::unique_ptr<CoordinatorClient> coordinator,
+             const rpc::RegisterResponse& registration)
+      : options_(options),
+        coordinator_(std::move(coordinator)),
+        job_(registration.job()),
+        worker_id_(registration.member_id()),
+        rank_(registration.rank()),
+        max_message_bytes_(options.max_message_bytes != 0
+                               ? options.max_message_bytes
+                               : registration.job().cluster().max_message_bytes()) {
+    for (const config::Table& t : job_.tables()) {
+      tables_.push_back(TableInfo{t.name(), t.dim(), NameHash(t.name())});
+    }
+    for (size_t i = 0; i < tables_.size(); ++i) table_index_[tables_[i].name] = i;
+  }
+
+  ~ClientImpl() override {
+    absl::MutexLock lock(&calls_mu_);
+    auto idle = [this] { return calls_in_flight_ == 0; };
+    calls_mu_.Await(absl::Condition(&idle));
+  }
+
+  absl::Status Start() {
+    PS_ASSIGN_OR_RETURN(rpc::ShardMap map,
+                        coordinator_->GetShardMap(1, options_.connect_timeout));
+    return InstallMap(map);
+  }
+
+  const config::Job& job() const override { return job_; }
+  uint32_t worker_id() const override { return worker_id_; }
+  int rank() const override { return rank_; }
+
+  absl::StatusOr<uint32_t> Dim(absl::string_view table) const override {
+    PS_ASSIGN_OR_RETURN(const TableInfo* info, FindTable(table));
+    return info->dim;
+  }
+
+  void SetClock(int64_t step) override { clock_.store(step, std::memory_order_relaxed); }
+
+  rpc::ShardMap shard_map() const override { return CurrentRouting()->map; }
+
+  absl::Status Pull(absl::string_view table, absl::Span<const uint64_t> keys,
+                    absl::Span<float> values) override {
+    return Wait([&](Callback done) { PullAsync(table, keys, values, std::move(done)); });
+  }
+
+  absl::Status Push(absl::string_view table, absl::Span<const uint64_t> keys,
+                    absl::Span<const float> grads) override {
+    return Wait([&](Callback done) { PushAsync(table, keys, grads, std::move(done)); });
+  }
+
+  void PullAsync(absl::string_view table, absl::Span<const uint64_t> keys,
+                 absl::Span<float> values, Callback done) override {
+    absl::StatusOr<const TableInfo*> info = FindTable(table);
+    if (!info.ok()) return done(info.status());
+    if (values.size() != keys.size() * (*info)->dim) {
+      return done(absl::InvalidArgumentError(absl::StrFormat(
+          "pull of %d keys of dim %d needs %d values, got %d", keys.size(), (*info)->dim,
+          keys.size() * (*info)->dim, values.size())));
+    }
+    auto call = std::make_shared<SparseCall>();
+    call->kind = SparseCall::Kind::kPull;
+    call->table = *info;
+    call->keys = keys;
+    call->values = values;
+    call->done = std::move(done);
+    StartCall(std::move(call));
+  }
+
+  void PushAsync(absl::string_view table, absl::Span<const uint64_t> keys,
+                 absl::Span<const float> grads, Callback done) override {
+    absl::StatusOr<const TableInfo*> info = FindTable(table);
+    if (!info.ok()) return done(info.status());
+    if (grads.size() != keys.size() * (*info)->dim) {
+      return done(absl::InvalidArgumentError(absl::StrFormat(
+          "push of %d keys of dim %d needs %d gradients, got %d", keys.size(), (*info)->dim,
+          keys.size() * (*info)->dim, grads.size())));
+    }
+    if (!AllFinite(grads.data(), grads.size())) {
+      return done(absl::InvalidArgumentError(absl::StrFormat(
+          "push to table \"%s\" has a NaN or Inf gradient; nothing was applied", table)));
+    }
+    auto call = std::make_shared<SparseCall>();
+    call->kind = SparseCall::Kind::kPush;
+    call->table = *info;
+    call->keys = keys;
+    call->grads = grads;
+    call->done = std::move(done);
+    StartCall(std::move(call));
+  }
+
+  absl::Status PullDense(absl::string_view name, absl::Span<float> values) override;
+  absl::Status PushDense(absl::string_view name, absl::Span<const float> values,
+                         DenseUpdate update) override;
+
+ private:
+  static absl::Status Wait(const std::function<void(Callback)>& start) {
+    absl::Notification finished;
+    absl::Status result;
+    start([&](absl::Status status) {
+      result = std::move(status);
+      finished.Notify();
+    });
+    finished.WaitForNotification();
+    return result;
+  }
+
+  absl::StatusOr<const TableInfo*> FindTable(absl::string_view name) const {
+    const auto it = table_index_.find(name);
+    if (it == table_index_.end()) {
+      return absl::NotFoundError(absl::StrFormat("unknown table \"%s\"", name));
+    }
+    return &tables_[it->second];
+  }
+
+  std::shared_ptr<const Routing> CurrentRouting() const {
+    absl::MutexLock lock(&routing_mu_);
+    return routing_;
+  }
+
+  absl::Status InstallMap(const rpc::ShardMap& map) {
+    auto routing = std::make_shared<Routing>();
+    routing->version = map.version();
+    routing->map = map;
+    routing->shard_to_server.resize(map.num_shards());
+    if (map.shards_size() != static_cast<int>(map.num_shards())) {
+      return absl::InternalError("coordinator sent an incomplete shard map");
+    }
+    for (const rpc::ShardAssignment& a : map.shards()) {
+      if (a.shard() >= map.num_shards()) return absl::InternalError("shard out of range in map");
+      routing->shard_to_server[a.shard()] = a.primary();
+    }
+    absl::MutexLock lock(&routing_mu_);
+    if (routing_ != nullptr && routing_->version >= map.version()) return absl::OkStatus();
+    for (const rpc::ServerInfo& server : map.servers()) {
+      std::shared_ptr<ServerConnection>& conn = connections_[server.address()];
+      if (conn == nullptr) conn = Connect(server.address());
+      routing->servers[server.server_id()] = conn;
+    }
+    for (const uint32_t s : routing->shard_to_server) {
+      if (!routing->servers.contains(s)) {
+        return absl::InternalError(absl::StrFormat("shard map names unknown server %d", s));
+      }
+    }
+    routing_ = std::move(routing);
+    return absl::OkStatus();
+  }
+
+  std::shared_ptr<ServerConnection> Connect(const std::string& address) {
+    auto conn = std::make_shared<ServerConnection>();
+    conn->address = address;
+    for (int i = 0; i < std::max(1, options_.channels_per_server); ++i) {
+      grpc::ChannelArguments args;
+      args.SetMaxReceiveMessageSize(std::numeric_limits<int>::max());
+      args.SetMaxSendMessageSize(std::numeric_limits<int>::max());
+      // A connection of its own per channel, not one shared subchannel.
+      args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+      args.SetInt("ps.channel_index", i);
+      args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 << 20);
+      args.SetInt(GRPC_ARG_HTTP2_WRITE_BUFFER_SIZE, 8 << 20);
+      conn->stubs.push_back(rpc::ParameterServer::NewStub(
+          grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args)));
+    }
+    return conn;
+  }
+
+  // Fetches a newer map if there is one; returns whether the routing changed.
+  bool RefreshMap(uint64_t routed_version) {
+    absl::StatusOr<rpc::ShardMap> map =
+        coordinator_->GetShardMap(routed_version + 1, absl::Milliseconds(200));
+    if (!map.ok()) return false;
+    return InstallMap(*map).ok() && CurrentRouting()->version > routed_version;
+  }
+
+  uint32_t MaxKeysPerRequest(uint32_t dim) const {
+    const uint64_t per_key = sizeof(uint64_t) + uint64_t{dim} * sizeof(float);
+    const uint64_t room =
+        max_message_bytes_ > 2 * kRequestOverheadBytes ? max_message_bytes_ - kRequestOverheadBytes
+                                                       : max_message_bytes_ / 2;
+    const uint64_t by_bytes = std::max<uint64_t>(1, room / per_key);
+    return static_cast<uint32_t>(
+        std::min<uint64_t>(by_bytes, std::max(1, options_.max_keys_per_request)));
+  }
+
+  void StartCall(std::shared_ptr<SparseCall> call) {
+    {
+      absl::MutexLock lock(&calls_mu_);
+      ++calls_in_flight_;
+    }
+    call->clock = clock_.load(std::memory_order_relaxed);
+    call->deadline = absl::Now() + options_.retry_timeout;
+    const std::shared_ptr<const Routing> routing = CurrentRouting();
+    const uint32_t dim = call->table->dim;
+    call->plan = client_internal::PlanKeys(call->keys, call->table->name_hash,
+                                           routing->shard_to_server, MaxKeysPerRequest(dim));
+    if (call->kind == SparseCall::Kind::kPush) {
+      std::vector<float> sums(call->plan.unique.size() * dim, 0.0f);
+      const float* grads = call->grads.data();
+      for (size_t i = 0; i < call->keys.size(); ++i) {
+        float* dst = sums.data() + size_t{call->plan.inverse[i]} * dim;
+        const float* src = grads + i * dim;
+        for (uint32_t j = 0; j < dim; ++j) dst[j] += src[j];
+      }
+      call->grad_sums = std::move(sums);
+    } else {
+      call->rows.assign(call->plan.unique.size(), nullptr);
+    }
+    std::vector<std::unique_ptr<SparseCall::Request>> requests;
+    for (Part& part : call->plan.parts) {
+      auto request = std::make_unique<SparseCall::Request>();
+      request->part = std::move(part);
+      if (call->kind == SparseCall::Kind::kPush) {
+        request->sequence = next_sequence_.fetch_add(1, std::memory_order_relaxed);
+      }
+      requests.push_back(std::move(request));
+    }
+    call->plan.parts.clear();
+    if (requests.empty()) return Finish(call, absl::OkStatus());
+    Send(call, routing, std::move(requests));
+  }
+
+  // Builds and sends `requests` with `routing`; their completions drive the call on.
+  void Send(const std::shared_ptr<SparseCall>& call,
+            const std::shared_ptr<const Routing>& routing,
+            std::vector<std::unique_ptr<SparseCall::Request>> requests) {
+    {
+      absl::MutexLock lock(&call->mu);
+      call->outstanding += static_cast<int>(requests.size());
+    }
+    const uint32_t dim = call->table->dim;
+    for (auto& owned : requests) {
+      SparseCall::Request* request = owned.release();
+      request->routed_version = routing->version;
+      request->context = std::make_unique<grpc::ClientContext>();
+      request->context->set_deadline(absl::ToChronoTime(absl::Now() + options_.request_timeout));
+      rpc::RequestHeader* header = call->kind == SparseCall::Kind::kPull
+                                       ? request->pull.mutable_header()
+                                       : request->push.mutable_header();
+      header->set_map_version(routing->version);
+      header->set_worker_id(worker_id_);
+      header->set_sequence(request->sequence);
+      header->set_clock(call->clock);
+      std::string keys;
+      keys.resize(size_t{request->part.num_keys} * sizeof(uint64_t));
+      char* out = keys.data();
+      google::protobuf::RepeatedPtrField<rpc::ShardRun>* runs =
+          call->kind == SparseCall::Kind::kPull ? request->pull.mutable_runs()
+                                                : request->push.mutable_runs();
+      runs->Clear();
+      for (const Segment& seg : request->part.segments) {
+        std::memcpy(out, call->plan.unique.data() + seg.begin, seg.count * sizeof(uint64_t));
+        out += seg.count * sizeof(uint64_t);
+        rpc::ShardRun* run = runs->Add();
+        run->set_shard(seg.shard);
+        run->set_count(seg.count);
+      }
+      ServerConnection* conn = routing->servers.at(request->part.server).get();
+      if (call->kind == SparseCall::Kind::kPull) {
+        request->pull.set_table(call->table->name);
+        *request->pull.mutable_keys() = std::move(keys);
+        conn->Stub()->async()->Pull(
+            request->context.get(), &request->pull, &request->pull_response,
+            [this, call, request](grpc::Status status) { OnDone(call, request, status); });
+      } else {
+        std::string grads;
+        grads.resize(size_t{request->part.num_keys} * dim * sizeof(float));
+        char* g = grads.data();
+        for (const Segment& seg : request->part.segments) {
+          const size_t bytes = size_t{seg.count} * dim * sizeof(float);
+          std::memcpy(g, call->grad_sums.data() + size_t{seg.begin} * dim, bytes);
+          g += bytes;
+        }
+        request->push.set_table(call->table->name);
+        *request->push.mutable_keys() = std::move(keys);
+        *request->push.mutable_grads() = std::move(grads);
+        conn->Stub()->async()->Push(
+            request->context.get(), &request->push, &request->push_response,
+            [this, call, request](grpc::Status status) { OnDone(call, request, status); });
+      }
+    }
+  }
+
+  void OnDone(const std::shared_ptr<SparseCall>& call, SparseCall::Request* raw,
+              const grpc::Status& grpc_status) {
+    std::unique_ptr<SparseCall::Request> request(raw);
+    absl::Status status = FromGrpcStatus(grpc_status);
+    const uint32_t dim = call->table->dim;
+    if (status.ok() && call->kind == SparseCall::Kind::kPull) {
+      const std::string& values = request->pull_response.values();
+      if (values.size() != size_t{request->part.num_keys} * dim * sizeof(float)) {
+        status = absl::InternalError(absl::StrFormat(
+            "server %s answered %d bytes for %d keys of dim %d",
+            request->context->peer(), values.size(), request->part.num_keys, dim));
+      } else {
+        // Rows stay in the response, which the call keeps until it finishes.
+        const float* row = reinterpret_cast<const float*>(values.data());
+        for (const Segment& seg : request->part.segments) {
+          for (uint32_t j = seg.begin; j < seg.begin + seg.count; ++j) {
+            call->rows[j] = row;
+            row += dim;
+          }
+        }
+      }
+    }
+    bool round_over = false;
+    {
+      absl::MutexLock lock(&call->mu);
+      if (status.ok()) {
+        call->finished.push_back(std::move(request));
+      } else if (IsRetryable(status)) {
+        call->last_retryable = status;
+        call->to_retry.push_back(std::move(request));
+      } else if (call->error.ok()) {
+        call->error = status;
+      }
+      round_over = --call->outstanding == 0;
+    }
+    if (round_over) EndRound(call);
+  }
+
+  // Called when no request of the call is in flight: finish, or retry what failed.
+  void EndRound(const std::shared_ptr<SparseCall>& call) {
+    std::vector<std::unique_ptr<SparseCall::Request>> retry;
+    absl::Status error;
+    absl::Status last_retryable;
+    {
+      absl::MutexLock lock(&call->mu);
+      retry = std::move(call->to_retry);
+      call->to_retry.clear();
+      error = call->error;
+      last_retryable = call->last_retryable;
+    }
+    if (!error.ok()) return Finish(call, error);
+    if (retry.empty()) return Finish(call, absl::OkStatus());
+    if (absl::Now() + call->backoff > call->deadline) return Finish(call, last_retryable);
+    const absl::Time when = absl::Now() + call->backoff;
+    call->backoff = std::min(call->backoff * 2, absl::Seconds(1));
+    auto shared_retry =
+        std::make_shared<std::vector<std::unique_ptr<SparseCall::Request>>>(std::move(retry));
+    scheduler_.At(when, [this, call, shared_retry, last_retryable] {
+      uint64_t routed = std::numeric_limits<uint64_t>::max();
+      for (const auto& r : *shared_retry) routed = std::min(routed, r->routed_version);
+      const bool changed = RefreshMap(routed);
+      if (!changed && last_retryable.code() == absl::StatusCode::kFailedPrecondition) {
+        // The server refuses a shard and no newer map exists: not a stale map.
+        return Finish(call, last_retryable);
+      }
+      const std::shared_ptr<const Routing> routing = CurrentRouting();
+      std::vector<std::unique_ptr<SparseCall::Request>> resend;
+      for (auto& old : *shared_retry) {
+        for (Part& part : client_internal::Reroute(old->part, routing->shard_to_server)) {
+          auto request = std::make_unique<SparseCall::Request>();
+          request->part = std::move(part);
+          request->sequence = old->sequence;
+          resend.push_back(std::move(request));
+        }
+      }
+      Send(call, routing, std::move(resend));
+    });
+  }
+
+  void Finish(const std::shared_ptr<SparseCall>& call, absl::Status status) {
+    if (status.ok() && call->kind == SparseCall::Kind::kPull) {
+      const uint32_t dim = call->table->dim;
+      float* out = call->values.data();
+      const size_t row_bytes = dim * sizeof(float);
+      for (size_t i = 0; i < call->keys.size(); ++i) {
+        std::memcpy(out + i * dim, call->rows[call->plan.inverse[i]], row_bytes);
+      }
+    }
+    Callback done = std::move(call->done);
+    {
+      absl::MutexLock lock(&call->mu);
+      call->finished.clear();
+    }
+    done(std::move(status));
+    absl::MutexLock lock(&calls_mu_);
+    --calls_in_flight_;
+  }
+
+  // Dense tensors: chunks of chunk_floats floats, each on the shard of (name, chunk).
+  struct DenseRoute {
+    uint32_t server;
+    std::vector<uint32_t> chunks;
+  };
+  std::vector<DenseRoute> RouteDense(absl::string_view name, uint64_t total_floats,
+                                     const Routing& routing) const {
+    const uint64_t chunk_floats = job_.cluster().dense_chunk_floats();
+    const uint64_t num_chunks = (total_floats + chunk_floats - 1) / chunk_floats;
+    const uint64_t per_request =
+        std::max<uint64_t>(1, (max_message_bytes_ / 2) / (chunk_floats * sizeof(float)));
+    const uint64_t name_hash = NameHash(name);
+    std::vector<DenseRoute> routes;
+    absl::flat_hash_map<uint32_t, size_t> open;  // server -> index of its unfilled route
+    for (uint64_t c = 0; c < num_chunks; ++c) {
+      const uint32_t shard =
+          ShardOf(name_hash, c, static_cast<uint32_t>(routing.shard_to_server.size()));
+      const uint32_t server = routing.shard_to_server[shard];
+      auto it = open.find(server);
+      if (it == open.end() || routes[it->second].chunks.size() >= per_request) {
+        routes.push_back(DenseRoute{server, {}});
+        open[server] = routes.size() - 1;
+        it = open.find(server);
+      }
+      routes[it->second].chunks.push_back(static_cast<uint32_t>(c));
+    }
+    return routes;
+  }
+
+  // Runs `attempt` until it succeeds, fails for good, or retry_timeout passes.
+  absl::Status RetryDense(const std::function<absl::Status(const Routing&)>& attempt) {
+    const absl::Time deadline = absl::Now() + options_.retry_timeout;
+    absl::Duration backoff = absl::Milliseconds(5);
+    while (true) {
+      const std::shared_ptr<const Routing> routing = CurrentRouting();
+      absl::Status status = attempt(*routing);
+      if (status.ok() || !IsRetryable(status)) return status;
+      if (absl::Now() + backoff > deadline) return status;
+      absl::SleepFor(backoff);
+      backoff = std::min(backoff * 2, absl::Seconds(1));
+      const bool changed = RefreshMap(routing->version);
+      if (!changed && status.code() == absl::StatusCode::kFailedPrecondition) return status;
+    }
+  }
+
+  void FillHeader(const Routing& routing, rpc::RequestHeader* header) {
+    header->set_map_version(routing.version);
+    header->set_worker_id(worker_id_);
+    header->set_clock(clock_.load(std::memory_order_relaxed));
+  }
+
+  const ClientOptions options_;
+  const std::unique_ptr<CoordinatorClient> coordinator_;
+  const config::Job job_;
+  const uint32_t worker_id_;
+  const int rank_;
+  const uint64_t max_message_bytes_;
+  std::vector<TableInfo> tables_;
+  absl::flat_hash_map<std::string, size_t> table_index_;
+
+  std::atomic<uint64_t> next_sequence_{1};
+  std::atomic<int64_t> clock_{-1};
+
+  mutable absl::Mutex routing_mu_;
+  std::shared_ptr<const Routing> routing_ ABSL_GUARDED_BY(routing_mu_);
+  absl::flat_hash_map<std::string, std::shared_ptr<ServerConnection>> connections_
+      ABSL_GUARDED_BY(routing_mu_);
+
+  absl::Mutex calls_mu_;
+  int calls_in_flight_ ABSL_GUARDED_BY(calls_mu_) = 0;
+
+  Scheduler scheduler_;
+};
+
+absl::Status ClientImpl::PullDense(absl::string_view name, absl::Span<float> values) {
+  const uint64_t chunk_floats = job_.cluster().dense_chunk_floats();
+  return RetryDense([&](const Routing& routing) -> absl::Status {
+    for (const DenseRoute& route : RouteDense(name, values.size(), routing)) {
+      rpc::PullDenseRequest request;
+      FillHeader(routing, request.mutable_header());
+      request.set_name(std::string(name));
+      for (uint32_t c : route.chunks) request.add_chunks(c);
+      rpc::PullDenseResponse response;
+      grpc::ClientContext context;
+      context.set_deadline(absl::ToChronoTime(absl::Now() + options_.request_timeout));
+      PS_RETURN_IF_ERROR(FromGrpcStatus(
+          routing.servers.at(route.server)->Stub()->PullDense(&context, request, &response)));
+      if (response.total_floats() != values.size()) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "dense tensor \"%s\" has %d floats, the caller asked for %d", name,
+            response.total_floats(), values.size()));
+      }
+      for (const rpc::DenseChunk& chunk : response.chunks()) {
+        const uint64_t begin = uint64_t{chunk.chunk()} * chunk_floats;
+        const uint64_t count = std::min<uint64_t>(chunk_floats, values.size() - begin);
+        if (chunk.values().size() != count * sizeof(float)) {
+          return absl::InternalError("dense chunk of unexpected size");
+        }
+        std::memcpy(values.data() + begin, chunk.values().data(), chunk.values().size());
+      }
+    }
+    return absl::OkStatus();
+  });
+}
+
+absl::Status ClientImpl::PushDense(absl::string_view name, absl::Span<const float> values,
+                                   DenseUpdate update) {
+  if (name.empty()) return absl::InvalidArgumentError("dense tensor without a name");
+  if (!AllFinite(values.data(), values.size())) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "dense tensor \"%s\" has a NaN or Inf value; nothing was applied", name));
+  }
+  const uint64_t chunk_floats = job_.cluster().dense_chunk_floats();
+  // Each server's chunks go in one request (or a few); a retry resends all of them. Assign is
+  // idempotent; a gradient retried after a lost acknowledgement must not apply twice, so chunk c
+  // carries the sequence `sequence + c`, which its shard admits once (like sparse pushes).
+  const uint64_t num_chunks = (values.size() + chunk_floats - 1) / chunk_floats;
+  const uint64_t sequence =
+      next_sequence_.fetch_add(std::max<uint64_t>(1, num_chunks), std::memory_order_relaxed);
+  return RetryDense([&](const Routing& routing) -> absl::Status {
+    for (const DenseRoute& route : RouteDense(name, values.size(), routing)) {
+      rpc::PushDenseRequest request;
+      FillHeader(routing, request.mutable_header());
+      request.mutable_header()->set_sequence(sequence);
+      request.set_name(std::string(name));
+      request.set_total_floats(values.size());
+      request.set_kind(update == DenseUpdate::kAssign ? rpc::PushDenseRequest::ASSIGN
+                                                      : rpc::PushDenseRequest::GRADIENT);
+      for (uint32_t c : route.chunks) {
+        const uint64_t begin = uint64_t{c} * chunk_floats;
+        const uint64_t count = std::min<uint64_t>(chunk_floats, values.size() - begin);
+        rpc::DenseChunk* chunk = request.add_chunks();
+        chunk->set_chunk(c);
+        chunk->set_values(reinterpret_cast<const char*>(values.data() + begin),
+                          count * sizeof(float));
+      }
+      rpc::PushDenseResponse response;
+      grpc::ClientContext context;
+      context.set_deadline(absl::ToChronoTime(absl::Now() + options_.request_timeout));
+      PS_RETURN_IF_ERROR(FromGrpcStatus(
+          routing.servers.at(route.server)->Stub()->PushDense(&context, request, &response)));
+    }
+    return absl::OkStatus();
+  });
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
+  if (options.coordinator.empty()) {
+    return absl::InvalidArgumentError("ClientOptions.coordinator is empty");
+  }
+  if (options.channels_per_server < 1 || options.max_keys_per_request < 1) {
+    return absl::InvalidArgumentError(
+        "channels_per_server and max_keys_per_request must be >= 1");
+  }
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorClient> coordinator,
+                      CoordinatorClient::Connect(options.coordinator, options.connect_timeout));
+  PS_ASSIGN_OR_RETURN(rpc::RegisterResponse registration,
+                      coordinator->Register(options.role, "", options.rank));
+  coordinator->StartHeartbeats(registration.member_id(),
+                               absl::Milliseconds(registration.heartbeat_interval_ms()));
+  auto client = std::make_unique<ClientImpl>(options, std::move(coordinator), registration);
+  PS_RETURN_IF_ERROR(client->Start());
+  return std::unique_ptr<Client>(std::move(client));
+}
+
+std::future<absl::Status> Client::PullAsync(absl::string_view table,
+                                            absl::Span<const uint64_t> keys,
+                                            absl::Span<float> values) {
+  auto promise = std::make_shared<std::promise<absl::Status>>();
+  std::future<absl::Status> future = promise->get_future();
+  PullAsync(table, keys, values, [promise](absl::Status s) { promise->set_value(std::move(s)); });
+  return future;
+}
+
+std::future<absl::Status> Client::PushAsync(absl::string_view table,
+                                            absl::Span<const uint64_t> keys,
+                                            absl::Span<const float> grads) {
+  auto promise = std::make_shared<std::promise<absl::Status>>();
+  std::future<absl::Status> future = promise->get_future();
+  PushAsync(table, keys, grads, [promise](absl::Status s) { promise->set_value(std::move(s)); });
+  return future;
+}
+
+}  // namespace ps

@@ -1,0 +1,130 @@
+// The C++ client of the parameter server: what applications (and the worker) link to push and pull
+// parameters.
+//
+//   ps::ClientOptions options;
+//   options.coordinator = "10.0.0.1:7000";
+//   auto client = ps::Client::Connect(options);          // registers, fetches the shard map
+//   std::vector<float> rows(keys.size() * dim);
+//   absl::Status s = (*client)->Pull("user", keys, absl::MakeSpan(rows));
+//   s = (*client)->Push("user", keys, grads);             // applied exactly once, even on retry
+//
+// A call dedupes its keys, groups them by shard and server, splits each server's part into
+// requests that stay under the message limit, sends them to all servers in parallel over several
+// channels, and retries what failed for a retryable reason (a server unavailable, a stale shard
+// map) with the same sequence numbers, so a retried push is never applied twice.
+#ifndef PS_CLIENT_PS_CLIENT_H_
+#define PS_CLIENT_PS_CLIENT_H_
+
+#include <cstdint>
+#include <functional>
+#include <future>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "proto/coordinator.pb.h"
+#include "proto/job.pb.h"
+
+namespace ps {
+
+struct ClientOptions {
+  // host:port of the coordinator. Required.
+  std::string coordinator;
+  // How long Connect waits for the coordinator and a complete shard map. Default 60 s.
+  absl::Duration connect_timeout = absl::Seconds(60);
+  // gRPC channels (TCP connections) to each server; requests are spread over them. >= 1.
+  int channels_per_server = 2;
+  // Upper bound on the keys of one request; a call's keys for one server are split into requests
+  // of at most this many keys, sent in parallel, so that the server's threads share the work and
+  // transfer overlaps with lookups. >= 1.
+  int max_keys_per_request = 32768;
+  // Largest request or response in bytes; 0 takes the job's cluster.max_message_bytes.
+  uint64_t max_message_bytes = 0;
+  // How long a call keeps retrying retryable errors before it returns the last one. Default 60 s.
+  absl::Duration retry_timeout = absl::Seconds(60);
+  // Deadline of one request to a server. Default 60 s.
+  absl::Duration request_timeout = absl::Seconds(60);
+  // How this client registers with the coordinator: CLIENT, or WORKER with `rank` (-1: any).
+  rpc::Role role = rpc::CLIENT;
+  int rank = -1;
+};
+
+// How PushDense's values are used.
+enum class DenseUpdate {
+  kAssign,    // the values replace the tensor (the dense master copy)
+  kGradient,  // the values are gradients, applied with the job's dense optimizer on the servers
+};
+
+// A Client is one connection to a parameter-server cluster. Thread-safe: any number of threads may
+// call it concurrently. Destroying it waits for the calls in flight.
+class Client {
+ public:
+  using Callback = std::function<void(absl::Status)>;
+
+  // Connects to the coordinator, registers, and waits for a complete shard map.
+  // UNAVAILABLE if the coordinator cannot be reached or the map is not ready within
+  // connect_timeout; INVALID_ARGUMENT for bad options; the coordinator's error if registration
+  // is refused.
+  static absl::StatusOr<std::unique_ptr<Client>> Connect(const ClientOptions& options);
+
+  virtual ~Client() = default;
+
+  // The job the cluster runs (tables, cluster settings).
+  virtual const config::Job& job() const = 0;
+  // The id this client's pushes carry (its coordinator member id).
+  virtual uint32_t worker_id() const = 0;
+  // The rank the coordinator gave (workers), or -1.
+  virtual int rank() const = 0;
+  // The dim of `table`, or NOT_FOUND.
+  virtual absl::StatusOr<uint32_t> Dim(absl::string_view table) const = 0;
+
+  // Writes the rows of `keys` into `values` (dim floats per key, in the order of `keys`; keys may
+  // repeat). Rows never pushed come from the table's initializer. NOT_FOUND for an unknown table;
+  // INVALID_ARGUMENT if values.size() != keys.size() * dim; UNAVAILABLE (or another server error)
+  // once retry_timeout has passed. On error `values` is unspecified.
+  virtual absl::Status Pull(absl::string_view table, absl::Span<const uint64_t> keys,
+                            absl::Span<float> values) = 0;
+
+  // Applies `grads` (dim floats per key, in the order of `keys`) with the table's optimizer;
+  // gradients of repeated keys are summed and applied once. Exactly once, also across retries.
+  // NOT_FOUND for an unknown table; INVALID_ARGUMENT for lengths that disagree or a NaN or Inf
+  // gradient (nothing applied); errors of servers as Pull.
+  virtual absl::Status Push(absl::string_view table, absl::Span<const uint64_t> keys,
+                            absl::Span<const float> grads) = 0;
+
+  // Reads the dense tensor `name` (values.size() floats). NOT_FOUND if it was never pushed.
+  virtual absl::Status PullDense(absl::string_view name, absl::Span<float> values) = 0;
+
+  // Assigns or applies gradients to the dense tensor `name`; its first push creates it with
+  // values.size() floats. INVALID_ARGUMENT for a size that disagrees with the tensor's, NaN or Inf.
+  virtual absl::Status PushDense(absl::string_view name, absl::Span<const float> values,
+                                 DenseUpdate update) = 0;
+
+  // Asynchronous variants: return at once; `done` is called exactly once, from a client thread,
+  // with what the blocking call would return. keys, values and grads must stay valid until then.
+  virtual void PullAsync(absl::string_view table, absl::Span<const uint64_t> keys,
+                         absl::Span<float> values, Callback done) = 0;
+  virtual void PushAsync(absl::string_view table, absl::Span<const uint64_t> keys,
+                         absl::Span<const float> grads, Callback done) = 0;
+
+  // Future-returning forms of the asynchronous calls.
+  std::future<absl::Status> PullAsync(absl::string_view table, absl::Span<const uint64_t> keys,
+                                      absl::Span<float> values);
+  std::future<absl::Status> PushAsync(absl::string_view table, absl::Span<const uint64_t> keys,
+                                      absl::Span<const float> grads);
+
+  // The step clock requests carry (the step a push belongs to, the step a pull serves); -1 (the
+  // default) when the caller keeps no clock.
+  virtual void SetClock(int64_t step) = 0;
+
+  // The shard map this client routes with.
+  virtual rpc::ShardMap shard_map() const = 0;
+};
+
+}  // namespace ps
+
+#endif  // PS_CLIENT_PS_CLIENT_H_

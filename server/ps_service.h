@@ -1,0 +1,58 @@
+// The gRPC face of a parameter server: decodes requests, hands them to the ShardedStore, encodes
+// the answers. Thin by design; everything that can be tested without gRPC lives in the store.
+#ifndef PS_SERVER_PS_SERVICE_H_
+#define PS_SERVER_PS_SERVICE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+
+#include "proto/ps.grpc.pb.h"
+#include "server/sharded_store.h"
+
+namespace ps {
+namespace server {
+
+// ParameterServerService serves the ParameterServer RPCs on gRPC's callback API. Thread-safe.
+class ParameterServerService final : public rpc::ParameterServer::CallbackService {
+ public:
+  // `on_newer_map` is called (from a gRPC thread; it must not block) when a request was routed
+  // with a newer shard map than the store has, so the owner can fetch it.
+  explicit ParameterServerService(std::function<void(uint64_t)> on_newer_map);
+
+  // Starts serving with `store` (not owned, outlives the service). Before this, every call answers
+  // UNAVAILABLE: the server binds its port before it knows its job.
+  void SetStore(ShardedStore* store) { store_.store(store, std::memory_order_release); }
+
+  void SetServerId(uint32_t id) { server_id_.store(id); }
+
+  grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* context,
+                                 const rpc::PullRequest* request,
+                                 rpc::PullResponse* response) override;
+  grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* context,
+                                 const rpc::PushRequest* request,
+                                 rpc::PushResponse* response) override;
+  grpc::ServerUnaryReactor* PullDense(grpc::CallbackServerContext* context,
+                                      const rpc::PullDenseRequest* request,
+                                      rpc::PullDenseResponse* response) override;
+  grpc::ServerUnaryReactor* PushDense(grpc::CallbackServerContext* context,
+                                      const rpc::PushDenseRequest* request,
+                                      rpc::PushDenseResponse* response) override;
+  grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* context,
+                                      const rpc::ServerStatusRequest* request,
+                                      rpc::ServerStatus* response) override;
+
+ private:
+  // The store if serving and the request's map is not newer than the store's; otherwise null and
+  // `status` says why (UNAVAILABLE, retryable).
+  ShardedStore* Ready(const rpc::RequestHeader& header, absl::Status* status);
+
+  const std::function<void(uint64_t)> on_newer_map_;
+  std::atomic<ShardedStore*> store_{nullptr};
+  std::atomic<uint32_t> server_id_{0};
+};
+
+}  // namespace server
+}  // namespace ps
+
+#endif  // PS_SERVER_PS_SERVICE_H_

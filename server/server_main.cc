@@ -1,0 +1,184 @@
+// ps_server: a parameter-server daemon.
+//
+//   ps_server --coordinator=HOST:PORT [--host=127.0.0.1] [--port=0] [--port_file=PATH]
+//
+// Binds its port (0 picks a free one; the bound port is printed and written to --port_file),
+// registers with the coordinator, which hands it the job and, once every server of the job has
+// registered, the shard map; then serves the shards whose primary it is. SIGTERM or SIGINT stops it
+// cleanly (exit 0).
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "common/coordinator_client.h"
+#include "common/signals.h"
+#include "server/ps_service.h"
+#include "server/sharded_store.h"
+
+ABSL_FLAG(std::string, coordinator, "", "host:port of the coordinator (required)");
+ABSL_FLAG(std::string, host, "127.0.0.1", "address to serve on, as other processes reach it");
+ABSL_FLAG(int, port, 0, "port to serve on; 0 picks a free one");
+ABSL_FLAG(std::string, port_file, "", "if set, the bound port is written to this file");
+ABSL_FLAG(bool, empty_handler, false,
+          "answer requests without touching storage (to measure the transport; benchmarks only)");
+ABSL_FLAG(int, connect_timeout_s, 60, "how long to wait for the coordinator");
+
+namespace ps {
+namespace {
+
+// Fetches newer shard maps in the background: whenever a request shows one exists, and
+// otherwise by waiting on the coordinator for the next version.
+class MapFollower {
+ public:
+  MapFollower(CoordinatorClient* coordinator, server::ShardedStore* store, uint32_t server_id)
+      : coordinator_(coordinator), store_(store), server_id_(server_id) {
+    thread_ = std::thread([this] { Run(); });
+  }
+  ~MapFollower() {
+    {
+      absl::MutexLock lock(&mu_);
+      stop_ = true;
+    }
+    thread_.join();
+  }
+
+  void Poke() {
+    absl::MutexLock lock(&mu_);
+    poked_ = true;
+  }
+
+ private:
+  void Run() {
+    while (true) {
+      {
+        absl::MutexLock lock(&mu_);
+        auto wake = [this] { return stop_ || poked_; };
+        mu_.AwaitWithTimeout(absl::Condition(&wake), absl::Seconds(1));
+        if (stop_) return;
+        poked_ = false;
+      }
+      const uint64_t have = store_->map_version();
+      absl::StatusOr<rpc::ShardMap> map = coordinator_->GetShardMap(have + 1, absl::Seconds(1));
+      if (map.ok()) store_->SetShardMap(*map, server_id_);
+    }
+  }
+
+  CoordinatorClient* const coordinator_;
+  server::ShardedStore* const store_;
+  const uint32_t server_id_;
+  absl::Mutex mu_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  bool poked_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+bool WritePortFile(const std::string& path, int port) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << port << "\n";
+    if (!out) return false;
+  }
+  return std::rename(tmp.c_str(), path.c_str()) == 0;
+}
+
+int Main() {
+  const std::string coordinator_address = absl::GetFlag(FLAGS_coordinator);
+  if (coordinator_address.empty()) {
+    std::fprintf(stderr, "ps_server: --coordinator is required\n");
+    return 2;
+  }
+
+  std::atomic<MapFollower*> follower{nullptr};
+  server::ParameterServerService service([&follower](uint64_t) {
+    if (MapFollower* f = follower.load()) f->Poke();
+  });
+
+  grpc::ServerBuilder builder;
+  int port = 0;
+  const std::string host = absl::GetFlag(FLAGS_host);
+  builder.AddListeningPort(absl::StrCat(host, ":", absl::GetFlag(FLAGS_port)),
+                           grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  // The job's own limit (max_message_bytes, at most 1 GiB) is enforced by the store with a clear
+  // error; gRPC's limit only has to be above it.
+  builder.SetMaxReceiveMessageSize(std::numeric_limits<int>::max());
+  builder.SetMaxSendMessageSize(std::numeric_limits<int>::max());
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 << 20);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_WRITE_BUFFER_SIZE, 8 << 20);
+  std::unique_ptr<grpc::Server> grpc_server = builder.BuildAndStart();
+  if (grpc_server == nullptr || port == 0) {
+    std::fprintf(stderr, "ps_server: cannot listen on %s:%d\n", host.c_str(),
+                 absl::GetFlag(FLAGS_port));
+    return 1;
+  }
+  const std::string address = absl::StrCat(host, ":", port);
+
+  absl::StatusOr<std::unique_ptr<CoordinatorClient>> coordinator = CoordinatorClient::Connect(
+      coordinator_address, absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s)));
+  if (!coordinator.ok()) {
+    std::fprintf(stderr, "ps_server: %s\n", coordinator.status().ToString().c_str());
+    return 1;
+  }
+  absl::StatusOr<rpc::RegisterResponse> registration =
+      (*coordinator)->Register(rpc::SERVER, address, -1);
+  if (!registration.ok()) {
+    std::fprintf(stderr, "ps_server: registration failed: %s\n",
+                 registration.status().ToString().c_str());
+    return 1;
+  }
+  const uint32_t server_id = static_cast<uint32_t>(registration->rank());
+  server::ShardedStore::Options options;
+  options.empty_handler = absl::GetFlag(FLAGS_empty_handler);
+  absl::StatusOr<std::unique_ptr<server::ShardedStore>> store =
+      server::ShardedStore::Create(registration->job(), options);
+  if (!store.ok()) {
+    std::fprintf(stderr, "ps_server: %s\n", store.status().ToString().c_str());
+    return 1;
+  }
+  (*coordinator)->StartHeartbeats(registration->member_id(),
+                                  absl::Milliseconds(registration->heartbeat_interval_ms()));
+  service.SetServerId(server_id);
+  service.SetStore(store->get());
+  auto map_follower = std::make_unique<MapFollower>(coordinator->get(), store->get(), server_id);
+  follower.store(map_follower.get());
+  map_follower->Poke();
+
+  std::printf("ps_server %d listening on %s\n", server_id, address.c_str());
+  std::fflush(stdout);
+  const std::string port_file = absl::GetFlag(FLAGS_port_file);
+  if (!port_file.empty() && !WritePortFile(port_file, port)) {
+    std::fprintf(stderr, "ps_server: cannot write %s\n", port_file.c_str());
+    return 1;
+  }
+
+  const int sig = WaitForShutdownSignal();
+  std::fprintf(stderr, "ps_server %d: signal %d, shutting down\n", server_id, sig);
+  grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  follower.store(nullptr);
+  map_follower.reset();
+  (*coordinator)->StopHeartbeats();
+  grpc_server->Wait();
+  return 0;
+}
+
+}  // namespace
+}  // namespace ps
+
+int main(int argc, char** argv) {
+  ps::BlockShutdownSignals();
+  absl::SetProgramUsageMessage("ps_server --coordinator=HOST:PORT [--port=0] [--port_file=PATH]");
+  absl::ParseCommandLine(argc, argv);
+  return ps::Main();
+}

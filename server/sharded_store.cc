@@ -1,0 +1,333 @@
+#include "server/sharded_store.h"
+
+#include <cmath>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/hash.h"
+#include "common/job_config.h"
+#include "common/status_macros.h"
+
+namespace ps {
+namespace server {
+namespace {
+
+bool AllFinite(const float* data, size_t n) {
+  // A sum is NaN iff some term is NaN or the terms include Inf, so one pass with no branch per
+  // element decides it; the rare failing buffer is then the caller's problem, not the hot path's.
+  float acc = 0;
+  for (size_t i = 0; i < n; ++i) acc += data[i] * 0.0f;
+  return acc == 0.0f;
+}
+
+absl::flat_hash_map<std::string, size_t> IndexTables(
+    const std::vector<std::unique_ptr<TableSpec>>& tables) {
+  absl::flat_hash_map<std::string, size_t> index;
+  for (size_t i = 0; i < tables.size(); ++i) index[tables[i]->name] = i;
+  return index;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ShardedStore>> ShardedStore::Create(const config::Job& job,
+                                                                   const Options& options) {
+  PS_RETURN_IF_ERROR(ValidateJob(job));
+  std::vector<std::unique_ptr<TableSpec>> tables;
+  for (const config::Table& t : job.tables()) {
+    PS_ASSIGN_OR_RETURN(auto spec, TableSpec::Create(t, job.training().seed()));
+    tables.push_back(std::move(spec));
+  }
+  PS_ASSIGN_OR_RETURN(auto dense_optimizer, Optimizer::Create(job.training().dense_optimizer()));
+  return std::unique_ptr<ShardedStore>(
+      new ShardedStore(job, options, std::move(tables), std::move(dense_optimizer)));
+}
+
+ShardedStore::ShardedStore(const config::Job& job, const Options& options,
+                           std::vector<std::unique_ptr<TableSpec>> tables,
+                           std::unique_ptr<Optimizer> dense_optimizer)
+    : job_(job),
+      options_(options),
+      num_shards_(job.cluster().num_shards()),
+      max_message_bytes_(job.cluster().max_message_bytes()),
+      tables_(std::move(tables)),
+      table_index_(IndexTables(tables_)),
+      dense_optimizer_(std::move(dense_optimizer)),
+      shards_(num_shards_) {}
+
+void ShardedStore::SetShardMap(const rpc::ShardMap& map, uint32_t server_id) {
+  absl::MutexLock lock(&map_mu_);
+  if (map.version() <= map_version_.load()) return;
+  for (const rpc::ShardAssignment& a : map.shards()) {
+    if (a.shard() >= num_shards_) continue;
+    std::unique_ptr<Shard>& shard = shards_[a.shard()];
+    if (a.primary() != server_id) {
+      shard.reset();
+      continue;
+    }
+    if (shard != nullptr) continue;
+    shard = std::make_unique<Shard>(job_.cluster().dense_chunk_floats());
+    absl::MutexLock shard_lock(&shard->mu);
+    for (size_t t = 0; t < tables_.size(); ++t) {
+      const size_t expected = job_.tables(t).capacity_hint() / num_shards_;
+      shard->tables.push_back(std::make_unique<TableShard>(tables_[t].get(), expected));
+    }
+  }
+  map_version_.store(map.version(), std::memory_order_release);
+}
+
+absl::StatusOr<size_t> ShardedStore::FindTable(const std::string& name) const {
+  const auto it = table_index_.find(name);
+  if (it == table_index_.end()) {
+    return absl::NotFoundError(absl::StrFormat("unknown table \"%s\"", name));
+  }
+  return it->second;
+}
+
+absl::Status ShardedStore::CheckServed(uint32_t shard) const {
+  if (shard >= num_shards_) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("shard %d out of range (the job has %d shards)", shard, num_shards_));
+  }
+  if (shards_[shard] == nullptr) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "shard %d is not served here (shard map version %d)", shard, map_version_.load()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShardedStore::CheckKeys(const std::string& keys,
+                                     const google::protobuf::RepeatedPtrField<rpc::ShardRun>& runs,
+                                     const TableSpec& table, std::vector<uint64_t>* aligned,
+                                     const uint64_t** key_data, size_t* num_keys) const {
+  if (map_version_.load() == 0) {
+    return absl::UnavailableError("no shard map yet: the server is starting");
+  }
+  if (keys.size() % sizeof(uint64_t) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("keys are %d bytes, not a multiple of 8", keys.size()));
+  }
+  const size_t n = keys.size() / sizeof(uint64_t);
+  const uint64_t row_bytes = uint64_t{table.dim} * sizeof(float);
+  if (n * row_bytes > max_message_bytes_) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "%d keys of dim %d need %d bytes, above the message limit of %d bytes", n, table.dim,
+        n * row_bytes, max_message_bytes_));
+  }
+  uint64_t total = 0;
+  for (const rpc::ShardRun& run : runs) total += run.count();
+  if (total != n) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("shard runs cover %d keys, the request has %d", total, n));
+  }
+  const uint64_t* data = reinterpret_cast<const uint64_t*>(keys.data());
+  if (reinterpret_cast<uintptr_t>(data) % alignof(uint64_t) != 0) {
+    aligned->resize(n);
+    std::memcpy(aligned->data(), keys.data(), keys.size());
+    data = aligned->data();
+  }
+  size_t at = 0;
+  for (const rpc::ShardRun& run : runs) {
+    PS_RETURN_IF_ERROR(CheckServed(run.shard()));
+    for (size_t i = at; i < at + run.count(); ++i) {
+      const uint32_t shard = ShardOf(table.name_hash, data[i], num_shards_);
+      if (shard != run.shard()) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "key %d of table \"%s\" belongs to shard %d, not %d", data[i], table.name, shard,
+            run.shard()));
+      }
+    }
+    at += run.count();
+  }
+  *key_data = data;
+  *num_keys = n;
+  return absl::OkStatus();
+}
+
+absl::Status ShardedStore::Pull(const rpc::PullRequest& request, rpc::PullResponse* response) {
+  PS_ASSIGN_OR_RETURN(const size_t t, FindTable(request.table()));
+  const TableSpec& table = *tables_[t];
+  absl::ReaderMutexLock map_lock(&map_mu_);
+  std::vector<uint64_t> aligned;
+  const uint64_t* keys = nullptr;
+  size_t n = 0;
+  PS_RETURN_IF_ERROR(CheckKeys(request.keys(), request.runs(), table, &aligned, &keys, &n));
+  std::string* values = response->mutable_values();
+  values->resize(n * table.dim * sizeof(float));
+  response->set_dim(table.dim);
+  if (options_.empty_handler) return absl::OkStatus();
+  float* out = reinterpret_cast<float*>(values->data());
+  size_t at = 0;
+  for (const rpc::ShardRun& run : request.runs()) {
+    Shard& shard = *shards_[run.shard()];
+    absl::MutexLock lock(&shard.mu);
+    shard.tables[t]->Pull(absl::MakeConstSpan(keys + at, run.count()),
+                          out + at * table.dim);
+    at += run.count();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShardedStore::Push(const rpc::PushRequest& request, uint32_t* duplicate_keys) {
+  *duplicate_keys = 0;
+  PS_ASSIGN_OR_RETURN(const size_t t, FindTable(request.table()));
+  const TableSpec& table = *tables_[t];
+  if (request.header().sequence() == 0) {
+    return absl::InvalidArgumentError("push without a sequence number (it must be >= 1)");
+  }
+  absl::ReaderMutexLock map_lock(&map_mu_);
+  std::vector<uint64_t> aligned;
+  const uint64_t* keys = nullptr;
+  size_t n = 0;
+  PS_RETURN_IF_ERROR(CheckKeys(request.keys(), request.runs(), table, &aligned, &keys, &n));
+  const std::string& grad_bytes = request.grads();
+  if (grad_bytes.size() != n * table.dim * sizeof(float)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "gradients are %d bytes, %d keys of dim %d need %d", grad_bytes.size(), n, table.dim,
+        n * table.dim * sizeof(float)));
+  }
+  std::vector<float> aligned_grads;
+  const float* grads = reinterpret_cast<const float*>(grad_bytes.data());
+  if (reinterpret_cast<uintptr_t>(grads) % alignof(float) != 0) {
+    aligned_grads.resize(n * table.dim);
+    std::memcpy(aligned_grads.data(), grad_bytes.data(), grad_bytes.size());
+    grads = aligned_grads.data();
+  }
+  if (!AllFinite(grads, n * table.dim)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "push to table \"%s\" has a NaN or Inf gradient; nothing was applied", table.name));
+  }
+  if (options_.empty_handler) return absl::OkStatus();
+  const uint32_t worker = request.header().worker_id();
+  const uint64_t sequence = request.header().sequence();
+  absl::Status status;
+  size_t at = 0;
+  for (const rpc::ShardRun& run : request.runs()) {
+    Shard& shard = *shards_[run.shard()];
+    absl::MutexLock lock(&shard.mu);
+    switch (shard.window.Admit(worker, sequence)) {
+      case ApplyWindow::Verdict::kApply:
+        shard.tables[t]->Push(absl::MakeConstSpan(keys + at, run.count()),
+                              grads + at * table.dim);
+        break;
+      case ApplyWindow::Verdict::kDuplicate:
+        *duplicate_keys += run.count();
+        break;
+      case ApplyWindow::Verdict::kTooOld:
+        status = absl::AbortedError(absl::StrFormat(
+            "push %d of worker %d is older than shard %d's exactly-once window; that shard's "
+            "part was not applied",
+            sequence, worker, run.shard()));
+        break;
+    }
+    at += run.count();
+  }
+  return status;
+}
+
+absl::Status ShardedStore::PullDense(const rpc::PullDenseRequest& request,
+                                     rpc::PullDenseResponse* response) {
+  if (map_version_.load() == 0) {
+    return absl::UnavailableError("no shard map yet: the server is starting");
+  }
+  absl::ReaderMutexLock map_lock(&map_mu_);
+  const uint64_t name_hash = NameHash(request.name());
+  for (const uint32_t chunk : request.chunks()) {
+    const uint32_t s = ShardOf(name_hash, chunk, num_shards_);
+    PS_RETURN_IF_ERROR(CheckServed(s));
+  }
+  uint64_t bytes = 0;
+  for (const uint32_t chunk : request.chunks()) {
+    Shard& shard = *shards_[ShardOf(name_hash, chunk, num_shards_)];
+    absl::MutexLock lock(&shard.mu);
+    std::vector<float> values;
+    PS_RETURN_IF_ERROR(shard.dense.Read(request.name(), chunk, &values));
+    bytes += values.size() * sizeof(float);
+    if (bytes > max_message_bytes_) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "dense chunks requested exceed the message limit of %d bytes", max_message_bytes_));
+    }
+    rpc::DenseChunk* out = response->add_chunks();
+    out->set_chunk(chunk);
+    out->set_values(values.data(), values.size() * sizeof(float));
+    PS_ASSIGN_OR_RETURN(const uint64_t total, shard.dense.TotalFloats(request.name()));
+    response->set_total_floats(total);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShardedStore::PushDense(const rpc::PushDenseRequest& request) {
+  if (map_version_.load() == 0) {
+    return absl::UnavailableError("no shard map yet: the server is starting");
+  }
+  if (request.name().empty()) return absl::InvalidArgumentError("dense tensor without a name");
+  absl::ReaderMutexLock map_lock(&map_mu_);
+  const uint64_t name_hash = NameHash(request.name());
+  for (const rpc::DenseChunk& chunk : request.chunks()) {
+    PS_RETURN_IF_ERROR(CheckServed(ShardOf(name_hash, chunk.chunk(), num_shards_)));
+    if (chunk.values().size() % sizeof(float) != 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "chunk %d of \"%s\" is %d bytes, not whole floats", chunk.chunk(), request.name(),
+          chunk.values().size()));
+    }
+    std::vector<float> check(chunk.values().size() / sizeof(float));
+    std::memcpy(check.data(), chunk.values().data(), chunk.values().size());
+    if (!AllFinite(check.data(), check.size())) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "chunk %d of \"%s\" has a NaN or Inf value; nothing was applied", chunk.chunk(),
+          request.name()));
+    }
+  }
+  for (const rpc::DenseChunk& chunk : request.chunks()) {
+    Shard& shard = *shards_[ShardOf(name_hash, chunk.chunk(), num_shards_)];
+    std::vector<float> values(chunk.values().size() / sizeof(float));
+    std::memcpy(values.data(), chunk.values().data(), chunk.values().size());
+    absl::MutexLock lock(&shard.mu);
+    if (request.kind() == rpc::PushDenseRequest::GRADIENT && request.header().sequence() != 0) {
+      const ApplyWindow::Verdict verdict =
+          shard.window.Admit(request.header().worker_id(),
+                             request.header().sequence() + chunk.chunk());
+      if (verdict == ApplyWindow::Verdict::kDuplicate) continue;
+      if (verdict == ApplyWindow::Verdict::kTooOld) {
+        return absl::AbortedError(absl::StrFormat(
+            "dense push %d of worker %d is older than the exactly-once window",
+            request.header().sequence(), request.header().worker_id()));
+      }
+    }
+    if (request.kind() == rpc::PushDenseRequest::ASSIGN) {
+      PS_RETURN_IF_ERROR(shard.dense.Assign(request.name(), chunk.chunk(), values,
+                                            request.total_floats()));
+    } else {
+      PS_RETURN_IF_ERROR(shard.dense.ApplyGradient(request.name(), chunk.chunk(), values,
+                                                   request.total_floats(), *dense_optimizer_));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void ShardedStore::FillStatus(rpc::ServerStatus* status) const {
+  absl::ReaderMutexLock map_lock(&map_mu_);
+  status->set_map_version(map_version_.load());
+  std::vector<uint64_t> rows(tables_.size(), 0);
+  std::vector<uint64_t> bytes(tables_.size(), 0);
+  for (uint32_t s = 0; s < num_shards_; ++s) {
+    if (shards_[s] == nullptr) continue;
+    status->add_primary_shards(s);
+    absl::MutexLock lock(&shards_[s]->mu);
+    for (size_t t = 0; t < tables_.size(); ++t) {
+      rows[t] += shards_[s]->tables[t]->size();
+      bytes[t] += shards_[s]->tables[t]->MemoryBytes();
+    }
+  }
+  for (size_t t = 0; t < tables_.size(); ++t) {
+    rpc::TableStatus* ts = status->add_tables();
+    ts->set_name(tables_[t]->name);
+    ts->set_dim(tables_[t]->dim);
+    ts->set_rows(rows[t]);
+    ts->set_bytes(bytes[t]);
+  }
+}
+
+}  // namespace server
+}  // namespace ps

@@ -1,0 +1,128 @@
+// The state of one parameter server: for every shard it serves, every table's rows, the dense
+// chunks and the exactly-once window of pushes. Requests arrive as decoded protobuf messages; this
+// class validates them completely before changing anything and knows nothing of gRPC.
+#ifndef PS_SERVER_SHARDED_STORE_H_
+#define PS_SERVER_SHARDED_STORE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "proto/coordinator.pb.h"
+#include "proto/job.pb.h"
+#include "proto/ps.pb.h"
+#include "server/storage/apply_window.h"
+#include "server/storage/dense_store.h"
+#include "server/storage/embedding_table.h"
+#include "server/storage/optimizer.h"
+
+namespace ps {
+namespace server {
+
+// A ShardedStore holds everything one server serves. Thread-safe: each shard has its own lock, so
+// requests on different shards proceed in parallel.
+class ShardedStore {
+ public:
+  struct Options {
+    // Serve requests without touching storage: pulls answer zeros, pushes are validated and
+    // dropped. Only for measuring the transport's ceiling (ps_bench --empty_handler).
+    bool empty_handler = false;
+  };
+
+  // INVALID_ARGUMENT if the job fails validation (tables, optimizers).
+  static absl::StatusOr<std::unique_ptr<ShardedStore>> Create(const config::Job& job,
+                                                              const Options& options);
+
+  ShardedStore(const ShardedStore&) = delete;
+  ShardedStore& operator=(const ShardedStore&) = delete;
+
+  // Installs the shard map: this server (`server_id`) serves the shards whose primary it is.
+  // Shards it gains are created empty (presized from the tables' capacity hints). Maps older than
+  // the installed one are ignored.
+  void SetShardMap(const rpc::ShardMap& map, uint32_t server_id);
+
+  // Version of the installed shard map; 0 before the first.
+  uint64_t map_version() const { return map_version_.load(std::memory_order_acquire); }
+
+  // Writes the rows of the request's keys (dim floats each, in request order) and the table's dim
+  // into `response`,
+  // creating missing rows with the table's initializer. Errors, with nothing written:
+  // UNAVAILABLE before a shard map is installed; NOT_FOUND for an unknown table;
+  // INVALID_ARGUMENT for keys whose length is not a multiple of 8, runs that do not add up to the
+  // keys, a shard out of range or a key in the wrong shard's run; RESOURCE_EXHAUSTED for more
+  // keys than one response may carry; FAILED_PRECONDITION (naming the current map version) for a
+  // shard this server does not serve.
+  absl::Status Pull(const rpc::PullRequest& request, rpc::PullResponse* response);
+
+  // Applies the request's gradients with the table's optimizer, duplicates within the request
+  // summed, exactly once per (worker_id, sequence) and shard. `duplicate_keys` counts keys of
+  // shards that had already applied this sequence (a retry). Errors as Pull, plus
+  // INVALID_ARGUMENT for gradients whose length disagrees with keys x dim, a NaN or Inf gradient
+  // (nothing of the push is applied), or sequence 0; ABORTED if a shard cannot tell whether an
+  // old sequence was applied (older than its window; that shard's part was not applied).
+  absl::Status Push(const rpc::PushRequest& request, uint32_t* duplicate_keys);
+
+  // Reads the requested chunks of a dense tensor. NOT_FOUND if the tensor or a chunk does not
+  // exist; errors of routing as Pull.
+  absl::Status PullDense(const rpc::PullDenseRequest& request, rpc::PullDenseResponse* response);
+
+  // Assigns or applies gradients to chunks of a dense tensor (created by its first push).
+  // INVALID_ARGUMENT for a length that disagrees with the chunking or total, NaN or Inf values.
+  absl::Status PushDense(const rpc::PushDenseRequest& request);
+
+  // Shards served, table sizes and bytes.
+  void FillStatus(rpc::ServerStatus* status) const;
+
+ private:
+  struct Shard {
+    explicit Shard(uint32_t chunk_floats) : dense(chunk_floats) {}
+    absl::Mutex mu;
+    std::vector<std::unique_ptr<TableShard>> tables ABSL_GUARDED_BY(mu);  // by table index
+    ApplyWindow window ABSL_GUARDED_BY(mu);
+    DenseChunkStore dense ABSL_GUARDED_BY(mu);
+  };
+
+  ShardedStore(const config::Job& job, const Options& options,
+               std::vector<std::unique_ptr<TableSpec>> tables,
+               std::unique_ptr<Optimizer> dense_optimizer);
+
+  // The table's index, or NOT_FOUND.
+  absl::StatusOr<size_t> FindTable(const std::string& name) const;
+
+  // Checks keys and runs of a sparse request against the table and the map; on success the keys
+  // are a view of `keys` (8-byte aligned copy made if needed into `aligned`).
+  absl::Status CheckKeys(const std::string& keys,
+                         const google::protobuf::RepeatedPtrField<rpc::ShardRun>& runs,
+                         const TableSpec& table, std::vector<uint64_t>* aligned,
+                         const uint64_t** key_data, size_t* num_keys) const
+      ABSL_SHARED_LOCKS_REQUIRED(map_mu_);
+
+  // OK if this server serves `shard`; FAILED_PRECONDITION naming the map version otherwise.
+  absl::Status CheckServed(uint32_t shard) const ABSL_SHARED_LOCKS_REQUIRED(map_mu_);
+
+  // Constant after construction.
+  const config::Job job_;
+  const Options options_;
+  const uint32_t num_shards_;
+  const uint64_t max_message_bytes_;
+  const std::vector<std::unique_ptr<TableSpec>> tables_;
+  const absl::flat_hash_map<std::string, size_t> table_index_;
+  const std::unique_ptr<Optimizer> dense_optimizer_;
+
+  mutable absl::Mutex map_mu_;
+  std::atomic<uint64_t> map_version_{0};
+  // By shard; null for shards this server does not serve.
+  std::vector<std::unique_ptr<Shard>> shards_ ABSL_GUARDED_BY(map_mu_);
+};
+
+}  // namespace server
+}  // namespace ps
+
+#endif  // PS_SERVER_SHARDED_STORE_H_
