@@ -1,0 +1,286 @@
+#include "server/storage/embedding_table.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_format.h"
+#include "common/hash.h"
+#include "common/status_macros.h"
+
+namespace ps {
+namespace server {
+namespace {
+
+constexpr uint32_t kMaxDim = 4096;
+
+// Maximum load of the index, kLoadNum / kLoadDen = 0.85.
+constexpr uint64_t kLoadNum = 17;
+constexpr uint64_t kLoadDen = 20;
+constexpr size_t kMinCapacity = 16;
+// Bucket addresses are 32-bit fractions times the capacity.
+constexpr size_t kMaxCapacity = size_t{1} << 32;
+// The first allocation of a slab block, in rows.
+constexpr uint32_t kMinBlockRows = 16;
+// Ids looked up ahead of the one being resolved, whose buckets are prefetched meanwhile.
+constexpr size_t kPrefetchDistance = 16;
+
+size_t MaxSizeFor(size_t capacity) { return capacity * kLoadNum / kLoadDen; }
+
+// The smallest capacity whose maximum size is at least `rows`.
+size_t CapacityFor(size_t rows) {
+  const size_t capacity = (rows * kLoadDen + kLoadNum - 1) / kLoadNum;
+  return std::min(std::max(capacity, kMinCapacity), kMaxCapacity);
+}
+
+[[noreturn]] void Die(const char* message) {
+  std::fprintf(stderr, "TableShard: %s\n", message);
+  std::abort();
+}
+
+// Per-thread buffers of Pull and Push, reused across calls and shards (a thread works on one
+// shard at a time and nothing here calls back into a shard).
+struct Scratch {
+  std::vector<uint32_t> hashes;
+  std::vector<uint32_t> slots;
+  // Push's duplicate folding: an open-addressing set of slots (power-of-two size) mapping each
+  // slot to its index among the unique slots.
+  std::vector<uint32_t> set_keys;
+  std::vector<uint32_t> set_values;
+  std::vector<uint32_t> unique_slots;
+  std::vector<uint32_t> unique_of;  // per id: index of its slot among unique_slots
+  std::vector<float> sums;
+};
+
+Scratch& ThreadScratch() {
+  thread_local Scratch scratch;
+  return scratch;
+}
+
+// Fills s->unique_slots with the distinct values of slots[0, n) in order of first occurrence and
+// s->unique_of[i] with the index of slots[i] among them. Returns the number of distinct slots.
+size_t FoldDuplicates(const uint32_t* slots, size_t n, Scratch* s) {
+  constexpr uint32_t kFree = 0xFFFFFFFF;  // never a slot
+  int bits = 4;
+  while ((size_t{1} << bits) < 2 * n) ++bits;
+  const size_t mask = (size_t{1} << bits) - 1;
+  s->set_keys.assign(mask + 1, kFree);
+  s->set_values.resize(mask + 1);
+  s->unique_slots.resize(n);
+  s->unique_of.resize(n);
+  size_t unique = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t slot = slots[i];
+    // Fibonacci hashing: the top bits of the product are well mixed even for sequential slots.
+    size_t b = static_cast<uint32_t>(slot * 0x9e3779b9u) >> (32 - bits);
+    while (s->set_keys[b] != kFree && s->set_keys[b] != slot) b = (b + 1) & mask;
+    if (s->set_keys[b] == kFree) {
+      s->set_keys[b] = slot;
+      s->set_values[b] = static_cast<uint32_t>(unique);
+      s->unique_slots[unique++] = slot;
+    }
+    s->unique_of[i] = s->set_values[b];
+  }
+  return unique;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<TableSpec>> TableSpec::Create(const config::Table& table,
+                                                             uint64_t job_seed) {
+  if (table.name().empty()) return absl::InvalidArgumentError("table: missing name");
+  if (table.dim() < 1 || table.dim() > kMaxDim) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "table \"%s\": dim must be between 1 and %d, got %d", table.name(), kMaxDim, table.dim()));
+  }
+  auto spec = std::make_unique<TableSpec>();
+  spec->name = table.name();
+  spec->dim = table.dim();
+  spec->name_hash = NameHash(table.name());
+  PS_ASSIGN_OR_RETURN(spec->optimizer, Optimizer::Create(table.optimizer()));
+  PS_ASSIGN_OR_RETURN(spec->initializer,
+                      Initializer::Create(table.initializer(), job_seed, table.name()));
+  return spec;
+}
+
+TableShard::TableShard(const TableSpec* spec, size_t expected_rows)
+    : spec_(spec), dim_(spec->dim), row_floats_(spec->row_floats()), expected_rows_(expected_rows) {
+  Rehash(CapacityFor(expected_rows));
+}
+
+uint32_t TableShard::IndexHash(uint64_t id) const {
+  return static_cast<uint32_t>(KeyHash(spec_->name_hash, id));
+}
+
+const float* TableShard::Find(uint64_t id) const {
+  size_t b = HomeBucket(IndexHash(id));
+  while (true) {
+    const uint32_t slot = slots_[b];
+    if (slot == kEmpty) return nullptr;
+    if (ids_[b] == id) return Row(slot);
+    if (++b == capacity_) b = 0;
+  }
+}
+
+uint32_t TableShard::FindOrCreate(uint64_t id, uint32_t hash) {
+  size_t b = HomeBucket(hash);
+  while (true) {
+    const uint32_t slot = slots_[b];
+    if (slot == kEmpty) break;
+    if (ids_[b] == id) return slot;
+    if (++b == capacity_) b = 0;
+  }
+  if (size_ >= max_size_) {
+    if (capacity_ == kMaxCapacity) Die("too many rows for one shard");
+    Rehash(std::min(capacity_ + capacity_ / 2, kMaxCapacity));
+    b = HomeBucket(hash);
+    while (slots_[b] != kEmpty) {
+      if (++b == capacity_) b = 0;
+    }
+  }
+  const uint32_t slot = NewRow(id);
+  ids_[b] = id;
+  slots_[b] = slot;
+  return slot;
+}
+
+uint32_t TableShard::NewRow(uint64_t id) {
+  // max_size_ < 0.85 * 2^32 keeps slots below kEmpty.
+  const uint32_t slot = static_cast<uint32_t>(size_);
+  ReserveSlot(slot);
+  float* row = Row(slot);
+  spec_->initializer->Fill(id, dim_, row);
+  spec_->optimizer->InitState(dim_, row + dim_);
+  ++size_;
+  return slot;
+}
+
+void TableShard::ReserveSlot(uint32_t slot) {
+  const size_t b = slot >> kBlockShift;
+  const uint32_t offset = slot & (kBlockRows - 1);
+  if (b == blocks_.size()) blocks_.emplace_back();
+  Block& block = blocks_[b];
+  if (offset < block.capacity_rows) return;
+
+  // Grow the last block: to what expected_rows says it will hold, else by doubling while small
+  // and by quarter blocks beyond, so that at most a quarter block is spare.
+  const size_t first_row = b << kBlockShift;
+  const size_t expected = expected_rows_ > first_row ? expected_rows_ - first_row : 0;
+  const size_t capacity = block.capacity_rows;
+  const size_t grown = capacity < kBlockRows / 4 ? 2 * capacity : capacity + kBlockRows / 4;
+  const size_t rows = std::min<size_t>(
+      kBlockRows, std::max<size_t>({size_t{kMinBlockRows}, grown, size_t{offset} + 1, expected}));
+  size_t bytes = rows * row_floats_ * sizeof(float);
+  bytes = (bytes + 63) / 64 * 64;  // aligned_alloc wants a multiple of the alignment
+  float* floats = static_cast<float*>(std::aligned_alloc(64, bytes));
+  if (floats == nullptr) Die("out of memory growing a slab");
+  // Slots are taken in order, so rows [0, offset) of the block are the ones in use.
+  if (offset > 0) {
+    std::memcpy(floats, block.floats.get(), size_t{offset} * row_floats_ * sizeof(float));
+  }
+  block.floats.reset(floats);
+  block.capacity_rows = static_cast<uint32_t>(rows);
+}
+
+void TableShard::Rehash(size_t capacity) {
+  auto ids = std::unique_ptr<uint64_t[]>(new uint64_t[capacity]);
+  auto slots = std::unique_ptr<uint32_t[]>(new uint32_t[capacity]);
+  std::fill(slots.get(), slots.get() + capacity, kEmpty);
+  for (size_t old = 0; old < capacity_; ++old) {
+    if (slots_[old] == kEmpty) continue;
+    const uint64_t id = ids_[old];
+    size_t b = static_cast<size_t>((uint64_t{IndexHash(id)} * capacity) >> 32);
+    while (slots[b] != kEmpty) {
+      if (++b == capacity) b = 0;
+    }
+    ids[b] = id;
+    slots[b] = slots_[old];
+  }
+  ids_ = std::move(ids);
+  slots_ = std::move(slots);
+  capacity_ = capacity;
+  max_size_ = MaxSizeFor(capacity);
+}
+
+void TableShard::ResolveSlots(absl::Span<const uint64_t> ids, uint32_t* hashes, uint32_t* slots) {
+  const size_t n = ids.size();
+  for (size_t i = 0; i < n; ++i) hashes[i] = IndexHash(ids[i]);
+  // Lookups are cache misses at random places; with the buckets of the next ids already on their
+  // way, several misses overlap. (After a rehash the first prefetches miss their target: harmless.)
+  for (size_t i = 0; i < std::min(n, kPrefetchDistance); ++i) {
+    const size_t b = HomeBucket(hashes[i]);
+    __builtin_prefetch(&ids_[b]);
+    __builtin_prefetch(&slots_[b]);
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (i + kPrefetchDistance < n) {
+      const size_t b = HomeBucket(hashes[i + kPrefetchDistance]);
+      __builtin_prefetch(&ids_[b]);
+      __builtin_prefetch(&slots_[b]);
+    }
+    slots[i] = FindOrCreate(ids[i], hashes[i]);
+  }
+}
+
+void TableShard::Pull(absl::Span<const uint64_t> ids, float* out) {
+  const size_t n = ids.size();
+  Scratch& s = ThreadScratch();
+  s.hashes.resize(n);
+  s.slots.resize(n);
+  ResolveSlots(ids, s.hashes.data(), s.slots.data());
+  const size_t bytes = size_t{dim_} * sizeof(float);
+  for (size_t i = 0; i < n; ++i) {
+    if (i + kPrefetchDistance < n) {
+      const char* next = reinterpret_cast<const char*>(Row(s.slots[i + kPrefetchDistance]));
+      __builtin_prefetch(next);
+      if (bytes > 64) __builtin_prefetch(next + 64);
+    }
+    std::memcpy(out + i * dim_, Row(s.slots[i]), bytes);
+  }
+}
+
+void TableShard::Push(absl::Span<const uint64_t> ids, const float* grads) {
+  const size_t n = ids.size();
+  Scratch& s = ThreadScratch();
+  s.hashes.resize(n);
+  s.slots.resize(n);
+  ResolveSlots(ids, s.hashes.data(), s.slots.data());
+  const Optimizer& optimizer = *spec_->optimizer;
+  const size_t unique = FoldDuplicates(s.slots.data(), n, &s);
+  const float* g = grads;
+  if (unique < n) {
+    // Sum the gradients of each slot in ids order.
+    s.sums.assign(unique * dim_, 0.0f);
+    for (size_t i = 0; i < n; ++i) {
+      float* sum = s.sums.data() + size_t{s.unique_of[i]} * dim_;
+      const float* grad = grads + i * dim_;
+      for (uint32_t k = 0; k < dim_; ++k) sum[k] += grad[k];
+    }
+    g = s.sums.data();
+  }
+  for (size_t u = 0; u < unique; ++u) {
+    if (u + kPrefetchDistance < unique) {
+      __builtin_prefetch(Row(s.unique_slots[u + kPrefetchDistance]), 1);
+    }
+    float* row = Row(s.unique_slots[u]);
+    optimizer.Apply(dim_, g + u * dim_, row, row + dim_);
+  }
+}
+
+void TableShard::Assign(uint64_t id, const float* row) {
+  const uint32_t slot = FindOrCreate(id, IndexHash(id));
+  std::memcpy(Row(slot), row, size_t{row_floats_} * sizeof(float));
+}
+
+size_t TableShard::MemoryBytes() const {
+  size_t bytes = capacity_ * (sizeof(uint64_t) + sizeof(uint32_t));
+  bytes += blocks_.capacity() * sizeof(Block);
+  for (const Block& block : blocks_) {
+    bytes += (size_t{block.capacity_rows} * row_floats_ * sizeof(float) + 63) / 64 * 64;
+  }
+  return bytes;
+}
+
+}  // namespace server
+}  // namespace ps

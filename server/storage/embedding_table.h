@@ -1,0 +1,164 @@
+// The rows of embedding tables on a server: a table's constant parameters (TableSpec) and the
+// memory-optimised store of its rows within one shard (TableShard).
+//
+// Layout of a TableShard, designed for about 14 bytes of overhead per row over the raw floats
+// (12 bytes a bucket of the index at load 0.85):
+// - Rows live in slabs: blocks of 65536 rows of row_floats() floats each, one allocation per block
+//   (64-byte aligned), so slot s is row s & 0xFFFF of block s >> 16. Slots are handed out in
+//   order and never move; the last block grows (by doubling, then by quarter blocks) or is sized
+//   from expected_rows, so a small shard stays small.
+// - An open-addressing index with linear probing maps an id to its slot in two parallel arrays
+//   (uint64 ids, uint32 slots; slot 0xFFFFFFFF marks an empty bucket, so every id is valid,
+//   0 and 2^64 - 1 included). Its capacity need not be a power of two: a bucket is addressed by
+//   multiply-shift ("fastrange") on the low 32 bits of ps::KeyHash (the shard was chosen from the
+//   high bits, which are therefore all but constant within a shard). Load stays at most 0.85; the
+//   index grows by 1.5x, or never when expected_rows was right.
+#ifndef PS_SERVER_STORAGE_EMBEDDING_TABLE_H_
+#define PS_SERVER_STORAGE_EMBEDDING_TABLE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "proto/job.pb.h"
+#include "server/storage/initializer.h"
+#include "server/storage/optimizer.h"
+
+namespace ps {
+namespace server {
+
+// The parameters of one table, constant after construction and shared by all shards.
+struct TableSpec {
+  // Builds the spec of `table` in a job seeded with `job_seed`. INVALID_ARGUMENT if the name is
+  // empty, dim is not in [1, 4096], or the optimizer or initializer is invalid.
+  static absl::StatusOr<std::unique_ptr<TableSpec>> Create(const config::Table& table,
+                                                           uint64_t job_seed);
+
+  // Floats of a whole row: dim weights, then the optimizer's state.
+  uint32_t row_floats() const { return dim + optimizer->StateFloats(dim); }
+
+  std::string name;
+  uint32_t dim = 0;
+  // ps::NameHash(name).
+  uint64_t name_hash = 0;
+  std::unique_ptr<Optimizer> optimizer;
+  std::unique_ptr<Initializer> initializer;
+};
+
+// A TableShard holds the rows of one table within one shard. Thread-compatible: the caller (one
+// lock per shard) serialises mutations. Pull and Push keep per-thread scratch buffers as large as
+// the largest call seen by the thread, shared by every shard the thread serves.
+class TableShard {
+ public:
+  // `spec` must outlive the shard. `expected_rows` presizes the index (it does not grow until the
+  // shard holds more rows; its 14 bytes a row are allocated at once, so the caller bounds the
+  // hint) and sizes the slabs as they fill; 0 starts small and grows as needed.
+  TableShard(const TableSpec* spec, size_t expected_rows);
+
+  TableShard(const TableShard&) = delete;
+  TableShard& operator=(const TableShard&) = delete;
+
+  const TableSpec& spec() const { return *spec_; }
+
+  // Writes the rows' embeddings (dim floats each, in ids order) to `out`, creating missing rows
+  // with the initializer and the optimizer's initial state.
+  void Pull(absl::Span<const uint64_t> ids, float* out);
+
+  // Applies gradients (dim floats per id, in ids order) with the optimizer. Duplicate ids are
+  // summed first (in ids order) and the optimizer applied once per unique id. Missing rows are
+  // created first. The caller has checked the gradients are finite.
+  void Push(absl::Span<const uint64_t> ids, const float* grads);
+
+  // Overwrites the whole row of `id` (row_floats() floats: embedding then optimizer state, as
+  // Find and ForEach give them), creating it if missing. For replicas and checkpoint restores.
+  void Assign(uint64_t id, const float* row);
+
+  // The whole row of `id` (embedding then optimizer state, row_floats() floats) or nullptr;
+  // never creates. The pointer is valid until the next mutation of the shard.
+  const float* Find(uint64_t id) const;
+
+  // Rows held.
+  size_t size() const { return size_; }
+
+  // Bytes allocated by the index and the slabs.
+  size_t MemoryBytes() const;
+
+  // Calls f(uint64_t id, const float* row) for every row (row as Find gives it), in an order that
+  // depends only on the history of the shard. `f` must not mutate the shard.
+  template <typename F>
+  void ForEach(F&& f) const;
+
+ private:
+  // Slab blocks hold up to kBlockRows rows.
+  static constexpr int kBlockShift = 16;
+  static constexpr uint32_t kBlockRows = uint32_t{1} << kBlockShift;
+  static constexpr uint32_t kEmpty = 0xFFFFFFFF;
+
+  struct FreeDeleter {
+    void operator()(float* p) const { std::free(p); }
+  };
+  struct Block {
+    std::unique_ptr<float[], FreeDeleter> floats;
+    uint32_t capacity_rows = 0;
+  };
+
+  // The low 32 bits of ps::KeyHash.
+  uint32_t IndexHash(uint64_t id) const;
+  // The home bucket of a hash: fastrange over the current capacity.
+  size_t HomeBucket(uint32_t hash) const {
+    return static_cast<size_t>((uint64_t{hash} * capacity_) >> 32);
+  }
+  const float* Row(uint32_t slot) const {
+    return blocks_[slot >> kBlockShift].floats.get() +
+           size_t{slot & (kBlockRows - 1)} * row_floats_;
+  }
+  float* Row(uint32_t slot) {
+    return blocks_[slot >> kBlockShift].floats.get() +
+           size_t{slot & (kBlockRows - 1)} * row_floats_;
+  }
+
+  // The slot of `id` (whose IndexHash is `hash`), creating the row if it is missing.
+  uint32_t FindOrCreate(uint64_t id, uint32_t hash);
+  // Slots of `ids` into `slots`, creating missing rows; `hashes` is scratch of ids.size().
+  void ResolveSlots(absl::Span<const uint64_t> ids, uint32_t* hashes, uint32_t* slots);
+  // Takes the next slot for `id` and writes its initial row.
+  uint32_t NewRow(uint64_t id);
+  // Makes room in the slabs for `slot`.
+  void ReserveSlot(uint32_t slot);
+  // Replaces the index with one of `capacity` buckets holding the same entries.
+  void Rehash(size_t capacity);
+
+  // Constant after construction.
+  const TableSpec* const spec_;
+  const uint32_t dim_;
+  const uint32_t row_floats_;
+  const size_t expected_rows_;
+
+  // The index: capacity_ buckets; bucket b is empty iff slots_[b] == kEmpty, else it maps ids_[b].
+  size_t capacity_ = 0;
+  // The index grows before size_ would exceed this (0.85 * capacity_).
+  size_t max_size_ = 0;
+  std::unique_ptr<uint64_t[]> ids_;
+  std::unique_ptr<uint32_t[]> slots_;
+  // Rows held; also the next free slot.
+  size_t size_ = 0;
+  std::vector<Block> blocks_;
+};
+
+template <typename F>
+void TableShard::ForEach(F&& f) const {
+  for (size_t b = 0; b < capacity_; ++b) {
+    const uint32_t slot = slots_[b];
+    if (slot != kEmpty) f(ids_[b], Row(slot));
+  }
+}
+
+}  // namespace server
+}  // namespace ps
+
+#endif  // PS_SERVER_STORAGE_EMBEDDING_TABLE_H_

@@ -1,0 +1,68 @@
+// Optimizers of embedding rows and dense chunks: sgd, adagrad, adam and ftrl-proximal.
+//
+// A row of a table is `dim` weights followed by StateFloats(dim) floats of optimizer state, so a
+// row is one contiguous block and the optimizer never allocates. The updates, per coordinate i,
+// with lr the learning rate and g the gradient:
+//
+//   sgd      no state.
+//            w -= lr * g
+//   adagrad  state: acc[dim], starting at initial_accumulator.
+//            acc += g^2;  w -= lr * g / (sqrt(acc) + epsilon)
+//   adam     state: m[dim], v[dim] (starting at 0), then one float holding the bit pattern of a
+//            uint32 step counter t (starting at 0, saturating at 2^32 - 1) shared by the row.
+//            Per update: t += 1;  lr_t = lr * sqrt(1 - beta2^t) / (1 - beta1^t)  (in double), then
+//            m = beta1 * m + (1 - beta1) * g;  v = beta2 * v + (1 - beta2) * g^2;
+//            w -= lr_t * m / (sqrt(v) + epsilon)
+//   ftrl     FTRL-proximal (McMahan et al., "Ad Click Prediction: a View from the Trenches",
+//            KDD 2013) with TensorFlow's generalised schedule.
+//            state: z[dim], n[dim], starting at 0.  p = -lr_power >= 0 (the paper's p = 0.5 is
+//            computed with sqrt, any other p with pow)
+//            sigma = ((n + g^2)^p - n^p) / lr;  z += g - sigma * w;  n += g^2
+//            w = |z| <= l1 ? 0 : -(z - sign(z) * l1) / ((ftrl_beta + n^p) / lr + l2)
+//
+// Arithmetic is in float except adam's lr_t. The update of a row is one virtual call and then a
+// plain loop over coordinates that the compiler vectorises (all but ftrl with lr_power != -0.5,
+// which calls pow per coordinate); the same objects update dense chunks (dim = the chunk length).
+#ifndef PS_SERVER_STORAGE_OPTIMIZER_H_
+#define PS_SERVER_STORAGE_OPTIMIZER_H_
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "proto/job.pb.h"
+
+namespace ps {
+namespace server {
+
+// An Optimizer updates parameters from gradients with per-parameter state. Thread-compatible;
+// stateless itself (all state lives in the caller's floats), so one instance serves every row and
+// shard.
+class Optimizer {
+ public:
+  // Returns the optimizer that `options` describes. INVALID_ARGUMENT for an unknown type or a bad
+  // hyperparameter, by the rules of common/job_config.cc (jobs are validated before: this is a
+  // second line of defence).
+  static absl::StatusOr<std::unique_ptr<Optimizer>> Create(const config::Optimizer& options);
+
+  Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+  virtual ~Optimizer() = default;
+
+  // Floats of state that follow `dim` weights in a row.
+  virtual uint32_t StateFloats(uint32_t dim) const = 0;
+
+  // Writes the initial state of a new row or chunk of `dim` weights to `state`
+  // (StateFloats(dim) floats).
+  virtual void InitState(uint32_t dim, float* state) const = 0;
+
+  // One update of the `dim` weights `w` from the gradient `g` (dim floats, finite), updating
+  // `state` (StateFloats(dim) floats). `g` must not overlap `w` or `state`.
+  virtual void Apply(uint32_t dim, const float* g, float* w, float* state) const = 0;
+};
+
+}  // namespace server
+}  // namespace ps
+
+#endif  // PS_SERVER_STORAGE_OPTIMIZER_H_

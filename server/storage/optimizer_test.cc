@@ -1,0 +1,257 @@
+#include "server/storage/optimizer.h"
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace ps {
+namespace server {
+namespace {
+
+config::Optimizer Options(const std::string& type) {
+  config::Optimizer o;
+  o.set_type(type);
+  o.set_learning_rate(0.05f);
+  return o;
+}
+
+// The configurations every test runs over: each type, and ftrl on both of its code paths.
+config::Optimizer AnyOptimizer() {
+  const int which = GENERATE(range(0, 6));
+  switch (which) {
+    case 0:
+      return Options("sgd");
+    case 1:
+      return Options("adagrad");
+    case 2: {
+      config::Optimizer o = Options("adam");
+      return o;
+    }
+    case 3: {
+      config::Optimizer o = Options("adam");
+      o.set_beta1(0.5f);
+      o.set_beta2(0.75f);
+      o.set_epsilon(1e-3f);
+      return o;
+    }
+    case 4: {
+      config::Optimizer o = Options("ftrl");
+      o.set_l1(0.01f);
+      o.set_l2(0.1f);
+      return o;
+    }
+    default: {
+      config::Optimizer o = Options("ftrl");
+      o.set_l1(0.001f);
+      o.set_l2(0.0f);
+      o.set_ftrl_beta(0.5f);
+      o.set_lr_power(-0.3f);
+      return o;
+    }
+  }
+}
+
+// A plain, unvectorised implementation of the header's formulas, one coordinate at a time, with
+// the state in named arrays.
+class Reference {
+ public:
+  Reference(const config::Optimizer& o, uint32_t dim) : o_(o), a_(dim, 0.0f), b_(dim, 0.0f) {
+    if (o.type() == "adagrad") a_.assign(dim, o.initial_accumulator());
+  }
+
+  void Apply(const std::vector<float>& g, std::vector<float>& w) {
+    const float lr = o_.learning_rate();
+    if (o_.type() == "sgd") {
+      for (size_t i = 0; i < w.size(); ++i) w[i] = w[i] - lr * g[i];
+    } else if (o_.type() == "adagrad") {
+      for (size_t i = 0; i < w.size(); ++i) {
+        a_[i] = a_[i] + g[i] * g[i];
+        w[i] = w[i] - lr * g[i] / (std::sqrt(a_[i]) + o_.epsilon());
+      }
+    } else if (o_.type() == "adam") {
+      ++step_;
+      const float lr_t =
+          static_cast<float>(double{lr} * std::sqrt(1.0 - std::pow(double{o_.beta2()}, step_)) /
+                             (1.0 - std::pow(double{o_.beta1()}, step_)));
+      for (size_t i = 0; i < w.size(); ++i) {
+        a_[i] = o_.beta1() * a_[i] + (1.0f - o_.beta1()) * g[i];         // m
+        b_[i] = o_.beta2() * b_[i] + (1.0f - o_.beta2()) * g[i] * g[i];  // v
+        w[i] = w[i] - lr_t * a_[i] / (std::sqrt(b_[i]) + o_.epsilon());
+      }
+    } else {  // ftrl: a_ is z, b_ is n
+      const float p = -o_.lr_power();
+      auto pow_p = [p](float x) { return p == 0.5f ? std::sqrt(x) : std::pow(x, p); };
+      for (size_t i = 0; i < w.size(); ++i) {
+        const float n_new = b_[i] + g[i] * g[i];
+        const float sigma = (pow_p(n_new) - pow_p(b_[i])) / lr;
+        a_[i] = a_[i] + g[i] - sigma * w[i];
+        b_[i] = n_new;
+        if (std::fabs(a_[i]) <= o_.l1()) {
+          w[i] = 0.0f;
+        } else {
+          const float sign = a_[i] > 0 ? 1.0f : -1.0f;
+          w[i] = -(a_[i] - sign * o_.l1()) / ((o_.ftrl_beta() + pow_p(b_[i])) / lr + o_.l2());
+        }
+      }
+    }
+  }
+
+ private:
+  const config::Optimizer o_;
+  std::vector<float> a_;
+  std::vector<float> b_;
+  uint32_t step_ = 0;
+};
+
+float Uniform(std::mt19937_64& rng, float low, float high) {
+  return low + (high - low) * static_cast<float>(rng() >> 40) * 0x1.0p-24f;
+}
+
+TEST_CASE("every optimizer matches a plain reference over many steps", "[storage][optimizer]") {
+  const config::Optimizer options = AnyOptimizer();
+  const uint32_t dim = GENERATE(1u, 7u, 16u, 33u, 1000u);
+  CAPTURE(options.ShortDebugString(), dim);
+  auto opt = Optimizer::Create(options);
+  REQUIRE(opt.ok());
+
+  std::mt19937_64 rng(dim * 7919 + options.type().size());
+  std::vector<float> w(dim), state((*opt)->StateFloats(dim)), g(dim);
+  for (float& x : w) x = Uniform(rng, -0.1f, 0.1f);
+  (*opt)->InitState(dim, state.data());
+  std::vector<float> expected = w;
+  Reference reference(options, dim);
+
+  for (int step = 0; step < 20; ++step) {
+    for (float& x : g) x = Uniform(rng, -1.0f, 1.0f);
+    if (step == 3) g.assign(dim, 0.0f);  // an all-zero gradient is a valid update too
+    (*opt)->Apply(dim, g.data(), w.data(), state.data());
+    reference.Apply(g, expected);
+    for (uint32_t i = 0; i < dim; ++i) {
+      INFO("step " << step << " coordinate " << i);
+      REQUIRE(std::isfinite(w[i]));
+      REQUIRE(w[i] == Approx(expected[i]).epsilon(1e-6).margin(1e-12));
+    }
+  }
+}
+
+TEST_CASE("state sizes and initial state", "[storage][optimizer]") {
+  const uint32_t dim = 5;
+  struct Case {
+    std::string type;
+    uint32_t state_floats;
+  };
+  const Case c = GENERATE(Case{"sgd", 0}, Case{"adagrad", 5}, Case{"adam", 11}, Case{"ftrl", 10});
+  config::Optimizer o = Options(c.type);
+  o.set_initial_accumulator(0.25f);
+  auto opt = Optimizer::Create(o);
+  REQUIRE(opt.ok());
+  REQUIRE((*opt)->StateFloats(dim) == c.state_floats);
+  std::vector<float> state(c.state_floats, 42.0f);
+  (*opt)->InitState(dim, state.data());
+  for (float x : state) CHECK(x == (c.type == "adagrad" ? 0.25f : 0.0f));
+}
+
+TEST_CASE("adam keeps its step counter as the bits of a uint32 after the moments",
+          "[storage][optimizer]") {
+  auto opt = Optimizer::Create(Options("adam"));
+  REQUIRE(opt.ok());
+  const uint32_t dim = 3;
+  std::vector<float> w(dim, 0.0f), state((*opt)->StateFloats(dim)), g(dim, 0.5f);
+  (*opt)->InitState(dim, state.data());
+  for (uint32_t expected = 1; expected <= 3; ++expected) {
+    (*opt)->Apply(dim, g.data(), w.data(), state.data());
+    uint32_t step;
+    std::memcpy(&step, &state[2 * dim], sizeof(step));
+    CHECK(step == expected);
+  }
+  // The first bias-corrected step of adam moves every weight by about lr against the gradient.
+  std::vector<float> w1(dim, 0.0f);
+  (*opt)->InitState(dim, state.data());
+  (*opt)->Apply(dim, g.data(), w1.data(), state.data());
+  for (float x : w1) CHECK(x == Approx(-0.05f).epsilon(1e-5));
+}
+
+TEST_CASE("ftrl with a large l1 keeps weights at exactly zero", "[storage][optimizer]") {
+  config::Optimizer o = Options("ftrl");
+  o.set_l1(100.0f);
+  auto opt = Optimizer::Create(o);
+  REQUIRE(opt.ok());
+  const uint32_t dim = 8;
+  std::vector<float> w(dim, 0.0f), state((*opt)->StateFloats(dim)), g(dim, 0.3f);
+  (*opt)->InitState(dim, state.data());
+  for (int step = 0; step < 10; ++step) (*opt)->Apply(dim, g.data(), w.data(), state.data());
+  for (float x : w) CHECK(x == 0.0f);
+}
+
+TEST_CASE("Create refuses unknown types and bad hyperparameters", "[storage][optimizer]") {
+  struct Case {
+    const char* what;
+    void (*mutate)(config::Optimizer*);
+  };
+  const Case c = GENERATE(values<Case>({
+      {"unknown type", [](config::Optimizer* o) { o->set_type("rmsprop"); }},
+      {"empty type", [](config::Optimizer* o) { o->set_type(""); }},
+      {"zero lr", [](config::Optimizer* o) { o->set_learning_rate(0.0f); }},
+      {"negative lr", [](config::Optimizer* o) { o->set_learning_rate(-1.0f); }},
+      {"infinite lr", [](config::Optimizer* o) { o->set_learning_rate(INFINITY); }},
+      {"adagrad accumulator",
+       [](config::Optimizer* o) {
+         o->set_type("adagrad");
+         o->set_initial_accumulator(0.0f);
+       }},
+      {"adagrad epsilon",
+       [](config::Optimizer* o) {
+         o->set_type("adagrad");
+         o->set_epsilon(0.0f);
+       }},
+      {"adam beta1",
+       [](config::Optimizer* o) {
+         o->set_type("adam");
+         o->set_beta1(1.0f);
+       }},
+      {"adam beta2",
+       [](config::Optimizer* o) {
+         o->set_type("adam");
+         o->set_beta2(-0.1f);
+       }},
+      {"adam epsilon",
+       [](config::Optimizer* o) {
+         o->set_type("adam");
+         o->set_epsilon(NAN);
+       }},
+      {"ftrl l1",
+       [](config::Optimizer* o) {
+         o->set_type("ftrl");
+         o->set_l1(-1.0f);
+       }},
+      {"ftrl beta",
+       [](config::Optimizer* o) {
+         o->set_type("ftrl");
+         o->set_ftrl_beta(-1.0f);
+       }},
+      {"ftrl lr_power",
+       [](config::Optimizer* o) {
+         o->set_type("ftrl");
+         o->set_lr_power(0.5f);
+       }},
+  }));
+  config::Optimizer o;
+  c.mutate(&o);
+  CAPTURE(c.what, o.ShortDebugString());
+  const auto opt = Optimizer::Create(o);
+  REQUIRE_FALSE(opt.ok());
+  CHECK(opt.status().code() == absl::StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("Create accepts the defaults of every type", "[storage][optimizer]") {
+  const std::string type = GENERATE("sgd", "adagrad", "adam", "ftrl");
+  CHECK(Optimizer::Create(Options(type)).ok());
+}
+
+}  // namespace
+}  // namespace server
+}  // namespace ps
