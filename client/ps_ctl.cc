@@ -1,18 +1,31 @@
 // ps_ctl: the command-line tool for operators.
 //
 //   ps_ctl validate JOB_FILE        check a job file; prints a summary or `file:line:col: error`
+//   ps_ctl status --coordinator=HOST:PORT
+//                                   members, shard map (version, shards per server) and clocks
 //
 // Exit status: 0 on success, 1 when the command failed, 2 on a usage error.
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/time.h"
+#include "common/coordinator_client.h"
 #include "common/job_config.h"
 
+ABSL_FLAG(std::string, coordinator, "", "status: the coordinator's host:port.");
+ABSL_FLAG(int, timeout_ms, 5000, "status: how long to try to reach the coordinator, in ms.");
+
 namespace {
+
+constexpr char kUsage[] =
+    "usage: ps_ctl validate JOB_FILE\n"
+    "       ps_ctl status --coordinator=HOST:PORT [--timeout_ms=N]";
 
 int Validate(const std::string& path) {
   const absl::StatusOr<ps::config::Job> job = ps::LoadJobFile(path);
@@ -34,12 +47,83 @@ int Validate(const std::string& path) {
   return 0;
 }
 
+const char* RoleName(ps::rpc::Role role) {
+  switch (role) {
+    case ps::rpc::SERVER:
+      return "server";
+    case ps::rpc::WORKER:
+      return "worker";
+    case ps::rpc::CLIENT:
+      return "client";
+    default:
+      return "?";
+  }
+}
+
+int Status(const std::string& address) {
+  if (address.empty()) {
+    std::fprintf(stderr, "ps_ctl status: --coordinator=HOST:PORT is required\n");
+    return 2;
+  }
+  const absl::Duration timeout = absl::Milliseconds(absl::GetFlag(FLAGS_timeout_ms));
+  absl::StatusOr<std::unique_ptr<ps::CoordinatorClient>> client =
+      ps::CoordinatorClient::Connect(address, timeout);
+  if (!client.ok()) {
+    std::fprintf(stderr, "ps_ctl status: %s\n", client.status().ToString().c_str());
+    return 1;
+  }
+  const absl::StatusOr<ps::rpc::ClusterStatus> status = (*client)->GetStatus();
+  if (!status.ok()) {
+    std::fprintf(stderr, "ps_ctl status: %s\n", status.status().ToString().c_str());
+    return 1;
+  }
+
+  std::printf("job \"%s\", coordinator %s\n", status->job_name().c_str(), address.c_str());
+  std::printf("members: %d\n", status->members_size());
+  std::printf("  %-6s %-7s %-5s %-24s %-6s %s\n", "id", "role", "rank", "address", "alive",
+              "last seen");
+  for (const auto& m : status->members()) {
+    std::printf("  %-6u %-7s %-5d %-24s %-6s %llu ms ago\n", m.member_id(), RoleName(m.role()),
+                m.rank(), m.address().empty() ? "-" : m.address().c_str(), m.alive() ? "yes" : "NO",
+                static_cast<unsigned long long>(m.last_seen_ms()));
+  }
+
+  const ps::rpc::ShardMap& map = status->shard_map();
+  if (map.version() == 0) {
+    std::printf("shard map: not ready (fewer servers registered than the job expects)\n");
+  } else {
+    std::printf("shard map: version %llu, %u shards\n",
+                static_cast<unsigned long long>(map.version()), map.num_shards());
+    std::vector<int> primaries(map.servers_size());
+    std::vector<int> replicas(map.servers_size());
+    for (const auto& shard : map.shards()) {
+      if (shard.primary() < primaries.size()) ++primaries[shard.primary()];
+      for (const uint32_t r : shard.replicas()) {
+        if (r < replicas.size()) ++replicas[r];
+      }
+    }
+    for (const auto& server : map.servers()) {
+      const uint32_t id = server.server_id();
+      std::printf("  server %-3u %-24s %-5s primary %d, replica %d shards\n", id,
+                  server.address().c_str(), server.alive() ? "alive" : "DEAD",
+                  id < primaries.size() ? primaries[id] : 0,
+                  id < replicas.size() ? replicas[id] : 0);
+    }
+  }
+  std::printf("clocks: min %lld, max %lld\n", static_cast<long long>(status->clocks().min_clock()),
+              static_cast<long long>(status->clocks().max_clock()));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("ps_ctl validate JOB_FILE");
+  absl::SetProgramUsageMessage(kUsage);
   const std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() == 3 && std::string(args[1]) == "validate") return Validate(args[2]);
-  std::fprintf(stderr, "usage: ps_ctl validate JOB_FILE\n");
+  if (args.size() == 2 && std::string(args[1]) == "status") {
+    return Status(absl::GetFlag(FLAGS_coordinator));
+  }
+  std::fprintf(stderr, "%s\n", kUsage);
   return 2;
 }

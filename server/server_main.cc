@@ -147,8 +147,12 @@ int Main() {
     std::fprintf(stderr, "ps_server: %s\n", store.status().ToString().c_str());
     return 1;
   }
-  (*coordinator)->StartHeartbeats(registration->member_id(),
-                                  absl::Milliseconds(registration->heartbeat_interval_ms()));
+  const absl::Status heartbeats = (*coordinator)->StartHeartbeats(
+      registration->member_id(), absl::Milliseconds(registration->heartbeat_interval_ms()));
+  if (!heartbeats.ok()) {
+    std::fprintf(stderr, "ps_server: %s\n", heartbeats.ToString().c_str());
+    return 1;
+  }
   service.SetServerId(server_id);
   service.SetStore(store->get());
   auto map_follower = std::make_unique<MapFollower>(coordinator->get(), store->get(), server_id);

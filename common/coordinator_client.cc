@@ -1,0 +1,211 @@
+#include "common/coordinator_client.h"
+
+#include <algorithm>
+#include <chrono>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
+#include "common/status_macros.h"
+
+namespace ps {
+namespace {
+
+// How much longer than its own timeout_ms a KvWait call may take, so that the coordinator's
+// answer (naming the missing keys) arrives before gRPC's deadline.
+constexpr absl::Duration kWaitGrace = absl::Seconds(1);
+
+// Sets the deadline `timeout` from now; an infinite timeout sets none.
+void SetTimeout(grpc::ClientContext* context, absl::Duration timeout) {
+  if (timeout == absl::InfiniteDuration()) return;
+  context->set_deadline(absl::ToChronoTime(absl::Now() + std::max(timeout, absl::ZeroDuration())));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
+    const std::string& address, absl::Duration timeout) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  args.SetMaxSendMessageSize(kMaxMessageBytes);
+  std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  const auto deadline = timeout == absl::InfiniteDuration()
+                            ? std::chrono::system_clock::time_point::max()
+                            : absl::ToChronoTime(absl::Now() + timeout);
+  if (!channel->WaitForConnected(deadline)) {
+    return absl::UnavailableError(absl::StrCat("coordinator at ", address, " not reachable within ",
+                                               absl::FormatDuration(timeout)));
+  }
+  return std::unique_ptr<CoordinatorClient>(
+      new CoordinatorClient(address, rpc::Coordinator::NewStub(channel)));
+}
+
+CoordinatorClient::~CoordinatorClient() { StopHeartbeats(); }
+
+absl::StatusOr<rpc::RegisterResponse> CoordinatorClient::Register(rpc::Role role,
+                                                                  const std::string& address,
+                                                                  int32_t rank) {
+  rpc::RegisterRequest request;
+  request.set_role(role);
+  request.set_address(address);
+  request.set_rank(rank);
+  rpc::RegisterResponse response;
+  grpc::ClientContext context;
+  SetTimeout(&context, kRpcTimeout);
+  PS_RETURN_IF_ERROR(FromGrpcStatus(stub_->Register(&context, request, &response)));
+  return response;
+}
+
+absl::StatusOr<uint64_t> CoordinatorClient::Heartbeat(uint32_t member_id) {
+  rpc::HeartbeatRequest request;
+  request.set_member_id(member_id);
+  rpc::HeartbeatResponse response;
+  grpc::ClientContext context;
+  SetTimeout(&context, kRpcTimeout);
+  PS_RETURN_IF_ERROR(FromGrpcStatus(stub_->Heartbeat(&context, request, &response)));
+  return response.map_version();
+}
+
+absl::Status CoordinatorClient::StartHeartbeats(uint32_t member_id, absl::Duration interval) {
+  if (interval <= absl::ZeroDuration() || interval == absl::InfiniteDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "heartbeat interval must be finite and > 0, got ", absl::FormatDuration(interval)));
+  }
+  absl::MutexLock thread_lock(&thread_mu_);
+  if (heartbeat_thread_.joinable()) {
+    return absl::FailedPreconditionError("heartbeats are already running");
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    stop_heartbeats_ = false;
+  }
+  heartbeat_thread_ =
+      std::thread([this, member_id, interval] { HeartbeatLoop(member_id, interval); });
+  return absl::OkStatus();
+}
+
+void CoordinatorClient::StopHeartbeats() {
+  absl::MutexLock thread_lock(&thread_mu_);
+  if (!heartbeat_thread_.joinable()) return;
+  {
+    absl::MutexLock lock(&mu_);
+    stop_heartbeats_ = true;
+    if (heartbeat_call_ != nullptr) heartbeat_call_->TryCancel();
+  }
+  heartbeat_thread_.join();
+}
+
+void CoordinatorClient::HeartbeatLoop(uint32_t member_id, absl::Duration interval) {
+  rpc::HeartbeatRequest request;
+  request.set_member_id(member_id);
+  absl::MutexLock lock(&mu_);
+  while (!stop_heartbeats_) {
+    grpc::ClientContext context;
+    // A slow answer is still worth having for up to a second even with shorter intervals.
+    SetTimeout(&context, std::min(std::max(interval, absl::Seconds(1)), kRpcTimeout));
+    heartbeat_call_ = &context;
+    rpc::HeartbeatResponse response;
+    mu_.Unlock();
+    const grpc::Status status = stub_->Heartbeat(&context, request, &response);
+    mu_.Lock();
+    heartbeat_call_ = nullptr;
+    if (stop_heartbeats_) break;
+    last_heartbeat_status_ = FromGrpcStatus(status);
+    if (status.ok()) last_map_version_ = response.map_version();
+    mu_.AwaitWithTimeout(absl::Condition(&stop_heartbeats_), interval);
+  }
+}
+
+uint64_t CoordinatorClient::last_map_version() const {
+  absl::MutexLock lock(&mu_);
+  return last_map_version_;
+}
+
+absl::Status CoordinatorClient::last_heartbeat_status() const {
+  absl::MutexLock lock(&mu_);
+  return last_heartbeat_status_;
+}
+
+absl::StatusOr<rpc::ShardMap> CoordinatorClient::GetShardMap(uint64_t min_version,
+                                                             absl::Duration timeout) {
+  rpc::GetShardMapRequest request;
+  request.set_min_version(min_version);
+  rpc::ShardMap response;
+  grpc::ClientContext context;
+  SetTimeout(&context, timeout);
+  PS_RETURN_IF_ERROR(FromGrpcStatus(stub_->GetShardMap(&context, request, &response)));
+  return response;
+}
+
+absl::Status CoordinatorClient::KvSet(const std::string& key, const std::string& value) {
+  rpc::KvSetRequest request;
+  request.set_key(key);
+  request.set_value(value);
+  rpc::KvSetResponse response;
+  grpc::ClientContext context;
+  SetTimeout(&context, kRpcTimeout);
+  return FromGrpcStatus(stub_->KvSet(&context, request, &response));
+}
+
+absl::StatusOr<std::vector<std::string>> CoordinatorClient::KvGet(
+    const std::vector<std::string>& keys) {
+  rpc::KvGetRequest request;
+  for (const std::string& key : keys) request.add_keys(key);
+  rpc::KvGetResponse response;
+  grpc::ClientContext context;
+  SetTimeout(&context, kRpcTimeout);
+  PS_RETURN_IF_ERROR(FromGrpcStatus(stub_->KvGet(&context, request, &response)));
+  return std::vector<std::string>(response.values().begin(), response.values().end());
+}
+
+absl::StatusOr<std::vector<std::string>> CoordinatorClient::KvWait(
+    const std::vector<std::string>& keys, absl::Duration timeout) {
+  rpc::KvGetRequest request;
+  for (const std::string& key : keys) request.add_keys(key);
+  grpc::ClientContext context;
+  if (timeout != absl::InfiniteDuration()) {
+    // timeout_ms 0 means "no limit" to the coordinator: ask for at least 1 ms.
+    const int64_t ms = std::clamp<int64_t>(absl::ToInt64Milliseconds(timeout), 1,
+                                           std::numeric_limits<uint32_t>::max());
+    request.set_timeout_ms(static_cast<uint32_t>(ms));
+    SetTimeout(&context, timeout + kWaitGrace);
+  }
+  rpc::KvGetResponse response;
+  PS_RETURN_IF_ERROR(FromGrpcStatus(stub_->KvWait(&context, request, &response)));
+  return std::vector<std::string>(response.values().begin(), response.values().end());
+}
+
+absl::StatusOr<rpc::ClockState> CoordinatorClient::ReportClock(uint32_t member_id, int64_t clock) {
+  rpc::ReportClockRequest request;
+  request.set_member_id(member_id);
+  request.set_clock(clock);
+  rpc::ClockState response;
+  grpc::ClientContext context;
+  SetTimeout(&context, kRpcTimeout);
+  PS_RETURN_IF_ERROR(FromGrpcStatus(stub_->ReportClock(&context, request, &response)));
+  return response;
+}
+
+absl::StatusOr<rpc::ClockState> CoordinatorClient::WaitClock(int64_t clock,
+                                                             absl::Duration timeout) {
+  rpc::WaitClockRequest request;
+  request.set_clock(clock);
+  rpc::ClockState response;
+  grpc::ClientContext context;
+  SetTimeout(&context, timeout);
+  PS_RETURN_IF_ERROR(FromGrpcStatus(stub_->WaitClock(&context, request, &response)));
+  return response;
+}
+
+absl::StatusOr<rpc::ClusterStatus> CoordinatorClient::GetStatus() {
+  rpc::StatusRequest request;
+  rpc::ClusterStatus response;
+  grpc::ClientContext context;
+  SetTimeout(&context, kRpcTimeout);
+  PS_RETURN_IF_ERROR(FromGrpcStatus(stub_->GetStatus(&context, request, &response)));
+  return response;
+}
+
+}  // namespace ps

@@ -1,0 +1,121 @@
+// The client side of the coordinator service (proto/coordinator.proto), used by servers, workers,
+// the client library and ps_ctl.
+#ifndef PS_COMMON_COORDINATOR_CLIENT_H_
+#define PS_COMMON_COORDINATOR_CLIENT_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "proto/coordinator.grpc.pb.h"
+
+namespace ps {
+
+// A CoordinatorClient is a connection to a job's coordinator, with an optional background thread
+// that heartbeats for one member. Thread-safe.
+//
+// Every call has a deadline: `timeout` for the calls that wait (absl::InfiniteDuration() waits
+// without one), kRpcTimeout for the others. Errors
+// are the coordinator's (see server/coordinator/coordinator.h) or gRPC's: UNAVAILABLE when the
+// coordinator cannot be reached, DEADLINE_EXCEEDED when it does not answer in time.
+class CoordinatorClient {
+ public:
+  // The deadline of the calls that do not wait.
+  static constexpr absl::Duration kRpcTimeout = absl::Seconds(10);
+  // The largest message sent or received; the rendezvous store's values reach 16 MiB.
+  static constexpr int kMaxMessageBytes = 256 << 20;
+
+  // Connects to the coordinator at `address` (host:port). UNAVAILABLE naming the address if the
+  // connection is not up within `timeout`.
+  static absl::StatusOr<std::unique_ptr<CoordinatorClient>> Connect(const std::string& address,
+                                                                    absl::Duration timeout);
+
+  // Stops the heartbeat thread, if any.
+  ~CoordinatorClient();
+
+  CoordinatorClient(const CoordinatorClient&) = delete;
+  CoordinatorClient& operator=(const CoordinatorClient&) = delete;
+
+  // The coordinator's host:port.
+  const std::string& address() const { return address_; }
+
+  // Registers a member: `address` is the host:port a server serves on (optional for others),
+  // `rank` a worker's requested rank or -1. Returns the member_id, rank, job and heartbeat
+  // interval.
+  absl::StatusOr<rpc::RegisterResponse> Register(rpc::Role role, const std::string& address,
+                                                 int32_t rank);
+
+  // One heartbeat for `member_id`; returns the shard map's version (0 before it exists).
+  // NOT_FOUND for an unknown member.
+  absl::StatusOr<uint64_t> Heartbeat(uint32_t member_id);
+
+  // Starts a thread that heartbeats for `member_id` every `interval` (> 0) until StopHeartbeats or
+  // destruction. FAILED_PRECONDITION if heartbeats are already running; INVALID_ARGUMENT for an
+  // interval <= 0. A failed heartbeat is recorded (last_heartbeat_status) and retried next
+  // interval.
+  absl::Status StartHeartbeats(uint32_t member_id, absl::Duration interval);
+
+  // Stops the heartbeat thread (cancelling a heartbeat in flight) and joins it. Does nothing when
+  // none runs.
+  void StopHeartbeats();
+
+  // The map version from the latest successful heartbeat of the thread (0 before any).
+  uint64_t last_map_version() const;
+  // The outcome of the thread's latest heartbeat (OK before any).
+  absl::Status last_heartbeat_status() const;
+
+  // Waits up to `timeout` for the shard map with version >= min_version. UNAVAILABLE "shard map
+  // not ready: K of N servers registered" when it does not come.
+  absl::StatusOr<rpc::ShardMap> GetShardMap(uint64_t min_version, absl::Duration timeout);
+
+  // The rendezvous store: values are bytes. KvSet: INVALID_ARGUMENT for an empty key,
+  // RESOURCE_EXHAUSTED over 1 KiB keys or 16 MiB values. KvGet: values in order, NOT_FOUND naming
+  // the first missing key. KvWait: waits up to `timeout` for every key, DEADLINE_EXCEEDED naming
+  // the missing keys.
+  absl::Status KvSet(const std::string& key, const std::string& value);
+  absl::StatusOr<std::vector<std::string>> KvGet(const std::vector<std::string>& keys);
+  absl::StatusOr<std::vector<std::string>> KvWait(const std::vector<std::string>& keys,
+                                                  absl::Duration timeout);
+
+  // Reports that worker `member_id` finished step `clock`; returns the clocks after it.
+  // FAILED_PRECONDITION if the member is not a worker, NOT_FOUND if unknown.
+  absl::StatusOr<rpc::ClockState> ReportClock(uint32_t member_id, int64_t clock);
+  // Waits up to `timeout` until every worker finished step `clock`; DEADLINE_EXCEEDED otherwise.
+  absl::StatusOr<rpc::ClockState> WaitClock(int64_t clock, absl::Duration timeout);
+
+  // Members, shard map, clocks and job name.
+  absl::StatusOr<rpc::ClusterStatus> GetStatus();
+
+ private:
+  CoordinatorClient(std::string address, std::unique_ptr<rpc::Coordinator::Stub> stub)
+      : address_(std::move(address)), stub_(std::move(stub)) {}
+
+  void HeartbeatLoop(uint32_t member_id, absl::Duration interval);
+
+  // Constant after construction.
+  const std::string address_;
+  const std::unique_ptr<rpc::Coordinator::Stub> stub_;  // thread-safe
+
+  // Serialises starting and stopping the heartbeat thread; never taken under mu_.
+  absl::Mutex thread_mu_;
+  std::thread heartbeat_thread_ ABSL_GUARDED_BY(thread_mu_);
+
+  mutable absl::Mutex mu_;
+  bool stop_heartbeats_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::ClientContext* heartbeat_call_ ABSL_GUARDED_BY(mu_) = nullptr;  // in flight, or null
+  uint64_t last_map_version_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status last_heartbeat_status_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace ps
+
+#endif  // PS_COMMON_COORDINATOR_CLIENT_H_

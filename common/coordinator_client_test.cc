@@ -1,0 +1,275 @@
+#include "common/coordinator_client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <catch2/catch.hpp>
+#include <functional>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/job_config.h"
+#include "server/coordinator/coordinator.h"
+#include "server/coordinator/coordinator_service.h"
+#include "server/coordinator/fake_clock.h"
+
+namespace ps {
+namespace {
+
+using coordinator::Coordinator;
+using coordinator::CoordinatorService;
+
+// Polls `condition` until it holds or `timeout` passes; true if it held.
+bool Eventually(const std::function<bool()>& condition,
+                absl::Duration timeout = absl::Seconds(10)) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (!condition()) {
+    if (absl::Now() >= deadline) return false;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return true;
+}
+
+// A coordinator behind a real gRPC server on a free loopback port. On the fake clock (for tests of
+// liveness) the calls' deadlines pass only when the test advances it, so tests of waits use the
+// real clock.
+class InProcessCoordinator {
+ public:
+  InProcessCoordinator(int servers, int workers, bool fake_clock = false) {
+    const std::string text = absl::StrFormat(
+        R"pb(name: "client-test"
+             tables { name: "emb" dim: 4 }
+             cluster { num_servers: %d num_workers: %d num_shards: 8 })pb",
+        servers, workers);
+    absl::StatusOr<config::Job> job = ParseJob(text, "job.pbtxt");
+    REQUIRE(job.ok());
+    coordinator::CoordinatorOptions options;
+    options.job = *job;
+    if (fake_clock) options.clock = &clock;
+    auto c = Coordinator::Create(std::move(options));
+    REQUIRE(c.ok());
+    coordinator = std::move(*c);
+    service = std::make_unique<CoordinatorService>(coordinator.get());
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(service.get());
+    builder.SetMaxReceiveMessageSize(CoordinatorClient::kMaxMessageBytes);
+    builder.SetMaxSendMessageSize(CoordinatorClient::kMaxMessageBytes);
+    server = builder.BuildAndStart();
+    REQUIRE(server != nullptr);
+    REQUIRE(port > 0);
+    address = absl::StrCat("127.0.0.1:", port);
+  }
+
+  ~InProcessCoordinator() { Stop(); }
+
+  // The daemon's shutdown order: end the waits, then the server.
+  void Stop() {
+    if (server == nullptr) return;
+    coordinator->Shutdown();
+    server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+    server.reset();
+  }
+
+  std::unique_ptr<CoordinatorClient> Connect() {
+    auto client = CoordinatorClient::Connect(address, absl::Seconds(10));
+    INFO(client.status().ToString());
+    REQUIRE(client.ok());
+    return std::move(*client);
+  }
+
+  coordinator::FakeClock clock;  // used when fake_clock
+  std::unique_ptr<Coordinator> coordinator;
+  std::unique_ptr<CoordinatorService> service;
+  std::unique_ptr<grpc::Server> server;
+  std::string address;
+};
+
+TEST_CASE("connecting to a closed port is UNAVAILABLE naming the address", "[coordinator_client]") {
+  std::string address;
+  {
+    InProcessCoordinator stopped(1, 1);
+    address = stopped.address;
+  }  // nothing listens there now
+  const absl::Time start = absl::Now();
+  const auto client = CoordinatorClient::Connect(address, absl::Milliseconds(300));
+  CHECK(client.status().code() == absl::StatusCode::kUnavailable);
+  CHECK(absl::StrContains(client.status().message(), address));
+  CHECK(absl::Now() - start < absl::Seconds(5));
+}
+
+TEST_CASE("servers register and everyone gets the shard map once they have",
+          "[coordinator_client][map]") {
+  InProcessCoordinator c(2, 1);
+  auto client = c.Connect();
+  CHECK(client->address() == c.address);
+  const auto first = client->Register(rpc::SERVER, "127.0.0.1:7001", -1);
+  REQUIRE(first.ok());
+  CHECK(first->member_id() == 1);
+  CHECK(first->rank() == 0);
+  CHECK(first->job().name() == "client-test");
+
+  const auto early = client->GetShardMap(1, absl::Milliseconds(300));
+  // The coordinator's own answer, not gRPC's deadline.
+  CHECK(early.status() == absl::UnavailableError("shard map not ready: 1 of 2 servers registered"));
+
+  std::optional<absl::StatusOr<rpc::ShardMap>> waited;
+  std::thread waiter([&] { waited = client->GetShardMap(1, absl::Seconds(30)); });
+  auto other = c.Connect();
+  const auto second = other->Register(rpc::SERVER, "127.0.0.1:7002", -1);
+  REQUIRE(second.ok());
+  CHECK(second->rank() == 1);
+  waiter.join();
+  REQUIRE(waited->ok());
+  CHECK((*waited)->version() == 1);
+  CHECK((*waited)->shards_size() == 8);
+  CHECK((*waited)->servers(1).address() == "127.0.0.1:7002");
+
+  const auto third = other->Register(rpc::SERVER, "127.0.0.1:7003", -1);
+  CHECK(third.status().code() == absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_CASE("the coordinator's error codes come through", "[coordinator_client]") {
+  InProcessCoordinator c(1, 1);
+  auto client = c.Connect();
+  CHECK(client->Register(rpc::ROLE_UNSPECIFIED, "", -1).status().code() ==
+        absl::StatusCode::kInvalidArgument);
+  CHECK(client->Register(rpc::WORKER, "", 5).status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(client->Heartbeat(42).status().code() == absl::StatusCode::kNotFound);
+  const uint32_t server = client->Register(rpc::SERVER, "h:1", -1)->member_id();
+  CHECK(client->ReportClock(server, 1).status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(client->KvSet("", "v").code() == absl::StatusCode::kInvalidArgument);
+  CHECK(client->KvGet({"nope"}).status() == absl::NotFoundError("key \"nope\" is not set"));
+}
+
+TEST_CASE("the rendezvous store works across clients and threads", "[coordinator_client][kv]") {
+  InProcessCoordinator c(1, 2);
+  auto a = c.Connect();
+  auto b = c.Connect();
+  std::optional<absl::StatusOr<std::vector<std::string>>> waited;
+  std::thread waiter([&] { waited = a->KvWait({"nccl/0", "nccl/1"}, absl::Seconds(30)); });
+  std::thread setter([&] { REQUIRE(b->KvSet("nccl/1", "id-1").ok()); });
+  REQUIRE(a->KvSet("nccl/0", "id-0").ok());
+  setter.join();
+  waiter.join();
+  REQUIRE(waited->ok());
+  CHECK(**waited == std::vector<std::string>{"id-0", "id-1"});
+  CHECK(*b->KvGet({"nccl/1", "nccl/0"}) == std::vector<std::string>{"id-1", "id-0"});
+
+  SECTION("a wait that times out names the missing keys") {
+    const auto missing = a->KvWait({"nccl/0", "gloo/3"}, absl::Milliseconds(100));
+    CHECK(missing.status() ==
+          absl::DeadlineExceededError("kv wait: keys not set by the deadline: \"gloo/3\""));
+  }
+  SECTION("16 MiB values travel; bigger ones are refused") {
+    const std::string big(16 << 20, 'x');
+    REQUIRE(a->KvSet("big", big).ok());
+    CHECK(b->KvGet({"big"})->at(0) == big);
+    CHECK(a->KvSet("bigger", big + "x").code() == absl::StatusCode::kResourceExhausted);
+  }
+}
+
+TEST_CASE("clocks are reported and waited for", "[coordinator_client][clock]") {
+  InProcessCoordinator c(1, 2);
+  auto client = c.Connect();
+  const uint32_t w0 = client->Register(rpc::WORKER, "", 0)->member_id();
+  const uint32_t w1 = client->Register(rpc::WORKER, "", 1)->member_id();
+  REQUIRE(client->ReportClock(w0, 3).ok());
+  const auto timed_out = client->WaitClock(3, absl::Milliseconds(200));
+  CHECK(timed_out.status().code() == absl::StatusCode::kDeadlineExceeded);
+  CHECK(absl::StrContains(timed_out.status().message(), "min_clock -1"));
+
+  std::optional<absl::StatusOr<rpc::ClockState>> waited;
+  std::thread waiter([&] { waited = client->WaitClock(3, absl::Seconds(30)); });
+  const auto state = client->ReportClock(w1, 4);
+  REQUIRE(state.ok());
+  CHECK(state->min_clock() == 3);
+  CHECK(state->max_clock() == 4);
+  waiter.join();
+  REQUIRE(waited->ok());
+  CHECK((*waited)->min_clock() == 3);
+}
+
+TEST_CASE("the heartbeat thread keeps a member alive and sees the map version",
+          "[coordinator_client][heartbeat]") {
+  InProcessCoordinator c(2, 1, /*fake_clock=*/true);
+  auto client = c.Connect();
+  const uint32_t w = client->Register(rpc::WORKER, "", -1)->member_id();
+  CHECK(client->StartHeartbeats(w, absl::ZeroDuration()).code() ==
+        absl::StatusCode::kInvalidArgument);
+  REQUIRE(client->StartHeartbeats(w, absl::Milliseconds(20)).ok());
+  CHECK(client->StartHeartbeats(w, absl::Milliseconds(20)).code() ==
+        absl::StatusCode::kFailedPrecondition);
+
+  REQUIRE(client->Register(rpc::SERVER, "h:1", -1).ok());
+  REQUIRE(client->Register(rpc::SERVER, "h:2", -1).ok());
+  CHECK(Eventually([&] { return client->last_map_version() == 1; }));
+  CHECK(client->last_heartbeat_status().ok());
+
+  // Four silent seconds on the coordinator's clock kill every member; the thread revives ours.
+  c.clock.Advance(absl::Seconds(4));
+  c.coordinator->Sweep();
+  const auto alive = [&] {
+    const rpc::ClusterStatus status = c.coordinator->Status();
+    for (const auto& m : status.members()) {
+      if (m.member_id() == w) return m.alive();
+    }
+    return false;
+  };
+  CHECK(Eventually(alive));
+
+  client->StopHeartbeats();
+  client->StopHeartbeats();  // idempotent
+  c.clock.Advance(absl::Seconds(4));
+  c.coordinator->Sweep();
+  CHECK_FALSE(alive());
+  // It can start again; the destructor stops it.
+  REQUIRE(client->StartHeartbeats(w, absl::Milliseconds(20)).ok());
+  CHECK(Eventually(alive));
+}
+
+TEST_CASE("heartbeats for an unknown member record NOT_FOUND", "[coordinator_client][heartbeat]") {
+  InProcessCoordinator c(1, 1);
+  auto client = c.Connect();
+  REQUIRE(client->StartHeartbeats(77, absl::Milliseconds(10)).ok());
+  CHECK(Eventually(
+      [&] { return client->last_heartbeat_status().code() == absl::StatusCode::kNotFound; }));
+}
+
+TEST_CASE("status lists the members", "[coordinator_client]") {
+  InProcessCoordinator c(1, 1);
+  auto client = c.Connect();
+  REQUIRE(client->Register(rpc::SERVER, "h:1", -1).ok());
+  REQUIRE(client->Register(rpc::CLIENT, "", -1).ok());
+  const auto status = client->GetStatus();
+  REQUIRE(status.ok());
+  CHECK(status->job_name() == "client-test");
+  REQUIRE(status->members_size() == 2);
+  CHECK(status->members(0).address() == "h:1");
+  CHECK(status->members(1).role() == rpc::CLIENT);
+  CHECK(status->shard_map().version() == 1);
+}
+
+TEST_CASE("shutting the coordinator down ends a pending wait with UNAVAILABLE",
+          "[coordinator_client][shutdown]") {
+  InProcessCoordinator c(1, 1);
+  auto client = c.Connect();
+  std::optional<absl::StatusOr<std::vector<std::string>>> waited;
+  std::thread waiter([&] { waited = client->KvWait({"never"}, absl::Seconds(60)); });
+  REQUIRE(Eventually([&] { return c.coordinator->NumPendingWaits() == 1; }));
+  const absl::Time start = absl::Now();
+  c.Stop();
+  waiter.join();
+  CHECK(absl::Now() - start < absl::Seconds(5));
+  CHECK(waited->status().code() == absl::StatusCode::kUnavailable);
+  // The server is gone: calls fail UNAVAILABLE.
+  CHECK(client->GetStatus().status().code() == absl::StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace ps

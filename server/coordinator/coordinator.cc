@@ -1,0 +1,691 @@
+#include "server/coordinator/coordinator.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/notification.h"
+#include "common/job_config.h"
+#include "common/status_macros.h"
+
+namespace ps {
+namespace coordinator {
+namespace {
+
+class RealClock final : public Clock {
+ public:
+  absl::Time Now() const override { return absl::Now(); }
+};
+
+// Checks that `address` is host:port (host may be a bracketed IPv6 literal), port 1..65535.
+absl::Status ValidateAddress(absl::string_view address) {
+  const auto bad = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("address \"", address, "\" is not host:port: ", why));
+  };
+  absl::string_view host;
+  absl::string_view port;
+  if (absl::StartsWith(address, "[")) {
+    const size_t close = address.find(']');
+    if (close == absl::string_view::npos) return bad("unclosed '['");
+    host = address.substr(1, close - 1);
+    const absl::string_view rest = address.substr(close + 1);
+    if (!absl::StartsWith(rest, ":")) return bad("no port after ']'");
+    port = rest.substr(1);
+  } else {
+    const size_t colon = address.rfind(':');
+    if (colon == absl::string_view::npos) return bad("no port");
+    host = address.substr(0, colon);
+    port = address.substr(colon + 1);
+    if (host.find(':') != absl::string_view::npos) return bad("IPv6 hosts need brackets");
+  }
+  if (host.empty()) return bad("empty host");
+  for (const char c : host) {
+    if (absl::ascii_isspace(static_cast<unsigned char>(c))) return bad("space in host");
+  }
+  int port_number = 0;
+  if (port.empty() ||
+      !std::all_of(port.begin(), port.end(), [](char c) { return absl::ascii_isdigit(c); }) ||
+      !absl::SimpleAtoi(port, &port_number) || port_number < 1 || port_number > 65535) {
+    return bad("port must be a number in 1..65535");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateKey(absl::string_view key) {
+  if (key.empty()) return absl::InvalidArgumentError("empty key");
+  if (key.size() > Coordinator::kMaxKeyBytes) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "key of %d bytes is over the limit of %d bytes", key.size(), Coordinator::kMaxKeyBytes));
+  }
+  return absl::OkStatus();
+}
+
+// `"a", "b"`, at most 10 keys and then a count.
+std::string QuoteKeys(const std::vector<std::string>& keys) {
+  constexpr size_t kShown = 10;
+  std::vector<std::string> shown;
+  for (size_t i = 0; i < keys.size() && i < kShown; ++i) {
+    shown.push_back(absl::StrCat("\"", keys[i], "\""));
+  }
+  std::string out = absl::StrJoin(shown, ", ");
+  if (keys.size() > kShown) absl::StrAppend(&out, " and ", keys.size() - kShown, " more");
+  return out;
+}
+
+const char* RoleName(rpc::Role role) {
+  switch (role) {
+    case rpc::SERVER:
+      return "server";
+    case rpc::WORKER:
+      return "worker";
+    case rpc::CLIENT:
+      return "client";
+    default:
+      return "unspecified";
+  }
+}
+
+}  // namespace
+
+Clock* Clock::Real() {
+  static RealClock* const clock = new RealClock();
+  return clock;
+}
+
+absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(CoordinatorOptions options) {
+  PS_RETURN_IF_ERROR(ValidateJob(options.job));
+  if (options.heartbeat_interval <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "heartbeat_interval must be > 0, got ", absl::FormatDuration(options.heartbeat_interval)));
+  }
+  if (options.dead_after <= options.heartbeat_interval) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dead_after (", absl::FormatDuration(options.dead_after),
+                     ") must be greater than heartbeat_interval (",
+                     absl::FormatDuration(options.heartbeat_interval), ")"));
+  }
+  std::unique_ptr<Coordinator> c(new Coordinator(std::move(options)));
+  c->timer_ = std::thread([raw = c.get()] { raw->TimerLoop(); });
+  return c;
+}
+
+Coordinator::Coordinator(CoordinatorOptions options)
+    : job_(std::move(options.job)),
+      num_servers_(job_.cluster().num_servers()),
+      num_workers_(job_.cluster().num_workers()),
+      heartbeat_interval_(options.heartbeat_interval),
+      dead_after_(options.dead_after),
+      clock_(options.clock != nullptr ? options.clock : Clock::Real()),
+      workers_(num_workers_) {}
+
+Coordinator::~Coordinator() { Shutdown(); }
+
+void Coordinator::Run(Completions* completions) {
+  for (auto& f : *completions) f();
+  completions->clear();
+}
+
+// --- Waiters ---
+
+template <typename T>
+WaitId Coordinator::AddWaiter(absl::Time deadline,
+                              std::function<std::optional<absl::StatusOr<T>>(bool expired)> decide,
+                              std::function<void(absl::StatusOr<T>)> done) {
+  Waiter waiter;
+  waiter.deadline = deadline;
+  waiter.poll = [decide = std::move(decide),
+                 done = std::move(done)](WaitEnd end) mutable -> std::function<void()> {
+    std::optional<absl::StatusOr<T>> result;
+    switch (end) {
+      case WaitEnd::kCancelled:
+        result = absl::CancelledError("wait cancelled");
+        break;
+      case WaitEnd::kShutdown:
+        result = absl::UnavailableError("coordinator is shutting down");
+        break;
+      case WaitEnd::kCheck:
+        result = decide(false);
+        break;
+      case WaitEnd::kDeadline:
+        result = decide(true);
+        if (!result.has_value()) {
+          std::fprintf(stderr, "coordinator: a waiter gave no answer at its deadline\n");
+          std::abort();
+        }
+        break;
+    }
+    if (!result.has_value()) return nullptr;
+    return [done = std::move(done), result = std::move(*result)]() mutable {
+      done(std::move(result));
+    };
+  };
+
+  Completions out;
+  WaitId id;
+  {
+    absl::MutexLock lock(&mu_);
+    id = next_wait_id_++;
+    const absl::Time now = clock_->Now();
+    SweepLocked(now, &out);
+    std::function<void()> finished;
+    if (shutting_down_) {
+      finished = waiter.poll(WaitEnd::kShutdown);
+    } else {
+      finished = waiter.poll(WaitEnd::kCheck);
+      if (!finished && deadline <= now) finished = waiter.poll(WaitEnd::kDeadline);
+    }
+    if (finished) {
+      out.push_back(std::move(finished));
+    } else {
+      waiters_.emplace(id, std::move(waiter));
+      if (deadline < timer_wake_at_) timer_cv_.Signal();
+    }
+  }
+  Run(&out);
+  return id;
+}
+
+void Coordinator::PollWaitersLocked(Completions* out) {
+  for (auto it = waiters_.begin(); it != waiters_.end();) {
+    std::function<void()> finished = it->second.poll(WaitEnd::kCheck);
+    if (finished) {
+      out->push_back(std::move(finished));
+      it = waiters_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void Coordinator::CancelWait(WaitId id) {
+  Completions out;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = waiters_.find(id);
+    if (it == waiters_.end()) return;
+    out.push_back(it->second.poll(WaitEnd::kCancelled));
+    waiters_.erase(it);
+  }
+  Run(&out);
+}
+
+size_t Coordinator::NumPendingWaits() const {
+  absl::MutexLock lock(&mu_);
+  return waiters_.size();
+}
+
+void Coordinator::SweepLocked(absl::Time now, Completions* out) {
+  bool server_changed = false;
+  bool any_changed = false;
+  for (auto& [id, member] : members_) {
+    if (member.alive && now - member.last_seen >= dead_after_) {
+      member.alive = false;
+      any_changed = true;
+      if (member.role == rpc::SERVER) server_changed = true;
+    }
+  }
+  if (server_changed) MapChangedLocked();
+  if (any_changed) PollWaitersLocked(out);
+  for (auto it = waiters_.begin(); it != waiters_.end();) {
+    if (it->second.deadline <= now) {
+      out->push_back(it->second.poll(WaitEnd::kDeadline));
+      it = waiters_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void Coordinator::Sweep() {
+  Completions out;
+  {
+    absl::MutexLock lock(&mu_);
+    SweepLocked(clock_->Now(), &out);
+  }
+  Run(&out);
+}
+
+void Coordinator::TimerLoop() {
+  for (;;) {
+    Completions out;
+    {
+      absl::MutexLock lock(&mu_);
+      if (shutting_down_) return;
+      const absl::Time now = clock_->Now();
+      SweepLocked(now, &out);
+      if (out.empty()) {
+        absl::Time wake = now + heartbeat_interval_;
+        for (const auto& [id, waiter] : waiters_) wake = std::min(wake, waiter.deadline);
+        timer_wake_at_ = wake;
+        // The clock may be a fake: waiting `wake - now` of real time and then looking at the clock
+        // again is right for both.
+        timer_cv_.WaitWithTimeout(&mu_, wake - now);
+        timer_wake_at_ = absl::InfiniteFuture();
+      }
+    }
+    Run(&out);
+  }
+}
+
+void Coordinator::Shutdown() {
+  Completions out;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!shutting_down_) {
+      shutting_down_ = true;
+      for (auto& [id, waiter] : waiters_) out.push_back(waiter.poll(WaitEnd::kShutdown));
+      waiters_.clear();
+      timer_cv_.SignalAll();
+    }
+  }
+  Run(&out);
+  absl::MutexLock lock(&shutdown_mu_);
+  if (timer_.joinable()) timer_.join();
+}
+
+// --- Membership ---
+
+rpc::RegisterResponse Coordinator::ResponseFor(const Member& member) const {
+  rpc::RegisterResponse response;
+  response.set_member_id(member.member_id);
+  response.set_rank(member.rank);
+  *response.mutable_job() = job_;
+  response.set_heartbeat_interval_ms(
+      static_cast<uint32_t>(absl::ToInt64Milliseconds(heartbeat_interval_)));
+  return response;
+}
+
+absl::StatusOr<rpc::RegisterResponse> Coordinator::Register(rpc::Role role,
+                                                            absl::string_view address,
+                                                            int32_t rank) {
+  if (role != rpc::SERVER && role != rpc::WORKER && role != rpc::CLIENT) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("register: role must be SERVER, WORKER or CLIENT, got ", role));
+  }
+  if (role == rpc::SERVER && address.empty()) {
+    return absl::InvalidArgumentError(
+        "register: a server must give the host:port it serves on as its address");
+  }
+  if (!address.empty()) PS_RETURN_IF_ERROR(ValidateAddress(address));
+
+  Completions out;
+  absl::StatusOr<rpc::RegisterResponse> response;
+  {
+    absl::MutexLock lock(&mu_);
+    const absl::Time now = clock_->Now();
+    SweepLocked(now, &out);  // liveness decides which worker ranks are free
+    response = RegisterLocked(role, address, rank, now);
+    if (response.ok()) PollWaitersLocked(&out);
+  }
+  Run(&out);
+  return response;
+}
+
+absl::StatusOr<rpc::RegisterResponse> Coordinator::RegisterLocked(rpc::Role role,
+                                                                  absl::string_view address,
+                                                                  int32_t rank, absl::Time now) {
+  Member member;
+  member.role = role;
+  member.address = std::string(address);
+  member.last_seen = now;
+  member.alive = true;
+
+  if (role == rpc::SERVER) {
+    int32_t server_id = -1;
+    for (size_t i = 0; i < servers_.size(); ++i) {
+      if (servers_[i].address == address) server_id = static_cast<int32_t>(i);
+    }
+    if (server_id < 0) {
+      if (servers_.size() >= num_servers_) {
+        std::vector<std::string> known;
+        for (const ServerSlot& s : servers_) known.push_back(s.address);
+        return absl::FailedPreconditionError(absl::StrCat(
+            "register: the job expects ", num_servers_, " servers and all are registered (",
+            absl::StrJoin(known, ", "), "); a new server at ", address,
+            " cannot join (a restarted server must register with its old address)"));
+      }
+      server_id = static_cast<int32_t>(servers_.size());
+      servers_.push_back(ServerSlot{std::string(address), 0});
+    } else {
+      members_.erase(servers_[server_id].member_id);  // a restart replaces the old process
+    }
+    member.rank = server_id;
+    member.member_id = next_member_id_++;
+    servers_[server_id].member_id = member.member_id;
+    members_.emplace(member.member_id, member);
+    if (has_map_) {
+      MapChangedLocked();
+    } else {
+      MaybeBuildMapLocked();
+    }
+    return ResponseFor(member);
+  }
+
+  if (role == rpc::WORKER) {
+    if (rank < -1 || rank >= static_cast<int64_t>(num_workers_)) {
+      return absl::InvalidArgumentError(absl::StrCat("register: worker rank ", rank,
+                                                     " is out of range [0, ", num_workers_,
+                                                     ") (or -1 for the next free rank)"));
+    }
+    if (rank == -1) {
+      for (size_t r = 0; r < workers_.size() && rank < 0; ++r) {
+        if (workers_[r].member_id == 0) rank = static_cast<int32_t>(r);
+      }
+      for (size_t r = 0; r < workers_.size() && rank < 0; ++r) {
+        if (!members_.at(workers_[r].member_id).alive) rank = static_cast<int32_t>(r);
+      }
+      if (rank < 0) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "register: all ", num_workers_, " worker ranks are held by alive workers"));
+      }
+    }
+    WorkerSlot& slot = workers_[rank];
+    if (slot.member_id != 0) {
+      const Member& holder = members_.at(slot.member_id);
+      if (holder.alive) {
+        return absl::AlreadyExistsError(absl::StrCat(
+            "register: worker rank ", rank, " is held by alive member ", holder.member_id));
+      }
+      members_.erase(slot.member_id);  // the rank's clock stays with the rank
+    }
+    member.rank = rank;
+    member.member_id = next_member_id_++;
+    slot.member_id = member.member_id;
+    members_.emplace(member.member_id, member);
+    return ResponseFor(member);
+  }
+
+  member.rank = -1;  // a client
+  member.member_id = next_member_id_++;
+  members_.emplace(member.member_id, member);
+  return ResponseFor(member);
+}
+
+void Coordinator::TouchLocked(Member* member, absl::Time now) {
+  member->last_seen = now;
+  if (member->alive) return;
+  member->alive = true;
+  if (member->role == rpc::SERVER) MapChangedLocked();
+}
+
+absl::StatusOr<uint64_t> Coordinator::Heartbeat(uint32_t member_id) {
+  Completions out;
+  uint64_t version = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = members_.find(member_id);
+    if (it == members_.end()) {
+      return absl::NotFoundError(
+          absl::StrCat("heartbeat: unknown member_id ", member_id,
+                       " (never registered, or replaced by a restart that registered again)"));
+    }
+    const bool was_alive = it->second.alive;
+    TouchLocked(&it->second, clock_->Now());
+    if (!was_alive) PollWaitersLocked(&out);
+    version = has_map_ ? map_.version() : 0;
+  }
+  Run(&out);
+  return version;
+}
+
+// --- Shard map ---
+
+void Coordinator::MaybeBuildMapLocked() {
+  if (has_map_ || servers_.size() < num_servers_) return;
+  const config::Cluster& cluster = job_.cluster();
+  const uint32_t num_shards = cluster.num_shards();
+  const uint32_t replicas = cluster.replication_factor();
+  has_map_ = true;
+  map_.Clear();
+  map_.set_version(0);  // MapChangedLocked makes it 1
+  map_.set_num_shards(num_shards);
+  for (uint32_t shard = 0; shard < num_shards; ++shard) {
+    rpc::ShardAssignment* a = map_.add_shards();
+    a->set_shard(shard);
+    a->set_primary(shard % num_servers_);
+    for (uint32_t r = 1; r < replicas; ++r) a->add_replicas((shard + r) % num_servers_);
+  }
+  MapChangedLocked();
+}
+
+void Coordinator::MapChangedLocked() {
+  if (!has_map_) return;
+  map_.set_version(map_.version() + 1);
+  map_.clear_servers();
+  for (size_t id = 0; id < servers_.size(); ++id) {
+    rpc::ServerInfo* info = map_.add_servers();
+    info->set_server_id(static_cast<uint32_t>(id));
+    info->set_address(servers_[id].address);
+    info->set_alive(members_.at(servers_[id].member_id).alive);
+  }
+}
+
+std::string Coordinator::ShardMapNotReadyLocked(uint64_t min_version) const {
+  if (!has_map_) {
+    return absl::StrCat("shard map not ready: ", servers_.size(), " of ", num_servers_,
+                        " servers registered");
+  }
+  return absl::StrCat("shard map not ready: version ", map_.version(),
+                      " is older than the requested ", min_version);
+}
+
+WaitId Coordinator::AsyncGetShardMap(uint64_t min_version, absl::Time deadline,
+                                     std::function<void(absl::StatusOr<rpc::ShardMap>)> done) {
+  return AddWaiter<rpc::ShardMap>(
+      deadline,
+      [this, min_version](bool expired) -> std::optional<absl::StatusOr<rpc::ShardMap>> {
+        mu_.AssertHeld();
+        if (has_map_ && map_.version() >= min_version) return map_;
+        if (!expired) return std::nullopt;
+        return absl::UnavailableError(ShardMapNotReadyLocked(min_version));
+      },
+      std::move(done));
+}
+
+namespace {
+
+// Blocks on an Async* call of the coordinator.
+template <typename T, typename Start>
+absl::StatusOr<T> Await(Start start) {
+  absl::Notification notification;
+  std::optional<absl::StatusOr<T>> result;
+  start([&](absl::StatusOr<T> r) {
+    result = std::move(r);
+    notification.Notify();
+  });
+  notification.WaitForNotification();
+  return std::move(*result);
+}
+
+}  // namespace
+
+absl::StatusOr<rpc::ShardMap> Coordinator::GetShardMap(uint64_t min_version, absl::Time deadline) {
+  return Await<rpc::ShardMap>([&](auto done) { AsyncGetShardMap(min_version, deadline, done); });
+}
+
+// --- Clocks ---
+
+rpc::ClockState Coordinator::ClocksLocked() const {
+  int64_t min_clock = std::numeric_limits<int64_t>::max();
+  int64_t max_clock = -1;
+  bool all_registered = true;
+  for (const WorkerSlot& slot : workers_) {
+    if (slot.member_id == 0) all_registered = false;
+    min_clock = std::min(min_clock, slot.clock);
+    max_clock = std::max(max_clock, slot.clock);
+  }
+  rpc::ClockState state;
+  state.set_min_clock(all_registered ? min_clock : -1);
+  state.set_max_clock(max_clock);
+  return state;
+}
+
+rpc::ClockState Coordinator::Clocks() const {
+  absl::MutexLock lock(&mu_);
+  return ClocksLocked();
+}
+
+absl::StatusOr<rpc::ClockState> Coordinator::ReportClock(uint32_t member_id, int64_t clock) {
+  if (clock < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("report clock: clock must be >= 0, got ", clock));
+  }
+  Completions out;
+  rpc::ClockState state;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = members_.find(member_id);
+    if (it == members_.end()) {
+      return absl::NotFoundError(absl::StrCat("report clock: unknown member_id ", member_id));
+    }
+    Member& member = it->second;
+    if (member.role != rpc::WORKER) {
+      return absl::FailedPreconditionError(absl::StrCat("report clock: member ", member_id,
+                                                        " is a ", RoleName(member.role),
+                                                        "; only workers report clocks"));
+    }
+    TouchLocked(&member, clock_->Now());
+    WorkerSlot& slot = workers_[member.rank];
+    slot.clock = std::max(slot.clock, clock);
+    PollWaitersLocked(&out);
+    state = ClocksLocked();
+  }
+  Run(&out);
+  return state;
+}
+
+WaitId Coordinator::AsyncWaitClock(int64_t clock, absl::Time deadline,
+                                   std::function<void(absl::StatusOr<rpc::ClockState>)> done) {
+  return AddWaiter<rpc::ClockState>(
+      deadline,
+      [this, clock](bool expired) -> std::optional<absl::StatusOr<rpc::ClockState>> {
+        mu_.AssertHeld();
+        rpc::ClockState state = ClocksLocked();
+        if (state.min_clock() >= clock) return state;
+        if (!expired) return std::nullopt;
+        size_t registered = 0;
+        for (const WorkerSlot& slot : workers_) registered += slot.member_id != 0;
+        return absl::DeadlineExceededError(absl::StrCat(
+            "wait clock: clock ", clock, " not reached by every worker by the deadline (min_clock ",
+            state.min_clock(), ", ", registered, " of ", num_workers_, " workers registered)"));
+      },
+      std::move(done));
+}
+
+absl::StatusOr<rpc::ClockState> Coordinator::WaitClock(int64_t clock, absl::Time deadline) {
+  return Await<rpc::ClockState>([&](auto done) { AsyncWaitClock(clock, deadline, done); });
+}
+
+// --- Rendezvous store ---
+
+absl::Status Coordinator::KvSet(std::string key, std::string value) {
+  PS_RETURN_IF_ERROR(ValidateKey(key));
+  if (value.size() > kMaxValueBytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("value of %d bytes for key \"%s\" is over the limit of %d bytes",
+                        value.size(), key, kMaxValueBytes));
+  }
+  Completions out;
+  {
+    absl::MutexLock lock(&mu_);
+    kv_[std::move(key)] = std::move(value);
+    PollWaitersLocked(&out);
+  }
+  Run(&out);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::string>> Coordinator::KvGet(
+    const std::vector<std::string>& keys) const {
+  for (const std::string& key : keys) PS_RETURN_IF_ERROR(ValidateKey(key));
+  std::vector<std::string> values;
+  values.reserve(keys.size());
+  absl::MutexLock lock(&mu_);
+  for (const std::string& key : keys) {
+    auto it = kv_.find(key);
+    if (it == kv_.end()) return absl::NotFoundError(absl::StrCat("key \"", key, "\" is not set"));
+    values.push_back(it->second);
+  }
+  return values;
+}
+
+WaitId Coordinator::AsyncKvWait(
+    std::vector<std::string> keys, absl::Time deadline,
+    std::function<void(absl::StatusOr<std::vector<std::string>>)> done) {
+  for (const std::string& key : keys) {
+    absl::Status valid = ValidateKey(key);
+    if (!valid.ok()) {
+      done(std::move(valid));
+      return 0;  // never a pending wait's id
+    }
+  }
+  return AddWaiter<std::vector<std::string>>(
+      deadline,
+      [this, keys = std::move(keys)](
+          bool expired) -> std::optional<absl::StatusOr<std::vector<std::string>>> {
+        mu_.AssertHeld();
+        std::vector<std::string> missing;
+        for (const std::string& key : keys) {
+          if (!kv_.contains(key)) missing.push_back(key);
+        }
+        if (missing.empty()) {
+          std::vector<std::string> values;
+          values.reserve(keys.size());
+          for (const std::string& key : keys) values.push_back(kv_.at(key));
+          return values;
+        }
+        if (!expired) return std::nullopt;
+        return absl::DeadlineExceededError(
+            absl::StrCat("kv wait: keys not set by the deadline: ", QuoteKeys(missing)));
+      },
+      std::move(done));
+}
+
+absl::StatusOr<std::vector<std::string>> Coordinator::KvWait(std::vector<std::string> keys,
+                                                             absl::Time deadline) {
+  return Await<std::vector<std::string>>(
+      [&](auto done) { AsyncKvWait(std::move(keys), deadline, done); });
+}
+
+// --- Operations ---
+
+absl::StatusOr<rpc::CheckpointResponse> Coordinator::StartCheckpoint(int64_t step) {
+  return absl::UnimplementedError("checkpoints are not implemented yet");
+}
+
+rpc::ClusterStatus Coordinator::Status() {
+  Completions out;
+  rpc::ClusterStatus status;
+  {
+    absl::MutexLock lock(&mu_);
+    const absl::Time now = clock_->Now();
+    SweepLocked(now, &out);
+    for (const auto& [id, member] : members_) {
+      rpc::MemberStatus* m = status.add_members();
+      m->set_member_id(member.member_id);
+      m->set_role(member.role);
+      m->set_rank(member.rank);
+      m->set_address(member.address);
+      m->set_alive(member.alive);
+      m->set_last_seen_ms(static_cast<uint64_t>(
+          std::max<int64_t>(0, absl::ToInt64Milliseconds(now - member.last_seen))));
+    }
+    if (has_map_) *status.mutable_shard_map() = map_;
+    *status.mutable_clocks() = ClocksLocked();
+    status.set_job_name(job_.name());
+  }
+  Run(&out);
+  return status;
+}
+
+}  // namespace coordinator
+}  // namespace ps

@@ -1,0 +1,281 @@
+// The coordinator's state machine: membership, failure detection, the versioned shard map, step
+// clocks and the rendezvous key-value store. It knows nothing of gRPC; coordinator_service.h puts
+// it on the wire.
+//
+// Waiting calls (the shard map, clocks, keys) come in two forms. `AsyncX(..., done)` registers a
+// waiter and returns at once; `done` is called exactly once, when the state allows an answer, at
+// the deadline, on CancelWait or on Shutdown, so the service never parks an RPC thread. `done` runs
+// without the coordinator's lock, on the calling thread (answered at once), on the thread whose
+// call changed the state, or on the internal timer thread; it must not block. The blocking `X(...)`
+// forms wrap the async ones for in-process callers and tests.
+#ifndef PS_SERVER_COORDINATOR_COORDINATOR_H_
+#define PS_SERVER_COORDINATOR_COORDINATOR_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "proto/coordinator.pb.h"
+#include "proto/job.pb.h"
+
+namespace ps {
+namespace coordinator {
+
+// The source of time for heartbeats and deadlines; tests replace it with a fake they advance by
+// hand. Implementations must be thread-safe.
+class Clock {
+ public:
+  virtual ~Clock() = default;
+  virtual absl::Time Now() const = 0;
+
+  // The wall clock (absl::Now()); lives for the whole process.
+  static Clock* Real();
+};
+
+struct CoordinatorOptions {
+  // The job the cluster runs. Must pass ValidateJob (common/job_config.h); its `cluster` section
+  // sizes the membership (num_servers, num_workers) and the shard map (num_shards,
+  // replication_factor). No default: an empty job fails validation.
+  config::Job job;
+
+  // How often members are told to heartbeat (RegisterResponse.heartbeat_interval_ms), and how often
+  // the internal timer sweeps for dead members. Default 500 ms; must be > 0.
+  absl::Duration heartbeat_interval = absl::Milliseconds(500);
+
+  // A member not heard from for this long is marked not alive. Default 3 s; must be greater than
+  // heartbeat_interval.
+  absl::Duration dead_after = absl::Seconds(3);
+
+  // Time for heartbeats and deadlines. Not owned; must outlive the coordinator. Default (nullptr):
+  // Clock::Real().
+  Clock* clock = nullptr;
+};
+
+// Identifies a pending wait, for CancelWait. Never reused within a coordinator's life.
+using WaitId = uint64_t;
+
+// A Coordinator holds the cluster's membership, shard map, clocks and rendezvous store for one job.
+// Thread-safe.
+class Coordinator {
+ public:
+  // Upper bounds of the rendezvous store.
+  static constexpr size_t kMaxKeyBytes = 1 << 10;
+  static constexpr size_t kMaxValueBytes = 16 << 20;
+
+  // Starts a coordinator and its timer thread. INVALID_ARGUMENT if the job fails validation or
+  // the durations break their constraints.
+  static absl::StatusOr<std::unique_ptr<Coordinator>> Create(CoordinatorOptions options);
+
+  // Calls Shutdown().
+  ~Coordinator();
+
+  Coordinator(const Coordinator&) = delete;
+  Coordinator& operator=(const Coordinator&) = delete;
+
+  // The coordinator's clock; deadlines passed to the waiting calls are on this clock.
+  absl::Time Now() const { return clock_->Now(); }
+  const config::Job& job() const { return job_; }
+  absl::Duration heartbeat_interval() const { return heartbeat_interval_; }
+
+  // --- Membership ---
+
+  // Adds a member. Returns its member_id (unique from 1, never reused), its rank, the job and the
+  // heartbeat interval. Registering counts as a heartbeat.
+  //  - SERVER: `address` (host:port) is required, else INVALID_ARGUMENT; `rank` is ignored. Gets
+  //    server_id 0..num_servers-1 in registration order. A server registering with the address of
+  //    a known server is a restart: it takes that server_id (and replaces the old member, whose
+  //    member_id becomes unknown), is alive, and bumps the map version if the map exists. A new
+  //    address when num_servers servers are known: FAILED_PRECONDITION.
+  //  - WORKER: `rank` in [0, num_workers) asks for that rank, -1 for the lowest rank never taken
+  //    (else the lowest held by a dead worker). Out of range: INVALID_ARGUMENT; held by an alive
+  //    worker: ALREADY_EXISTS; no free rank for -1: FAILED_PRECONDITION. A worker taking a dead
+  //    worker's rank replaces it and keeps the rank's clock.
+  //  - CLIENT: rank is -1.
+  //  - ROLE_UNSPECIFIED or unknown: INVALID_ARGUMENT. An address that is given must be host:port
+  //    with a port in 1..65535 (INVALID_ARGUMENT otherwise).
+  absl::StatusOr<rpc::RegisterResponse> Register(rpc::Role role, absl::string_view address,
+                                                 int32_t rank);
+
+  // Records that `member_id` is alive (again). Returns the shard map's version (0 before the map
+  // exists); NOT_FOUND for an unknown member.
+  absl::StatusOr<uint64_t> Heartbeat(uint32_t member_id);
+
+  // Marks members not heard from for dead_after as not alive (bumping the map version when a
+  // server's liveness changes) and ends waits whose deadline has passed. The timer thread calls
+  // this every heartbeat_interval; tests with a fake clock call it after advancing time.
+  void Sweep();
+
+  // --- Shard map ---
+
+  // Waits until the shard map exists (num_servers servers registered) with version >= min_version
+  // and returns it. At `deadline`: UNAVAILABLE "shard map not ready: K of N servers registered"
+  // (or naming the version when the map exists but is older). UNAVAILABLE on Shutdown.
+  absl::StatusOr<rpc::ShardMap> GetShardMap(uint64_t min_version, absl::Time deadline);
+  WaitId AsyncGetShardMap(uint64_t min_version, absl::Time deadline,
+                          std::function<void(absl::StatusOr<rpc::ShardMap>)> done);
+
+  // --- Clocks ---
+
+  // Records that worker `member_id` has finished step `clock` (a worker's clock never goes back:
+  // the largest reported is kept) and counts as a heartbeat. Returns the clocks after the report.
+  // NOT_FOUND for an unknown member, FAILED_PRECONDITION if it is not a worker, INVALID_ARGUMENT
+  // for a negative clock.
+  absl::StatusOr<rpc::ClockState> ReportClock(uint32_t member_id, int64_t clock);
+
+  // min_clock: the slowest rank's clock, -1 until all num_workers ranks registered and reported;
+  // max_clock: the fastest rank's, -1 before any report.
+  rpc::ClockState Clocks() const;
+
+  // Waits until min_clock >= clock and returns the clocks; DEADLINE_EXCEEDED at `deadline`,
+  // UNAVAILABLE on Shutdown.
+  absl::StatusOr<rpc::ClockState> WaitClock(int64_t clock, absl::Time deadline);
+  WaitId AsyncWaitClock(int64_t clock, absl::Time deadline,
+                        std::function<void(absl::StatusOr<rpc::ClockState>)> done);
+
+  // --- Rendezvous store ---
+
+  // Sets (or overwrites) `key`. INVALID_ARGUMENT for an empty key; RESOURCE_EXHAUSTED for a key
+  // over kMaxKeyBytes or a value over kMaxValueBytes.
+  absl::Status KvSet(std::string key, std::string value);
+
+  // The values of `keys`, in order. NOT_FOUND naming the first missing key; INVALID_ARGUMENT for
+  // an empty key.
+  absl::StatusOr<std::vector<std::string>> KvGet(const std::vector<std::string>& keys) const;
+
+  // Waits until every key is set and returns the values, in order. DEADLINE_EXCEEDED naming the
+  // missing keys at `deadline`; INVALID_ARGUMENT for an empty key (at once); UNAVAILABLE on
+  // Shutdown.
+  absl::StatusOr<std::vector<std::string>> KvWait(std::vector<std::string> keys,
+                                                  absl::Time deadline);
+  WaitId AsyncKvWait(std::vector<std::string> keys, absl::Time deadline,
+                     std::function<void(absl::StatusOr<std::vector<std::string>>)> done);
+
+  // --- Waits ---
+
+  // Ends the wait `id` with CANCELLED if it is still pending; otherwise does nothing.
+  void CancelWait(WaitId id);
+
+  // The number of pending waits.
+  size_t NumPendingWaits() const;
+
+  // --- Operations ---
+
+  // UNIMPLEMENTED: checkpoints are not implemented yet.
+  absl::StatusOr<rpc::CheckpointResponse> StartCheckpoint(int64_t step);
+
+  // Members (by member_id, liveness as of now), the shard map (empty before it exists), clocks and
+  // the job's name.
+  rpc::ClusterStatus Status();
+
+  // Ends every pending wait with UNAVAILABLE, makes later waits end so at once, and joins the
+  // timer thread. Everything else keeps working. Idempotent.
+  void Shutdown();
+
+ private:
+  // How a waiter is being looked at.
+  enum class WaitEnd { kCheck, kDeadline, kCancelled, kShutdown };
+
+  // Closures that complete waiters; run after mu_ is released.
+  using Completions = std::vector<std::function<void()>>;
+
+  struct Waiter {
+    absl::Time deadline;
+    // Called under mu_. Returns the closure that completes the waiter, or an empty function when
+    // `end` is kCheck and the waiter cannot be answered yet.
+    std::function<std::function<void()>(WaitEnd)> poll;
+  };
+
+  struct Member {
+    uint32_t member_id = 0;
+    rpc::Role role = rpc::ROLE_UNSPECIFIED;
+    int32_t rank = -1;  // server_id for servers
+    std::string address;
+    bool alive = true;
+    absl::Time last_seen;
+  };
+
+  struct ServerSlot {
+    std::string address;
+    uint32_t member_id = 0;
+  };
+
+  struct WorkerSlot {
+    uint32_t member_id = 0;  // 0: never taken
+    int64_t clock = -1;
+  };
+
+  explicit Coordinator(CoordinatorOptions options);
+
+  void TimerLoop();
+
+  absl::StatusOr<rpc::RegisterResponse> RegisterLocked(rpc::Role role, absl::string_view address,
+                                                       int32_t rank, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Adds a waiter; `decide` is called under mu_ with whether the deadline has passed and returns
+  // the answer, or nullopt (only before the deadline) when there is none yet.
+  template <typename T>
+  WaitId AddWaiter(absl::Time deadline,
+                   std::function<std::optional<absl::StatusOr<T>>(bool expired)> decide,
+                   std::function<void(absl::StatusOr<T>)> done);
+
+  // Marks members not seen for dead_after as dead and expires waiters at `now`.
+  void SweepLocked(absl::Time now, Completions* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Completes the waiters that can be answered now.
+  void PollWaitersLocked(Completions* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Marks a member alive and seen at `now`; bumps the map version when a server comes back.
+  void TouchLocked(Member* member, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Builds the map once every server slot is taken.
+  void MaybeBuildMapLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Bumps the map's version and refreshes its server list (no-op before the map exists).
+  void MapChangedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  rpc::ClockState ClocksLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::string ShardMapNotReadyLocked(uint64_t min_version) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  rpc::RegisterResponse ResponseFor(const Member& member) const;
+
+  static void Run(Completions* completions);
+
+  // Constant after construction.
+  const config::Job job_;
+  const uint32_t num_servers_;
+  const uint32_t num_workers_;
+  const absl::Duration heartbeat_interval_;
+  const absl::Duration dead_after_;
+  Clock* const clock_;
+
+  mutable absl::Mutex mu_;
+  absl::CondVar timer_cv_;  // signalled on shutdown and when a waiter with an earlier deadline
+                            // than timer_wake_at_ arrives
+  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time timer_wake_at_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
+  uint32_t next_member_id_ ABSL_GUARDED_BY(mu_) = 1;
+  std::map<uint32_t, Member> members_ ABSL_GUARDED_BY(mu_);
+  std::vector<ServerSlot> servers_ ABSL_GUARDED_BY(mu_);  // index: server_id
+  std::vector<WorkerSlot> workers_ ABSL_GUARDED_BY(mu_);  // index: rank
+  bool has_map_ ABSL_GUARDED_BY(mu_) = false;
+  rpc::ShardMap map_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, std::string> kv_ ABSL_GUARDED_BY(mu_);
+  WaitId next_wait_id_ ABSL_GUARDED_BY(mu_) = 1;
+  std::map<WaitId, Waiter> waiters_ ABSL_GUARDED_BY(mu_);
+
+  // Serialises Shutdown's join; never held with mu_.
+  absl::Mutex shutdown_mu_;
+  std::thread timer_;
+};
+
+}  // namespace coordinator
+}  // namespace ps
+
+#endif  // PS_SERVER_COORDINATOR_COORDINATOR_H_

@@ -1,0 +1,192 @@
+// ps_coordinator: the coordinator daemon of one job.
+//
+//   ps_coordinator --job=JOB_FILE [--host=127.0.0.1] [--port=0] [--port_file=PATH]
+//                  [--heartbeat_ms=500] [--dead_after_ms=3000]
+//
+// Prints `ps_coordinator listening on HOST:PORT` once it serves. SIGTERM or SIGINT shut it down
+// cleanly (exit 0). Exit status 1: the job is bad (`file:line:col: message` on stderr) or the port
+// cannot be bound; 2: a usage error.
+#include <fcntl.h>
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "common/job_config.h"
+#include "server/coordinator/coordinator.h"
+#include "server/coordinator/coordinator_service.h"
+
+ABSL_FLAG(std::string, job, "", "Path of the job file (protobuf text, proto/job.proto). Required.");
+ABSL_FLAG(std::string, host, "127.0.0.1", "Address to listen on.");
+ABSL_FLAG(int, port, 0, "Port to listen on; 0 picks a free one (see --port_file).");
+ABSL_FLAG(std::string, port_file, "",
+          "If set, the bound port is written to this file (atomically) once the server listens.");
+ABSL_FLAG(int, heartbeat_ms, 500, "Heartbeat interval members are told to use, in ms (> 0).");
+ABSL_FLAG(int, dead_after_ms, 3000,
+          "A member silent for this long is marked dead, in ms (> heartbeat_ms).");
+
+namespace {
+
+// Large enough for the largest rendezvous value (16 MiB) several times over.
+constexpr int kMaxMessageBytes = 256 << 20;
+// How long in-flight calls get to finish at shutdown before they are cancelled.
+constexpr absl::Duration kShutdownGrace = absl::Seconds(5);
+
+// The self-pipe: the signal handler writes a byte, main reads it.
+int g_signal_pipe[2] = {-1, -1};
+
+extern "C" void OnTerminationSignal(int) {
+  const int saved_errno = errno;
+  const char byte = 1;
+  // Nothing to do on failure: the pipe is full, so main is being woken already.
+  if (write(g_signal_pipe[1], &byte, 1) < 0) {
+  }
+  errno = saved_errno;
+}
+
+absl::Status InstallSignalHandlers() {
+  if (pipe2(g_signal_pipe, O_CLOEXEC) != 0) {
+    return absl::InternalError(absl::StrCat("pipe2: ", std::strerror(errno)));
+  }
+  struct sigaction action;
+  std::memset(&action, 0, sizeof(action));
+  action.sa_handler = OnTerminationSignal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  for (const int signal : {SIGTERM, SIGINT}) {
+    if (sigaction(signal, &action, nullptr) != 0) {
+      return absl::InternalError(absl::StrCat("sigaction: ", std::strerror(errno)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Blocks until a termination signal arrives.
+void WaitForSignal() {
+  char byte;
+  while (read(g_signal_pipe[0], &byte, 1) < 0 && errno == EINTR) {
+  }
+}
+
+// Writes `port` to `path` through a temporary file and a rename, so readers never see half of it.
+absl::Status WritePortFile(const std::string& path, int port) {
+  const std::string tmp = absl::StrCat(path, ".tmp.", getpid());
+  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot create ", tmp, ": ", std::strerror(errno)));
+  }
+  const std::string text = absl::StrCat(port, "\n");
+  const bool written = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  const int write_errno = errno;
+  if (close(fd) != 0 || !written) {
+    unlink(tmp.c_str());
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot write ", tmp, ": ", std::strerror(written ? errno : write_errno)));
+  }
+  if (rename(tmp.c_str(), path.c_str()) != 0) {
+    const int rename_errno = errno;
+    unlink(tmp.c_str());
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot rename ", tmp, " to ", path, ": ", std::strerror(rename_errno)));
+  }
+  return absl::OkStatus();
+}
+
+std::string HostPort(const std::string& host, int port) {
+  if (absl::StrContains(host, ':') && !absl::StartsWith(host, "[")) {
+    return absl::StrCat("[", host, "]:", port);
+  }
+  return absl::StrCat(host, ":", port);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "ps_coordinator --job=JOB_FILE [--host=H] [--port=P] [--port_file=F] [--heartbeat_ms=N] "
+      "[--dead_after_ms=N]");
+  absl::ParseCommandLine(argc, argv);
+
+  const std::string job_path = absl::GetFlag(FLAGS_job);
+  const int port = absl::GetFlag(FLAGS_port);
+  if (job_path.empty()) {
+    std::fprintf(stderr, "ps_coordinator: --job is required\n");
+    return 2;
+  }
+  if (port < 0 || port > 65535) {
+    std::fprintf(stderr, "ps_coordinator: --port must be in 0..65535, got %d\n", port);
+    return 2;
+  }
+
+  absl::StatusOr<ps::config::Job> job = ps::LoadJobFile(job_path);
+  if (!job.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(job.status().message()).c_str());
+    return 1;
+  }
+
+  ps::coordinator::CoordinatorOptions options;
+  options.job = *std::move(job);
+  options.heartbeat_interval = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_ms));
+  options.dead_after = absl::Milliseconds(absl::GetFlag(FLAGS_dead_after_ms));
+  absl::StatusOr<std::unique_ptr<ps::coordinator::Coordinator>> coordinator =
+      ps::coordinator::Coordinator::Create(std::move(options));
+  if (!coordinator.ok()) {
+    std::fprintf(stderr, "ps_coordinator: %s\n", coordinator.status().ToString().c_str());
+    return 2;
+  }
+
+  const absl::Status signals = InstallSignalHandlers();
+  if (!signals.ok()) {
+    std::fprintf(stderr, "ps_coordinator: %s\n", signals.ToString().c_str());
+    return 1;
+  }
+
+  ps::coordinator::CoordinatorService service(coordinator->get());
+  const std::string host = absl::GetFlag(FLAGS_host);
+  int bound_port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(HostPort(host, port), grpc::InsecureServerCredentials(), &bound_port);
+  builder.RegisterService(&service);
+  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || bound_port == 0) {
+    std::fprintf(stderr, "ps_coordinator: cannot listen on %s\n", HostPort(host, port).c_str());
+    return 1;
+  }
+
+  // Printed before the port file is written, so that whoever waits for the file finds the line.
+  std::printf("ps_coordinator listening on %s\n", HostPort(host, bound_port).c_str());
+  std::fflush(stdout);
+  int exit_code = 0;
+  const std::string port_file = absl::GetFlag(FLAGS_port_file);
+  const absl::Status written =
+      port_file.empty() ? absl::OkStatus() : WritePortFile(port_file, bound_port);
+  if (written.ok()) {
+    WaitForSignal();
+    std::fprintf(stderr, "ps_coordinator: shutting down\n");
+  } else {
+    std::fprintf(stderr, "ps_coordinator: %s\n", written.ToString().c_str());
+    exit_code = 1;
+  }
+
+  // End pending waits first so that the server's shutdown does not wait for their deadlines.
+  (*coordinator)->Shutdown();
+  server->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(kShutdownGrace));
+  server.reset();
+  coordinator->reset();
+  return exit_code;
+}

@@ -1,0 +1,75 @@
+// The coordinator's gRPC service (proto/coordinator.proto) on the callback API.
+#ifndef PS_SERVER_COORDINATOR_COORDINATOR_SERVICE_H_
+#define PS_SERVER_COORDINATOR_COORDINATOR_SERVICE_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/time/time.h"
+#include "proto/coordinator.grpc.pb.h"
+#include "server/coordinator/coordinator.h"
+
+namespace ps {
+namespace coordinator {
+
+// CoordinatorService puts a Coordinator on the wire: it decodes requests, calls the coordinator
+// and converts its statuses. Thread-safe.
+//
+// The waiting calls (GetShardMap, WaitClock, KvWait) hold no gRPC thread: they register a waiter
+// with the coordinator and the call is finished by whichever thread completes it. They wait until
+// the call's deadline less a margin (a tenth of the time left, at most kReplyMargin), so that the
+// coordinator's own answer, which says what is missing, reaches the caller rather than gRPC's bare
+// DEADLINE_EXCEEDED; KvWait also stops after the request's timeout_ms when that is > 0. The time
+// left is carried over to the coordinator's clock (with a fake clock, it passes only as the fake
+// advances). A call
+// cancelled by its client cancels its waiter. Before its server shuts down, call
+// Coordinator::Shutdown() so that pending waits end (UNAVAILABLE) and the server's Shutdown does
+// not have to wait for their deadlines.
+class CoordinatorService final : public rpc::Coordinator::CallbackService {
+ public:
+  static constexpr absl::Duration kReplyMargin = absl::Milliseconds(100);
+
+  // `coordinator` is not owned and must outlive every call of the service.
+  explicit CoordinatorService(Coordinator* coordinator) : coordinator_(coordinator) {}
+
+  CoordinatorService(const CoordinatorService&) = delete;
+  CoordinatorService& operator=(const CoordinatorService&) = delete;
+
+  grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* context,
+                                     const rpc::RegisterRequest* request,
+                                     rpc::RegisterResponse* response) override;
+  grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* context,
+                                      const rpc::HeartbeatRequest* request,
+                                      rpc::HeartbeatResponse* response) override;
+  grpc::ServerUnaryReactor* GetShardMap(grpc::CallbackServerContext* context,
+                                        const rpc::GetShardMapRequest* request,
+                                        rpc::ShardMap* response) override;
+  grpc::ServerUnaryReactor* ReportClock(grpc::CallbackServerContext* context,
+                                        const rpc::ReportClockRequest* request,
+                                        rpc::ClockState* response) override;
+  grpc::ServerUnaryReactor* WaitClock(grpc::CallbackServerContext* context,
+                                      const rpc::WaitClockRequest* request,
+                                      rpc::ClockState* response) override;
+  grpc::ServerUnaryReactor* KvSet(grpc::CallbackServerContext* context,
+                                  const rpc::KvSetRequest* request,
+                                  rpc::KvSetResponse* response) override;
+  grpc::ServerUnaryReactor* KvGet(grpc::CallbackServerContext* context,
+                                  const rpc::KvGetRequest* request,
+                                  rpc::KvGetResponse* response) override;
+  grpc::ServerUnaryReactor* KvWait(grpc::CallbackServerContext* context,
+                                   const rpc::KvGetRequest* request,
+                                   rpc::KvGetResponse* response) override;
+  grpc::ServerUnaryReactor* StartCheckpoint(grpc::CallbackServerContext* context,
+                                            const rpc::CheckpointRequest* request,
+                                            rpc::CheckpointResponse* response) override;
+  grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* context,
+                                      const rpc::StatusRequest* request,
+                                      rpc::ClusterStatus* response) override;
+
+ private:
+  Coordinator* const coordinator_;
+};
+
+}  // namespace coordinator
+}  // namespace ps
+
+#endif  // PS_SERVER_COORDINATOR_COORDINATOR_SERVICE_H_

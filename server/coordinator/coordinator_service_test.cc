@@ -1,0 +1,180 @@
+#include "server/coordinator/coordinator_service.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <catch2/catch.hpp>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "common/grpc_status.h"
+#include "common/job_config.h"
+#include "proto/coordinator.grpc.pb.h"
+
+namespace ps {
+namespace coordinator {
+namespace {
+
+bool Eventually(const std::function<bool()>& condition,
+                absl::Duration timeout = absl::Seconds(10)) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (!condition()) {
+    if (absl::Now() >= deadline) return false;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return true;
+}
+
+// The service on a real clock and a free loopback port, with a raw stub.
+struct Fixture {
+  Fixture() {
+    absl::StatusOr<config::Job> job = ParseJob(R"pb(name: "svc"
+                                                    tables { name: "emb" dim: 4 }
+                                                    cluster { num_servers: 2 num_workers: 1 })pb",
+                                               "job.pbtxt");
+    REQUIRE(job.ok());
+    CoordinatorOptions options;
+    options.job = *job;
+    auto c = Coordinator::Create(std::move(options));
+    REQUIRE(c.ok());
+    coordinator = std::move(*c);
+    service = std::make_unique<CoordinatorService>(coordinator.get());
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(service.get());
+    server = builder.BuildAndStart();
+    REQUIRE(server != nullptr);
+    stub = rpc::Coordinator::NewStub(
+        grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+  }
+
+  ~Fixture() { Stop(); }
+
+  void Stop() {
+    if (server == nullptr) return;
+    coordinator->Shutdown();
+    server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+    server.reset();
+  }
+
+  std::unique_ptr<Coordinator> coordinator;
+  std::unique_ptr<CoordinatorService> service;
+  std::unique_ptr<grpc::Server> server;
+  std::unique_ptr<rpc::Coordinator::Stub> stub;
+};
+
+// A KvWait started with the callback client API.
+struct PendingKvWait {
+  PendingKvWait(rpc::Coordinator::Stub* stub, const std::string& key) {
+    request.add_keys(key);
+    stub->async()->KvWait(&context, &request, &response, [this](grpc::Status s) {
+      status = FromGrpcStatus(s);
+      done.Notify();
+    });
+  }
+  grpc::ClientContext context;
+  rpc::KvGetRequest request;
+  rpc::KvGetResponse response;
+  absl::Status status;
+  absl::Notification done;
+};
+
+TEST_CASE("a call cancelled by its client cancels its waiter", "[coordinator][service]") {
+  Fixture f;
+  PendingKvWait wait(f.stub.get(), "never");
+  REQUIRE(Eventually([&] { return f.coordinator->NumPendingWaits() == 1; }));
+  wait.context.TryCancel();
+  REQUIRE(wait.done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  CHECK(wait.status.code() == absl::StatusCode::kCancelled);
+  CHECK(Eventually([&] { return f.coordinator->NumPendingWaits() == 0; }));
+}
+
+TEST_CASE("waits answer before the call's deadline, saying what is missing",
+          "[coordinator][service]") {
+  Fixture f;
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Milliseconds(300)));
+  const std::string which = GENERATE("map", "clock", "kv");
+  CAPTURE(which);
+  absl::Status status;
+  if (which == "map") {
+    rpc::GetShardMapRequest request;
+    rpc::ShardMap map;
+    status = FromGrpcStatus(f.stub->GetShardMap(&context, request, &map));
+    CHECK(status == absl::UnavailableError("shard map not ready: 0 of 2 servers registered"));
+  } else if (which == "clock") {
+    rpc::WaitClockRequest request;
+    request.set_clock(1);
+    rpc::ClockState state;
+    status = FromGrpcStatus(f.stub->WaitClock(&context, request, &state));
+    CHECK(status.code() == absl::StatusCode::kDeadlineExceeded);
+    CHECK(absl::StartsWith(status.message(), "wait clock:"));
+  } else {
+    rpc::KvGetRequest request;
+    request.add_keys("k");
+    rpc::KvGetResponse response;
+    status = FromGrpcStatus(f.stub->KvWait(&context, request, &response));
+    CHECK(status == absl::DeadlineExceededError("kv wait: keys not set by the deadline: \"k\""));
+  }
+}
+
+TEST_CASE("KvWait honours timeout_ms without a call deadline", "[coordinator][service]") {
+  Fixture f;
+  grpc::ClientContext context;
+  rpc::KvGetRequest request;
+  request.add_keys("k");
+  request.set_timeout_ms(50);
+  rpc::KvGetResponse response;
+  const absl::Status status = FromGrpcStatus(f.stub->KvWait(&context, request, &response));
+  CHECK(status.code() == absl::StatusCode::kDeadlineExceeded);
+  CHECK(absl::StrContains(status.message(), "\"k\""));
+}
+
+TEST_CASE("a wait is answered by another call's change", "[coordinator][service]") {
+  Fixture f;
+  PendingKvWait wait(f.stub.get(), "k");
+  REQUIRE(Eventually([&] { return f.coordinator->NumPendingWaits() == 1; }));
+  grpc::ClientContext context;
+  rpc::KvSetRequest set;
+  set.set_key("k");
+  set.set_value(std::string("\0v", 2));
+  rpc::KvSetResponse ignored;
+  REQUIRE(f.stub->KvSet(&context, set, &ignored).ok());
+  REQUIRE(wait.done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  REQUIRE(wait.status.ok());
+  REQUIRE(wait.response.values_size() == 1);
+  CHECK(wait.response.values(0) == std::string("\0v", 2));
+}
+
+TEST_CASE("checkpoints are UNIMPLEMENTED over the wire", "[coordinator][service]") {
+  Fixture f;
+  grpc::ClientContext context;
+  rpc::CheckpointRequest request;
+  rpc::CheckpointResponse response;
+  const grpc::Status status = f.stub->StartCheckpoint(&context, request, &response);
+  CHECK(status.error_code() == grpc::StatusCode::UNIMPLEMENTED);
+  CHECK(status.error_message() == "checkpoints are not implemented yet");
+}
+
+TEST_CASE("the server shuts down at once with waits pending", "[coordinator][service]") {
+  Fixture f;
+  std::vector<std::unique_ptr<PendingKvWait>> waits;
+  for (int i = 0; i < 3; ++i) waits.push_back(std::make_unique<PendingKvWait>(f.stub.get(), "k"));
+  REQUIRE(Eventually([&] { return f.coordinator->NumPendingWaits() == 3; }));
+  const absl::Time start = absl::Now();
+  f.Stop();  // a 30 s grace: ending the waits is what makes it quick
+  CHECK(absl::Now() - start < absl::Seconds(5));
+  for (auto& w : waits) {
+    REQUIRE(w->done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+    CHECK(w->status.code() == absl::StatusCode::kUnavailable);
+  }
+}
+
+}  // namespace
+}  // namespace coordinator
+}  // namespace ps

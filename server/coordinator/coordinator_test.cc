@@ -1,0 +1,497 @@
+#include "server/coordinator/coordinator.h"
+
+#include <catch2/catch.hpp>
+#include <map>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "common/job_config.h"
+#include "server/coordinator/fake_clock.h"
+
+namespace ps {
+namespace coordinator {
+namespace {
+
+config::Job MakeJob(int servers, int workers, int shards = 64, int replication = 1) {
+  const std::string text = absl::StrFormat(
+      R"pb(name: "test"
+           tables { name: "emb" dim: 4 }
+           cluster { num_servers: %d num_workers: %d num_shards: %d replication_factor: %d })pb",
+      servers, workers, shards, replication);
+  absl::StatusOr<config::Job> job = ParseJob(text, "test.pbtxt");
+  REQUIRE(job.ok());
+  return *job;
+}
+
+// A coordinator on a fake clock.
+struct Fixture {
+  explicit Fixture(int servers = 2, int workers = 2, int shards = 64, int replication = 1) {
+    CoordinatorOptions options;
+    options.job = MakeJob(servers, workers, shards, replication);
+    options.heartbeat_interval = absl::Milliseconds(500);
+    options.dead_after = absl::Seconds(3);
+    options.clock = &clock;
+    absl::StatusOr<std::unique_ptr<Coordinator>> c = Coordinator::Create(std::move(options));
+    REQUIRE(c.ok());
+    coordinator = std::move(*c);
+  }
+
+  // A deadline on the fake clock that tests never reach unless they advance it.
+  absl::Time Far() const { return clock.Now() + absl::Hours(1); }
+
+  rpc::RegisterResponse MustRegister(rpc::Role role, const std::string& address, int rank) {
+    absl::StatusOr<rpc::RegisterResponse> r = coordinator->Register(role, address, rank);
+    INFO(r.status().ToString());
+    REQUIRE(r.ok());
+    return *r;
+  }
+
+  std::map<uint32_t, rpc::MemberStatus> Members() {
+    std::map<uint32_t, rpc::MemberStatus> out;
+    const rpc::ClusterStatus status = coordinator->Status();
+    for (const auto& m : status.members()) out[m.member_id()] = m;
+    return out;
+  }
+
+  FakeClock clock;
+  std::unique_ptr<Coordinator> coordinator;
+};
+
+// Collects the answer of an Async* call.
+template <typename T>
+struct Answer {
+  std::function<void(absl::StatusOr<T>)> Callback() {
+    return [this](absl::StatusOr<T> r) {
+      result = std::move(r);
+      done.Notify();
+    };
+  }
+  absl::Notification done;
+  std::optional<absl::StatusOr<T>> result;
+};
+
+TEST_CASE("options are validated", "[coordinator]") {
+  CoordinatorOptions options;
+  options.job = MakeJob(1, 1);
+  options.heartbeat_interval = absl::Seconds(2);
+  options.dead_after = absl::Seconds(1);
+  CHECK(Coordinator::Create(options).status().code() == absl::StatusCode::kInvalidArgument);
+  options.heartbeat_interval = absl::ZeroDuration();
+  CHECK(Coordinator::Create(options).status().code() == absl::StatusCode::kInvalidArgument);
+  CoordinatorOptions bad_job;
+  bad_job.job.set_name("no tables");
+  CHECK(Coordinator::Create(bad_job).status().code() == absl::StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("servers get ids in registration order and the job", "[coordinator][register]") {
+  Fixture f;
+  const rpc::RegisterResponse a = f.MustRegister(rpc::SERVER, "10.0.0.1:7000", -1);
+  const rpc::RegisterResponse b = f.MustRegister(rpc::SERVER, "10.0.0.2:7000", 5);
+  CHECK(a.member_id() == 1);
+  CHECK(b.member_id() == 2);
+  CHECK(a.rank() == 0);
+  CHECK(b.rank() == 1);
+  CHECK(a.job().name() == "test");
+  CHECK(a.heartbeat_interval_ms() == 500);
+
+  SECTION("a third address is refused") {
+    const auto third = f.coordinator->Register(rpc::SERVER, "10.0.0.3:7000", -1);
+    CHECK(third.status().code() == absl::StatusCode::kFailedPrecondition);
+    CHECK(absl::StrContains(third.status().message(), "expects 2 servers"));
+    CHECK(absl::StrContains(third.status().message(), "10.0.0.3:7000"));
+  }
+  SECTION("a restart keeps its server_id, gets a new member_id and replaces the old member") {
+    f.clock.Advance(absl::Seconds(4));
+    f.coordinator->Sweep();
+    REQUIRE_FALSE(f.coordinator->GetShardMap(0, f.Far())->servers(0).alive());
+    const rpc::RegisterResponse again = f.MustRegister(rpc::SERVER, "10.0.0.1:7000", -1);
+    CHECK(again.rank() == 0);
+    CHECK(again.member_id() == 3);
+    const auto map = f.coordinator->GetShardMap(0, f.Far());
+    REQUIRE(map.ok());
+    CHECK(map->servers(0).alive());
+    CHECK(f.coordinator->Heartbeat(1).status().code() == absl::StatusCode::kNotFound);
+    CHECK(f.Members().count(1) == 0);
+  }
+}
+
+TEST_CASE("bad registrations are refused", "[coordinator][register]") {
+  Fixture f;
+  const auto code = [&](rpc::Role role, const std::string& address, int rank) {
+    return f.coordinator->Register(role, address, rank).status().code();
+  };
+  CHECK(code(rpc::ROLE_UNSPECIFIED, "h:1", -1) == absl::StatusCode::kInvalidArgument);
+  CHECK(code(static_cast<rpc::Role>(42), "h:1", -1) == absl::StatusCode::kInvalidArgument);
+  CHECK(code(rpc::SERVER, "", -1) == absl::StatusCode::kInvalidArgument);
+  const std::string bad = GENERATE("host", "host:", ":80", "host:0", "host:65536", "host:8x",
+                                   "::1:80", "[::1]", "a b:80");
+  CAPTURE(bad);
+  CHECK(code(rpc::SERVER, bad, -1) == absl::StatusCode::kInvalidArgument);
+  CHECK(code(rpc::WORKER, bad, -1) == absl::StatusCode::kInvalidArgument);
+  CHECK(code(rpc::WORKER, "", 2) == absl::StatusCode::kInvalidArgument);
+  CHECK(code(rpc::WORKER, "", -2) == absl::StatusCode::kInvalidArgument);
+  // Nothing above took an id.
+  CHECK(f.MustRegister(rpc::SERVER, "[::1]:80", -1).member_id() == 1);
+}
+
+TEST_CASE("workers get the rank they ask for or the next free one", "[coordinator][register]") {
+  Fixture f(1, 3);
+  CHECK(f.MustRegister(rpc::WORKER, "", 1).rank() == 1);
+  CHECK(f.MustRegister(rpc::WORKER, "", -1).rank() == 0);
+  CHECK(f.MustRegister(rpc::WORKER, "", -1).rank() == 2);
+  const auto taken = f.coordinator->Register(rpc::WORKER, "", 1);
+  CHECK(taken.status().code() == absl::StatusCode::kAlreadyExists);
+  CHECK(f.coordinator->Register(rpc::WORKER, "", -1).status().code() ==
+        absl::StatusCode::kFailedPrecondition);
+
+  SECTION("a dead worker's rank can be taken, with its clock") {
+    const auto members = f.Members();
+    uint32_t rank1 = 0;
+    for (const auto& [id, m] : members) {
+      if (m.rank() == 1) rank1 = id;
+    }
+    REQUIRE(f.coordinator->ReportClock(rank1, 7).ok());
+    f.clock.Advance(absl::Seconds(2));
+    for (const auto& [id, m] : members) {
+      if (id != rank1) REQUIRE(f.coordinator->Heartbeat(id).ok());
+    }
+    f.clock.Advance(absl::Seconds(2));  // only rank 1 is silent for 4 s
+    const rpc::RegisterResponse back = f.MustRegister(rpc::WORKER, "", -1);
+    CHECK(back.rank() == 1);
+    CHECK(f.Members().count(rank1) == 0);
+    CHECK(f.coordinator->Clocks().max_clock() == 7);
+  }
+}
+
+TEST_CASE("clients register with rank -1", "[coordinator][register]") {
+  Fixture f;
+  const rpc::RegisterResponse c = f.MustRegister(rpc::CLIENT, "", 3);
+  CHECK(c.rank() == -1);
+  CHECK(f.Members().at(c.member_id()).role() == rpc::CLIENT);
+}
+
+TEST_CASE("the shard map spreads shards evenly with distinct replicas", "[coordinator][map]") {
+  const auto [servers, shards, replication] = GENERATE(table<int, int, int>(
+      {{1, 1, 1}, {2, 64, 1}, {3, 64, 2}, {4, 10, 3}, {5, 100, 5}, {7, 7, 2}}));
+  CAPTURE(servers, shards, replication);
+  Fixture f(servers, 1, shards, replication);
+  for (int s = 0; s < servers; ++s) f.MustRegister(rpc::SERVER, absl::StrCat("h", s, ":1"), -1);
+  const absl::StatusOr<rpc::ShardMap> map = f.coordinator->GetShardMap(1, f.clock.Now());
+  REQUIRE(map.ok());
+  CHECK(map->version() == 1);
+  CHECK(map->num_shards() == static_cast<uint32_t>(shards));
+  REQUIRE(map->servers_size() == servers);
+  REQUIRE(map->shards_size() == shards);
+  std::vector<int> primaries(servers);
+  for (int i = 0; i < shards; ++i) {
+    const rpc::ShardAssignment& a = map->shards(i);
+    CHECK(a.shard() == static_cast<uint32_t>(i));
+    CHECK(a.primary() == static_cast<uint32_t>(i % servers));
+    ++primaries[a.primary()];
+    REQUIRE(a.replicas_size() == replication - 1);
+    std::vector<bool> holds(servers);
+    holds[a.primary()] = true;
+    for (int r = 0; r < a.replicas_size(); ++r) {
+      CHECK(a.replicas(r) == static_cast<uint32_t>((i + r + 1) % servers));
+      CHECK_FALSE(holds[a.replicas(r)]);
+      holds[a.replicas(r)] = true;
+    }
+  }
+  for (int n : primaries) CHECK((n == shards / servers || n == shards / servers + 1));
+  for (int s = 0; s < servers; ++s) {
+    CHECK(map->servers(s).server_id() == static_cast<uint32_t>(s));
+    CHECK(map->servers(s).address() == absl::StrCat("h", s, ":1"));
+    CHECK(map->servers(s).alive());
+  }
+}
+
+TEST_CASE("the shard map is UNAVAILABLE until every server registered", "[coordinator][map]") {
+  Fixture f;
+  f.MustRegister(rpc::SERVER, "h0:1", -1);
+  const auto early = f.coordinator->GetShardMap(0, f.clock.Now());
+  CHECK(early.status().code() == absl::StatusCode::kUnavailable);
+  CHECK(early.status().message() == "shard map not ready: 1 of 2 servers registered");
+  CHECK(f.coordinator->Heartbeat(1).value() == 0);
+  f.MustRegister(rpc::SERVER, "h1:1", -1);
+  CHECK(f.coordinator->Heartbeat(1).value() == 1);
+  const auto newer = f.coordinator->GetShardMap(2, f.clock.Now());
+  CHECK(newer.status().code() == absl::StatusCode::kUnavailable);
+  CHECK(absl::StrContains(newer.status().message(), "version 1 is older than the requested 2"));
+}
+
+TEST_CASE("a shard map wait is completed by another thread's registration",
+          "[coordinator][map][wait]") {
+  Fixture f;
+  f.MustRegister(rpc::SERVER, "h0:1", -1);
+  std::optional<absl::StatusOr<rpc::ShardMap>> got;
+  std::thread waiter([&] { got = f.coordinator->GetShardMap(1, f.Far()); });
+  // The registration may come before or after the waiter registers: either way it gets the map.
+  f.MustRegister(rpc::SERVER, "h1:1", -1);
+  waiter.join();
+  REQUIRE(got->ok());
+  CHECK((*got)->version() == 1);
+}
+
+TEST_CASE("async waits complete on the thread that changes the state", "[coordinator][wait]") {
+  Fixture f;
+  Answer<rpc::ShardMap> answer;
+  f.coordinator->AsyncGetShardMap(1, f.Far(), answer.Callback());
+  f.MustRegister(rpc::SERVER, "h0:1", -1);
+  CHECK_FALSE(answer.done.HasBeenNotified());
+  CHECK(f.coordinator->NumPendingWaits() == 1);
+  f.MustRegister(rpc::SERVER, "h1:1", -1);
+  REQUIRE(answer.done.HasBeenNotified());  // done ran inside Register
+  CHECK(answer.result->ok());
+  CHECK(f.coordinator->NumPendingWaits() == 0);
+}
+
+TEST_CASE("waits end at their deadline on the coordinator's clock", "[coordinator][wait]") {
+  Fixture f;
+  Answer<rpc::ShardMap> map;
+  Answer<rpc::ClockState> clock;
+  Answer<std::vector<std::string>> kv;
+  f.MustRegister(rpc::SERVER, "h0:1", -1);
+  f.coordinator->AsyncGetShardMap(1, f.clock.Now() + absl::Seconds(1), map.Callback());
+  f.coordinator->AsyncWaitClock(0, f.clock.Now() + absl::Seconds(1), clock.Callback());
+  f.coordinator->AsyncKvWait({"a", "b", "c"}, f.clock.Now() + absl::Seconds(1), kv.Callback());
+  REQUIRE(f.coordinator->KvSet("b", "x").ok());
+  f.clock.Advance(absl::Milliseconds(999));
+  f.coordinator->Sweep();
+  CHECK(f.coordinator->NumPendingWaits() == 3);
+  f.clock.Advance(absl::Milliseconds(1));
+  f.coordinator->Sweep();
+  REQUIRE(map.done.HasBeenNotified());
+  REQUIRE(clock.done.HasBeenNotified());
+  REQUIRE(kv.done.HasBeenNotified());
+  CHECK(map.result->status() ==
+        absl::UnavailableError("shard map not ready: 1 of 2 servers registered"));
+  CHECK(clock.result->status().code() == absl::StatusCode::kDeadlineExceeded);
+  CHECK(absl::StrContains(clock.result->status().message(), "0 of 2 workers registered"));
+  CHECK(kv.result->status() ==
+        absl::DeadlineExceededError("kv wait: keys not set by the deadline: \"a\", \"c\""));
+}
+
+TEST_CASE("a wait whose deadline has passed answers at once", "[coordinator][wait]") {
+  Fixture f(1, 1);
+  REQUIRE(f.coordinator->KvSet("k", "v").ok());
+  CHECK(*f.coordinator->KvWait({"k"}, f.clock.Now() - absl::Seconds(1)) ==
+        std::vector<std::string>{"v"});
+  CHECK(f.coordinator->KvWait({"k", "missing"}, f.clock.Now()).status().code() ==
+        absl::StatusCode::kDeadlineExceeded);
+  CHECK(f.coordinator->NumPendingWaits() == 0);
+}
+
+TEST_CASE("the timer thread ends waits at real deadlines", "[coordinator][wait]") {
+  CoordinatorOptions options;
+  options.job = MakeJob(1, 1);
+  options.heartbeat_interval = absl::Seconds(10);  // the sweep alone would not wake it in time
+  options.dead_after = absl::Seconds(30);
+  auto c = Coordinator::Create(std::move(options));
+  REQUIRE(c.ok());
+  const absl::Time start = absl::Now();
+  const auto got = (*c)->KvWait({"never"}, start + absl::Milliseconds(50));
+  CHECK(got.status().code() == absl::StatusCode::kDeadlineExceeded);
+  CHECK(absl::Now() - start >= absl::Milliseconds(50));
+  CHECK(absl::Now() - start < absl::Seconds(5));
+}
+
+TEST_CASE("cancelling and shutting down end waits", "[coordinator][wait]") {
+  Fixture f;
+  Answer<std::vector<std::string>> cancelled;
+  Answer<std::vector<std::string>> pending;
+  const WaitId id = f.coordinator->AsyncKvWait({"a"}, f.Far(), cancelled.Callback());
+  f.coordinator->AsyncKvWait({"a"}, absl::InfiniteFuture(), pending.Callback());
+  f.coordinator->CancelWait(id);
+  REQUIRE(cancelled.done.HasBeenNotified());
+  CHECK(cancelled.result->status().code() == absl::StatusCode::kCancelled);
+  f.coordinator->CancelWait(id);  // a second cancel does nothing
+  f.coordinator->CancelWait(12345);
+  CHECK_FALSE(pending.done.HasBeenNotified());
+
+  f.coordinator->Shutdown();
+  REQUIRE(pending.done.HasBeenNotified());
+  CHECK(pending.result->status().code() == absl::StatusCode::kUnavailable);
+  // Later waits end at once; other calls keep working.
+  CHECK(f.coordinator->KvWait({"a"}, f.Far()).status().code() == absl::StatusCode::kUnavailable);
+  CHECK(f.coordinator->KvSet("a", "1").ok());
+  f.coordinator->Shutdown();
+}
+
+TEST_CASE("shutdown ends a wait blocked in another thread", "[coordinator][wait]") {
+  Fixture f;
+  std::optional<absl::StatusOr<rpc::ClockState>> got;
+  absl::Notification started;
+  std::thread waiter([&] {
+    started.Notify();
+    got = f.coordinator->WaitClock(100, absl::InfiniteFuture());
+  });
+  started.WaitForNotification();
+  f.coordinator->Shutdown();  // before or after the wait registered: it ends UNAVAILABLE
+  waiter.join();
+  CHECK(got->status().code() == absl::StatusCode::kUnavailable);
+}
+
+TEST_CASE("heartbeats keep members alive; silence kills them", "[coordinator][liveness]") {
+  Fixture f;
+  const uint32_t s0 = f.MustRegister(rpc::SERVER, "h0:1", -1).member_id();
+  const uint32_t s1 = f.MustRegister(rpc::SERVER, "h1:1", -1).member_id();
+  const uint32_t w = f.MustRegister(rpc::WORKER, "", -1).member_id();
+  CHECK(f.coordinator->Heartbeat(99).status().code() == absl::StatusCode::kNotFound);
+
+  f.clock.Advance(absl::Seconds(2));
+  REQUIRE(f.coordinator->Heartbeat(s0).value() == 1);
+  f.clock.Advance(absl::Seconds(1));  // s1 and w are silent for 3 s: dead
+  f.coordinator->Sweep();
+  auto members = f.Members();
+  CHECK(members.at(s0).alive());
+  CHECK(members.at(s0).last_seen_ms() == 1000);
+  CHECK_FALSE(members.at(s1).alive());
+  CHECK(members.at(s1).last_seen_ms() == 3000);
+  CHECK_FALSE(members.at(w).alive());
+
+  // The map says so, with a new version; a heartbeat revives it and bumps the version again.
+  auto map = f.coordinator->GetShardMap(0, f.Far());
+  CHECK(map->version() == 2);
+  CHECK(map->servers(0).alive());
+  CHECK_FALSE(map->servers(1).alive());
+  CHECK(f.coordinator->Heartbeat(s1).value() == 3);
+  CHECK(f.coordinator->GetShardMap(3, f.clock.Now())->servers(1).alive());
+  // A worker's death does not change the map.
+  CHECK(f.coordinator->Heartbeat(w).value() == 3);
+  CHECK(f.Members().at(w).alive());
+}
+
+TEST_CASE("liveness is checked lazily on reads", "[coordinator][liveness]") {
+  Fixture f(1, 1);
+  const uint32_t s = f.MustRegister(rpc::SERVER, "h0:1", -1).member_id();
+  f.clock.Advance(absl::Seconds(5));
+  // No Sweep: Status sees the silence itself.
+  CHECK_FALSE(f.Members().at(s).alive());
+  CHECK(f.coordinator->Status().shard_map().version() == 2);
+}
+
+TEST_CASE("a shard map wait for the next version is answered by a failure",
+          "[coordinator][liveness][wait]") {
+  Fixture f;
+  f.MustRegister(rpc::SERVER, "h0:1", -1);
+  f.MustRegister(rpc::SERVER, "h1:1", -1);
+  Answer<rpc::ShardMap> next;
+  f.coordinator->AsyncGetShardMap(2, f.Far(), next.Callback());
+  CHECK_FALSE(next.done.HasBeenNotified());
+  f.clock.Advance(absl::Seconds(3));
+  f.coordinator->Sweep();
+  REQUIRE(next.done.HasBeenNotified());
+  CHECK((*next.result)->version() == 2);
+}
+
+TEST_CASE("clocks: min over every expected worker, max kept per worker", "[coordinator][clock]") {
+  Fixture f(1, 2);
+  const uint32_t server = f.MustRegister(rpc::SERVER, "h0:1", -1).member_id();
+  const uint32_t w0 = f.MustRegister(rpc::WORKER, "", 0).member_id();
+  CHECK(f.coordinator->ReportClock(server, 1).status().code() ==
+        absl::StatusCode::kFailedPrecondition);
+  CHECK(f.coordinator->ReportClock(99, 1).status().code() == absl::StatusCode::kNotFound);
+  CHECK(f.coordinator->ReportClock(w0, -1).status().code() == absl::StatusCode::kInvalidArgument);
+
+  rpc::ClockState s = f.coordinator->ReportClock(w0, 5).value();
+  CHECK(s.min_clock() == -1);  // rank 1 has not registered
+  CHECK(s.max_clock() == 5);
+  const uint32_t w1 = f.MustRegister(rpc::WORKER, "", -1).member_id();
+  CHECK(f.coordinator->Clocks().min_clock() == -1);  // ... nor reported
+  s = f.coordinator->ReportClock(w1, 3).value();
+  CHECK(s.min_clock() == 3);
+  CHECK(s.max_clock() == 5);
+  s = f.coordinator->ReportClock(w0, 2).value();  // never backwards
+  CHECK(s.min_clock() == 3);
+  CHECK(s.max_clock() == 5);
+}
+
+TEST_CASE("a clock wait is completed by another thread's report", "[coordinator][clock][wait]") {
+  Fixture f(1, 2);
+  const uint32_t w0 = f.MustRegister(rpc::WORKER, "", 0).member_id();
+  const uint32_t w1 = f.MustRegister(rpc::WORKER, "", 1).member_id();
+  REQUIRE(f.coordinator->ReportClock(w0, 4).ok());
+  std::optional<absl::StatusOr<rpc::ClockState>> got;
+  std::thread waiter([&] { got = f.coordinator->WaitClock(4, f.Far()); });
+  REQUIRE(f.coordinator->ReportClock(w1, 3).ok());
+  REQUIRE(f.coordinator->ReportClock(w1, 4).ok());
+  waiter.join();
+  REQUIRE(got->ok());
+  CHECK((*got)->min_clock() == 4);
+}
+
+TEST_CASE("the rendezvous store sets, overwrites and gets bytes", "[coordinator][kv]") {
+  Fixture f;
+  const std::string binary("\0\x01\xff", 3);
+  REQUIRE(f.coordinator->KvSet("a", "1").ok());
+  REQUIRE(f.coordinator->KvSet("b", binary).ok());
+  REQUIRE(f.coordinator->KvSet("a", "2").ok());
+  CHECK(*f.coordinator->KvGet({"b", "a"}) == std::vector<std::string>{binary, "2"});
+  CHECK(f.coordinator->KvGet({}).value().empty());
+  CHECK(f.coordinator->KvGet({"a", "x", "y"}).status() ==
+        absl::NotFoundError("key \"x\" is not set"));
+  CHECK(f.coordinator->KvSet("", "v").code() == absl::StatusCode::kInvalidArgument);
+  CHECK(f.coordinator->KvGet({""}).status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(f.coordinator->KvWait({"a", ""}, f.Far()).status().code() ==
+        absl::StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("the rendezvous store limits keys to 1 KiB and values to 16 MiB", "[coordinator][kv]") {
+  Fixture f;
+  CHECK(f.coordinator->KvSet(std::string(1024, 'k'), std::string(16 << 20, 'v')).ok());
+  CHECK(f.coordinator->KvSet(std::string(1025, 'k'), "v").code() ==
+        absl::StatusCode::kResourceExhausted);
+  CHECK(f.coordinator->KvSet("k", std::string((16 << 20) + 1, 'v')).code() ==
+        absl::StatusCode::kResourceExhausted);
+}
+
+TEST_CASE("a kv wait is completed by other threads' sets", "[coordinator][kv][wait]") {
+  Fixture f;
+  const int keys = GENERATE(1, 2, 8);
+  std::vector<std::string> names;
+  for (int i = 0; i < keys; ++i) names.push_back(absl::StrCat("rank", i));
+  std::optional<absl::StatusOr<std::vector<std::string>>> got;
+  std::thread waiter([&] { got = f.coordinator->KvWait(names, f.Far()); });
+  std::vector<std::thread> setters;
+  for (int i = 0; i < keys; ++i) {
+    setters.emplace_back([&, i] { REQUIRE(f.coordinator->KvSet(names[i], names[i] + "!").ok()); });
+  }
+  for (std::thread& t : setters) t.join();
+  waiter.join();
+  REQUIRE(got->ok());
+  for (int i = 0; i < keys; ++i) CHECK((**got)[i] == names[i] + "!");
+}
+
+TEST_CASE("checkpoints are not implemented yet", "[coordinator]") {
+  Fixture f;
+  CHECK(f.coordinator->StartCheckpoint(-1).status() ==
+        absl::UnimplementedError("checkpoints are not implemented yet"));
+}
+
+TEST_CASE("status lists members, map, clocks and the job", "[coordinator]") {
+  Fixture f(1, 1);
+  f.MustRegister(rpc::SERVER, "h0:1", -1);
+  f.MustRegister(rpc::WORKER, "w:2", -1);
+  f.MustRegister(rpc::CLIENT, "", -1);
+  const rpc::ClusterStatus s = f.coordinator->Status();
+  CHECK(s.job_name() == "test");
+  REQUIRE(s.members_size() == 3);
+  CHECK(s.members(0).role() == rpc::SERVER);
+  CHECK(s.members(1).role() == rpc::WORKER);
+  CHECK(s.members(1).address() == "w:2");
+  CHECK(s.members(1).rank() == 0);
+  CHECK(s.members(2).role() == rpc::CLIENT);
+  CHECK(s.shard_map().version() == 1);
+  CHECK(s.clocks().min_clock() == -1);
+}
+
+}  // namespace
+}  // namespace coordinator
+}  // namespace ps

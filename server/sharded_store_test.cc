@@ -1,0 +1,294 @@
+#include "server/sharded_store.h"
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <random>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "common/hash.h"
+#include "common/job_config.h"
+
+namespace ps {
+namespace server {
+namespace {
+
+constexpr uint32_t kShards = 8;
+
+config::Job TestJob() {
+  absl::StatusOr<config::Job> job = ParseJob(R"pb(
+    tables {
+      name: "emb"
+      dim: 4
+      initializer { kind: UNIFORM low: -1 high: 1 }
+      optimizer { type: "sgd" learning_rate: 0.5 }
+    }
+    cluster { num_shards: 8 num_servers: 2 max_message_bytes: 1048576 }
+  )pb", "test.pbtxt");
+  REQUIRE(job.ok());
+  return *job;
+}
+
+// A map in which server 0 serves the even shards and server 1 the odd ones.
+rpc::ShardMap EvenOddMap(uint64_t version) {
+  rpc::ShardMap map;
+  map.set_version(version);
+  map.set_num_shards(kShards);
+  for (uint32_t s = 0; s < kShards; ++s) {
+    rpc::ShardAssignment* a = map.add_shards();
+    a->set_shard(s);
+    a->set_primary(s % 2);
+  }
+  return map;
+}
+
+// Keys grouped into runs by shard, as a client sends them.
+template <typename Request>
+void SetKeys(const std::vector<uint64_t>& keys, Request* request) {
+  const uint64_t table = NameHash(request->table());
+  std::map<uint32_t, std::vector<uint64_t>> by_shard;
+  for (uint64_t k : keys) by_shard[ShardOf(table, k, kShards)].push_back(k);
+  std::string bytes;
+  for (const auto& [shard, ks] : by_shard) {
+    rpc::ShardRun* run = request->add_runs();
+    run->set_shard(shard);
+    run->set_count(ks.size());
+    bytes.append(reinterpret_cast<const char*>(ks.data()), ks.size() * sizeof(uint64_t));
+  }
+  request->set_keys(bytes);
+}
+
+// Keys (in [0, 10000)) that fall on shards served by server 0 in EvenOddMap.
+std::vector<uint64_t> EvenShardKeys(int n) {
+  std::vector<uint64_t> keys;
+  const uint64_t table = NameHash("emb");
+  for (uint64_t k = 0; keys.size() < static_cast<size_t>(n); ++k) {
+    if (ShardOf(table, k, kShards) % 2 == 0) keys.push_back(k);
+  }
+  return keys;
+}
+
+// Pulls and returns the rows by key.
+std::map<uint64_t, std::vector<float>> PullRows(ShardedStore& store,
+                                                const std::vector<uint64_t>& keys) {
+  rpc::PullRequest request;
+  request.set_table("emb");
+  SetKeys(keys, &request);
+  rpc::PullResponse response;
+  const absl::Status status = store.Pull(request, &response);
+  REQUIRE(status.ok());
+  REQUIRE(response.dim() == 4);
+  std::map<uint64_t, std::vector<float>> rows;
+  std::vector<uint64_t> sent(request.keys().size() / 8);
+  std::memcpy(sent.data(), request.keys().data(), request.keys().size());
+  const float* v = reinterpret_cast<const float*>(response.values().data());
+  for (size_t i = 0; i < sent.size(); ++i) rows[sent[i]].assign(v + 4 * i, v + 4 * i + 4);
+  return rows;
+}
+
+rpc::PushRequest MakePush(const std::vector<uint64_t>& keys, float grad, uint64_t sequence) {
+  rpc::PushRequest request;
+  request.set_table("emb");
+  request.mutable_header()->set_worker_id(7);
+  request.mutable_header()->set_sequence(sequence);
+  SetKeys(keys, &request);
+  std::vector<float> grads(keys.size() * 4, grad);
+  request.set_grads(std::string(reinterpret_cast<const char*>(grads.data()),
+                                grads.size() * sizeof(float)));
+  return request;
+}
+
+std::unique_ptr<ShardedStore> ServingStore() {
+  auto store = ShardedStore::Create(TestJob(), {});
+  REQUIRE(store.ok());
+  (*store)->SetShardMap(EvenOddMap(3), 0);
+  return std::move(*store);
+}
+
+TEST_CASE("pulls create deterministic rows and pushes apply sgd, duplicates summed",
+          "[server][store]") {
+  auto store = ServingStore();
+  const std::vector<uint64_t> keys = EvenShardKeys(50);
+  const auto before = PullRows(*store, keys);
+  CHECK(PullRows(*store, keys) == before);  // a second pull sees the same rows
+
+  // Every key twice in one push: the two gradients are summed, then one SGD step (lr 0.5).
+  std::vector<uint64_t> doubled = keys;
+  doubled.insert(doubled.end(), keys.begin(), keys.end());
+  uint32_t duplicates = 99;
+  REQUIRE(store->Push(MakePush(doubled, 1.0f, 1), &duplicates).ok());
+  CHECK(duplicates == 0);
+  const auto after = PullRows(*store, keys);
+  for (uint64_t k : keys) {
+    for (int j = 0; j < 4; ++j) CHECK(after.at(k)[j] == before.at(k)[j] - 0.5f * 2.0f);
+  }
+
+  // A second store created from the same job creates the same rows bit for bit.
+  auto other = ServingStore();
+  CHECK(PullRows(*other, keys) == before);
+}
+
+TEST_CASE("a retried push is applied exactly once", "[server][store]") {
+  auto store = ServingStore();
+  const std::vector<uint64_t> keys = EvenShardKeys(20);
+  const auto before = PullRows(*store, keys);
+  uint32_t duplicates = 0;
+  REQUIRE(store->Push(MakePush(keys, 1.0f, 5), &duplicates).ok());
+  REQUIRE(store->Push(MakePush(keys, 1.0f, 5), &duplicates).ok());
+  CHECK(duplicates == keys.size());
+  // Out of order: 4 arrives after 5 and is still applied once.
+  REQUIRE(store->Push(MakePush(keys, 1.0f, 4), &duplicates).ok());
+  CHECK(duplicates == 0);
+  const auto after = PullRows(*store, keys);
+  for (uint64_t k : keys) CHECK(after.at(k)[0] == before.at(k)[0] - 0.5f * 2.0f);
+}
+
+TEST_CASE("bad requests get specific errors and change nothing", "[server][store]") {
+  auto store = ServingStore();
+  const std::vector<uint64_t> keys = EvenShardKeys(10);
+  const auto before = PullRows(*store, keys);
+  uint32_t duplicates = 0;
+
+  SECTION("unknown table") {
+    rpc::PullRequest pull;
+    pull.set_table("nope");
+    rpc::PullResponse response;
+    const absl::Status status = store->Pull(pull, &response);
+    CHECK(status.code() == absl::StatusCode::kNotFound);
+    CHECK(absl::StrContains(status.message(), "unknown table \"nope\""));
+  }
+  SECTION("gradient length disagrees with keys x dim") {
+    rpc::PushRequest push = MakePush(keys, 1.0f, 1);
+    push.mutable_grads()->resize(push.grads().size() - 4);
+    const absl::Status status = store->Push(push, &duplicates);
+    CHECK(status.code() == absl::StatusCode::kInvalidArgument);
+    CHECK(absl::StrContains(status.message(), "gradients are"));
+  }
+  SECTION("keys not a multiple of 8 bytes") {
+    rpc::PullRequest pull;
+    pull.set_table("emb");
+    SetKeys(keys, &pull);
+    pull.mutable_keys()->push_back('x');
+    rpc::PullResponse response;
+    CHECK(store->Pull(pull, &response).code() == absl::StatusCode::kInvalidArgument);
+  }
+  SECTION("runs that do not add up") {
+    rpc::PullRequest pull;
+    pull.set_table("emb");
+    SetKeys(keys, &pull);
+    pull.mutable_runs(0)->set_count(pull.runs(0).count() + 1);
+    rpc::PullResponse response;
+    const absl::Status status = store->Pull(pull, &response);
+    CHECK(status.code() == absl::StatusCode::kInvalidArgument);
+    CHECK(absl::StrContains(status.message(), "shard runs cover"));
+  }
+  SECTION("a key in the wrong shard's run") {
+    rpc::PullRequest pull;
+    pull.set_table("emb");
+    SetKeys(keys, &pull);
+    // Claim the first run is shard 0 or 2, whichever it is not.
+    pull.mutable_runs(0)->set_shard(pull.runs(0).shard() == 0 ? 2 : 0);
+    rpc::PullResponse response;
+    const absl::Status status = store->Pull(pull, &response);
+    CHECK(status.code() == absl::StatusCode::kInvalidArgument);
+    CHECK(absl::StrContains(status.message(), "belongs to shard"));
+  }
+  SECTION("NaN or Inf anywhere in a push: nothing applied") {
+    const float bad = GENERATE(std::numeric_limits<float>::quiet_NaN(),
+                               std::numeric_limits<float>::infinity(),
+                               -std::numeric_limits<float>::infinity());
+    rpc::PushRequest push = MakePush(keys, 1.0f, 1);
+    float* g = reinterpret_cast<float*>(push.mutable_grads()->data());
+    g[push.grads().size() / sizeof(float) - 1] = bad;  // the very last gradient
+    const absl::Status status = store->Push(push, &duplicates);
+    CHECK(status.code() == absl::StatusCode::kInvalidArgument);
+    CHECK(absl::StrContains(status.message(), "NaN or Inf"));
+  }
+  SECTION("a shard this server does not serve") {
+    rpc::PullRequest pull;
+    pull.set_table("emb");
+    const uint64_t table = NameHash("emb");
+    uint64_t odd = 0;
+    while (ShardOf(table, odd, kShards) % 2 == 0) ++odd;
+    SetKeys({odd}, &pull);
+    rpc::PullResponse response;
+    const absl::Status status = store->Pull(pull, &response);
+    CHECK(status.code() == absl::StatusCode::kFailedPrecondition);
+    CHECK(absl::StrContains(status.message(), "shard map version 3"));
+  }
+  SECTION("more keys than a response may carry") {
+    // 1 MiB limit / 16 bytes per row: 65536 rows fit, 70000 do not.
+    const std::vector<uint64_t> many = EvenShardKeys(70000);
+    rpc::PullRequest pull;
+    pull.set_table("emb");
+    SetKeys(many, &pull);
+    rpc::PullResponse response;
+    CHECK(store->Pull(pull, &response).code() == absl::StatusCode::kResourceExhausted);
+  }
+  SECTION("a push without a sequence") {
+    CHECK(store->Push(MakePush(keys, 1.0f, 0), &duplicates).code() ==
+          absl::StatusCode::kInvalidArgument);
+  }
+  CHECK(PullRows(*store, keys) == before);
+}
+
+TEST_CASE("requests before the shard map are refused as retryable", "[server][store]") {
+  auto store = ShardedStore::Create(TestJob(), {});
+  REQUIRE(store.ok());
+  rpc::PullRequest pull;
+  pull.set_table("emb");
+  SetKeys(EvenShardKeys(3), &pull);
+  rpc::PullResponse response;
+  CHECK((*store)->Pull(pull, &response).code() == absl::StatusCode::kUnavailable);
+  CHECK((*store)->map_version() == 0);
+}
+
+TEST_CASE("dense tensors are chunked over the served shards", "[server][store]") {
+  config::Job job = TestJob();
+  job.mutable_cluster()->set_dense_chunk_floats(4);
+  auto created = ShardedStore::Create(job, {});
+  REQUIRE(created.ok());
+  ShardedStore& store = **created;
+  rpc::ShardMap all = EvenOddMap(1);
+  for (auto& a : *all.mutable_shards()) a.set_primary(0);
+  store.SetShardMap(all, 0);
+
+  rpc::PushDenseRequest push;
+  push.set_name("mlp.w");
+  push.set_total_floats(6);
+  std::vector<float> c0 = {1, 2, 3, 4};
+  std::vector<float> c1 = {5, 6};
+  auto* chunk = push.add_chunks();
+  chunk->set_chunk(0);
+  chunk->set_values(std::string(reinterpret_cast<char*>(c0.data()), 16));
+  chunk = push.add_chunks();
+  chunk->set_chunk(1);
+  chunk->set_values(std::string(reinterpret_cast<char*>(c1.data()), 8));
+  REQUIRE(store.PushDense(push).ok());
+
+  // A gradient step with the default dense optimizer (sgd, lr 0.01).
+  push.set_kind(rpc::PushDenseRequest::GRADIENT);
+  REQUIRE(store.PushDense(push).ok());
+
+  rpc::PullDenseRequest pull;
+  pull.set_name("mlp.w");
+  pull.add_chunks(0);
+  pull.add_chunks(1);
+  rpc::PullDenseResponse response;
+  REQUIRE(store.PullDense(pull, &response).ok());
+  REQUIRE(response.chunks_size() == 2);
+  const float* v = reinterpret_cast<const float*>(response.chunks(1).values().data());
+  CHECK(v[0] == Approx(5 - 0.01 * 5));
+  CHECK(v[1] == Approx(6 - 0.01 * 6));
+
+  pull.set_name("nope");
+  response.Clear();
+  CHECK(store.PullDense(pull, &response).code() == absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace server
+}  // namespace ps

@@ -1,0 +1,377 @@
+// ps_bench: pull and push throughput of a real cluster on this machine, and the servers' memory.
+//
+// Starts a ps_coordinator, --servers ps_server processes and --workers worker processes (this
+// binary again, with --role=worker), which pull and push --keys unique random keys of dimension
+// --dim per request, --iters times each, in step. Prints one JSON line per operation:
+//   {"op":"pull","servers":1,"workers":1,"keys":100000,"dim":16,"handler":"store",
+//    "mkeys_per_s":...,"value_mb_per_s":...,"p50_ms":...,"p99_ms":...}
+// --empty_handler: the same against servers that touch no storage (the transport's ceiling).
+// --memory --rows=N: loads N rows into one server and prints its resident bytes per row.
+//
+//   bazel run -c opt //tests/bench:ps_bench -- --servers=1 --workers=1 --keys=100000 --dim=16
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "client/ps_client.h"
+#include "common/coordinator_client.h"
+#include "proto/job.pb.h"
+#include "server/storage/optimizer.h"
+#include "tests/testing/daemon.h"
+
+ABSL_FLAG(int, servers, 1, "server processes");
+ABSL_FLAG(int, workers, 1, "worker processes");
+ABSL_FLAG(int, keys, 100000, "unique keys per request");
+ABSL_FLAG(int, dim, 16, "floats per row");
+ABSL_FLAG(int, iters, 20, "timed requests per operation and worker");
+ABSL_FLAG(int, warmup, 0, "untimed requests per operation before (0: one per key set)");
+ABSL_FLAG(int, key_sets, 4, "distinct key sets each worker cycles through");
+ABSL_FLAG(std::string, optimizer, "adagrad", "sgd, adagrad, adam or ftrl");
+ABSL_FLAG(bool, empty_handler, false, "servers touch no storage (transport ceiling)");
+ABSL_FLAG(bool, memory, false, "measure the resident bytes per row of one server");
+ABSL_FLAG(int64_t, rows, 10000000, "--memory: rows to load");
+ABSL_FLAG(int, channels, 2, "gRPC channels per server in each worker");
+ABSL_FLAG(int, max_keys_per_request, 32768, "client's split size");
+ABSL_FLAG(std::string, bin_dir, "", "folder holding server/ and server/coordinator/ binaries");
+// Internal: how the parent starts its workers.
+ABSL_FLAG(std::string, role, "", "internal: 'worker'");
+ABSL_FLAG(std::string, coordinator, "", "internal: coordinator address");
+ABSL_FLAG(int, rank, 0, "internal: worker rank");
+
+namespace ps {
+namespace {
+
+std::string g_self;  // this binary's path
+
+std::string BinDir() {
+  std::string dir = absl::GetFlag(FLAGS_bin_dir);
+  if (!dir.empty()) return dir;
+  // Under `bazel run`, the binaries are in this binary's runfiles.
+  const std::string runfiles = g_self + ".runfiles/ps";
+  if (access((runfiles + "/server/ps_server").c_str(), X_OK) == 0) return runfiles;
+  return "bazel-bin";
+}
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t i = std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5));
+  return v[i];
+}
+
+uint64_t ResidentBytes(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (absl::StartsWith(line, "VmRSS:")) {
+      std::vector<std::string> parts = absl::StrSplit(line, ' ', absl::SkipEmpty());
+      uint64_t kb = 0;
+      if (parts.size() >= 2 && absl::SimpleAtoi(parts[1], &kb)) return kb * 1024;
+    }
+  }
+  return 0;
+}
+
+std::string WriteJob(int servers, int workers, int64_t capacity_hint) {
+  const std::string path = absl::StrFormat("/tmp/ps_bench_job_%d.pbtxt", getpid());
+  std::ofstream out(path);
+  out << absl::StrFormat(R"pb(
+name: "bench"
+tables {
+  name: "bench"
+  dim: %d
+  initializer { kind: UNIFORM low: -0.01 high: 0.01 }
+  optimizer { type: "%s" learning_rate: 0.01 }
+  capacity_hint: %d
+}
+cluster {
+  num_shards: 64
+  num_servers: %d
+  num_workers: %d
+  max_message_bytes: 268435456
+}
+)pb",
+                         absl::GetFlag(FLAGS_dim), absl::GetFlag(FLAGS_optimizer), capacity_hint,
+                         servers, workers);
+  return path;
+}
+
+ClientOptions WorkerOptions(const std::string& coordinator) {
+  ClientOptions options;
+  options.coordinator = coordinator;
+  options.channels_per_server = absl::GetFlag(FLAGS_channels);
+  options.max_keys_per_request = absl::GetFlag(FLAGS_max_keys_per_request);
+  return options;
+}
+
+// A worker: pulls, then pushes, in step with the others; prints its timings as lines
+// `op seconds latency_ms...`.
+int RunWorker() {
+  const std::string coordinator_address = absl::GetFlag(FLAGS_coordinator);
+  const int rank = absl::GetFlag(FLAGS_rank);
+  const int workers = absl::GetFlag(FLAGS_workers);
+  auto client = Client::Connect(WorkerOptions(coordinator_address));
+  if (!client.ok()) {
+    std::fprintf(stderr, "worker %d: %s\n", rank, client.status().ToString().c_str());
+    return 1;
+  }
+  auto coordinator = CoordinatorClient::Connect(coordinator_address, absl::Seconds(30));
+  if (!coordinator.ok()) return 1;
+  const int k = absl::GetFlag(FLAGS_keys);
+  const int dim = absl::GetFlag(FLAGS_dim);
+  std::mt19937_64 rng(12345 + rank);
+  std::vector<std::vector<uint64_t>> sets(absl::GetFlag(FLAGS_key_sets));
+  for (auto& set : sets) {
+    set.resize(k);
+    for (auto& key : set) key = rng();
+  }
+  std::vector<float> values(size_t(k) * dim);
+  std::vector<float> grads(size_t(k) * dim);
+  for (auto& g : grads) g = 0.001f * static_cast<float>(rng() % 1000);
+
+  int barrier = 0;
+  auto sync = [&]() -> bool {
+    const std::string prefix = absl::StrCat("bench/barrier/", barrier++, "/");
+    if (!(*coordinator)->KvSet(absl::StrCat(prefix, rank), "1").ok()) return false;
+    std::vector<std::string> keys;
+    for (int r = 0; r < workers; ++r) keys.push_back(absl::StrCat(prefix, r));
+    return (*coordinator)->KvWait(keys, absl::Seconds(120)).ok();
+  };
+
+  const int warmup = absl::GetFlag(FLAGS_warmup) > 0 ? absl::GetFlag(FLAGS_warmup)
+                                                      : static_cast<int>(sets.size());
+  for (const char* op : {"pull", "push"}) {
+    const bool pull = std::string(op) == "pull";
+    auto once = [&](int i) {
+      const std::vector<uint64_t>& keys = sets[i % sets.size()];
+      return pull ? (*client)->Pull("bench", keys, absl::MakeSpan(values))
+                  : (*client)->Push("bench", keys, grads);
+    };
+    for (int i = 0; i < warmup; ++i) {
+      const absl::Status s = once(i);
+      if (!s.ok()) {
+        std::fprintf(stderr, "worker %d: %s\n", rank, s.ToString().c_str());
+        return 1;
+      }
+    }
+    if (!sync()) return 1;
+    std::vector<double> latencies;
+    const absl::Time start = absl::Now();
+    for (int i = 0; i < absl::GetFlag(FLAGS_iters); ++i) {
+      const absl::Time t0 = absl::Now();
+      const absl::Status s = once(i);
+      if (!s.ok()) {
+        std::fprintf(stderr, "worker %d: %s\n", rank, s.ToString().c_str());
+        return 1;
+      }
+      latencies.push_back(absl::ToDoubleMilliseconds(absl::Now() - t0));
+    }
+    const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+    std::printf("%s %.9f %s\n", op, seconds, absl::StrJoin(latencies, " ").c_str());
+    if (!sync()) return 1;
+  }
+  std::fflush(stdout);
+  return 0;
+}
+
+struct WorkerProcess {
+  pid_t pid = 0;
+  std::string out_path;
+};
+
+WorkerProcess SpawnWorker(const std::string& coordinator, int rank) {
+  WorkerProcess w;
+  w.out_path = absl::StrFormat("/tmp/ps_bench_worker_%d_%d.out", getpid(), rank);
+  std::vector<std::string> args = {
+      g_self,
+      "--role=worker",
+      absl::StrCat("--coordinator=", coordinator),
+      absl::StrCat("--rank=", rank),
+      absl::StrCat("--workers=", absl::GetFlag(FLAGS_workers)),
+      absl::StrCat("--keys=", absl::GetFlag(FLAGS_keys)),
+      absl::StrCat("--dim=", absl::GetFlag(FLAGS_dim)),
+      absl::StrCat("--iters=", absl::GetFlag(FLAGS_iters)),
+      absl::StrCat("--warmup=", absl::GetFlag(FLAGS_warmup)),
+      absl::StrCat("--key_sets=", absl::GetFlag(FLAGS_key_sets)),
+      absl::StrCat("--channels=", absl::GetFlag(FLAGS_channels)),
+      absl::StrCat("--max_keys_per_request=", absl::GetFlag(FLAGS_max_keys_per_request)),
+  };
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, w.out_path.c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (posix_spawn(&w.pid, g_self.c_str(), &actions, nullptr, argv.data(), environ) != 0) {
+    w.pid = 0;
+  }
+  posix_spawn_file_actions_destroy(&actions);
+  return w;
+}
+
+int RunMemory() {
+  const int64_t rows = absl::GetFlag(FLAGS_rows);
+  const std::string job = WriteJob(1, 1, rows);
+  const std::string bin = BinDir();
+  auto coordinator =
+      testing::Daemon::Start(bin + "/server/coordinator/ps_coordinator", {"--job=" + job});
+  if (!coordinator.ok()) {
+    std::fprintf(stderr, "%s\n", coordinator.status().ToString().c_str());
+    return 1;
+  }
+  auto server = testing::Daemon::Start(bin + "/server/ps_server",
+                                       {"--coordinator=" + (*coordinator)->address()});
+  if (!server.ok()) {
+    std::fprintf(stderr, "%s\n", server.status().ToString().c_str());
+    return 1;
+  }
+  auto client = Client::Connect(WorkerOptions((*coordinator)->address()));
+  if (!client.ok()) return 1;
+  const uint64_t rss_before = ResidentBytes((*server)->pid());
+  const int dim = absl::GetFlag(FLAGS_dim);
+  const int64_t batch = 100000;
+  std::vector<uint64_t> keys;
+  std::vector<float> values;
+  std::mt19937_64 rng(7);
+  for (int64_t done = 0; done < rows; done += batch) {
+    const int64_t n = std::min(batch, rows - done);
+    keys.resize(n);
+    for (int64_t i = 0; i < n; ++i) keys[i] = done + i;
+    values.resize(n * dim);
+    const absl::Status s = (*client)->Pull("bench", keys, absl::MakeSpan(values));
+    if (!s.ok()) {
+      std::fprintf(stderr, "%s\n", s.ToString().c_str());
+      return 1;
+    }
+  }
+  const uint64_t rss = ResidentBytes((*server)->pid());
+  config::Optimizer opt;
+  opt.set_type(absl::GetFlag(FLAGS_optimizer));
+  auto optimizer = server::Optimizer::Create(opt);
+  if (!optimizer.ok()) return 1;
+  const double raw = (dim + (*optimizer)->StateFloats(dim)) * sizeof(float);
+  const double per_row = static_cast<double>(rss) / rows;
+  absl::PrintF(
+      "{\"bench\":\"memory\",\"rows\":%d,\"dim\":%d,\"optimizer\":\"%s\",\"raw_bytes_per_row\":%.1f,"
+      "\"bytes_per_row\":%.2f,\"overhead_ratio\":%.4f,\"rss_bytes\":%d,\"rss_before_load\":%d}\n",
+      rows, dim, absl::GetFlag(FLAGS_optimizer), raw, per_row, per_row / raw, rss, rss_before);
+  std::fflush(stdout);
+  client->reset();
+  (void)(*server)->Terminate(absl::Seconds(10));
+  (void)(*coordinator)->Terminate(absl::Seconds(10));
+  std::remove(job.c_str());
+  return 0;
+}
+
+int RunThroughput() {
+  const int servers = absl::GetFlag(FLAGS_servers);
+  const int workers = absl::GetFlag(FLAGS_workers);
+  const std::string job = WriteJob(servers, workers, 0);
+  const std::string bin = BinDir();
+  auto coordinator =
+      testing::Daemon::Start(bin + "/server/coordinator/ps_coordinator", {"--job=" + job});
+  if (!coordinator.ok()) {
+    std::fprintf(stderr, "%s\n", coordinator.status().ToString().c_str());
+    return 1;
+  }
+  std::vector<std::unique_ptr<testing::Daemon>> server_processes;
+  for (int i = 0; i < servers; ++i) {
+    std::vector<std::string> args = {"--coordinator=" + (*coordinator)->address()};
+    if (absl::GetFlag(FLAGS_empty_handler)) args.push_back("--empty_handler");
+    auto server = testing::Daemon::Start(bin + "/server/ps_server", args);
+    if (!server.ok()) {
+      std::fprintf(stderr, "%s\n", server.status().ToString().c_str());
+      return 1;
+    }
+    server_processes.push_back(std::move(*server));
+  }
+  std::vector<WorkerProcess> procs;
+  for (int r = 0; r < workers; ++r) procs.push_back(SpawnWorker((*coordinator)->address(), r));
+  bool ok = true;
+  for (auto& p : procs) {
+    int status = 0;
+    if (p.pid == 0 || waitpid(p.pid, &status, 0) != p.pid || !WIFEXITED(status) ||
+        WEXITSTATUS(status) != 0) {
+      ok = false;
+    }
+  }
+  if (!ok) {
+    std::fprintf(stderr, "a worker failed\n");
+    return 1;
+  }
+  std::map<std::string, std::vector<double>> latencies;
+  std::map<std::string, double> rate;  // keys per second, summed over workers
+  const int k = absl::GetFlag(FLAGS_keys);
+  const int dim = absl::GetFlag(FLAGS_dim);
+  const int iters = absl::GetFlag(FLAGS_iters);
+  for (auto& p : procs) {
+    std::ifstream in(p.out_path);
+    std::string line;
+    while (std::getline(in, line)) {
+      std::vector<std::string> parts = absl::StrSplit(line, ' ', absl::SkipEmpty());
+      if (parts.size() < 2) continue;
+      double seconds = 0;
+      if (!absl::SimpleAtod(parts[1], &seconds) || seconds <= 0) continue;
+      rate[parts[0]] += static_cast<double>(k) * iters / seconds;
+      for (size_t i = 2; i < parts.size(); ++i) {
+        double ms = 0;
+        if (absl::SimpleAtod(parts[i], &ms)) latencies[parts[0]].push_back(ms);
+      }
+    }
+    std::remove(p.out_path.c_str());
+  }
+  for (const char* op : {"pull", "push"}) {
+    const double keys_per_s = rate[op];
+    absl::PrintF(
+        "{\"op\":\"%s\",\"servers\":%d,\"workers\":%d,\"keys\":%d,\"dim\":%d,\"optimizer\":\"%s\","
+        "\"handler\":\"%s\",\"iters\":%d,\"mkeys_per_s\":%.3f,\"value_mb_per_s\":%.1f,"
+        "\"p50_ms\":%.3f,\"p99_ms\":%.3f}\n",
+        op, servers, workers, k, dim, absl::GetFlag(FLAGS_optimizer),
+        absl::GetFlag(FLAGS_empty_handler) ? "empty" : "store", iters, keys_per_s / 1e6,
+        keys_per_s * dim * sizeof(float) / 1e6, Percentile(latencies[op], 0.5),
+        Percentile(latencies[op], 0.99));
+  }
+  std::fflush(stdout);
+  for (auto& s : server_processes) (void)s->Terminate(absl::Seconds(10));
+  (void)(*coordinator)->Terminate(absl::Seconds(10));
+  std::remove(job.c_str());
+  return 0;
+}
+
+}  // namespace
+}  // namespace ps
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  ps::g_self = n > 0 ? std::string(self, n) : argv[0];
+  // Under bazel run the runfiles sit beside argv[0], which may be a symlink.
+  if (access((std::string(argv[0]) + ".runfiles").c_str(), F_OK) == 0) ps::g_self = argv[0];
+  if (absl::GetFlag(FLAGS_role) == "worker") return ps::RunWorker();
+  if (absl::GetFlag(FLAGS_memory)) return ps::RunMemory();
+  return ps::RunThroughput();
+}

@@ -1,0 +1,355 @@
+// A real cluster on loopback: a ps_coordinator and two ps_server processes, driven through the
+// client library from several threads, every value compared with a single-process reference built
+// from the same storage code; then bad requests, and a server killed for real.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "client/ps_client.h"
+#include "common/hash.h"
+#include "common/job_config.h"
+#include "proto/ps.grpc.pb.h"
+#include "server/storage/embedding_table.h"
+#include "tests/testing/daemon.h"
+
+namespace ps {
+namespace {
+
+// One table per optimizer, with different dims and initializers.
+constexpr char kJob[] = R"pb(
+name: "integration"
+tables {
+  name: "sgd"
+  dim: 8
+  initializer { kind: UNIFORM low: -0.1 high: 0.1 }
+  optimizer { type: "sgd" learning_rate: 0.1 }
+}
+tables {
+  name: "adagrad"
+  dim: 16
+  initializer { kind: NORMAL stddev: 0.05 }
+  optimizer { type: "adagrad" learning_rate: 0.05 initial_accumulator: 0.1 }
+}
+tables {
+  name: "adam"
+  dim: 4
+  initializer { kind: TRUNCATED_NORMAL stddev: 0.02 }
+  optimizer { type: "adam" learning_rate: 0.01 }
+}
+tables {
+  name: "ftrl"
+  dim: 3
+  initializer { kind: ZEROS }
+  optimizer { type: "ftrl" learning_rate: 0.1 l1: 0.001 l2: 0.01 }
+}
+training { seed: 11 }
+cluster {
+  num_shards: 16
+  num_servers: 2
+  max_message_bytes: 1048576
+  dense_chunk_floats: 1000
+}
+)pb";
+
+std::string TempDir() {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return dir != nullptr ? dir : "/tmp";
+}
+
+struct Cluster {
+  std::string job_path;
+  std::unique_ptr<testing::Daemon> coordinator;
+  std::vector<std::unique_ptr<testing::Daemon>> servers;
+  std::unique_ptr<Client> client;
+};
+
+Cluster StartCluster() {
+  Cluster cluster;
+  cluster.job_path = absl::StrCat(TempDir(), "/integration_job.pbtxt");
+  {
+    std::ofstream out(cluster.job_path);
+    out << kJob;
+  }
+  auto coordinator = testing::Daemon::Start("server/coordinator/ps_coordinator",
+                                            {absl::StrCat("--job=", cluster.job_path)});
+  REQUIRE(coordinator.ok());
+  cluster.coordinator = std::move(*coordinator);
+  for (int i = 0; i < 2; ++i) {
+    auto server = testing::Daemon::Start(
+        "server/ps_server", {absl::StrCat("--coordinator=", cluster.coordinator->address())});
+    INFO(server.status().ToString());
+    REQUIRE(server.ok());
+    cluster.servers.push_back(std::move(*server));
+  }
+  ClientOptions options;
+  options.coordinator = cluster.coordinator->address();
+  options.connect_timeout = absl::Seconds(30);
+  options.max_keys_per_request = 500;  // many requests per call, to exercise the splitting
+  auto client = Client::Connect(options);
+  INFO(client.status().ToString());
+  REQUIRE(client.ok());
+  cluster.client = std::move(*client);
+  return cluster;
+}
+
+// The single-process reference: one TableShard per table holding every key.
+struct Reference {
+  std::vector<std::unique_ptr<server::TableSpec>> specs;
+  std::map<std::string, std::unique_ptr<server::TableShard>> tables;
+
+  explicit Reference(const config::Job& job) {
+    for (const config::Table& t : job.tables()) {
+      auto spec = server::TableSpec::Create(t, job.training().seed());
+      REQUIRE(spec.ok());
+      tables[t.name()] = std::make_unique<server::TableShard>(spec->get(), 0);
+      specs.push_back(std::move(*spec));
+    }
+  }
+};
+
+TEST_CASE("a real cluster matches the single-process reference", "[integration]") {
+  Cluster cluster = StartCluster();
+  Client& client = *cluster.client;
+  const absl::StatusOr<config::Job> job = ParseJob(kJob, "job");
+  REQUIRE(job.ok());
+  Reference reference(*job);
+
+  constexpr int kThreads = 4;
+  constexpr int kSteps = 12;
+  constexpr uint64_t kKeysPerThread = 3000;
+  // Each thread owns a key range, so the order of pushes per key is its thread's order and the
+  // reference can replay it; keys repeat within a push, and every table is touched.
+  struct Push {
+    std::string table;
+    std::vector<uint64_t> keys;
+    std::vector<float> grads;
+  };
+  std::vector<std::vector<Push>> plans(kThreads);
+  for (int t = 0; t < kThreads; ++t) {
+    std::mt19937_64 rng(1000 + t);
+    for (int step = 0; step < kSteps; ++step) {
+      for (const config::Table& table : job->tables()) {
+        Push push;
+        push.table = table.name();
+        const int n = 200 + static_cast<int>(rng() % 1500);
+        for (int i = 0; i < n; ++i) {
+          // Power of two spread over the full uint64 range, plus small ids with many repeats.
+          const uint64_t local = (rng() % 4 == 0) ? rng() % 16 : rng() % kKeysPerThread;
+          push.keys.push_back(local * kThreads + t + (local % 7 == 0 ? (uint64_t{1} << 63) : 0));
+        }
+        std::normal_distribution<float> g(0.0f, 1.0f);
+        for (size_t i = 0; i < push.keys.size() * table.dim(); ++i) push.grads.push_back(g(rng));
+        plans[t].push_back(std::move(push));
+      }
+    }
+  }
+
+  std::vector<std::thread> threads;
+  std::vector<absl::Status> failures(kThreads);
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (const Push& push : plans[t]) {
+        // A pull first (creates the rows as the reference will), then the push.
+        const uint32_t dim = *client.Dim(push.table);
+        std::vector<float> rows(push.keys.size() * dim);
+        absl::Status s = client.Pull(push.table, push.keys, absl::MakeSpan(rows));
+        if (s.ok()) s = client.Push(push.table, push.keys, push.grads);
+        if (!s.ok()) {
+          failures[t] = s;
+          return;
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (const absl::Status& s : failures) REQUIRE(s.ok());
+
+  // The reference applies each thread's pushes in order (threads touch disjoint keys).
+  std::map<std::string, std::vector<uint64_t>> all_keys;
+  for (int t = 0; t < kThreads; ++t) {
+    for (const Push& push : plans[t]) {
+      server::TableShard& table = *reference.tables.at(push.table);
+      const uint32_t dim = table.spec().dim;
+      std::vector<float> ignored(push.keys.size() * dim);
+      table.Pull(push.keys, ignored.data());
+      table.Push(push.keys, push.grads.data());
+      all_keys[push.table].insert(all_keys[push.table].end(), push.keys.begin(),
+                                  push.keys.end());
+    }
+  }
+
+  for (const auto& [name, keys] : all_keys) {
+    const uint32_t dim = *client.Dim(name);
+    std::vector<float> got(keys.size() * dim);
+    REQUIRE(client.Pull(name, keys, absl::MakeSpan(got)).ok());
+    std::vector<float> want(keys.size() * dim);
+    reference.tables.at(name)->Pull(keys, want.data());
+    size_t mismatches = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      if (!(std::fabs(got[i] - want[i]) <= 1e-6f * std::max(1.0f, std::fabs(want[i])))) {
+        ++mismatches;
+      }
+    }
+    INFO("table " << name << ": " << mismatches << " of " << got.size() << " values differ");
+    CHECK(mismatches == 0);
+  }
+
+  {  // Dense tensors round-trip across servers.
+    std::vector<float> dense(4321);
+    for (size_t i = 0; i < dense.size(); ++i) dense[i] = 0.5f * i;
+    REQUIRE(client.PushDense("mlp", dense, DenseUpdate::kAssign).ok());
+    std::vector<float> grads(dense.size(), 1.0f);
+    REQUIRE(client.PushDense("mlp", grads, DenseUpdate::kGradient).ok());
+    std::vector<float> back(dense.size());
+    REQUIRE(client.PullDense("mlp", absl::MakeSpan(back)).ok());
+    for (size_t i = 0; i < dense.size(); ++i) {
+      CHECK(back[i] == Approx(dense[i] - 0.01f).margin(1e-6));  // sgd, lr 0.01 (default)
+    }
+    std::vector<float> wrong_size(10);
+    CHECK(client.PullDense("mlp", absl::MakeSpan(wrong_size)).code() ==
+          absl::StatusCode::kInvalidArgument);
+    CHECK(client.PullDense("nope", absl::MakeSpan(wrong_size)).code() ==
+          absl::StatusCode::kNotFound);
+  }
+
+  {  // Asynchronous calls.
+    const std::vector<uint64_t> keys = {1, 2, 3, 1};
+    std::vector<float> rows(keys.size() * 8);
+    std::future<absl::Status> pulled = client.PullAsync("sgd", keys, absl::MakeSpan(rows));
+    REQUIRE(pulled.get().ok());
+    CHECK(std::equal(rows.begin(), rows.begin() + 8, rows.begin() + 24));  // key 1 twice
+  }
+}
+
+TEST_CASE("bad requests get specific errors and the servers keep serving", "[integration]") {
+  Cluster cluster = StartCluster();
+  Client& client = *cluster.client;
+  const std::vector<uint64_t> keys = {5, 6, 7};
+  std::vector<float> before(keys.size() * 8);
+  REQUIRE(client.Pull("sgd", keys, absl::MakeSpan(before)).ok());
+
+  std::vector<float> rows(keys.size() * 8);
+  std::vector<float> grads(keys.size() * 8, 1.0f);
+  CHECK(client.Pull("nope", keys, absl::MakeSpan(rows)).code() == absl::StatusCode::kNotFound);
+  CHECK(client.Push("nope", keys, grads).code() == absl::StatusCode::kNotFound);
+  CHECK(client.Pull("sgd", keys, absl::MakeSpan(rows).subspan(1)).code() ==
+        absl::StatusCode::kInvalidArgument);
+  CHECK(client.Push("sgd", keys, absl::MakeSpan(grads).subspan(1)).code() ==
+        absl::StatusCode::kInvalidArgument);
+  grads[5] = std::numeric_limits<float>::quiet_NaN();
+  CHECK(client.Push("sgd", keys, grads).code() == absl::StatusCode::kInvalidArgument);
+
+  // The same through a raw stub, past the client's own checks: the servers refuse too.
+  const rpc::ShardMap map = client.shard_map();
+  auto channel_args = grpc::ChannelArguments();
+  channel_args.SetMaxSendMessageSize(-1);
+  channel_args.SetMaxReceiveMessageSize(-1);
+  auto stub = rpc::ParameterServer::NewStub(grpc::CreateCustomChannel(
+      map.servers(0).address(), grpc::InsecureChannelCredentials(), channel_args));
+  const uint64_t table_hash = NameHash("sgd");
+  auto raw_push = [&](uint64_t key, float grad, uint64_t sequence) {
+    rpc::PushRequest request;
+    request.mutable_header()->set_map_version(map.version());
+    request.mutable_header()->set_worker_id(client.worker_id());
+    request.mutable_header()->set_sequence(sequence);
+    request.set_table("sgd");
+    request.set_keys(std::string(reinterpret_cast<const char*>(&key), 8));
+    rpc::ShardRun* run = request.add_runs();
+    run->set_shard(ShardOf(table_hash, key, map.num_shards()));
+    run->set_count(1);
+    std::vector<float> g(8, grad);
+    request.set_grads(std::string(reinterpret_cast<const char*>(g.data()), 32));
+    rpc::PushResponse response;
+    grpc::ClientContext context;
+    const grpc::Status status = stub->Push(&context, request, &response);
+    return std::make_pair(status, response.duplicate_keys());
+  };
+  // A key served by server 0 and one served by server 1.
+  uint64_t mine = 0, theirs = 0;
+  while (map.shards(ShardOf(table_hash, mine, map.num_shards())).primary() != 0) ++mine;
+  while (map.shards(ShardOf(table_hash, theirs, map.num_shards())).primary() != 1) ++theirs;
+  {
+    const auto [status, duplicates] = raw_push(theirs, 1.0f, 1ull << 40);
+    CHECK(status.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+    CHECK(absl::StrContains(status.error_message(),
+                            absl::StrCat("shard map version ", map.version())));
+  }
+  {
+    // Sent twice with one sequence: applied once.
+    std::vector<float> row(8);
+    REQUIRE(client.Pull("sgd", {mine}, absl::MakeSpan(row)).ok());
+    const uint64_t sequence = (1ull << 40) + 1;
+    CHECK(raw_push(mine, 1.0f, sequence).first.ok());
+    const auto [status, duplicates] = raw_push(mine, 1.0f, sequence);
+    CHECK(status.ok());
+    CHECK(duplicates == 1);
+    std::vector<float> after(8);
+    REQUIRE(client.Pull("sgd", {mine}, absl::MakeSpan(after)).ok());
+    CHECK(after[0] == Approx(row[0] - 0.1f));
+  }
+  {
+    // A pull whose answer would exceed the job's 1 MiB message limit.
+    rpc::PullRequest request;
+    request.mutable_header()->set_map_version(map.version());
+    request.set_table("sgd");
+    std::vector<uint64_t> many;
+    for (uint64_t k = 0; many.size() < 40000; ++k) {  // 40000 x 32 bytes > 1 MiB
+      if (map.shards(ShardOf(table_hash, k, map.num_shards())).primary() == 0) many.push_back(k);
+    }
+    std::map<uint32_t, std::vector<uint64_t>> by_shard;
+    for (uint64_t k : many) by_shard[ShardOf(table_hash, k, map.num_shards())].push_back(k);
+    std::string bytes;
+    for (const auto& [shard, ks] : by_shard) {
+      rpc::ShardRun* run = request.add_runs();
+      run->set_shard(shard);
+      run->set_count(ks.size());
+      bytes.append(reinterpret_cast<const char*>(ks.data()), ks.size() * 8);
+    }
+    request.set_keys(bytes);
+    rpc::PullResponse response;
+    grpc::ClientContext context;
+    CHECK(stub->Pull(&context, request, &response).error_code() ==
+          grpc::StatusCode::RESOURCE_EXHAUSTED);
+  }
+
+  // Nothing of the refused pushes was applied, and the servers still serve.
+  REQUIRE(client.Pull("sgd", keys, absl::MakeSpan(rows)).ok());
+  CHECK(rows == before);
+}
+
+TEST_CASE("a killed server makes calls fail with UNAVAILABLE, not hang", "[integration]") {
+  Cluster cluster = StartCluster();
+  ClientOptions options;
+  options.coordinator = cluster.coordinator->address();
+  options.retry_timeout = absl::Seconds(1);
+  options.request_timeout = absl::Seconds(1);
+  auto client = Client::Connect(options);
+  REQUIRE(client.ok());
+  std::vector<uint64_t> keys(1000);
+  for (size_t i = 0; i < keys.size(); ++i) keys[i] = i;
+  std::vector<float> rows(keys.size() * 8);
+  REQUIRE((*client)->Pull("sgd", keys, absl::MakeSpan(rows)).ok());
+
+  cluster.servers[1]->Kill();
+  const absl::Status status = (*client)->Pull("sgd", keys, absl::MakeSpan(rows));
+  CHECK((status.code() == absl::StatusCode::kUnavailable ||
+         status.code() == absl::StatusCode::kDeadlineExceeded));
+
+  // The surviving server, the coordinator and the other server's clean shutdown.
+  CHECK(cluster.servers[0]->Terminate(absl::Seconds(10)).ok());
+  CHECK(cluster.coordinator->Terminate(absl::Seconds(10)).ok());
+}
+
+}  // namespace
+}  // namespace ps
