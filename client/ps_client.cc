@@ -158,14 +158,12 @@ struct SparseCall {
   absl::Span<const float> grads;    // push
   KeyPlan plan;
   std::vector<float> grad_sums;  // push: summed gradients in plan.unique order
-  std::vector<const float*> rows;  // pull: for each unique key, its row in a response
   Client::Callback done;
   absl::Time deadline;
   absl::Duration backoff = absl::Milliseconds(5);
 
   absl::Mutex mu;
   int outstanding ABSL_GUARDED_BY(mu) = 0;
-  std::vector<std::unique_ptr<Request>> finished ABSL_GUARDED_BY(mu);
   std::vector<std::unique_ptr<Request>> to_retry ABSL_GUARDED_BY(mu);
   absl::Status error ABSL_GUARDED_BY(mu);        // a non-retryable error
   absl::Status last_retryable ABSL_GUARDED_BY(mu);
@@ -377,8 +375,6 @@ class ClientImpl final : public Client {
         for (uint32_t j = 0; j < dim; ++j) dst[j] += src[j];
       }
       call->grad_sums = std::move(sums);
-    } else {
-      call->rows.assign(call->plan.unique.size(), nullptr);
     }
     std::vector<std::unique_ptr<SparseCall::Request>> requests;
     for (Part& part : call->plan.parts) {
@@ -467,13 +463,21 @@ class ClientImpl final : public Client {
             "server %s answered %d bytes for %d keys of dim %d",
             request->context->peer(), values.size(), request->part.num_keys, dim));
       } else {
-        // Rows stay in the response, which the call keeps until it finishes.
-        const float* row = reinterpret_cast<const float*>(values.data());
+        // Scatter this response's rows to every position of their keys, here on the gRPC thread
+        // that received it, while other responses are still on their way.
+        const float* rows = reinterpret_cast<const float*>(values.data());
+        const KeyPlan& plan = call->plan;
+        float* out = call->values.data();
+        const size_t row_bytes = size_t{dim} * sizeof(float);
         for (const Segment& seg : request->part.segments) {
-          for (uint32_t j = seg.begin; j < seg.begin + seg.count; ++j) {
-            call->rows[j] = row;
-            row += dim;
+          const uint32_t end = seg.begin + seg.count;
+          for (uint32_t p = plan.shard_begin[seg.shard]; p < plan.shard_end[seg.shard]; ++p) {
+            const uint32_t i = plan.order[p];
+            const uint32_t u = plan.inverse[i];
+            if (u < seg.begin || u >= end) continue;  // in another part of a split shard
+            std::memcpy(out + size_t{i} * dim, rows + size_t{u - seg.begin} * dim, row_bytes);
           }
+          rows += size_t{seg.count} * dim;
         }
       }
     }
@@ -481,7 +485,7 @@ class ClientImpl final : public Client {
     {
       absl::MutexLock lock(&call->mu);
       if (status.ok()) {
-        call->finished.push_back(std::move(request));
+        // Done with: its rows are scattered, its push applied.
       } else if (IsRetryable(status)) {
         call->last_retryable = status;
         call->to_retry.push_back(std::move(request));
@@ -535,19 +539,7 @@ class ClientImpl final : public Client {
   }
 
   void Finish(const std::shared_ptr<SparseCall>& call, absl::Status status) {
-    if (status.ok() && call->kind == SparseCall::Kind::kPull) {
-      const uint32_t dim = call->table->dim;
-      float* out = call->values.data();
-      const size_t row_bytes = dim * sizeof(float);
-      for (size_t i = 0; i < call->keys.size(); ++i) {
-        std::memcpy(out + i * dim, call->rows[call->plan.inverse[i]], row_bytes);
-      }
-    }
     Callback done = std::move(call->done);
-    {
-      absl::MutexLock lock(&call->mu);
-      call->finished.clear();
-    }
     done(std::move(status));
     absl::MutexLock lock(&calls_mu_);
     --calls_in_flight_;

@@ -62,6 +62,8 @@ KeyPlan PlanKeys(absl::Span<const uint64_t> keys, uint64_t name_hash,
     for (size_t i = 0; i < n; ++i) order[fill[rank_of_key[i]]++] = static_cast<uint32_t>(i);
   }
 
+  plan.shard_begin.assign(num_shards, 0);
+  plan.shard_end.assign(num_shards, 0);
   // Dedupe within each shard with a small open-addressing table (indexes into `unique`, +1).
   plan.unique.reserve(n);
   std::vector<uint32_t> table;
@@ -94,10 +96,13 @@ KeyPlan PlanKeys(absl::Span<const uint64_t> keys, uint64_t name_hash,
       }
     }
     const uint32_t shard = shard_order[r];
+    plan.shard_begin[shard] = lo;
+    plan.shard_end[shard] = hi;
     AddSegment(shard_to_server[shard], shard, first_unique,
                static_cast<uint32_t>(plan.unique.size()) - first_unique, max_keys_per_part,
                &plan.parts);
   }
+  plan.order = std::move(order);
   return plan;
 }
 

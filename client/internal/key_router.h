@@ -31,6 +31,12 @@ struct KeyPlan {
   std::vector<uint64_t> unique;
   // For key i of the call, the index of its row in `unique`.
   std::vector<uint32_t> inverse;
+  // The positions in the call of its keys, grouped by shard: the keys of shard s are at
+  // positions order[shard_begin[s]] ... order[shard_end[s] - 1].
+  std::vector<uint32_t> order;
+  // By shard: where its keys start and end in `order`.
+  std::vector<uint32_t> shard_begin;
+  std::vector<uint32_t> shard_end;
   std::vector<Part> parts;
 };
 

@@ -1,6 +1,7 @@
 #include "client/internal/key_router.h"
 
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <random>
 #include <set>
 
@@ -29,6 +30,16 @@ TEST_CASE("plans dedupe keys and group them by server and shard", "[client][rout
   REQUIRE(plan.inverse.size() == keys.size());
   for (size_t i = 0; i < keys.size(); ++i) CHECK(plan.unique[plan.inverse[i]] == keys[i]);
   CHECK(std::set<uint64_t>(keys.begin(), keys.end()).size() == plan.unique.size());
+
+  // order and the shard ranges list every key once, under its shard.
+  std::vector<int> seen(keys.size(), 0);
+  for (uint32_t s = 0; s < num_shards; ++s) {
+    for (uint32_t p = plan.shard_begin[s]; p < plan.shard_end[s]; ++p) {
+      CHECK(ShardOf(table, keys[plan.order[p]], num_shards) == s);
+      ++seen[plan.order[p]];
+    }
+  }
+  CHECK(std::count(seen.begin(), seen.end(), 1) == static_cast<long>(keys.size()));
 
   // Parts cover unique exactly once, in order, each within one server and max_keys.
   uint32_t next = 0;

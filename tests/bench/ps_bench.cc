@@ -37,6 +37,7 @@
 #include "absl/time/clock.h"
 #include "client/ps_client.h"
 #include "common/coordinator_client.h"
+#include "common/malloc_tuning.h"
 #include "proto/job.pb.h"
 #include "server/storage/optimizer.h"
 #include "tests/testing/daemon.h"
@@ -365,6 +366,7 @@ int RunThroughput() {
 }  // namespace ps
 
 int main(int argc, char** argv) {
+  ps::KeepLargeAllocations();
   absl::ParseCommandLine(argc, argv);
   char self[4096];
   const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
