@@ -19,6 +19,7 @@
 #include "absl/synchronization/notification.h"
 #include "client/internal/key_router.h"
 #include "common/coordinator_client.h"
+#include "common/finite.h"
 #include "common/grpc_status.h"
 #include "common/hash.h"
 #include "common/status_macros.h"
@@ -45,11 +46,6 @@ bool IsRetryable(const absl::Status& status) {
   }
 }
 
-bool AllFinite(const float* data, size_t n) {
-  float acc = 0;
-  for (size_t i = 0; i < n; ++i) acc += data[i] * 0.0f;
-  return acc == 0.0f;
-}
 
 // The channels to one server.
 struct ServerConnection {
@@ -157,7 +153,7 @@ struct SparseCall {
   absl::Span<float> values;         // pull
   absl::Span<const float> grads;    // push
   KeyPlan plan;
-  std::vector<float> grad_sums;  // push: summed gradients in plan.unique order
+  std::vector<float> grad_sums;  // push with repeated keys: summed gradients in unique order
   Client::Callback done;
   absl::Time deadline;
   absl::Duration backoff = absl::Milliseconds(5);
@@ -366,12 +362,14 @@ class ClientImpl final : public Client {
     const uint32_t dim = call->table->dim;
     call->plan = client_internal::PlanKeys(call->keys, call->table->name_hash,
                                            routing->shard_to_server, MaxKeysPerRequest(dim));
-    if (call->kind == SparseCall::Kind::kPush) {
+    if (call->kind == SparseCall::Kind::kPush && call->plan.unique.size() < call->keys.size()) {
+      // Repeated keys: sum their gradients first. Without repeats, unique[j] is
+      // keys[plan.order[j]] and Send gathers the caller's gradients directly.
       std::vector<float> sums(call->plan.unique.size() * dim, 0.0f);
       const float* grads = call->grads.data();
-      for (size_t i = 0; i < call->keys.size(); ++i) {
-        float* dst = sums.data() + size_t{call->plan.inverse[i]} * dim;
-        const float* src = grads + i * dim;
+      for (size_t p = 0; p < call->keys.size(); ++p) {
+        float* dst = sums.data() + size_t{call->plan.unique_of[p]} * dim;
+        const float* src = grads + size_t{call->plan.order[p]} * dim;
         for (uint32_t j = 0; j < dim; ++j) dst[j] += src[j];
       }
       call->grad_sums = std::move(sums);
@@ -436,10 +434,18 @@ class ClientImpl final : public Client {
         std::string grads;
         grads.resize(size_t{request->part.num_keys} * dim * sizeof(float));
         char* g = grads.data();
+        const size_t row_bytes = size_t{dim} * sizeof(float);
         for (const Segment& seg : request->part.segments) {
-          const size_t bytes = size_t{seg.count} * dim * sizeof(float);
-          std::memcpy(g, call->grad_sums.data() + size_t{seg.begin} * dim, bytes);
-          g += bytes;
+          if (call->grad_sums.empty()) {
+            for (uint32_t j = seg.begin; j < seg.begin + seg.count; ++j) {
+              std::memcpy(g, call->grads.data() + size_t{call->plan.order[j]} * dim, row_bytes);
+              g += row_bytes;
+            }
+          } else {
+            const size_t bytes = size_t{seg.count} * row_bytes;
+            std::memcpy(g, call->grad_sums.data() + size_t{seg.begin} * dim, bytes);
+            g += bytes;
+          }
         }
         request->push.set_table(call->table->name);
         *request->push.mutable_keys() = std::move(keys);
@@ -472,10 +478,10 @@ class ClientImpl final : public Client {
         for (const Segment& seg : request->part.segments) {
           const uint32_t end = seg.begin + seg.count;
           for (uint32_t p = plan.shard_begin[seg.shard]; p < plan.shard_end[seg.shard]; ++p) {
-            const uint32_t i = plan.order[p];
-            const uint32_t u = plan.inverse[i];
+            const uint32_t u = plan.unique_of[p];
             if (u < seg.begin || u >= end) continue;  // in another part of a split shard
-            std::memcpy(out + size_t{i} * dim, rows + size_t{u - seg.begin} * dim, row_bytes);
+            std::memcpy(out + size_t{plan.order[p]} * dim, rows + size_t{u - seg.begin} * dim,
+                        row_bytes);
           }
           rows += size_t{seg.count} * dim;
         }

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/finite.h"
 #include "common/hash.h"
 #include "common/job_config.h"
 #include "common/status_macros.h"
@@ -14,13 +15,6 @@ namespace ps {
 namespace server {
 namespace {
 
-bool AllFinite(const float* data, size_t n) {
-  // A sum is NaN iff some term is NaN or the terms include Inf, so one pass with no branch per
-  // element decides it; the rare failing buffer is then the caller's problem, not the hot path's.
-  float acc = 0;
-  for (size_t i = 0; i < n; ++i) acc += data[i] * 0.0f;
-  return acc == 0.0f;
-}
 
 absl::flat_hash_map<std::string, size_t> IndexTables(
     const std::vector<std::unique_ptr<TableSpec>>& tables) {

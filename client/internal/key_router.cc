@@ -34,7 +34,8 @@ KeyPlan PlanKeys(absl::Span<const uint64_t> keys, uint64_t name_hash,
   const uint32_t num_shards = static_cast<uint32_t>(shard_to_server.size());
   const size_t n = keys.size();
   KeyPlan plan;
-  plan.inverse.resize(n);
+  plan.shard_begin.assign(num_shards, 0);
+  plan.shard_end.assign(num_shards, 0);
   if (n == 0) return plan;
 
   // Shards in (server, shard) order, so that every server's keys end up contiguous.
@@ -46,50 +47,54 @@ KeyPlan PlanKeys(absl::Span<const uint64_t> keys, uint64_t name_hash,
   std::vector<uint32_t> rank_of_shard(num_shards);
   for (uint32_t r = 0; r < num_shards; ++r) rank_of_shard[shard_order[r]] = r;
 
-  // Counting sort of the key positions by shard rank.
-  std::vector<uint64_t> hashes(n);
+  // Counting sort by shard rank, moving each key with its hash and position, so that the dedupe
+  // below reads sequentially.
   std::vector<uint32_t> rank_of_key(n);
   std::vector<uint32_t> start(num_shards + 1, 0);
   for (size_t i = 0; i < n; ++i) {
-    hashes[i] = KeyHash(name_hash, keys[i]);
-    rank_of_key[i] = rank_of_shard[ShardOfHash(hashes[i], num_shards)];
+    rank_of_key[i] = rank_of_shard[ShardOf(name_hash, keys[i], num_shards)];
     ++start[rank_of_key[i] + 1];
   }
   for (uint32_t r = 0; r < num_shards; ++r) start[r + 1] += start[r];
-  std::vector<uint32_t> order(n);
+  std::vector<uint64_t> sorted_keys(n);
+  plan.order.resize(n);
   {
     std::vector<uint32_t> fill(start.begin(), start.end() - 1);
-    for (size_t i = 0; i < n; ++i) order[fill[rank_of_key[i]]++] = static_cast<uint32_t>(i);
+    for (size_t i = 0; i < n; ++i) {
+      const uint32_t p = fill[rank_of_key[i]]++;
+      sorted_keys[p] = keys[i];
+      plan.order[p] = static_cast<uint32_t>(i);
+    }
   }
 
-  plan.shard_begin.assign(num_shards, 0);
-  plan.shard_end.assign(num_shards, 0);
-  // Dedupe within each shard with a small open-addressing table (indexes into `unique`, +1).
+  // Dedupe within each shard with a small open-addressing table (indexes into `unique`, +1),
+  // addressed by a multiplicative hash of the key (its shard hash's high bits are nearly equal
+  // within a shard).
   plan.unique.reserve(n);
+  plan.unique_of.resize(n);
   std::vector<uint32_t> table;
   for (uint32_t r = 0; r < num_shards; ++r) {
     const uint32_t lo = start[r];
     const uint32_t hi = start[r + 1];
     if (lo == hi) continue;
-    size_t capacity = 16;
-    while (capacity < 2 * static_cast<size_t>(hi - lo)) capacity *= 2;
-    table.assign(capacity, 0);
-    const size_t mask = capacity - 1;
+    int bits = 4;
+    while ((size_t{1} << bits) < 2 * static_cast<size_t>(hi - lo)) ++bits;
+    table.assign(size_t{1} << bits, 0);
+    const size_t mask = (size_t{1} << bits) - 1;
     const uint32_t first_unique = static_cast<uint32_t>(plan.unique.size());
     for (uint32_t p = lo; p < hi; ++p) {
-      const uint32_t i = order[p];
-      // The low bits: the high bits chose the shard and are nearly equal within it.
-      size_t slot = static_cast<size_t>(hashes[i]) & mask;
+      const uint64_t key = sorted_keys[p];
+      size_t slot = static_cast<size_t>((key * 0x9E3779B97F4A7C15ull) >> (64 - bits));
       while (true) {
         const uint32_t u = table[slot];
         if (u == 0) {
-          plan.unique.push_back(keys[i]);
+          plan.unique.push_back(key);
           table[slot] = static_cast<uint32_t>(plan.unique.size());
-          plan.inverse[i] = static_cast<uint32_t>(plan.unique.size() - 1);
+          plan.unique_of[p] = static_cast<uint32_t>(plan.unique.size() - 1);
           break;
         }
-        if (plan.unique[u - 1] == keys[i]) {
-          plan.inverse[i] = u - 1;
+        if (plan.unique[u - 1] == key) {
+          plan.unique_of[p] = u - 1;
           break;
         }
         slot = (slot + 1) & mask;
@@ -102,7 +107,6 @@ KeyPlan PlanKeys(absl::Span<const uint64_t> keys, uint64_t name_hash,
                static_cast<uint32_t>(plan.unique.size()) - first_unique, max_keys_per_part,
                &plan.parts);
   }
-  plan.order = std::move(order);
   return plan;
 }
 

@@ -29,11 +29,11 @@ struct Part {
 struct KeyPlan {
   // The distinct keys, grouped by server, then shard.
   std::vector<uint64_t> unique;
-  // For key i of the call, the index of its row in `unique`.
-  std::vector<uint32_t> inverse;
   // The positions in the call of its keys, grouped by shard: the keys of shard s are at
   // positions order[shard_begin[s]] ... order[shard_end[s] - 1].
   std::vector<uint32_t> order;
+  // Beside `order`: the key at position order[p] of the call is unique[unique_of[p]].
+  std::vector<uint32_t> unique_of;
   // By shard: where its keys start and end in `order`.
   std::vector<uint32_t> shard_begin;
   std::vector<uint32_t> shard_end;

@@ -27,8 +27,11 @@ TEST_CASE("plans dedupe keys and group them by server and shard", "[client][rout
   const KeyPlan plan = PlanKeys(keys, table, shard_to_server, max_keys);
 
   // Every key maps to its own value, and unique holds each distinct key once.
-  REQUIRE(plan.inverse.size() == keys.size());
-  for (size_t i = 0; i < keys.size(); ++i) CHECK(plan.unique[plan.inverse[i]] == keys[i]);
+  REQUIRE(plan.order.size() == keys.size());
+  REQUIRE(plan.unique_of.size() == keys.size());
+  for (size_t p = 0; p < keys.size(); ++p) {
+    CHECK(plan.unique[plan.unique_of[p]] == keys[plan.order[p]]);
+  }
   CHECK(std::set<uint64_t>(keys.begin(), keys.end()).size() == plan.unique.size());
 
   // order and the shard ranges list every key once, under its shard.

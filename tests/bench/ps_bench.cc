@@ -17,6 +17,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
+#include <future>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -54,6 +56,8 @@ ABSL_FLAG(bool, empty_handler, false, "servers touch no storage (transport ceili
 ABSL_FLAG(bool, memory, false, "measure the resident bytes per row of one server");
 ABSL_FLAG(int64_t, rows, 10000000, "--memory: rows to load");
 ABSL_FLAG(int, channels, 2, "gRPC channels per server in each worker");
+ABSL_FLAG(int, inflight, 1,
+          "calls each worker keeps in flight with the asynchronous API (1: blocking calls)");
 ABSL_FLAG(int, max_keys_per_request, 32768, "client's split size");
 ABSL_FLAG(std::string, bin_dir, "", "folder holding server/ and server/coordinator/ binaries");
 // Internal: how the parent starts its workers.
@@ -148,7 +152,8 @@ int RunWorker() {
     set.resize(k);
     for (auto& key : set) key = rng();
   }
-  std::vector<float> values(size_t(k) * dim);
+  const int inflight = std::max(1, absl::GetFlag(FLAGS_inflight));
+  std::vector<std::vector<float>> values(inflight, std::vector<float>(size_t(k) * dim));
   std::vector<float> grads(size_t(k) * dim);
   for (auto& g : grads) g = 0.001f * static_cast<float>(rng() % 1000);
 
@@ -165,11 +170,12 @@ int RunWorker() {
                                                       : static_cast<int>(sets.size());
   for (const char* op : {"pull", "push"}) {
     const bool pull = std::string(op) == "pull";
-    auto once = [&](int i) {
+    auto start_one = [&](int i) {
       const std::vector<uint64_t>& keys = sets[i % sets.size()];
-      return pull ? (*client)->Pull("bench", keys, absl::MakeSpan(values))
-                  : (*client)->Push("bench", keys, grads);
+      return pull ? (*client)->PullAsync("bench", keys, absl::MakeSpan(values[i % inflight]))
+                  : (*client)->PushAsync("bench", keys, grads);
     };
+    auto once = [&](int i) { return start_one(i).get(); };
     for (int i = 0; i < warmup; ++i) {
       const absl::Status s = once(i);
       if (!s.ok()) {
@@ -180,14 +186,22 @@ int RunWorker() {
     if (!sync()) return 1;
     std::vector<double> latencies;
     const absl::Time start = absl::Now();
-    for (int i = 0; i < absl::GetFlag(FLAGS_iters); ++i) {
-      const absl::Time t0 = absl::Now();
-      const absl::Status s = once(i);
+    const int iters = absl::GetFlag(FLAGS_iters);
+    // A window of `inflight` calls: call i is started when call i - inflight has finished.
+    std::deque<std::pair<absl::Time, std::future<absl::Status>>> window;
+    for (int i = 0; i < iters || !window.empty(); ++i) {
+      if (i < iters) {
+        const absl::Time t0 = absl::Now();
+        window.emplace_back(t0, start_one(i));
+      }
+      if (static_cast<int>(window.size()) < inflight && i + 1 < iters) continue;
+      const absl::Status s = window.front().second.get();
       if (!s.ok()) {
         std::fprintf(stderr, "worker %d: %s\n", rank, s.ToString().c_str());
         return 1;
       }
-      latencies.push_back(absl::ToDoubleMilliseconds(absl::Now() - t0));
+      latencies.push_back(absl::ToDoubleMilliseconds(absl::Now() - window.front().first));
+      window.pop_front();
     }
     const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
     std::printf("%s %.9f %s\n", op, seconds, absl::StrJoin(latencies, " ").c_str());
@@ -217,6 +231,7 @@ WorkerProcess SpawnWorker(const std::string& coordinator, int rank) {
       absl::StrCat("--warmup=", absl::GetFlag(FLAGS_warmup)),
       absl::StrCat("--key_sets=", absl::GetFlag(FLAGS_key_sets)),
       absl::StrCat("--channels=", absl::GetFlag(FLAGS_channels)),
+      absl::StrCat("--inflight=", absl::GetFlag(FLAGS_inflight)),
       absl::StrCat("--max_keys_per_request=", absl::GetFlag(FLAGS_max_keys_per_request)),
   };
   std::vector<char*> argv;
@@ -348,10 +363,10 @@ int RunThroughput() {
     const double keys_per_s = rate[op];
     absl::PrintF(
         "{\"op\":\"%s\",\"servers\":%d,\"workers\":%d,\"keys\":%d,\"dim\":%d,\"optimizer\":\"%s\","
-        "\"handler\":\"%s\",\"iters\":%d,\"mkeys_per_s\":%.3f,\"value_mb_per_s\":%.1f,"
+        "\"handler\":\"%s\",\"inflight\":%d,\"iters\":%d,\"mkeys_per_s\":%.3f,\"value_mb_per_s\":%.1f,"
         "\"p50_ms\":%.3f,\"p99_ms\":%.3f}\n",
         op, servers, workers, k, dim, absl::GetFlag(FLAGS_optimizer),
-        absl::GetFlag(FLAGS_empty_handler) ? "empty" : "store", iters, keys_per_s / 1e6,
+        absl::GetFlag(FLAGS_empty_handler) ? "empty" : "store", absl::GetFlag(FLAGS_inflight), iters, keys_per_s / 1e6,
         keys_per_s * dim * sizeof(float) / 1e6, Percentile(latencies[op], 0.5),
         Percentile(latencies[op], 0.99));
   }
