@@ -64,7 +64,11 @@ void ShardedStore::SetShardMap(const rpc::ShardMap& map, uint32_t server_id) {
     shard = std::make_unique<Shard>(job_.cluster().dense_chunk_floats());
     absl::MutexLock shard_lock(&shard->mu);
     for (size_t t = 0; t < tables_.size(); ++t) {
-      const size_t expected = job_.tables(t).capacity_hint() / num_shards_;
+      // The hint spread evenly, plus four standard deviations of a shard's share of random keys,
+      // so that a shard a little fuller than average does not rehash its index at the end.
+      const double mean = static_cast<double>(job_.tables(t).capacity_hint()) / num_shards_;
+      const size_t expected =
+          mean == 0 ? 0 : static_cast<size_t>(mean + 4 * std::sqrt(mean) + 16);
       shard->tables.push_back(std::make_unique<TableShard>(tables_[t].get(), expected));
     }
   }
@@ -140,6 +144,16 @@ absl::Status ShardedStore::CheckKeys(const std::string& keys,
 }
 
 absl::Status ShardedStore::Pull(const rpc::PullRequest& request, rpc::PullResponse* response) {
+  return Pull(request, [response](size_t num_keys, uint32_t dim) {
+    std::string* values = response->mutable_values();
+    values->resize(num_keys * dim * sizeof(float));
+    response->set_dim(dim);
+    return reinterpret_cast<float*>(values->data());
+  });
+}
+
+absl::Status ShardedStore::Pull(const rpc::PullRequest& request,
+                                absl::FunctionRef<float*(size_t num_keys, uint32_t dim)> allocate) {
   PS_ASSIGN_OR_RETURN(const size_t t, FindTable(request.table()));
   const TableSpec& table = *tables_[t];
   absl::ReaderMutexLock map_lock(&map_mu_);
@@ -147,11 +161,11 @@ absl::Status ShardedStore::Pull(const rpc::PullRequest& request, rpc::PullRespon
   const uint64_t* keys = nullptr;
   size_t n = 0;
   PS_RETURN_IF_ERROR(CheckKeys(request.keys(), request.runs(), table, &aligned, &keys, &n));
-  std::string* values = response->mutable_values();
-  values->resize(n * table.dim * sizeof(float));
-  response->set_dim(table.dim);
-  if (options_.empty_handler) return absl::OkStatus();
-  float* out = reinterpret_cast<float*>(values->data());
+  float* out = allocate(n, table.dim);
+  if (options_.empty_handler) {
+    std::memset(out, 0, n * table.dim * sizeof(float));
+    return absl::OkStatus();
+  }
   size_t at = 0;
   for (const rpc::ShardRun& run : request.runs()) {
     Shard& shard = *shards_[run.shard()];

@@ -12,6 +12,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -60,6 +61,13 @@ class ShardedStore {
   // keys than one response may carry; FAILED_PRECONDITION (naming the current map version) for a
   // shard this server does not serve.
   absl::Status Pull(const rpc::PullRequest& request, rpc::PullResponse* response);
+
+  // Pull without a response message, for callers that frame the rows themselves: once the request
+  // is validated, calls `allocate(num_keys, dim)` exactly once and writes the rows (dim floats per
+  // key, in request order) to the memory it returns, which must hold num_keys * dim floats and
+  // may be uninitialised (empty_handler writes zeros). Errors as Pull, with `allocate` not called.
+  absl::Status Pull(const rpc::PullRequest& request,
+                    absl::FunctionRef<float*(size_t num_keys, uint32_t dim)> allocate);
 
   // Applies the request's gradients with the table's optimizer, duplicates within the request
   // summed, exactly once per (worker_id, sequence) and shard. `duplicate_keys` counts keys of

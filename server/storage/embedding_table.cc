@@ -1,5 +1,8 @@
 #include "server/storage/embedding_table.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -156,6 +159,10 @@ uint32_t TableShard::NewRow(uint64_t id) {
   return slot;
 }
 
+TableShard::Block::~Block() {
+  if (floats != nullptr) munmap(floats, bytes);
+}
+
 void TableShard::ReserveSlot(uint32_t slot) {
   const size_t b = slot >> kBlockShift;
   const uint32_t offset = slot & (kBlockRows - 1);
@@ -171,15 +178,15 @@ void TableShard::ReserveSlot(uint32_t slot) {
   const size_t grown = capacity < kBlockRows / 4 ? 2 * capacity : capacity + kBlockRows / 4;
   const size_t rows = std::min<size_t>(
       kBlockRows, std::max<size_t>({size_t{kMinBlockRows}, grown, size_t{offset} + 1, expected}));
-  size_t bytes = rows * row_floats_ * sizeof(float);
-  bytes = (bytes + 63) / 64 * 64;  // aligned_alloc wants a multiple of the alignment
-  float* floats = static_cast<float*>(std::aligned_alloc(64, bytes));
-  if (floats == nullptr) Die("out of memory growing a slab");
-  // Slots are taken in order, so rows [0, offset) of the block are the ones in use.
-  if (offset > 0) {
-    std::memcpy(floats, block.floats.get(), size_t{offset} * row_floats_ * sizeof(float));
-  }
-  block.floats.reset(floats);
+  static const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t bytes = (rows * row_floats_ * sizeof(float) + page - 1) / page * page;
+  void* floats =
+      block.floats == nullptr
+          ? mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+          : mremap(block.floats, block.bytes, bytes, MREMAP_MAYMOVE);
+  if (floats == MAP_FAILED) Die("out of memory growing a slab");
+  block.floats = static_cast<float*>(floats);
+  block.bytes = bytes;
   block.capacity_rows = static_cast<uint32_t>(rows);
 }
 
@@ -277,7 +284,7 @@ size_t TableShard::MemoryBytes() const {
   size_t bytes = capacity_ * (sizeof(uint64_t) + sizeof(uint32_t));
   bytes += blocks_.capacity() * sizeof(Block);
   for (const Block& block : blocks_) {
-    bytes += (size_t{block.capacity_rows} * row_floats_ * sizeof(float) + 63) / 64 * 64;
+    bytes += block.bytes;
   }
   return bytes;
 }

@@ -3,8 +3,8 @@
 //
 // Layout of a TableShard, designed for about 14 bytes of overhead per row over the raw floats
 // (12 bytes a bucket of the index at load 0.85):
-// - Rows live in slabs: blocks of 65536 rows of row_floats() floats each, one allocation per block
-//   (64-byte aligned), so slot s is row s & 0xFFFF of block s >> 16. Slots are handed out in
+// - Rows live in slabs: blocks of 65536 rows of row_floats() floats each, one memory mapping per
+//   block (page aligned, grown in place or moved by the kernel with mremap, never copied), so slot s is row s & 0xFFFF of block s >> 16. Slots are handed out in
 //   order and never move; the last block grows (by doubling, then by quarter blocks) or is sized
 //   from expected_rows, so a small shard stays small.
 // - An open-addressing index with linear probing maps an id to its slot in two parallel arrays
@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -99,11 +100,20 @@ class TableShard {
   static constexpr uint32_t kBlockRows = uint32_t{1} << kBlockShift;
   static constexpr uint32_t kEmpty = 0xFFFFFFFF;
 
-  struct FreeDeleter {
-    void operator()(float* p) const { std::free(p); }
-  };
+  // A slab block: an anonymous memory mapping, so that growing it (mremap) neither copies rows
+  // nor leaves a freed hole in the heap, and pages of rows not yet written are not resident.
   struct Block {
-    std::unique_ptr<float[], FreeDeleter> floats;
+    Block() = default;
+    Block(Block&& other) noexcept
+        : floats(std::exchange(other.floats, nullptr)),
+          bytes(std::exchange(other.bytes, 0)),
+          capacity_rows(std::exchange(other.capacity_rows, 0)) {}
+    Block& operator=(Block&&) = delete;
+    ~Block();
+    float* get() const { return floats; }
+
+    float* floats = nullptr;
+    size_t bytes = 0;  // of the mapping, a multiple of the page size
     uint32_t capacity_rows = 0;
   };
 
@@ -114,11 +124,11 @@ class TableShard {
     return static_cast<size_t>((uint64_t{hash} * capacity_) >> 32);
   }
   const float* Row(uint32_t slot) const {
-    return blocks_[slot >> kBlockShift].floats.get() +
+    return blocks_[slot >> kBlockShift].get() +
            size_t{slot & (kBlockRows - 1)} * row_floats_;
   }
   float* Row(uint32_t slot) {
-    return blocks_[slot >> kBlockShift].floats.get() +
+    return blocks_[slot >> kBlockShift].get() +
            size_t{slot & (kBlockRows - 1)} * row_floats_;
   }
 
