@@ -14,6 +14,7 @@ PACKAGES=(
   libcpp-httplib-dev       # metrics endpoint
   libxxhash-dev            # key-to-shard hash (XXH3)
   zlib1g-dev               # gzip input files
+  libopenblas-dev          # CPU GEMMs of the worker
   openmpi-bin libopenmpi-dev  # reference AllReduce in the benchmark
 )
 
