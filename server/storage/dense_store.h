@@ -15,7 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "server/storage/optimizer.h"
+#include "common/optimizer.h"
 
 namespace ps {
 namespace server {

@@ -28,7 +28,7 @@
 #include "absl/types/span.h"
 #include "proto/job.pb.h"
 #include "server/storage/initializer.h"
-#include "server/storage/optimizer.h"
+#include "common/optimizer.h"
 
 namespace ps {
 namespace server {

@@ -41,7 +41,7 @@
 #include "common/coordinator_client.h"
 #include "common/malloc_tuning.h"
 #include "proto/job.pb.h"
-#include "server/storage/optimizer.h"
+#include "common/optimizer.h"
 #include "tests/testing/daemon.h"
 
 ABSL_FLAG(int, servers, 1, "server processes");
@@ -286,7 +286,7 @@ int RunMemory() {
   const uint64_t rss = ResidentBytes((*server)->pid());
   config::Optimizer opt;
   opt.set_type(absl::GetFlag(FLAGS_optimizer));
-  auto optimizer = server::Optimizer::Create(opt);
+  auto optimizer = Optimizer::Create(opt);
   if (!optimizer.ok()) return 1;
   const double raw = (dim + (*optimizer)->StateFloats(dim)) * sizeof(float);
   const double per_row = static_cast<double>(rss) / rows;

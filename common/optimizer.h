@@ -23,8 +23,8 @@
 // Arithmetic is in float except adam's lr_t. The update of a row is one virtual call and then a
 // plain loop over coordinates that the compiler vectorises (all but ftrl with lr_power != -0.5,
 // which calls pow per coordinate); the same objects update dense chunks (dim = the chunk length).
-#ifndef PS_SERVER_STORAGE_OPTIMIZER_H_
-#define PS_SERVER_STORAGE_OPTIMIZER_H_
+#ifndef PS_COMMON_OPTIMIZER_H_
+#define PS_COMMON_OPTIMIZER_H_
 
 #include <cstdint>
 #include <memory>
@@ -33,7 +33,6 @@
 #include "proto/job.pb.h"
 
 namespace ps {
-namespace server {
 
 // An Optimizer updates parameters from gradients with per-parameter state. Thread-compatible;
 // stateless itself (all state lives in the caller's floats), so one instance serves every row and
@@ -62,7 +61,6 @@ class Optimizer {
   virtual void Apply(uint32_t dim, const float* g, float* w, float* state) const = 0;
 };
 
-}  // namespace server
 }  // namespace ps
 
-#endif  // PS_SERVER_STORAGE_OPTIMIZER_H_
+#endif  // PS_COMMON_OPTIMIZER_H_

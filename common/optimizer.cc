@@ -1,4 +1,4 @@
-#include "server/storage/optimizer.h"
+#include "common/optimizer.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,7 +10,6 @@
 #include "absl/strings/str_format.h"
 
 namespace ps {
-namespace server {
 namespace {
 
 // The update loops are free functions with __restrict__ parameters (weights, gradient and state
@@ -193,5 +192,4 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(const config::Optim
       new FtrlOptimizer(o.learning_rate(), o.l1(), o.l2(), o.ftrl_beta(), o.lr_power()));
 }
 
-}  // namespace server
 }  // namespace ps

@@ -1,4 +1,4 @@
-#include "server/storage/optimizer.h"
+#include "common/optimizer.h"
 
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -9,7 +9,6 @@
 #include <vector>
 
 namespace ps {
-namespace server {
 namespace {
 
 config::Optimizer Options(const std::string& type) {
@@ -253,5 +252,4 @@ TEST_CASE("Create accepts the defaults of every type", "[storage][optimizer]") {
 }
 
 }  // namespace
-}  // namespace server
 }  // namespace ps
