@@ -22,7 +22,7 @@
 #include "server/storage/apply_window.h"
 #include "server/storage/dense_store.h"
 #include "server/storage/embedding_table.h"
-#include "server/storage/optimizer.h"
+#include "common/optimizer.h"
 
 namespace ps {
 namespace server {
