@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
 #include "absl/container/flat_hash_map.h"
@@ -18,6 +19,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "client/internal/key_router.h"
+#include "client/internal/sparse_wire.h"
 #include "common/coordinator_client.h"
 #include "common/finite.h"
 #include "common/grpc_status.h"
@@ -29,11 +31,34 @@ namespace ps {
 namespace {
 
 using client_internal::KeyPlan;
+using client_internal::MessageWriter;
 using client_internal::Part;
+using client_internal::PullResponseReader;
 using client_internal::Segment;
 
 // Room for the header, table name and runs of a request beyond keys and values.
 constexpr uint64_t kRequestOverheadBytes = 64 << 10;
+
+// Pull and Push go through the generic stub with messages built and read in place
+// (client/internal/sparse_wire.h); these are their gRPC method names.
+constexpr char kPullMethod[] = "/ps.rpc.ParameterServer/Pull";
+constexpr char kPushMethod[] = "/ps.rpc.ParameterServer/Push";
+// How many rows ahead the gather of gradients and the scatter of pulled rows prefetch: their
+// rows are at random places of the caller's buffers, and the copies are bound by how many cache
+// misses are in flight.
+constexpr uint32_t kPrefetchRows = 16;
+
+// Prefetches the cache lines of a row of `bytes` bytes at `row` (for writing if `write`).
+template <bool write>
+inline void PrefetchRow(const void* row, size_t bytes) {
+  const char* p = static_cast<const char*>(row);
+  __builtin_prefetch(p, write ? 1 : 0);
+  __builtin_prefetch(p + bytes - 1, write ? 1 : 0);
+}
+
+// Fields of PullRequest and PushRequest (proto/ps.proto) that the client writes in place.
+constexpr uint32_t kKeysField = 3;
+constexpr uint32_t kGradsField = 5;
 
 bool IsRetryable(const absl::Status& status) {
   switch (status.code()) {
@@ -46,15 +71,18 @@ bool IsRetryable(const absl::Status& status) {
   }
 }
 
-
-// The channels to one server.
+// The channels to one server, each with a typed stub and a generic (raw bytes) one.
 struct ServerConnection {
   std::string address;
   std::vector<std::unique_ptr<rpc::ParameterServer::Stub>> stubs;
+  std::vector<std::unique_ptr<grpc::GenericStub>> generic_stubs;
   std::atomic<uint32_t> next{0};
 
   rpc::ParameterServer::Stub* Stub() {
     return stubs[next.fetch_add(1, std::memory_order_relaxed) % stubs.size()].get();
+  }
+  grpc::GenericStub* GenericStub() {
+    return generic_stubs[next.fetch_add(1, std::memory_order_relaxed) % generic_stubs.size()].get();
   }
 };
 
@@ -102,9 +130,9 @@ class Scheduler {
         // Wake when stopping with nothing left, or when the earliest task is due.
         while (true) {
           if (stop_ && tasks_.empty()) return;
-          auto earliest = std::min_element(
-              tasks_.begin(), tasks_.end(),
-              [](const Task& a, const Task& b) { return a.when < b.when; });
+          auto earliest =
+              std::min_element(tasks_.begin(), tasks_.end(),
+                               [](const Task& a, const Task& b) { return a.when < b.when; });
           const absl::Time now = absl::Now();
           if (earliest != tasks_.end() && (earliest->when <= now || stop_)) {
             fn = std::move(earliest->fn);
@@ -140,18 +168,17 @@ struct SparseCall {
     uint64_t sequence = 0;
     uint64_t routed_version = 0;
     std::unique_ptr<grpc::ClientContext> context;
-    rpc::PullRequest pull;
-    rpc::PushRequest push;
-    rpc::PullResponse pull_response;
-    rpc::PushResponse push_response;
+    // A PullRequest or PushRequest; a PullResponse or PushResponse.
+    grpc::ByteBuffer request_bytes;
+    grpc::ByteBuffer response_bytes;
   };
 
   Kind kind = Kind::kPull;
   const TableInfo* table = nullptr;
   int64_t clock = -1;
   absl::Span<const uint64_t> keys;
-  absl::Span<float> values;         // pull
-  absl::Span<const float> grads;    // push
+  absl::Span<float> values;       // pull
+  absl::Span<const float> grads;  // push
   KeyPlan plan;
   std::vector<float> grad_sums;  // push with repeated keys: summed gradients in unique order
   Client::Callback done;
@@ -161,7 +188,7 @@ struct SparseCall {
   absl::Mutex mu;
   int outstanding ABSL_GUARDED_BY(mu) = 0;
   std::vector<std::unique_ptr<Request>> to_retry ABSL_GUARDED_BY(mu);
-  absl::Status error ABSL_GUARDED_BY(mu);        // a non-retryable error
+  absl::Status error ABSL_GUARDED_BY(mu);  // a non-retryable error
   absl::Status last_retryable ABSL_GUARDED_BY(mu);
 };
 
@@ -190,8 +217,7 @@ class ClientImpl final : public Client {
   }
 
   absl::Status Start() {
-    PS_ASSIGN_OR_RETURN(rpc::ShardMap map,
-                        coordinator_->GetShardMap(1, options_.connect_timeout));
+    PS_ASSIGN_OR_RETURN(rpc::ShardMap map, coordinator_->GetShardMap(1, options_.connect_timeout));
     return InstallMap(map);
   }
 
@@ -218,14 +244,14 @@ class ClientImpl final : public Client {
     return Wait([&](Callback done) { PushAsync(table, keys, grads, std::move(done)); });
   }
 
-  void PullAsync(absl::string_view table, absl::Span<const uint64_t> keys,
-                 absl::Span<float> values, Callback done) override {
+  void PullAsync(absl::string_view table, absl::Span<const uint64_t> keys, absl::Span<float> values,
+                 Callback done) override {
     absl::StatusOr<const TableInfo*> info = FindTable(table);
     if (!info.ok()) return done(info.status());
     if (values.size() != keys.size() * (*info)->dim) {
-      return done(absl::InvalidArgumentError(absl::StrFormat(
-          "pull of %d keys of dim %d needs %d values, got %d", keys.size(), (*info)->dim,
-          keys.size() * (*info)->dim, values.size())));
+      return done(absl::InvalidArgumentError(
+          absl::StrFormat("pull of %d keys of dim %d needs %d values, got %d", keys.size(),
+                          (*info)->dim, keys.size() * (*info)->dim, values.size())));
     }
     auto call = std::make_shared<SparseCall>();
     call->kind = SparseCall::Kind::kPull;
@@ -241,9 +267,9 @@ class ClientImpl final : public Client {
     absl::StatusOr<const TableInfo*> info = FindTable(table);
     if (!info.ok()) return done(info.status());
     if (grads.size() != keys.size() * (*info)->dim) {
-      return done(absl::InvalidArgumentError(absl::StrFormat(
-          "push of %d keys of dim %d needs %d gradients, got %d", keys.size(), (*info)->dim,
-          keys.size() * (*info)->dim, grads.size())));
+      return done(absl::InvalidArgumentError(
+          absl::StrFormat("push of %d keys of dim %d needs %d gradients, got %d", keys.size(),
+                          (*info)->dim, keys.size() * (*info)->dim, grads.size())));
     }
     if (!AllFinite(grads.data(), grads.size())) {
       return done(absl::InvalidArgumentError(absl::StrFormat(
@@ -327,8 +353,10 @@ class ClientImpl final : public Client {
       args.SetInt("ps.channel_index", i);
       args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 << 20);
       args.SetInt(GRPC_ARG_HTTP2_WRITE_BUFFER_SIZE, 8 << 20);
-      conn->stubs.push_back(rpc::ParameterServer::NewStub(
-          grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args)));
+      std::shared_ptr<grpc::Channel> channel =
+          grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+      conn->stubs.push_back(rpc::ParameterServer::NewStub(channel));
+      conn->generic_stubs.push_back(std::make_unique<grpc::GenericStub>(channel));
     }
     return conn;
   }
@@ -388,72 +416,77 @@ class ClientImpl final : public Client {
     Send(call, routing, std::move(requests));
   }
 
-  // Builds and sends `requests` with `routing`; their completions drive the call on.
-  void Send(const std::shared_ptr<SparseCall>& call,
-            const std::shared_ptr<const Routing>& routing,
+  // Writes the message of `request`, routed with `routing`.
+  void Encode(const SparseCall& call, const Routing& routing, SparseCall::Request* request) {
+    const uint32_t dim = call.table->dim;
+    // The small fields through protobuf; keys and gradients written in place after them.
+    rpc::PushRequest fields;  // a PullRequest's fields are a prefix of a PushRequest's
+    rpc::RequestHeader* header = fields.mutable_header();
+    header->set_map_version(routing.version);
+    header->set_worker_id(worker_id_);
+    header->set_sequence(request->sequence);
+    header->set_clock(call.clock);
+    fields.set_table(call.table->name);
+    for (const Segment& seg : request->part.segments) {
+      rpc::ShardRun* run = fields.add_runs();
+      run->set_shard(seg.shard);
+      run->set_count(seg.count);
+    }
+    const bool push = call.kind == SparseCall::Kind::kPush;
+    const size_t num_keys = request->part.num_keys;
+    const size_t row_bytes = size_t{dim} * sizeof(float);
+    const size_t key_bytes = num_keys * sizeof(uint64_t);
+    const size_t grad_bytes = push ? num_keys * row_bytes : 0;
+    MessageWriter writer(fields.ByteSizeLong() + 2 * MessageWriter::kFieldOverheadBytes +
+                         key_bytes + grad_bytes);
+    writer.AppendMessage(fields);
+    char* out = writer.AppendBytesField(kKeysField, key_bytes);
+    for (const Segment& seg : request->part.segments) {
+      std::memcpy(out, call.plan.unique.data() + seg.begin, seg.count * sizeof(uint64_t));
+      out += seg.count * sizeof(uint64_t);
+    }
+    if (push) {
+      char* g = writer.AppendBytesField(kGradsField, grad_bytes);
+      for (const Segment& seg : request->part.segments) {
+        if (call.grad_sums.empty()) {
+          const uint32_t end = seg.begin + seg.count;
+          for (uint32_t j = seg.begin; j < end; ++j) {
+            if (j + kPrefetchRows < end) {
+              PrefetchRow<false>(
+                  call.grads.data() + size_t{call.plan.order[j + kPrefetchRows]} * dim, row_bytes);
+            }
+            std::memcpy(g, call.grads.data() + size_t{call.plan.order[j]} * dim, row_bytes);
+            g += row_bytes;
+          }
+        } else {
+          const size_t bytes = size_t{seg.count} * row_bytes;
+          std::memcpy(g, call.grad_sums.data() + size_t{seg.begin} * dim, bytes);
+          g += bytes;
+        }
+      }
+    }
+    request->request_bytes = writer.Finish();
+  }
+
+  // Encodes and sends `requests` with `routing`; their completions drive the call on.
+  void Send(const std::shared_ptr<SparseCall>& call, const std::shared_ptr<const Routing>& routing,
             std::vector<std::unique_ptr<SparseCall::Request>> requests) {
     {
       absl::MutexLock lock(&call->mu);
       call->outstanding += static_cast<int>(requests.size());
     }
-    const uint32_t dim = call->table->dim;
+    const char* method = call->kind == SparseCall::Kind::kPush ? kPushMethod : kPullMethod;
     for (auto& owned : requests) {
       SparseCall::Request* request = owned.release();
       request->routed_version = routing->version;
       request->context = std::make_unique<grpc::ClientContext>();
       request->context->set_deadline(absl::ToChronoTime(absl::Now() + options_.request_timeout));
-      rpc::RequestHeader* header = call->kind == SparseCall::Kind::kPull
-                                       ? request->pull.mutable_header()
-                                       : request->push.mutable_header();
-      header->set_map_version(routing->version);
-      header->set_worker_id(worker_id_);
-      header->set_sequence(request->sequence);
-      header->set_clock(call->clock);
-      std::string keys;
-      keys.resize(size_t{request->part.num_keys} * sizeof(uint64_t));
-      char* out = keys.data();
-      google::protobuf::RepeatedPtrField<rpc::ShardRun>* runs =
-          call->kind == SparseCall::Kind::kPull ? request->pull.mutable_runs()
-                                                : request->push.mutable_runs();
-      runs->Clear();
-      for (const Segment& seg : request->part.segments) {
-        std::memcpy(out, call->plan.unique.data() + seg.begin, seg.count * sizeof(uint64_t));
-        out += seg.count * sizeof(uint64_t);
-        rpc::ShardRun* run = runs->Add();
-        run->set_shard(seg.shard);
-        run->set_count(seg.count);
-      }
+      Encode(*call, *routing, request);
       ServerConnection* conn = routing->servers.at(request->part.server).get();
-      if (call->kind == SparseCall::Kind::kPull) {
-        request->pull.set_table(call->table->name);
-        *request->pull.mutable_keys() = std::move(keys);
-        conn->Stub()->async()->Pull(
-            request->context.get(), &request->pull, &request->pull_response,
-            [this, call, request](grpc::Status status) { OnDone(call, request, status); });
-      } else {
-        std::string grads;
-        grads.resize(size_t{request->part.num_keys} * dim * sizeof(float));
-        char* g = grads.data();
-        const size_t row_bytes = size_t{dim} * sizeof(float);
-        for (const Segment& seg : request->part.segments) {
-          if (call->grad_sums.empty()) {
-            for (uint32_t j = seg.begin; j < seg.begin + seg.count; ++j) {
-              std::memcpy(g, call->grads.data() + size_t{call->plan.order[j]} * dim, row_bytes);
-              g += row_bytes;
-            }
-          } else {
-            const size_t bytes = size_t{seg.count} * row_bytes;
-            std::memcpy(g, call->grad_sums.data() + size_t{seg.begin} * dim, bytes);
-            g += bytes;
-          }
-        }
-        request->push.set_table(call->table->name);
-        *request->push.mutable_keys() = std::move(keys);
-        *request->push.mutable_grads() = std::move(grads);
-        conn->Stub()->async()->Push(
-            request->context.get(), &request->push, &request->push_response,
-            [this, call, request](grpc::Status status) { OnDone(call, request, status); });
-      }
+      conn->GenericStub()->UnaryCall(
+          request->context.get(), method, grpc::StubOptions(), &request->request_bytes,
+          &request->response_bytes,
+          [this, call, request](grpc::Status status) { OnDone(call, request, status); });
     }
   }
 
@@ -462,28 +495,40 @@ class ClientImpl final : public Client {
     std::unique_ptr<SparseCall::Request> request(raw);
     absl::Status status = FromGrpcStatus(grpc_status);
     const uint32_t dim = call->table->dim;
-    if (status.ok() && call->kind == SparseCall::Kind::kPull) {
-      const std::string& values = request->pull_response.values();
-      if (values.size() != size_t{request->part.num_keys} * dim * sizeof(float)) {
+    if (status.ok() && call->kind == SparseCall::Kind::kPush) {
+      rpc::PushResponse response;
+      status = FromGrpcStatus(grpc::SerializationTraits<rpc::PushResponse>::Deserialize(
+          &request->response_bytes, &response));
+    } else if (status.ok()) {
+      PullResponseReader values;
+      status = values.Parse(request->response_bytes);
+      if (status.ok() &&
+          values.values_size() != size_t{request->part.num_keys} * dim * sizeof(float)) {
         status = absl::InternalError(absl::StrFormat(
-            "server %s answered %d bytes for %d keys of dim %d",
-            request->context->peer(), values.size(), request->part.num_keys, dim));
-      } else {
-        // Scatter this response's rows to every position of their keys, here on the gRPC thread
-        // that received it, while other responses are still on their way.
-        const float* rows = reinterpret_cast<const float*>(values.data());
+            "server %s answered %d bytes for %d keys of dim %d", request->context->peer(),
+            values.values_size(), request->part.num_keys, dim));
+      }
+      if (status.ok()) {
+        // Scatter this response's rows, straight from gRPC's slices, to every position of their
+        // keys, here on the gRPC thread that received it, while other responses are still on
+        // their way.
         const KeyPlan& plan = call->plan;
         float* out = call->values.data();
         const size_t row_bytes = size_t{dim} * sizeof(float);
+        size_t rows = 0;  // byte offset in the values of the segment's first row
         for (const Segment& seg : request->part.segments) {
           const uint32_t end = seg.begin + seg.count;
-          for (uint32_t p = plan.shard_begin[seg.shard]; p < plan.shard_end[seg.shard]; ++p) {
+          const uint32_t shard_end = plan.shard_end[seg.shard];
+          for (uint32_t p = plan.shard_begin[seg.shard]; p < shard_end; ++p) {
+            if (p + kPrefetchRows < shard_end) {
+              PrefetchRow<true>(out + size_t{plan.order[p + kPrefetchRows]} * dim, row_bytes);
+            }
             const uint32_t u = plan.unique_of[p];
             if (u < seg.begin || u >= end) continue;  // in another part of a split shard
-            std::memcpy(out + size_t{plan.order[p]} * dim, rows + size_t{u - seg.begin} * dim,
-                        row_bytes);
+            values.Copy(rows + size_t{u - seg.begin} * row_bytes, row_bytes,
+                        out + size_t{plan.order[p]} * dim);
           }
-          rows += size_t{seg.count} * dim;
+          rows += size_t{seg.count} * row_bytes;
         }
       }
     }

@@ -1,6 +1,10 @@
 #include "server/ps_service.h"
 
+#include <cstdlib>
+#include <cstring>
 #include <utility>
+
+#include <grpcpp/support/proto_buffer_reader.h>
 
 #include "absl/strings/str_format.h"
 #include "common/grpc_status.h"
@@ -8,6 +12,76 @@
 namespace ps {
 namespace server {
 namespace {
+
+// Wire bytes of a PullResponse's fields (proto/ps.proto): values = 1 (length-delimited), dim = 2
+// (varint).
+constexpr uint8_t kValuesTag = (1 << 3) | 2;
+constexpr uint8_t kDimTag = (2 << 3) | 0;
+// Room before the rows for the values field's tag and length (at most 1 + 10 bytes); a multiple
+// of 16 keeps the rows as aligned as malloc's memory.
+constexpr size_t kPrefixBytes = 16;
+// Room after the rows for the dim field (tag and a uint32 varint).
+constexpr size_t kSuffixBytes = 1 + 5;
+
+size_t VarintSize(uint64_t value) {
+  size_t size = 1;
+  while (value >= 0x80) {
+    value >>= 7;
+    ++size;
+  }
+  return size;
+}
+
+uint8_t* PutVarint(uint64_t value, uint8_t* out) {
+  while (value >= 0x80) {
+    *out++ = static_cast<uint8_t>(value | 0x80);
+    value >>= 7;
+  }
+  *out++ = static_cast<uint8_t>(value);
+  return out;
+}
+
+// A PullResponse being built in one malloc'ed buffer that becomes the slice gRPC sends:
+// [values tag, length][rows][dim tag, dim], with the rows aligned.
+class PullResponseFrame {
+ public:
+  PullResponseFrame() = default;
+  PullResponseFrame(const PullResponseFrame&) = delete;
+  PullResponseFrame& operator=(const PullResponseFrame&) = delete;
+  ~PullResponseFrame() { std::free(buffer_); }
+
+  // Where to write num_keys * dim floats (uninitialised). Called at most once.
+  float* Allocate(size_t num_keys, uint32_t dim) {
+    rows_bytes_ = num_keys * dim * sizeof(float);
+    dim_ = dim;
+    buffer_ = static_cast<uint8_t*>(std::malloc(kPrefixBytes + rows_bytes_ + kSuffixBytes));
+    if (buffer_ == nullptr) std::abort();  // as operator new would
+    return reinterpret_cast<float*>(buffer_ + kPrefixBytes);
+  }
+
+  // Frames the rows and hands the buffer to `response`; an empty response if Allocate was not
+  // called.
+  void Finish(grpc::ByteBuffer* response) {
+    if (buffer_ == nullptr) return;
+    const size_t header_bytes = 1 + VarintSize(rows_bytes_);
+    uint8_t* begin = buffer_ + kPrefixBytes - header_bytes;
+    begin[0] = kValuesTag;
+    PutVarint(rows_bytes_, begin + 1);
+    uint8_t* end = buffer_ + kPrefixBytes + rows_bytes_;
+    *end++ = kDimTag;
+    end = PutVarint(dim_, end);
+    grpc::Slice slice(
+        begin, static_cast<size_t>(end - begin), [](void* buffer) { std::free(buffer); }, buffer_);
+    buffer_ = nullptr;  // owned by the slice
+    grpc::ByteBuffer framed(&slice, 1);
+    response->Swap(&framed);
+  }
+
+ private:
+  uint8_t* buffer_ = nullptr;
+  size_t rows_bytes_ = 0;
+  uint32_t dim_ = 0;
+};
 
 grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* context, const absl::Status& status) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
@@ -39,13 +113,21 @@ ShardedStore* ParameterServerService::Ready(const rpc::RequestHeader& header,
 }
 
 grpc::ServerUnaryReactor* ParameterServerService::Pull(grpc::CallbackServerContext* context,
-                                                       const rpc::PullRequest* request,
-                                                       rpc::PullResponse* response) {
+                                                       const grpc::ByteBuffer* request_bytes,
+                                                       grpc::ByteBuffer* response) {
+  // Deserialize consumes its buffer; the copy shares the request's slices.
+  grpc::ByteBuffer bytes(*request_bytes);
+  rpc::PullRequest request;
+  const grpc::Status parsed =
+      grpc::SerializationTraits<rpc::PullRequest>::Deserialize(&bytes, &request);
+  if (!parsed.ok()) return Done(context, FromGrpcStatus(parsed));
   absl::Status status;
-  ShardedStore* store = Ready(request->header(), &status);
+  ShardedStore* store = Ready(request.header(), &status);
   if (store == nullptr) return Done(context, status);
-  status = store->Pull(*request, response);
-  if (!status.ok()) response->Clear();
+  PullResponseFrame frame;
+  status = store->Pull(
+      request, [&frame](size_t num_keys, uint32_t dim) { return frame.Allocate(num_keys, dim); });
+  if (status.ok()) frame.Finish(response);
   return Done(context, status);
 }
 
@@ -81,9 +163,9 @@ grpc::ServerUnaryReactor* ParameterServerService::PushDense(grpc::CallbackServer
   return Done(context, store->PushDense(*request));
 }
 
-grpc::ServerUnaryReactor* ParameterServerService::GetStatus(
-    grpc::CallbackServerContext* context, const rpc::ServerStatusRequest* request,
-    rpc::ServerStatus* response) {
+grpc::ServerUnaryReactor* ParameterServerService::GetStatus(grpc::CallbackServerContext* context,
+                                                            const rpc::ServerStatusRequest* request,
+                                                            rpc::ServerStatus* response) {
   ShardedStore* store = store_.load(std::memory_order_acquire);
   if (store == nullptr) return Done(context, absl::UnavailableError("the server is starting"));
   response->set_server_id(server_id_.load());

@@ -14,7 +14,12 @@ namespace ps {
 namespace server {
 
 // ParameterServerService serves the ParameterServer RPCs on gRPC's callback API. Thread-safe.
-class ParameterServerService final : public rpc::ParameterServer::CallbackService {
+//
+// Pull is a raw method: its response is a PullResponse framed by hand around rows the store
+// writes straight into the buffer gRPC sends, so the megabytes of a pull are neither zero-filled,
+// nor serialised, nor copied into gRPC's slices.
+class ParameterServerService final : public rpc::ParameterServer::WithRawCallbackMethod_Pull<
+                                         rpc::ParameterServer::CallbackService> {
  public:
   // `on_newer_map` is called (from a gRPC thread; it must not block) when a request was routed
   // with a newer shard map than the store has, so the owner can fetch it.
@@ -26,9 +31,10 @@ class ParameterServerService final : public rpc::ParameterServer::CallbackServic
 
   void SetServerId(uint32_t id) { server_id_.store(id); }
 
+  // `request` holds a PullRequest; `response` gets a PullResponse (nothing on error).
   grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* context,
-                                 const rpc::PullRequest* request,
-                                 rpc::PullResponse* response) override;
+                                 const grpc::ByteBuffer* request,
+                                 grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* context,
                                  const rpc::PushRequest* request,
                                  rpc::PushResponse* response) override;

@@ -246,6 +246,49 @@ TEST_CASE("requests before the shard map are refused as retryable", "[server][st
   CHECK((*store)->map_version() == 0);
 }
 
+TEST_CASE("a pull into the caller's memory writes the rows of a pull into a response",
+          "[server][store]") {
+  auto store = ServingStore();
+  const std::vector<uint64_t> keys = EvenShardKeys(50);
+  rpc::PullRequest request;
+  request.set_table("emb");
+  SetKeys(keys, &request);
+  int calls = 0;
+  std::vector<float> rows;
+  REQUIRE(store
+              ->Pull(request,
+                     [&](size_t num_keys, uint32_t dim) {
+                       ++calls;
+                       CHECK(num_keys == keys.size());
+                       CHECK(dim == 4);
+                       rows.assign(num_keys * dim, std::nanf(""));
+                       return rows.data();
+                     })
+              .ok());
+  CHECK(calls == 1);
+  rpc::PullResponse response;
+  REQUIRE(store->Pull(request, &response).ok());
+  REQUIRE(response.values().size() == rows.size() * sizeof(float));
+  CHECK(std::memcmp(response.values().data(), rows.data(), response.values().size()) == 0);
+
+  // Errors are found before anything is allocated.
+  rpc::PullRequest unknown = request;
+  unknown.set_table("nope");
+  rpc::PullRequest odd_shard;
+  odd_shard.set_table("emb");
+  odd_shard.set_keys(std::string(8, '\0'));
+  odd_shard.add_runs()->set_shard(1);
+  odd_shard.mutable_runs(0)->set_count(1);
+  for (const rpc::PullRequest* bad : {&unknown, &odd_shard}) {
+    const absl::Status status = store->Pull(*bad, [&](size_t, uint32_t) -> float* {
+      ++calls;
+      return nullptr;
+    });
+    CHECK(!status.ok());
+  }
+  CHECK(calls == 1);
+}
+
 TEST_CASE("dense tensors are chunked over the served shards", "[server][store]") {
   config::Job job = TestJob();
   job.mutable_cluster()->set_dense_chunk_floats(4);

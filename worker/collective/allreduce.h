@@ -1,0 +1,108 @@
+// AllReduce of dense gradients among a job's workers: Gloo over TCP on CPUs, NCCL on GPUs. Groups
+// bootstrap through the coordinator's rendezvous store (worker/collective/kv_store.h).
+#ifndef PS_WORKER_COLLECTIVE_ALLREDUCE_H_
+#define PS_WORKER_COLLECTIVE_ALLREDUCE_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "common/coordinator_client.h"
+
+namespace ps {
+namespace worker {
+
+// An AllReduce is one rank's membership of a fixed group of `size` ranks that sum float buffers
+// elementwise. Collective: every rank calls SumInPlace the same number of times, in the same
+// order, with the same number of elements. Thread-compatible.
+class AllReduce {
+ public:
+  // How a Gloo group connects and splits its work. Every rank of a group must use the same
+  // streams, min_bytes_per_stream and segment_bytes.
+  struct GlooOptions {
+    // The host name or IP address this rank listens on and advertises to its peers; it must reach
+    // them. Default "": this machine's host name (gethostname), as Gloo resolves it. Use
+    // "127.0.0.1" when every rank is on this machine. Ignored when `iface` is set.
+    std::string hostname;
+    // A network interface (e.g. "eth0") whose address to use instead of `hostname`. Default "".
+    std::string iface;
+    // TCP connections to each peer, 1 to 16 (default 4). A buffer of at least
+    // `min_bytes_per_stream` per connection is cut into that many contiguous parts reduced
+    // concurrently, each by its own thread over its own Gloo context (and event loop thread);
+    // smaller buffers use fewer. One connection leaves Gloo's ring waiting on each segment's
+    // hand-shake: on loopback, 4 reach about 1.3x its bandwidth at 16 and 64 MiB.
+    int streams = 4;
+    // The smallest part worth a stream of its own, in bytes (default 1 MiB, > 0).
+    size_t min_bytes_per_stream = size_t{1} << 20;
+    // The largest message Gloo's ring keeps in flight (two per peer), in bytes (default 1 MiB, >=
+    // 4096): smaller overlaps reduction and transfer more, at more per-message overhead.
+    size_t segment_bytes = size_t{1} << 20;
+  };
+
+  virtual ~AllReduce() = default;
+
+  AllReduce(const AllReduce&) = delete;
+  AllReduce& operator=(const AllReduce&) = delete;
+
+  // Joins group `group` as rank `rank` of `size` over Gloo's TCP transport, with the default
+  // GlooOptions, and waits up to `timeout` for every rank to join. Gloo picks the algorithm (a
+  // segmented ring). `group` names the group's keys in the coordinator's store
+  // ("collective/gloo/<group>/..."): it must be the same on every rank and not reused for another
+  // group while the coordinator runs (the store keeps the old addresses). `coordinator` is used
+  // only during this call. A group of size 1 needs no coordinator (it may be null) and its
+  // SumInPlace does nothing.
+  //
+  // `timeout` also bounds each SumInPlace. Errors: INVALID_ARGUMENT for a rank outside [0, size),
+  // a size < 1, an empty group name, a non-positive timeout or bad options (or a null coordinator
+  // for size > 1); DEADLINE_EXCEEDED when a rank does not join in time; UNAVAILABLE when the
+  // coordinator or a peer cannot be reached or the address cannot be bound.
+  static absl::StatusOr<std::unique_ptr<AllReduce>> CreateGloo(CoordinatorClient* coordinator,
+                                                               const std::string& group, int rank,
+                                                               int size, absl::Duration timeout);
+  static absl::StatusOr<std::unique_ptr<AllReduce>> CreateGloo(CoordinatorClient* coordinator,
+                                                               const std::string& group, int rank,
+                                                               int size, absl::Duration timeout,
+                                                               const GlooOptions& options);
+
+  // Joins group `group` as rank `rank` of `size` through NCCL on CUDA device `device` (this
+  // process's device index): rank 0 publishes NCCL's unique id under "collective/nccl/<group>/id"
+  // in the coordinator's store, the others wait up to `timeout` for it; then every rank
+  // initialises the communicator, waiting up to `timeout` for the others. SumInPlace then takes
+  // device memory on `device` (cudaMalloc'd or managed), reduces it on a stream of this object's
+  // and returns when the result is in place; each call is bounded by `timeout`.
+  //
+  // Defined in //worker/collective:nccl_allreduce, which links NCCL and the CUDA runtime; depend
+  // on that target to call this. Errors: FAILED_PRECONDITION "no CUDA device" when the machine
+  // has none (cuda::DeviceCount() == 0); INVALID_ARGUMENT as for CreateGloo and for a device
+  // index out of range; DEADLINE_EXCEEDED when rank 0's id or a rank does not come in time;
+  // UNAVAILABLE for the coordinator's failures; INTERNAL for CUDA or NCCL errors.
+  static absl::StatusOr<std::unique_ptr<AllReduce>> CreateNccl(CoordinatorClient* coordinator,
+                                                               const std::string& group, int rank,
+                                                               int size, int device,
+                                                               absl::Duration timeout);
+
+  // Replaces every element of `data` by its sum over the ranks; every rank gets the same values.
+  // OK for an empty span and, for a group of size 1, without doing anything. Errors (after which
+  // `data` holds unspecified values and this object is broken: every later call returns
+  // FAILED_PRECONDITION with the first error): DEADLINE_EXCEEDED when a peer does not take part
+  // within the timeout; UNAVAILABLE when a connection to a peer breaks; INTERNAL for other
+  // failures of the library, including element counts that differ between ranks where the
+  // library notices them (otherwise such a mismatch ends in DEADLINE_EXCEEDED).
+  // INVALID_ARGUMENT, without breaking the group, for a span the implementation cannot take (over
+  // 2^31 - 1 elements, or host memory for NCCL).
+  virtual absl::Status SumInPlace(absl::Span<float> data) = 0;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+ protected:
+  AllReduce() = default;
+};
+
+}  // namespace worker
+}  // namespace ps
+
+#endif  // PS_WORKER_COLLECTIVE_ALLREDUCE_H_

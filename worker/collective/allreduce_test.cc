@@ -1,0 +1,247 @@
+// AllReduce among ranks running as threads of this test, each with its own connection to a real
+// ps_coordinator process.
+#include "worker/collective/allreduce.h"
+
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/coordinator_client.h"
+#include "cuda_kernels/device.h"
+#include "tests/testing/daemon.h"
+#include "worker/collective/internal/nccl_comm.h"
+
+namespace ps {
+namespace worker {
+namespace {
+
+using testing::Daemon;
+
+constexpr char kCoordinator[] = "server/coordinator/ps_coordinator";
+constexpr char kJob[] = R"pb(name: "allreduce_test"
+                             tables { name: "emb" dim: 8 }
+                             cluster { num_shards: 8 num_servers: 1 num_workers: 3 }
+)pb";
+
+std::string WriteJob() {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  const std::string path = absl::StrCat(dir != nullptr ? dir : "/tmp", "/allreduce_test_job.pbtxt");
+  std::ofstream(path) << kJob;
+  return path;
+}
+
+std::unique_ptr<Daemon> StartCoordinator() {
+  auto daemon = Daemon::Start(kCoordinator, {absl::StrCat("--job=", WriteJob())});
+  INFO(daemon.status().ToString());
+  REQUIRE(daemon.ok());
+  return std::move(*daemon);
+}
+
+// Runs `body(rank)` on one thread per rank and joins them. Catch2's assertions are not
+// thread-safe, so bodies record outcomes for the test's thread to check.
+void RunRanks(int ranks, const std::function<void(int)>& body) {
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < ranks; ++rank) threads.emplace_back(body, rank);
+  for (std::thread& thread : threads) thread.join();
+}
+
+// Integer values small enough that every sum is exact in float, whatever the order of additions.
+float Value(int rank, size_t i, int round) {
+  return static_cast<float>(static_cast<int>((i * 7 + rank * 13 + round * 5) % 1001) - 500);
+}
+
+TEST_CASE("Gloo AllReduce sums exactly across ranks", "[collective][gloo]") {
+  const int ranks = GENERATE(2, 3);
+  const size_t elements = GENERATE(size_t{1}, size_t{1000}, size_t{1} << 20);
+  const int streams = GENERATE(1, 3);
+  CAPTURE(ranks, elements, streams);
+  std::unique_ptr<Daemon> daemon = StartCoordinator();
+
+  AllReduce::GlooOptions options;
+  options.hostname = "127.0.0.1";
+  options.streams = streams;
+  // Small enough that a MiB-sized buffer is split across every stream, with a remainder.
+  options.min_bytes_per_stream = 64 << 10;
+  constexpr int kRounds = 2;
+
+  std::vector<absl::Status> created(ranks);
+  std::vector<absl::Status> summed(ranks);
+  std::vector<size_t> wrong(ranks, 0);
+  RunRanks(ranks, [&](int rank) {
+    auto client = CoordinatorClient::Connect(daemon->address(), absl::Seconds(10));
+    if (!client.ok()) {
+      created[rank] = client.status();
+      return;
+    }
+    auto allreduce =
+        AllReduce::CreateGloo(client->get(), "sum", rank, ranks, absl::Seconds(30), options);
+    created[rank] = allreduce.status();
+    if (!allreduce.ok()) return;
+    if ((*allreduce)->rank() != rank || (*allreduce)->size() != ranks) {
+      created[rank] = absl::InternalError("wrong rank or size");
+      return;
+    }
+    std::vector<float> data(elements);
+    // The same object reduces several buffers in turn.
+    for (int round = 0; round < kRounds && summed[rank].ok(); ++round) {
+      for (size_t i = 0; i < elements; ++i) data[i] = Value(rank, i, round);
+      summed[rank] = (*allreduce)->SumInPlace(absl::MakeSpan(data));
+      for (size_t i = 0; i < elements; ++i) {
+        float expected = 0;
+        for (int r = 0; r < ranks; ++r) expected += Value(r, i, round);
+        if (data[i] != expected) ++wrong[rank];
+      }
+    }
+  });
+  for (int rank = 0; rank < ranks; ++rank) {
+    CAPTURE(rank);
+    CHECK(created[rank].ToString() == "OK");
+    CHECK(summed[rank].ToString() == "OK");
+    CHECK(wrong[rank] == 0);
+  }
+}
+
+TEST_CASE("Gloo AllReduce of a group of one does nothing and needs no coordinator",
+          "[collective][gloo]") {
+  auto allreduce = AllReduce::CreateGloo(nullptr, "alone", 0, 1, absl::Seconds(1));
+  REQUIRE(allreduce.ok());
+  std::vector<float> data = {1, 2, 3};
+  REQUIRE((*allreduce)->SumInPlace(absl::MakeSpan(data)).ok());
+  CHECK(data == std::vector<float>{1, 2, 3});
+  CHECK((*allreduce)->SumInPlace({}).ok());
+}
+
+TEST_CASE("Gloo AllReduce refuses bad arguments", "[collective][gloo]") {
+  CoordinatorClient* const none = nullptr;
+  CHECK(absl::IsInvalidArgument(AllReduce::CreateGloo(none, "g", 2, 2, absl::Seconds(1)).status()));
+  CHECK(
+      absl::IsInvalidArgument(AllReduce::CreateGloo(none, "g", -1, 2, absl::Seconds(1)).status()));
+  CHECK(absl::IsInvalidArgument(AllReduce::CreateGloo(none, "g", 0, 0, absl::Seconds(1)).status()));
+  CHECK(absl::IsInvalidArgument(AllReduce::CreateGloo(none, "", 0, 1, absl::Seconds(1)).status()));
+  CHECK(absl::IsInvalidArgument(
+      AllReduce::CreateGloo(none, "g", 0, 1, absl::ZeroDuration()).status()));
+  // More than one rank needs the coordinator.
+  CHECK(absl::IsInvalidArgument(AllReduce::CreateGloo(none, "g", 0, 2, absl::Seconds(1)).status()));
+  AllReduce::GlooOptions options;
+  options.streams = 0;
+  CHECK(absl::IsInvalidArgument(
+      AllReduce::CreateGloo(none, "g", 0, 1, absl::Seconds(1), options).status()));
+  options.streams = 1;
+  options.segment_bytes = 16;
+  CHECK(absl::IsInvalidArgument(
+      AllReduce::CreateGloo(none, "g", 0, 1, absl::Seconds(1), options).status()));
+}
+
+TEST_CASE("Gloo AllReduce times out when a rank never joins", "[collective][gloo]") {
+  const int streams = GENERATE(1, 2);
+  CAPTURE(streams);
+  std::unique_ptr<Daemon> daemon = StartCoordinator();
+  AllReduce::GlooOptions options;
+  options.hostname = "127.0.0.1";
+  options.streams = streams;
+  constexpr absl::Duration kTimeout = absl::Seconds(1);
+
+  // Ranks 0 and 1 of 3 join; rank 2 never does.
+  std::vector<absl::Status> created(2);
+  std::vector<absl::Duration> took(2);
+  RunRanks(2, [&](int rank) {
+    auto client = CoordinatorClient::Connect(daemon->address(), absl::Seconds(10));
+    if (!client.ok()) {
+      created[rank] = client.status();
+      return;
+    }
+    const absl::Time start = absl::Now();
+    created[rank] =
+        AllReduce::CreateGloo(client->get(), "missing-rank", rank, 3, kTimeout, options).status();
+    took[rank] = absl::Now() - start;
+  });
+  for (int rank = 0; rank < 2; ++rank) {
+    CAPTURE(rank, created[rank].ToString());
+    CHECK((absl::IsDeadlineExceeded(created[rank]) || absl::IsUnavailable(created[rank])));
+    CHECK(took[rank] < kTimeout + absl::Seconds(5));
+  }
+}
+
+TEST_CASE("Gloo AllReduce times out when a peer stops taking part, then stays broken",
+          "[collective][gloo]") {
+  std::unique_ptr<Daemon> daemon = StartCoordinator();
+  AllReduce::GlooOptions options;
+  options.hostname = "127.0.0.1";
+  constexpr absl::Duration kTimeout = absl::Seconds(1);
+
+  std::vector<std::unique_ptr<CoordinatorClient>> clients(2);
+  std::vector<std::unique_ptr<AllReduce>> group(2);
+  std::vector<absl::Status> created(2);
+  RunRanks(2, [&](int rank) {
+    auto client = CoordinatorClient::Connect(daemon->address(), absl::Seconds(10));
+    if (!client.ok()) {
+      created[rank] = client.status();
+      return;
+    }
+    clients[rank] = *std::move(client);
+    auto allreduce =
+        AllReduce::CreateGloo(clients[rank].get(), "stops", rank, 2, kTimeout, options);
+    created[rank] = allreduce.status();
+    if (allreduce.ok()) group[rank] = *std::move(allreduce);
+  });
+  REQUIRE(created[0].ToString() == "OK");
+  REQUIRE(created[1].ToString() == "OK");
+
+  // Rank 1 is alive but never calls SumInPlace.
+  std::vector<float> data(1000, 1.0f);
+  const absl::Time start = absl::Now();
+  const absl::Status status = group[0]->SumInPlace(absl::MakeSpan(data));
+  INFO(status.ToString());
+  CHECK(absl::IsDeadlineExceeded(status));
+  CHECK(absl::Now() - start < kTimeout + absl::Seconds(5));
+  const absl::Status again = group[0]->SumInPlace(absl::MakeSpan(data));
+  INFO(again.ToString());
+  CHECK(absl::IsFailedPrecondition(again));
+}
+
+TEST_CASE("NCCL AllReduce runs on a GPU and refuses without one", "[collective][nccl]") {
+  std::unique_ptr<Daemon> daemon = StartCoordinator();
+  auto client = CoordinatorClient::Connect(daemon->address(), absl::Seconds(10));
+  REQUIRE(client.ok());
+
+  if (cuda::DeviceCount() == 0) {
+    auto allreduce = AllReduce::CreateNccl(client->get(), "nccl", 0, 2, 0, absl::Seconds(1));
+    INFO(allreduce.status().ToString());
+    CHECK(absl::IsFailedPrecondition(allreduce.status()));
+    CHECK(allreduce.status().message() == "no CUDA device");
+    std::printf("no CUDA device: skipping the real NCCL run\n");
+    return;
+  }
+
+  // One GPU: a group of one rank (NCCL refuses two ranks on one device) runs the real path.
+  auto allreduce = AllReduce::CreateNccl(client->get(), "nccl", 0, 1, 0, absl::Seconds(30));
+  INFO(allreduce.status().ToString());
+  REQUIRE(allreduce.ok());
+  constexpr size_t kElements = 1 << 20;
+  std::vector<float> host(kElements);
+  for (size_t i = 0; i < kElements; ++i) host[i] = Value(0, i, 0);
+  auto device = internal::DeviceFloats::Create(kElements, 0);
+  REQUIRE(device.ok());
+  REQUIRE((*device)->CopyFromHost(host).ok());
+  const absl::Status summed = (*allreduce)->SumInPlace((*device)->span());
+  INFO(summed.ToString());
+  REQUIRE(summed.ok());
+  std::vector<float> result(kElements);
+  REQUIRE((*device)->CopyToHost(absl::MakeSpan(result)).ok());
+  CHECK(result == host);
+  // Host memory is refused without breaking the group.
+  CHECK(absl::IsInvalidArgument((*allreduce)->SumInPlace(absl::MakeSpan(host))));
+  CHECK((*allreduce)->SumInPlace((*device)->span()).ok());
+}
+
+}  // namespace
+}  // namespace worker
+}  // namespace ps

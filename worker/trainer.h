@@ -1,0 +1,66 @@
+// The training loop of one worker: read a batch, pull its embedding rows, forward and backward,
+// push the embedding gradients, AllReduce the dense gradients among the workers and apply the
+// dense optimizer; progress lines, a JSON-lines metrics file, and a held-out evaluation.
+#ifndef PS_WORKER_TRAINER_H_
+#define PS_WORKER_TRAINER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "client/ps_client.h"
+#include "common/coordinator_client.h"
+#include "proto/job.pb.h"
+#include "worker/collective/allreduce.h"
+
+namespace ps {
+namespace worker {
+
+struct TrainerOptions {
+  // Where progress lines go (every progress_interval); null: nowhere.
+  FILE* progress = stderr;
+  absl::Duration progress_interval = absl::Seconds(5);
+  // If set, one JSON object per progress report is appended to this file.
+  std::string metrics_path;
+  // Evaluate on the job's eval_paths at the end (rank 0 only).
+  bool evaluate = true;
+  // Stop after this many steps even if the job asks for more (0: as the job says).
+  int64_t max_steps = 0;
+};
+
+struct TrainResult {
+  int64_t steps = 0;
+  // Samples trained by all workers together, and their rate over this worker's training time.
+  int64_t samples = 0;
+  double samples_per_s = 0;
+  double seconds = 0;
+  double final_loss = 0;  // mean loss of the last progress interval
+  // Held-out metrics (rank 0 with evaluate and eval_paths; else NaN).
+  double heldout_auc = 0;
+  double heldout_logloss = 0;
+  int64_t heldout_samples = 0;
+  int64_t skipped_lines = 0;
+  double mean_pull_ms = 0;
+  double mean_push_ms = 0;
+};
+
+// Trains the job's model on this worker's share of the data. `client` (registered as this
+// worker), `coordinator` and `allreduce` (a group of every worker) are not owned.
+//
+// Modes: SYNC makes a pull at step t see exactly the pushes of steps < t of every worker (the
+// workers meet after their pulls and after their pushes); BOUNDED_STALENESS waits before a pull
+// at step t until every worker has finished step t - staleness - 1 (coordinator clocks); ASYNC
+// never waits for pushes. Every worker runs the same number of steps: the first worker out of data
+// ends the run for all.
+//
+// Errors: the client's, the collective's or the data's (NOT_FOUND for a missing file).
+absl::StatusOr<TrainResult> Train(const config::Job& job, Client* client,
+                                  CoordinatorClient* coordinator, uint32_t member_id,
+                                  AllReduce* allreduce, const TrainerOptions& options);
+
+}  // namespace worker
+}  // namespace ps
+
+#endif  // PS_WORKER_TRAINER_H_

@@ -1,0 +1,106 @@
+// ps_worker: trains the job's model as one worker of a cluster.
+//
+//   ps_worker --coordinator=HOST:PORT [--rank=-1] [--metrics_file=PATH] [--progress_s=5]
+//
+// Registers with the coordinator (which hands it the job and its rank), joins the workers'
+// AllReduce group, trains, and (rank 0) evaluates on the held-out data. Its last line on stdout is
+// `RESULT {json}` with the run's figures. Exit status 0 on success, 1 on failure.
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "client/ps_client.h"
+#include "common/coordinator_client.h"
+#include "common/malloc_tuning.h"
+#include "cuda_kernels/device.h"
+#include "worker/collective/allreduce.h"
+#include "worker/trainer.h"
+
+ABSL_FLAG(std::string, coordinator, "", "host:port of the coordinator (required)");
+ABSL_FLAG(int, rank, -1, "this worker's rank, or -1 for the next free one");
+ABSL_FLAG(std::string, metrics_file, "", "append JSON-lines progress metrics to this file");
+ABSL_FLAG(double, progress_s, 5, "seconds between progress lines");
+ABSL_FLAG(int64_t, max_steps, 0, "stop after this many steps (0: as the job says)");
+ABSL_FLAG(int, connect_timeout_s, 120, "how long to wait for the coordinator and the cluster");
+
+namespace ps {
+namespace {
+
+std::string JsonNumber(double x) {
+  return std::isfinite(x) ? absl::StrCat(x) : std::string("null");
+}
+
+int Main() {
+  const std::string address = absl::GetFlag(FLAGS_coordinator);
+  if (address.empty()) {
+    std::fprintf(stderr, "ps_worker: --coordinator is required\n");
+    return 2;
+  }
+  const absl::Duration timeout = absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s));
+  ClientOptions options;
+  options.coordinator = address;
+  options.connect_timeout = timeout;
+  options.role = rpc::WORKER;
+  options.rank = absl::GetFlag(FLAGS_rank);
+  absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
+  if (!client.ok()) {
+    std::fprintf(stderr, "ps_worker: %s\n", client.status().ToString().c_str());
+    return 1;
+  }
+  const config::Job& job = (*client)->job();
+  const int rank = (*client)->rank();
+  absl::StatusOr<std::unique_ptr<CoordinatorClient>> coordinator =
+      CoordinatorClient::Connect(address, timeout);
+  if (!coordinator.ok()) {
+    std::fprintf(stderr, "ps_worker: %s\n", coordinator.status().ToString().c_str());
+    return 1;
+  }
+  const int devices = cuda::DeviceCount();
+  std::fprintf(stderr, "worker %d: %s backend (%d CUDA devices)\n", rank,
+               devices > 0 ? "CPU (the CUDA backend is not wired into training yet)" : "CPU",
+               devices);
+  absl::StatusOr<std::unique_ptr<worker::AllReduce>> allreduce = worker::AllReduce::CreateGloo(
+      coordinator->get(), absl::StrCat(job.name(), "/dense"), rank,
+      static_cast<int>(job.cluster().num_workers()), timeout);
+  if (!allreduce.ok()) {
+    std::fprintf(stderr, "ps_worker: %s\n", allreduce.status().ToString().c_str());
+    return 1;
+  }
+  worker::TrainerOptions trainer;
+  trainer.metrics_path = absl::GetFlag(FLAGS_metrics_file);
+  trainer.progress_interval = absl::Seconds(absl::GetFlag(FLAGS_progress_s));
+  trainer.max_steps = absl::GetFlag(FLAGS_max_steps);
+  absl::StatusOr<worker::TrainResult> result = worker::Train(
+      job, client->get(), coordinator->get(), (*client)->worker_id(), allreduce->get(), trainer);
+  if (!result.ok()) {
+    std::fprintf(stderr, "worker %d: %s\n", rank, result.status().ToString().c_str());
+    return 1;
+  }
+  std::printf(
+      "RESULT {\"rank\":%d,\"workers\":%d,\"servers\":%d,\"steps\":%lld,\"samples\":%lld,"
+      "\"samples_per_s\":%.1f,\"seconds\":%.2f,\"final_loss\":%s,\"heldout_auc\":%s,"
+      "\"heldout_logloss\":%s,\"heldout_samples\":%lld,\"skipped_lines\":%lld,"
+      "\"mean_pull_ms\":%.3f,\"mean_push_ms\":%.3f}\n",
+      rank, job.cluster().num_workers(), job.cluster().num_servers(),
+      static_cast<long long>(result->steps), static_cast<long long>(result->samples),
+      result->samples_per_s, result->seconds, JsonNumber(result->final_loss).c_str(),
+      JsonNumber(result->heldout_auc).c_str(), JsonNumber(result->heldout_logloss).c_str(),
+      static_cast<long long>(result->heldout_samples),
+      static_cast<long long>(result->skipped_lines), result->mean_pull_ms, result->mean_push_ms);
+  std::fflush(stdout);
+  return 0;
+}
+
+}  // namespace
+}  // namespace ps
+
+int main(int argc, char** argv) {
+  ps::KeepLargeAllocations();
+  absl::SetProgramUsageMessage("ps_worker --coordinator=HOST:PORT [--rank=N]");
+  absl::ParseCommandLine(argc, argv);
+  return ps::Main();
+}
