@@ -7,7 +7,9 @@
 # stopped on exit, Ctrl-C or failure. Logs: out/quickstart/logs/. The last line is
 #   RESULT {"heldout_auc":...,"teacher_auc":...,"samples_per_s":...,"workers":2,"servers":2,...}
 #
-# Environment: JOB (default deploy/jobs/quickstart.pbtxt), ROWS (default 1000000).
+# Environment: JOB (default deploy/jobs/quickstart.pbtxt), ROWS (default 1000000), DATAGEN_FLAGS
+# (ps_datagen flags; default "--cardinalities=1000": 1000 distinct ids per field, each seen often
+# enough in 1M rows to be learnt; with 10000 the rare ids cost the learner about 0.02 of AUC).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -41,7 +43,8 @@ fail() {
 
 echo "quickstart: generating $rows training rows and $((rows / 10)) held-out rows"
 teacher=$("$bin/worker/tools/ps_datagen" --rows="$rows" --heldout_rows=$((rows / 10)) \
-  --out=out/data/train.tsv --heldout_out=out/data/heldout.tsv) || fail "ps_datagen failed"
+  --out=out/data/train.tsv --heldout_out=out/data/heldout.tsv ${DATAGEN_FLAGS:---cardinalities=1000}) ||
+  fail "ps_datagen failed"
 echo "quickstart: teacher $teacher"
 
 "$bin/server/coordinator/ps_coordinator" --job="$job" --port_file="$logs/coordinator.port" \
