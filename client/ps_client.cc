@@ -285,6 +285,7 @@ class ClientImpl final : public Client {
   }
 
   absl::Status PullDense(absl::string_view name, absl::Span<float> values) override;
+  absl::Status EndStep(int64_t step) override;
   absl::Status PushDense(absl::string_view name, absl::Span<const float> values,
                          DenseUpdate update) override;
 
@@ -669,6 +670,23 @@ class ClientImpl final : public Client {
 
   Scheduler scheduler_;
 };
+
+absl::Status ClientImpl::EndStep(int64_t step) {
+  if (job_.training().mode() != config::Training::SYNC) return absl::OkStatus();
+  return RetryDense([&](const Routing& routing) -> absl::Status {
+    for (const auto& [server_id, connection] : routing.servers) {
+      rpc::EndStepRequest request;
+      FillHeader(routing, request.mutable_header());
+      request.mutable_header()->set_clock(step);
+      rpc::EndStepResponse response;
+      grpc::ClientContext context;
+      context.set_deadline(absl::ToChronoTime(absl::Now() + options_.request_timeout));
+      PS_RETURN_IF_ERROR(
+          FromGrpcStatus(connection->Stub()->EndStep(&context, request, &response)));
+    }
+    return absl::OkStatus();
+  });
+}
 
 absl::Status ClientImpl::PullDense(absl::string_view name, absl::Span<float> values) {
   const uint64_t chunk_floats = job_.cluster().dense_chunk_floats();

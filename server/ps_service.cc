@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <utility>
 
 #include <grpcpp/support/proto_buffer_reader.h>
@@ -124,11 +125,33 @@ grpc::ServerUnaryReactor* ParameterServerService::Pull(grpc::CallbackServerConte
   absl::Status status;
   ShardedStore* store = Ready(request.header(), &status);
   if (store == nullptr) return Done(context, status);
-  PullResponseFrame frame;
-  status = store->Pull(
-      request, [&frame](size_t num_keys, uint32_t dim) { return frame.Allocate(num_keys, dim); });
-  if (status.ok()) frame.Finish(response);
-  return Done(context, status);
+  // A pull for step t is answered once step t - 1 is applied (sync mode; at once otherwise).
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  auto pull = std::make_shared<rpc::PullRequest>(std::move(request));
+  store->RunWhenApplied(pull->header().clock() - 1,
+                        [store, pull, response, reactor](absl::Status ready) {
+                          if (ready.ok()) {
+                            PullResponseFrame frame;
+                            ready = store->Pull(*pull, [&frame](size_t num_keys, uint32_t dim) {
+                              return frame.Allocate(num_keys, dim);
+                            });
+                            if (ready.ok()) frame.Finish(response);
+                          }
+                          reactor->Finish(ToGrpcStatus(ready));
+                        });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* ParameterServerService::EndStep(grpc::CallbackServerContext* context,
+                                                          const rpc::EndStepRequest* request,
+                                                          rpc::EndStepResponse* response) {
+  absl::Status status;
+  ShardedStore* store = Ready(request->header(), &status);
+  if (store == nullptr) return Done(context, status);
+  absl::StatusOr<int64_t> applied =
+      store->EndStep(request->header().worker_id(), request->header().clock());
+  if (applied.ok()) response->set_applied_step(*applied);
+  return Done(context, applied.status());
 }
 
 grpc::ServerUnaryReactor* ParameterServerService::Push(grpc::CallbackServerContext* context,
@@ -138,8 +161,10 @@ grpc::ServerUnaryReactor* ParameterServerService::Push(grpc::CallbackServerConte
   ShardedStore* store = Ready(request->header(), &status);
   if (store == nullptr) return Done(context, status);
   uint32_t duplicates = 0;
-  status = store->Push(*request, &duplicates);
+  uint32_t late = 0;
+  status = store->Push(*request, &duplicates, &late);
   response->set_duplicate_keys(duplicates);
+  response->set_late_keys(late);
   return Done(context, status);
 }
 

@@ -44,6 +44,9 @@ class ParameterServerService final : public rpc::ParameterServer::WithRawCallbac
   grpc::ServerUnaryReactor* PushDense(grpc::CallbackServerContext* context,
                                       const rpc::PushDenseRequest* request,
                                       rpc::PushDenseResponse* response) override;
+  grpc::ServerUnaryReactor* EndStep(grpc::CallbackServerContext* context,
+                                    const rpc::EndStepRequest* request,
+                                    rpc::EndStepResponse* response) override;
   grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* context,
                                       const rpc::ServerStatusRequest* request,
                                       rpc::ServerStatus* response) override;

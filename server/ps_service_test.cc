@@ -29,6 +29,7 @@ config::Job TestJob() {
                    initializer { kind: UNIFORM low: -1 high: 1 }
                    optimizer { type: "sgd" learning_rate: 0.5 }
                  }
+                 training { mode: ASYNC }
                  cluster { num_shards: 8 num_servers: 2 max_message_bytes: 1048576 }
                )pb",
                "test.pbtxt");

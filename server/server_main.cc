@@ -170,6 +170,7 @@ int Main() {
 
   const int sig = WaitForShutdownSignal();
   std::fprintf(stderr, "ps_server %d: signal %d, shutting down\n", server_id, sig);
+  (*store)->Shutdown();  // ends the pulls waiting for a step, so that no call stays open
   grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   follower.store(nullptr);
   map_follower.reset();

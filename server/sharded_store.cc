@@ -1,5 +1,6 @@
 #include "server/sharded_store.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <utility>
@@ -48,7 +49,109 @@ ShardedStore::ShardedStore(const config::Job& job, const Options& options,
       tables_(std::move(tables)),
       table_index_(IndexTables(tables_)),
       dense_optimizer_(std::move(dense_optimizer)),
-      shards_(num_shards_) {}
+      sync_(job.training().mode() == config::Training::SYNC),
+      quorum_workers_(static_cast<size_t>(std::max(
+          1.0, std::ceil(job.training().sync_quorum() * job.cluster().num_workers() - 1e-6)))),
+      quorum_timeout_(job.training().sync_quorum() < 1.0f
+                          ? absl::Milliseconds(job.training().sync_timeout_ms())
+                          : absl::InfiniteDuration()),
+      shards_(num_shards_) {
+  if (sync_ && quorum_timeout_ != absl::InfiniteDuration()) {
+    quorum_timer_ = std::thread([this] { QuorumTimerLoop(); });
+  }
+}
+
+ShardedStore::~ShardedStore() { Shutdown(); }
+
+void ShardedStore::Shutdown() {
+  std::vector<std::pair<int64_t, std::function<void(absl::Status)>>> waits;
+  {
+    absl::MutexLock lock(&step_mu_);
+    shutting_down_ = true;
+    waits.swap(waits_);
+  }
+  for (auto& [step, fn] : waits) fn(absl::UnavailableError("the server is shutting down"));
+  if (quorum_timer_.joinable()) quorum_timer_.join();
+}
+
+void ShardedStore::QuorumTimerLoop() {
+  absl::MutexLock lock(&step_mu_);
+  while (!shutting_down_) {
+    const absl::Time deadline =
+        ended_.empty() ? absl::Now() + absl::Seconds(1) : first_end_ + quorum_timeout_;
+    auto stop = [this] { return shutting_down_; };
+    step_mu_.AwaitWithDeadline(absl::Condition(&stop), deadline);
+    if (shutting_down_ || ended_.empty() || absl::Now() < first_end_ + quorum_timeout_) continue;
+    std::vector<std::function<void(absl::Status)>> released = ApplyPendingStep();
+    step_mu_.Unlock();
+    for (auto& fn : released) fn(absl::OkStatus());
+    step_mu_.Lock();
+  }
+}
+
+std::vector<std::function<void(absl::Status)>> ShardedStore::ApplyPendingStep() {
+  {
+    absl::ReaderMutexLock map_lock(&map_mu_);
+    for (const std::unique_ptr<Shard>& shard : shards_) {
+      if (shard == nullptr) continue;
+      absl::MutexLock lock(&shard->mu);
+      for (size_t t = 0; t < shard->pending.size(); ++t) {
+        StepSums& sums = shard->pending[t];
+        if (sums.ids.empty()) continue;
+        shard->tables[t]->Push(sums.ids, sums.sums.data());
+        sums = StepSums();
+      }
+    }
+  }
+  ++applied_step_;
+  ended_.clear();
+  std::vector<std::function<void(absl::Status)>> released;
+  auto keep = waits_.begin();
+  for (auto it = waits_.begin(); it != waits_.end(); ++it) {
+    if (it->first <= applied_step_) {
+      released.push_back(std::move(it->second));
+    } else {
+      *keep++ = std::move(*it);
+    }
+  }
+  waits_.erase(keep, waits_.end());
+  return released;
+}
+
+absl::StatusOr<int64_t> ShardedStore::EndStep(uint32_t worker_id, int64_t step) {
+  if (!sync_) return int64_t{-1};
+  std::vector<std::function<void(absl::Status)>> released;
+  int64_t applied = 0;
+  {
+    absl::MutexLock lock(&step_mu_);
+    if (step > applied_step_ + 1) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "step %d ended before step %d was applied", step, applied_step_ + 1));
+    }
+    if (step == applied_step_ + 1) {
+      if (ended_.empty()) first_end_ = absl::Now();
+      ended_.insert(worker_id);
+      if (ended_.size() >= quorum_workers_) released = ApplyPendingStep();
+    }
+    applied = applied_step_;
+  }
+  for (auto& fn : released) fn(absl::OkStatus());
+  return applied;
+}
+
+void ShardedStore::RunWhenApplied(int64_t step, std::function<void(absl::Status)> fn) {
+  absl::Status now = absl::OkStatus();
+  {
+    absl::MutexLock lock(&step_mu_);
+    if (shutting_down_) {
+      now = absl::UnavailableError("the server is shutting down");
+    } else if (sync_ && step > applied_step_) {
+      waits_.emplace_back(step, std::move(fn));
+      return;
+    }
+  }
+  fn(now);
+}
 
 void ShardedStore::SetShardMap(const rpc::ShardMap& map, uint32_t server_id) {
   absl::MutexLock lock(&map_mu_);
@@ -177,13 +280,21 @@ absl::Status ShardedStore::Pull(const rpc::PullRequest& request,
   return absl::OkStatus();
 }
 
-absl::Status ShardedStore::Push(const rpc::PushRequest& request, uint32_t* duplicate_keys) {
+absl::Status ShardedStore::Push(const rpc::PushRequest& request, uint32_t* duplicate_keys,
+                                uint32_t* late_keys) {
   *duplicate_keys = 0;
+  if (late_keys != nullptr) *late_keys = 0;
   PS_ASSIGN_OR_RETURN(const size_t t, FindTable(request.table()));
   const TableSpec& table = *tables_[t];
   if (request.header().sequence() == 0) {
     return absl::InvalidArgumentError("push without a sequence number (it must be >= 1)");
   }
+  const int64_t step = request.header().clock();
+  if (sync_ && step < 0) {
+    return absl::InvalidArgumentError("a push in sync mode needs its step (header.clock >= 0)");
+  }
+  // Sync mode: the step may not be applied while this push adds to it.
+  absl::ReaderMutexLock step_lock(&step_mu_);
   absl::ReaderMutexLock map_lock(&map_mu_);
   std::vector<uint64_t> aligned;
   const uint64_t* keys = nullptr;
@@ -207,6 +318,19 @@ absl::Status ShardedStore::Push(const rpc::PushRequest& request, uint32_t* dupli
         "push to table \"%s\" has a NaN or Inf gradient; nothing was applied", table.name));
   }
   if (options_.empty_handler) return absl::OkStatus();
+  if (sync_) {
+    if (step <= applied_step_) {
+      // A straggler's push for a step applied without it: dropped, and counted.
+      late_pushes_.fetch_add(1, std::memory_order_relaxed);
+      late_keys_.fetch_add(n, std::memory_order_relaxed);
+      if (late_keys != nullptr) *late_keys = static_cast<uint32_t>(n);
+      return absl::OkStatus();
+    }
+    if (step > applied_step_ + 1) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "push for step %d before step %d was applied", step, applied_step_ + 1));
+    }
+  }
   const uint32_t worker = request.header().worker_id();
   const uint64_t sequence = request.header().sequence();
   absl::Status status;
@@ -216,8 +340,25 @@ absl::Status ShardedStore::Push(const rpc::PushRequest& request, uint32_t* dupli
     absl::MutexLock lock(&shard.mu);
     switch (shard.window.Admit(worker, sequence)) {
       case ApplyWindow::Verdict::kApply:
-        shard.tables[t]->Push(absl::MakeConstSpan(keys + at, run.count()),
-                              grads + at * table.dim);
+        if (sync_) {
+          if (shard.pending.size() != tables_.size()) shard.pending.resize(tables_.size());
+          StepSums& sums = shard.pending[t];
+          const uint32_t dim = table.dim;
+          for (size_t i = at; i < at + run.count(); ++i) {
+            auto [it, inserted] =
+                sums.index.try_emplace(keys[i], static_cast<uint32_t>(sums.ids.size()));
+            if (inserted) {
+              sums.ids.push_back(keys[i]);
+              sums.sums.resize(sums.sums.size() + dim, 0.0f);
+            }
+            float* dst = sums.sums.data() + size_t{it->second} * dim;
+            const float* src = grads + i * dim;
+            for (uint32_t j = 0; j < dim; ++j) dst[j] += src[j];
+          }
+        } else {
+          shard.tables[t]->Push(absl::MakeConstSpan(keys + at, run.count()),
+                                grads + at * table.dim);
+        }
         break;
       case ApplyWindow::Verdict::kDuplicate:
         *duplicate_keys += run.count();
@@ -314,7 +455,13 @@ absl::Status ShardedStore::PushDense(const rpc::PushDenseRequest& request) {
   return absl::OkStatus();
 }
 
-void ShardedStore::FillStatus(rpc::ServerStatus* status) const {
+void ShardedStore::FillStatus(rpc::ServerStatus* status) {
+  {
+    absl::MutexLock lock(&step_mu_);
+    status->set_applied_step(applied_step_);
+    status->set_late_pushes_dropped(late_pushes_.load());
+    status->set_late_keys_dropped(late_keys_.load());
+  }
   absl::ReaderMutexLock map_lock(&map_mu_);
   status->set_map_version(map_version_.load());
   std::vector<uint64_t> rows(tables_.size(), 0);

@@ -5,6 +5,9 @@
 #define PS_SERVER_SHARDED_STORE_H_
 
 #include <atomic>
+#include <functional>
+#include <thread>
+#include <utility>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -12,10 +15,12 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "proto/coordinator.pb.h"
 #include "proto/job.pb.h"
 #include "proto/ps.pb.h"
@@ -75,7 +80,31 @@ class ShardedStore {
   // INVALID_ARGUMENT for gradients whose length disagrees with keys x dim, a NaN or Inf gradient
   // (nothing of the push is applied), or sequence 0; ABORTED if a shard cannot tell whether an
   // old sequence was applied (older than its window; that shard's part was not applied).
-  absl::Status Push(const rpc::PushRequest& request, uint32_t* duplicate_keys);
+  //
+  // Sync mode: the push belongs to step header.clock (INVALID_ARGUMENT if negative). It is summed
+  // with the other workers' pushes of that step and applied with them when the step ends
+  // (EndStep). A push for a step already applied (a straggler outside the quorum) is dropped and
+  // counted in `late_keys`; one for a step after the pending one is FAILED_PRECONDITION.
+  absl::Status Push(const rpc::PushRequest& request, uint32_t* duplicate_keys,
+                    uint32_t* late_keys = nullptr);
+
+  // Sync mode: `worker_id` has pushed all of `step`. When sync_quorum of the job's workers have
+  // ended the pending step (or, with a quorum below 1, sync_timeout_ms after the first did), its
+  // summed gradients are applied at once. Returns the newest applied step. FAILED_PRECONDITION
+  // for a step after the pending one; ending an applied step is a no-op. Other modes: a no-op
+  // returning -1.
+  absl::StatusOr<int64_t> EndStep(uint32_t worker_id, int64_t step);
+
+  // Runs `fn(OK)` once step `step` is applied (at once if it is, or if the mode is not sync), on
+  // the thread that applies it; `fn(UNAVAILABLE)` if the store shuts down first. Sync pulls for
+  // step t wait with this for step t - 1.
+  void RunWhenApplied(int64_t step, std::function<void(absl::Status)> fn);
+
+  // Ends every wait with UNAVAILABLE and stops the quorum timer. Idempotent; the destructor calls
+  // it.
+  void Shutdown();
+
+  ~ShardedStore();
 
   // Reads the requested chunks of a dense tensor. NOT_FOUND if the tensor or a chunk does not
   // exist; errors of routing as Pull.
@@ -86,15 +115,23 @@ class ShardedStore {
   absl::Status PushDense(const rpc::PushDenseRequest& request);
 
   // Shards served, table sizes and bytes.
-  void FillStatus(rpc::ServerStatus* status) const;
+  void FillStatus(rpc::ServerStatus* status);
 
  private:
+  // Sync mode: the summed gradients of one table in one shard for the pending step.
+  struct StepSums {
+    absl::flat_hash_map<uint64_t, uint32_t> index;  // id -> position in ids
+    std::vector<uint64_t> ids;
+    std::vector<float> sums;  // ids.size() x dim
+  };
+
   struct Shard {
     explicit Shard(uint32_t chunk_floats) : dense(chunk_floats) {}
     absl::Mutex mu;
     std::vector<std::unique_ptr<TableShard>> tables ABSL_GUARDED_BY(mu);  // by table index
     ApplyWindow window ABSL_GUARDED_BY(mu);
     DenseChunkStore dense ABSL_GUARDED_BY(mu);
+    std::vector<StepSums> pending ABSL_GUARDED_BY(mu);  // by table index; sync mode
   };
 
   ShardedStore(const config::Job& job, const Options& options,
@@ -115,6 +152,14 @@ class ShardedStore {
   // OK if this server serves `shard`; FAILED_PRECONDITION naming the map version otherwise.
   absl::Status CheckServed(uint32_t shard) const ABSL_SHARED_LOCKS_REQUIRED(map_mu_);
 
+  // Applies the pending step's sums in every shard and moves on to the next step; returns the
+  // waits it releases (to be run without the lock).
+  std::vector<std::function<void(absl::Status)>> ApplyPendingStep()
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(step_mu_);
+
+  // Sync mode with a quorum below 1: applies a pending step whose timeout has passed.
+  void QuorumTimerLoop();
+
   // Constant after construction.
   const config::Job job_;
   const Options options_;
@@ -123,6 +168,22 @@ class ShardedStore {
   const std::vector<std::unique_ptr<TableSpec>> tables_;
   const absl::flat_hash_map<std::string, size_t> table_index_;
   const std::unique_ptr<Optimizer> dense_optimizer_;
+
+  const bool sync_;                // job.training.mode == SYNC
+  const size_t quorum_workers_;    // workers whose EndStep applies a step
+  const absl::Duration quorum_timeout_;  // infinite when the quorum is every worker
+
+  // Lock order: step_mu_, then map_mu_, then a shard's mu.
+  absl::Mutex step_mu_;
+  int64_t applied_step_ ABSL_GUARDED_BY(step_mu_) = -1;
+  absl::flat_hash_set<uint32_t> ended_ ABSL_GUARDED_BY(step_mu_);  // workers done with the step
+  absl::Time first_end_ ABSL_GUARDED_BY(step_mu_);
+  std::vector<std::pair<int64_t, std::function<void(absl::Status)>>> waits_
+      ABSL_GUARDED_BY(step_mu_);
+  std::atomic<uint64_t> late_pushes_{0};
+  std::atomic<uint64_t> late_keys_{0};
+  bool shutting_down_ ABSL_GUARDED_BY(step_mu_) = false;
+  std::thread quorum_timer_;
 
   mutable absl::Mutex map_mu_;
   std::atomic<uint64_t> map_version_{0};

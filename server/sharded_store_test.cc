@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/notification.h"
 #include "common/hash.h"
 #include "common/job_config.h"
 
@@ -26,6 +28,7 @@ config::Job TestJob() {
       initializer { kind: UNIFORM low: -1 high: 1 }
       optimizer { type: "sgd" learning_rate: 0.5 }
     }
+    training { mode: ASYNC }  # pushes apply on arrival; sync mode has its own tests below
     cluster { num_shards: 8 num_servers: 2 max_message_bytes: 1048576 }
   )pb", "test.pbtxt");
   REQUIRE(job.ok());
@@ -330,6 +333,122 @@ TEST_CASE("dense tensors are chunked over the served shards", "[server][store]")
   pull.set_name("nope");
   response.Clear();
   CHECK(store.PullDense(pull, &response).code() == absl::StatusCode::kNotFound);
+}
+
+// A sync job: 2 workers (quorum as given), adagrad so that "summed and applied once" differs from
+// "applied one after the other".
+config::Job SyncJob(float quorum, uint32_t timeout_ms = 10000, uint32_t workers = 2) {
+  absl::StatusOr<config::Job> job = ParseJob(absl::StrFormat(R"pb(
+    tables {
+      name: "emb"
+      dim: 4
+      initializer { kind: UNIFORM low: -1 high: 1 }
+      optimizer { type: "adagrad" learning_rate: 0.5 }
+    }
+    training { mode: SYNC sync_quorum: %f sync_timeout_ms: %d }
+    cluster { num_shards: 8 num_servers: 2 num_workers: %d }
+  )pb", quorum, timeout_ms, workers), "sync.pbtxt");
+  REQUIRE(job.ok());
+  return *job;
+}
+
+std::unique_ptr<ShardedStore> ServingSyncStore(const config::Job& job) {
+  auto store = ShardedStore::Create(job, {});
+  REQUIRE(store.ok());
+  (*store)->SetShardMap(EvenOddMap(3), 0);
+  return std::move(*store);
+}
+
+rpc::PushRequest StepPush(const std::vector<uint64_t>& keys, float grad, uint32_t worker,
+                          int64_t step) {
+  rpc::PushRequest push = MakePush(keys, grad, /*sequence=*/step + 1);
+  push.mutable_header()->set_worker_id(worker);
+  push.mutable_header()->set_clock(step);
+  return push;
+}
+
+TEST_CASE("sync mode sums a step's pushes and applies them once, when every worker ended it",
+          "[server][store][sync]") {
+  auto store = ServingSyncStore(SyncJob(1.0f));
+  const std::vector<uint64_t> keys = EvenShardKeys(30);
+  const auto before = PullRows(*store, keys);
+  uint32_t duplicates = 0;
+  REQUIRE(store->Push(StepPush(keys, 1.0f, 1, 0), &duplicates).ok());
+  REQUIRE(store->Push(StepPush(keys, 3.0f, 2, 0), &duplicates).ok());
+  CHECK(PullRows(*store, keys) == before);  // nothing applied before the step ends
+
+  absl::Notification step0_applied;
+  store->RunWhenApplied(0, [&](absl::Status s) {
+    CHECK(s.ok());
+    step0_applied.Notify();
+  });
+  CHECK(*store->EndStep(1, 0) == -1);
+  CHECK_FALSE(step0_applied.HasBeenNotified());
+  CHECK(PullRows(*store, keys) == before);
+  CHECK(*store->EndStep(2, 0) == 0);
+  CHECK(step0_applied.HasBeenNotified());
+
+  // One adagrad step with the summed gradient 4: acc = 0.1 + 16, w -= 0.5 * 4 / sqrt(acc).
+  const auto after = PullRows(*store, keys);
+  const float expected_delta = 0.5f * 4.0f / (std::sqrt(0.1f + 16.0f) + 1e-8f);
+  for (uint64_t k : keys) {
+    for (int j = 0; j < 4; ++j) CHECK(after.at(k)[j] == Approx(before.at(k)[j] - expected_delta));
+  }
+  // Ending an applied step again is a no-op; a future step is refused.
+  CHECK(*store->EndStep(1, 0) == 0);
+  CHECK(store->EndStep(1, 5).status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(store->Push(StepPush(keys, 1.0f, 1, 7), &duplicates).code() ==
+        absl::StatusCode::kFailedPrecondition);
+  CHECK(store->Push(StepPush(keys, 1.0f, 1, -1), &duplicates).code() ==
+        absl::StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("sync mode with a quorum drops and counts a straggler's late push",
+          "[server][store][sync]") {
+  auto store = ServingSyncStore(SyncJob(0.5f));
+  const std::vector<uint64_t> keys = EvenShardKeys(10);
+  const auto before = PullRows(*store, keys);
+  uint32_t duplicates = 0, late = 0;
+  REQUIRE(store->Push(StepPush(keys, 1.0f, 1, 0), &duplicates, &late).ok());
+  CHECK(*store->EndStep(1, 0) == 0);  // 1 of 2 workers is the quorum
+  // The straggler's push for step 0 arrives after it was applied: dropped and counted.
+  REQUIRE(store->Push(StepPush(keys, 100.0f, 2, 0), &duplicates, &late).ok());
+  CHECK(late == keys.size());
+  const auto after = PullRows(*store, keys);
+  const float expected_delta = 0.5f * 1.0f / (std::sqrt(0.1f + 1.0f) + 1e-8f);
+  for (uint64_t k : keys) CHECK(after.at(k)[0] == Approx(before.at(k)[0] - expected_delta));
+  rpc::ServerStatus status;
+  store->FillStatus(&status);
+  CHECK(status.applied_step() == 0);
+  CHECK(status.late_pushes_dropped() == 1);
+  CHECK(status.late_keys_dropped() == keys.size());
+}
+
+TEST_CASE("sync mode with a quorum applies a step when its timeout passes",
+          "[server][store][sync]") {
+  // 3 workers, quorum 0.67: 2 must end the step, or 50 ms after the first did.
+  auto store = ServingSyncStore(SyncJob(0.67f, 50, 3));
+  const std::vector<uint64_t> keys = EvenShardKeys(5);
+  const auto before = PullRows(*store, keys);
+  uint32_t duplicates = 0;
+  REQUIRE(store->Push(StepPush(keys, 1.0f, 1, 0), &duplicates).ok());
+  absl::Notification applied;
+  store->RunWhenApplied(0, [&](absl::Status s) {
+    CHECK(s.ok());
+    applied.Notify();
+  });
+  CHECK(*store->EndStep(1, 0) == -1);
+  REQUIRE(applied.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  CHECK(PullRows(*store, keys) != before);
+}
+
+TEST_CASE("waits for a step end with UNAVAILABLE when the store shuts down",
+          "[server][store][sync]") {
+  auto store = ServingSyncStore(SyncJob(1.0f));
+  absl::Status seen = absl::OkStatus();
+  store->RunWhenApplied(3, [&](absl::Status s) { seen = s; });
+  store->Shutdown();
+  CHECK(seen.code() == absl::StatusCode::kUnavailable);
 }
 
 }  // namespace

@@ -53,7 +53,7 @@ tables {
   initializer { kind: ZEROS }
   optimizer { type: "ftrl" learning_rate: 0.1 l1: 0.001 l2: 0.01 }
 }
-training { seed: 11 }
+training { seed: 11 mode: ASYNC }  # pushes apply on arrival (no steps)
 cluster {
   num_shards: 16
   num_servers: 2

@@ -176,7 +176,6 @@ absl::StatusOr<TrainResult> Train(const config::Job& job, Client* client,
     const float loss = model->ForwardBackward(batch.size, batch.dense.data(), emb.data(),
                                               batch.labels.data(), 1.0f / world,
                                               dense_grad.data(), emb_grad.data(), probs.data());
-    // SYNC: this AllReduce also tells every worker that all have pulled step t before any pushes.
     PS_RETURN_IF_ERROR(allreduce->SumInPlace(absl::MakeSpan(dense_grad)));
 
     const absl::Time t_push = absl::Now();
@@ -184,9 +183,9 @@ absl::StatusOr<TrainResult> Train(const config::Job& job, Client* client,
                                      emb_grad.data(), &keys, &grads));
     push_ms_total += absl::ToDoubleMilliseconds(absl::Now() - t_push);
     if (mode == config::Training::SYNC) {
-      // Every push of step t is applied before any pull of step t + 1.
-      float done = 1;
-      PS_RETURN_IF_ERROR(allreduce->SumInPlace(absl::MakeSpan(&done, 1)));
+      // The servers apply the step's summed gradients once every worker has ended it, and hold
+      // pulls of step t + 1 until then.
+      PS_RETURN_IF_ERROR(client->EndStep(step));
     } else if (mode == config::Training::BOUNDED_STALENESS) {
       PS_RETURN_IF_ERROR(coordinator->ReportClock(member_id, step).status());
     }

@@ -50,7 +50,8 @@ struct TrainResult {
 // worker), `coordinator` and `allreduce` (a group of every worker) are not owned.
 //
 // Modes: SYNC makes a pull at step t see exactly the pushes of steps < t of every worker (the
-// workers meet after their pulls and after their pushes); BOUNDED_STALENESS waits before a pull
+// servers sum the workers' gradients of a step and apply them once, when all have ended it);
+// BOUNDED_STALENESS waits before a pull
 // at step t until every worker has finished step t - staleness - 1 (coordinator clocks); ASYNC
 // never waits for pushes. Every worker runs the same number of steps: the first worker out of data
 // ends the run for all.

@@ -111,6 +111,7 @@ tables {
   optimizer { type: "%s" learning_rate: 0.01 }
   capacity_hint: %d
 }
+training { mode: ASYNC }
 cluster {
   num_shards: 64
   num_servers: %d

@@ -1,0 +1,87 @@
+// Device memory, copies and streams behind plain pointers, so that code compiled without CUDA's
+// headers can drive the kernels. Streams are opaque `void*` (a cudaStream_t); nullptr is the
+// legacy default stream. Every call works on the calling thread's current device.
+#ifndef PS_CUDA_KERNELS_MEMORY_H_
+#define PS_CUDA_KERNELS_MEMORY_H_
+
+#include <cstddef>
+#include <utility>
+
+#include "cuda_kernels/error.h"
+
+namespace ps {
+namespace cuda {
+
+// Allocates `bytes` of device memory into *ptr (nullptr for 0 bytes). kOutOfMemory when the device
+// is full; kRuntime (cudaErrorNoDevice...) without a GPU. *ptr is untouched on failure.
+Error DeviceAlloc(size_t bytes, void** ptr);
+// Frees what DeviceAlloc returned; nullptr is ignored.
+Error DeviceFree(void* ptr);
+
+// Copies `bytes` between any two of host and device memory (unified addressing tells which), in
+// stream order. From pageable host memory the call returns once the source may be reused; into
+// pageable host memory it returns once the data is there.
+Error Copy(void* dst, const void* src, size_t bytes, void* stream);
+// Copies `height` rows of `width_bytes` each, rows `dst_pitch` / `src_pitch` bytes apart.
+Error Copy2D(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width_bytes,
+             size_t height, void* stream);
+// Sets `bytes` of device memory to zero, in stream order.
+Error Zero(void* ptr, size_t bytes, void* stream);
+
+// A new stream into *stream, or the error (kRuntime without a GPU).
+Error StreamCreate(void** stream);
+Error StreamDestroy(void* stream);
+// Waits for all work queued on the stream; reports faults of kernels that ran on it.
+Error StreamSynchronize(void* stream);
+
+// An owned device array of T that grows on demand. Not copyable. Thread-compatible.
+template <typename T>
+class DeviceArray {
+ public:
+  DeviceArray() = default;
+  ~DeviceArray() { DeviceFree(data_); }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+  DeviceArray(DeviceArray&& other) noexcept
+      : data_(std::exchange(other.data_, nullptr)),
+        size_(std::exchange(other.size_, 0)),
+        capacity_(std::exchange(other.capacity_, 0)) {}
+  DeviceArray& operator=(DeviceArray&& other) noexcept {
+    std::swap(data_, other.data_);
+    std::swap(size_, other.size_);
+    std::swap(capacity_, other.capacity_);
+    return *this;
+  }
+
+  // Makes room for n elements. Reallocates (without keeping the contents) only when n exceeds
+  // every earlier size. On failure the array is empty.
+  Error Resize(size_t n) {
+    if (n > capacity_) {
+      DeviceFree(data_);
+      data_ = nullptr;
+      size_ = capacity_ = 0;
+      void* p = nullptr;
+      Error e = DeviceAlloc(n * sizeof(T), &p);
+      if (!e.ok()) return e;
+      data_ = static_cast<T*>(p);
+      capacity_ = n;
+    }
+    size_ = n;
+    return Error();
+  }
+
+  T* data() { return data_; }
+  const T* data() const { return data_; }
+  size_t size() const { return size_; }
+  size_t bytes() const { return size_ * sizeof(T); }
+
+ private:
+  T* data_ = nullptr;
+  size_t size_ = 0;
+  size_t capacity_ = 0;
+};
+
+}  // namespace cuda
+}  // namespace ps
+
+#endif  // PS_CUDA_KERNELS_MEMORY_H_

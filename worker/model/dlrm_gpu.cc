@@ -1,0 +1,315 @@
+#include "worker/model/dlrm_gpu.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "cuda_kernels/blas.h"
+#include "cuda_kernels/dense.h"
+#include "cuda_kernels/device.h"
+#include "cuda_kernels/embedding.h"
+#include "cuda_kernels/memory.h"
+
+namespace ps {
+namespace worker {
+namespace {
+
+absl::Status ToStatus(const cuda::Error& e) {
+  switch (e.kind) {
+    case cuda::Error::kOk:
+      return absl::OkStatus();
+    case cuda::Error::kInvalidArgument:
+      return absl::InvalidArgumentError(e.message);
+    case cuda::Error::kOutOfMemory:
+      return absl::ResourceExhaustedError(e.message);
+    default:
+      return absl::InternalError(e.message);
+  }
+}
+
+#define DLRM_GPU_RETURN_IF_ERROR(expr)                 \
+  do {                                                 \
+    const absl::Status status_ = (expr);               \
+    if (!status_.ok()) return status_;                 \
+  } while (0)
+
+#define DLRM_GPU_CHECK_CUDA(expr) DLRM_GPU_RETURN_IF_ERROR(ToStatus(expr))
+
+template <typename T>
+T Die(const absl::Status& status) {
+  std::fprintf(stderr, "DlrmGpu: device failure: %s\n", status.ToString().c_str());
+  std::abort();
+}
+
+}  // namespace
+
+struct DlrmGpu::Device {
+  ~Device() {
+    blas.reset();
+    cuda::StreamSynchronize(stream);
+    cuda::StreamDestroy(stream);
+  }
+
+  void* stream = nullptr;
+  std::unique_ptr<cuda::Blas> blas;
+  cuda::DeviceArray<float> params;
+  cuda::DeviceArray<float> grad;  // dense parameter gradients
+  // Activations of the bottom and top MLPs (index 0: their inputs).
+  std::vector<cuda::DeviceArray<float>> bottom_acts;
+  std::vector<cuda::DeviceArray<float>> top_acts;
+  // Backward gradients, ping-pong.
+  cuda::DeviceArray<float> g1;
+  cuda::DeviceArray<float> g2;
+  cuda::DeviceArray<float> labels;
+  cuda::DeviceArray<float> probs;
+  cuda::DeviceArray<double> loss;
+  // ForwardBackwardRows.
+  cuda::RowCsr csr;  // host
+  cuda::DeviceArray<float> rows;
+  cuda::DeviceArray<int32_t> index;
+  cuda::DeviceArray<int32_t> offsets;
+  cuda::DeviceArray<int32_t> bags;
+  cuda::DeviceArray<float> bag_weight;
+  cuda::DeviceArray<float> row_grad;
+};
+
+bool DlrmGpu::Available() { return cuda::DeviceCount() > 0; }
+
+absl::StatusOr<std::unique_ptr<DlrmGpu>> DlrmGpu::Create(const DlrmShape& shape, uint64_t seed) {
+  if (!Available()) return absl::FailedPreconditionError("no CUDA device");
+  // The CPU model validates the shape and draws the initial parameters.
+  absl::StatusOr<std::unique_ptr<Dlrm>> cpu = Dlrm::Create(shape, seed);
+  if (!cpu.ok()) return cpu.status();
+  const int z_width = shape.bottom.empty() ? shape.num_dense : shape.bottom.back();
+  if (z_width != shape.emb_dim) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the bottom MLP must end with the embedding dim %d, not %d", shape.emb_dim, z_width));
+  }
+  // The same layout as Dlrm's.
+  std::vector<Layer> bottom;
+  std::vector<Layer> top;
+  size_t n = 0;
+  int in = shape.num_dense;
+  for (int out : shape.bottom) {
+    bottom.push_back(Layer{in, out, n, true});
+    n += size_t(out) * in + out;
+    in = out;
+  }
+  in = shape.emb_dim * (1 + shape.num_sparse);
+  std::vector<int> top_sizes = shape.top;
+  top_sizes.push_back(1);
+  for (size_t i = 0; i < top_sizes.size(); ++i) {
+    const bool last = i + 1 == top_sizes.size();
+    top.push_back(Layer{in, top_sizes[i], n, !last});
+    n += size_t(top_sizes[i]) * in + top_sizes[i];
+    in = top_sizes[i];
+  }
+  if (n != (*cpu)->num_params()) {
+    return absl::InternalError(absl::StrFormat(
+        "DlrmGpu lays out %d parameters where Dlrm has %d", n, (*cpu)->num_params()));
+  }
+  const absl::Span<const float> p = (*cpu)->params();
+  std::vector<float> params(p.begin(), p.end());
+
+  auto dev = std::make_unique<Device>();
+  DLRM_GPU_CHECK_CUDA(cuda::StreamCreate(&dev->stream));
+  DLRM_GPU_CHECK_CUDA(cuda::Blas::Create(dev->stream, &dev->blas));
+  DLRM_GPU_CHECK_CUDA(dev->params.Resize(n));
+  DLRM_GPU_CHECK_CUDA(dev->grad.Resize(n));
+  dev->bottom_acts.resize(bottom.size() + 1);
+  dev->top_acts.resize(top.size() + 1);
+  return std::unique_ptr<DlrmGpu>(
+      new DlrmGpu(shape, std::move(bottom), std::move(top), std::move(params), std::move(dev)));
+}
+
+DlrmGpu::DlrmGpu(const DlrmShape& shape, std::vector<Layer> bottom, std::vector<Layer> top,
+                 std::vector<float> params, std::unique_ptr<Device> dev)
+    : shape_(shape),
+      bottom_(std::move(bottom)),
+      top_(std::move(top)),
+      width_(shape.emb_dim * (1 + shape.num_sparse)),
+      params_(std::move(params)),
+      dev_(std::move(dev)) {}
+
+DlrmGpu::~DlrmGpu() = default;
+
+absl::Status DlrmGpu::Forward(const std::vector<Layer>& layers, int batch, bool bottom) {
+  std::vector<cuda::DeviceArray<float>>& acts = bottom ? dev_->bottom_acts : dev_->top_acts;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const Layer& l = layers[i];
+    const float* x = acts[i].data();
+    float* y = acts[i + 1].data();
+    const float* w = dev_->params.data() + l.weight;
+    const float* b = w + size_t(l.out) * l.in;
+    // y = x W^T, then + b and ReLU.
+    DLRM_GPU_CHECK_CUDA(
+        dev_->blas->Gemm(false, true, batch, l.out, l.in, 1.0f, x, l.in, w, l.in, 0.0f, y, l.out));
+    DLRM_GPU_CHECK_CUDA(cuda::BiasRelu(y, b, batch, l.out, l.relu, dev_->stream));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DlrmGpu::Backward(const std::vector<Layer>& layers, int batch, bool bottom,
+                               bool input_grad, float** grad, float** spare) {
+  const std::vector<cuda::DeviceArray<float>>& acts = bottom ? dev_->bottom_acts : dev_->top_acts;
+  for (size_t i = layers.size(); i-- > 0;) {
+    const Layer& l = layers[i];
+    const float* x = acts[i].data();
+    const float* w = dev_->params.data() + l.weight;
+    float* dw = dev_->grad.data() + l.weight;
+    float* db = dw + size_t(l.out) * l.in;
+    // Mask by the ReLU and db = column sums of dY; dW = dY^T x; dX = dY W.
+    DLRM_GPU_CHECK_CUDA(
+        cuda::BiasReluBackward(*grad, acts[i + 1].data(), batch, l.out, l.relu, db, dev_->stream));
+    DLRM_GPU_CHECK_CUDA(dev_->blas->Gemm(true, false, l.out, l.in, batch, 1.0f, *grad, l.out, x,
+                                         l.in, 0.0f, dw, l.in));
+    if (i == 0 && !input_grad) break;
+    DLRM_GPU_CHECK_CUDA(dev_->blas->Gemm(false, false, batch, l.in, l.out, 1.0f, *grad, l.out, w,
+                                         l.in, 0.0f, *spare, l.in));
+    std::swap(*grad, *spare);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<float> DlrmGpu::Run(int batch, const float* dense, const float* emb,
+                                   const PulledRows* pulled, const float* labels,
+                                   float loss_scale, float* dense_grad, float* emb_grad,
+                                   float* row_grad, float* probs) {
+  if (batch < 0) return absl::InvalidArgumentError("negative batch size");
+  Device& d = *dev_;
+  void* const s = d.stream;
+  const int e = shape_.emb_dim;
+  const int fields = shape_.num_sparse;
+  const size_t emb_bytes = size_t(fields) * e * sizeof(float);  // of one sample
+  const size_t width_bytes = size_t(width_) * sizeof(float);
+
+  // Workspace for this batch size (allocated once for the largest batch seen).
+  int widest = width_;
+  DLRM_GPU_CHECK_CUDA(d.bottom_acts[0].Resize(size_t(batch) * shape_.num_dense));
+  for (size_t i = 0; i < bottom_.size(); ++i) {
+    DLRM_GPU_CHECK_CUDA(d.bottom_acts[i + 1].Resize(size_t(batch) * bottom_[i].out));
+    widest = std::max({widest, bottom_[i].in, bottom_[i].out});
+  }
+  DLRM_GPU_CHECK_CUDA(d.top_acts[0].Resize(size_t(batch) * width_));
+  for (size_t i = 0; i < top_.size(); ++i) {
+    DLRM_GPU_CHECK_CUDA(d.top_acts[i + 1].Resize(size_t(batch) * top_[i].out));
+    widest = std::max(widest, top_[i].out);
+  }
+  DLRM_GPU_CHECK_CUDA(d.g1.Resize(size_t(batch) * widest));
+  DLRM_GPU_CHECK_CUDA(d.g2.Resize(size_t(batch) * widest));
+  DLRM_GPU_CHECK_CUDA(d.labels.Resize(batch));
+  DLRM_GPU_CHECK_CUDA(d.probs.Resize(batch));
+  DLRM_GPU_CHECK_CUDA(d.loss.Resize(1));
+
+  // Inputs. The parameters may have changed on the host since the last pass.
+  DLRM_GPU_CHECK_CUDA(cuda::Copy(d.params.data(), params_.data(), d.params.bytes(), s));
+  DLRM_GPU_CHECK_CUDA(cuda::Copy(d.bottom_acts[0].data(), dense, d.bottom_acts[0].bytes(), s));
+  float* const cat = d.top_acts[0].data();  // [z, e_0, ..., e_{F-1}] per sample
+  if (pulled == nullptr) {
+    DLRM_GPU_CHECK_CUDA(
+        cuda::Copy2D(cat + e, width_bytes, emb, emb_bytes, emb_bytes, size_t(batch), s));
+  } else {
+    if (pulled->num_rows < 0 || pulled->slots < 1) {
+      return absl::InvalidArgumentError("PulledRows needs num_rows >= 0 and slots >= 1");
+    }
+    const cuda::Pooling pooling = pulled->mean ? cuda::Pooling::kMean : cuda::Pooling::kSum;
+    const int64_t num_bags = int64_t(batch) * fields;
+    // Validates every slot before the device reads anything.
+    DLRM_GPU_CHECK_CUDA(cuda::BuildRowCsr(pulled->index, num_bags, pulled->slots,
+                                          pulled->num_rows, pooling, &d.csr));
+    DLRM_GPU_CHECK_CUDA(d.rows.Resize(size_t(pulled->num_rows) * e));
+    DLRM_GPU_CHECK_CUDA(d.index.Resize(size_t(num_bags) * pulled->slots));
+    DLRM_GPU_CHECK_CUDA(cuda::Copy(d.rows.data(), pulled->rows, d.rows.bytes(), s));
+    DLRM_GPU_CHECK_CUDA(cuda::Copy(d.index.data(), pulled->index, d.index.bytes(), s));
+    DLRM_GPU_CHECK_CUDA(cuda::GatherPooled(d.rows.data(), pulled->num_rows, e, d.index.data(),
+                                           batch, fields, pulled->slots, pooling, cat + e, width_,
+                                           s));
+  }
+
+  // Forward: the bottom MLP's output is the first emb_dim columns of the top MLP's input.
+  DLRM_GPU_RETURN_IF_ERROR(Forward(bottom_, batch, /*bottom=*/true));
+  DLRM_GPU_CHECK_CUDA(cuda::Copy2D(cat, width_bytes, d.bottom_acts.back().data(),
+                                   e * sizeof(float), e * sizeof(float), size_t(batch), s));
+  DLRM_GPU_RETURN_IF_ERROR(Forward(top_, batch, /*bottom=*/false));
+  const float* logits = d.top_acts.back().data();
+
+  if (labels == nullptr) {
+    DLRM_GPU_CHECK_CUDA(cuda::Sigmoid(logits, batch, d.probs.data(), s));
+    DLRM_GPU_CHECK_CUDA(cuda::Copy(probs, d.probs.data(), d.probs.bytes(), s));
+    DLRM_GPU_CHECK_CUDA(cuda::StreamSynchronize(s));
+    return 0.0f;
+  }
+
+  // Loss, then backward through the top MLP down to the gradient of its input.
+  DLRM_GPU_CHECK_CUDA(cuda::Copy(d.labels.data(), labels, d.labels.bytes(), s));
+  float* grad = d.g1.data();
+  float* spare = d.g2.data();
+  DLRM_GPU_CHECK_CUDA(cuda::SigmoidBce(logits, d.labels.data(), batch, loss_scale,
+                                       d.probs.data(), grad, d.loss.data(), s));
+  DLRM_GPU_RETURN_IF_ERROR(Backward(top_, batch, /*bottom=*/false, /*input_grad=*/true, &grad,
+                                    &spare));
+  // Split the input gradient: the embeddings' part goes out (queued before the bottom MLP's
+  // backward reuses the buffer), the bottom output's part goes down.
+  if (pulled == nullptr) {
+    DLRM_GPU_CHECK_CUDA(
+        cuda::Copy2D(emb_grad, emb_bytes, grad + e, width_bytes, emb_bytes, size_t(batch), s));
+  } else {
+    const int64_t num_rows = pulled->num_rows;
+    DLRM_GPU_CHECK_CUDA(d.row_grad.Resize(size_t(num_rows) * e));
+    if (fields == 0) {
+      DLRM_GPU_CHECK_CUDA(cuda::Zero(d.row_grad.data(), d.row_grad.bytes(), s));
+    } else {
+      DLRM_GPU_CHECK_CUDA(d.offsets.Resize(d.csr.offsets.size()));
+      DLRM_GPU_CHECK_CUDA(d.bags.Resize(d.csr.bags.size()));
+      DLRM_GPU_CHECK_CUDA(d.bag_weight.Resize(d.csr.bag_weight.size()));
+      DLRM_GPU_CHECK_CUDA(cuda::Copy(d.offsets.data(), d.csr.offsets.data(), d.offsets.bytes(), s));
+      DLRM_GPU_CHECK_CUDA(cuda::Copy(d.bags.data(), d.csr.bags.data(), d.bags.bytes(), s));
+      DLRM_GPU_CHECK_CUDA(
+          cuda::Copy(d.bag_weight.data(), d.csr.bag_weight.data(), d.bag_weight.bytes(), s));
+      DLRM_GPU_CHECK_CUDA(cuda::ScatterRows(grad + e, fields, width_, e, d.offsets.data(),
+                                            d.bags.data(), d.bag_weight.data(), num_rows,
+                                            d.row_grad.data(), s));
+    }
+    DLRM_GPU_CHECK_CUDA(cuda::Copy(row_grad, d.row_grad.data(), d.row_grad.bytes(), s));
+  }
+  DLRM_GPU_CHECK_CUDA(cuda::Copy2D(spare, e * sizeof(float), grad, width_bytes, e * sizeof(float),
+                                   size_t(batch), s));
+  std::swap(grad, spare);
+  DLRM_GPU_RETURN_IF_ERROR(Backward(bottom_, batch, /*bottom=*/true, /*input_grad=*/false, &grad,
+                                    &spare));
+
+  double loss = 0;
+  DLRM_GPU_CHECK_CUDA(cuda::Copy(dense_grad, d.grad.data(), d.grad.bytes(), s));
+  DLRM_GPU_CHECK_CUDA(cuda::Copy(probs, d.probs.data(), d.probs.bytes(), s));
+  DLRM_GPU_CHECK_CUDA(cuda::Copy(&loss, d.loss.data(), sizeof(double), s));
+  DLRM_GPU_CHECK_CUDA(cuda::StreamSynchronize(s));
+  return static_cast<float>(loss / batch);
+}
+
+float DlrmGpu::ForwardBackward(int batch, const float* dense, const float* emb,
+                               const float* labels, float loss_scale, float* dense_grad,
+                               float* emb_grad, float* probs) {
+  absl::StatusOr<float> loss = Run(batch, dense, emb, nullptr, labels, loss_scale, dense_grad,
+                                   emb_grad, nullptr, probs);
+  return loss.ok() ? *loss : Die<float>(loss.status());
+}
+
+void DlrmGpu::Predict(int batch, const float* dense, const float* emb, float* probs) {
+  absl::StatusOr<float> done =
+      Run(batch, dense, emb, nullptr, nullptr, 0.0f, nullptr, nullptr, nullptr, probs);
+  if (!done.ok()) Die<float>(done.status());
+}
+
+absl::StatusOr<float> DlrmGpu::ForwardBackwardRows(int batch, const float* dense,
+                                                   const PulledRows& pulled, const float* labels,
+                                                   float loss_scale, float* dense_grad,
+                                                   float* row_grad, float* probs) {
+  return Run(batch, dense, nullptr, &pulled, labels, loss_scale, dense_grad, nullptr, row_grad,
+             probs);
+}
+
+}  // namespace worker
+}  // namespace ps
