@@ -285,7 +285,7 @@ class ClientImpl final : public Client {
   }
 
   absl::Status PullDense(absl::string_view name, absl::Span<float> values) override;
-  absl::Status EndStep(int64_t step) override;
+  absl::StatusOr<int64_t> EndStep(int64_t step) override;
   absl::Status PushDense(absl::string_view name, absl::Span<const float> values,
                          DenseUpdate update) override;
 
@@ -671,9 +671,10 @@ class ClientImpl final : public Client {
   Scheduler scheduler_;
 };
 
-absl::Status ClientImpl::EndStep(int64_t step) {
-  if (job_.training().mode() != config::Training::SYNC) return absl::OkStatus();
-  return RetryDense([&](const Routing& routing) -> absl::Status {
+absl::StatusOr<int64_t> ClientImpl::EndStep(int64_t step) {
+  if (job_.training().mode() != config::Training::SYNC) return int64_t{-1};
+  int64_t applied = -1;
+  PS_RETURN_IF_ERROR(RetryDense([&](const Routing& routing) -> absl::Status {
     for (const auto& [server_id, connection] : routing.servers) {
       rpc::EndStepRequest request;
       FillHeader(routing, request.mutable_header());
@@ -683,9 +684,11 @@ absl::Status ClientImpl::EndStep(int64_t step) {
       context.set_deadline(absl::ToChronoTime(absl::Now() + options_.request_timeout));
       PS_RETURN_IF_ERROR(
           FromGrpcStatus(connection->Stub()->EndStep(&context, request, &response)));
+      applied = std::max(applied, response.applied_step());
     }
     return absl::OkStatus();
-  });
+  }));
+  return applied;
 }
 
 absl::Status ClientImpl::PullDense(absl::string_view name, absl::Span<float> values) {

@@ -119,9 +119,12 @@ class Client {
 
   // Sync mode: tells every server that this worker has pushed everything of `step` (call it after
   // the step's pushes returned). A server applies the step's summed gradients once the job's
-  // quorum of workers has ended it; pulls for step + 1 wait for that. A no-op in other modes.
-  // Errors of servers as Pull; FAILED_PRECONDITION if a server has not applied step - 1.
-  virtual absl::Status EndStep(int64_t step) = 0;
+  // quorum of workers has ended it; pulls for step + 1 wait for that. Returns the newest step
+  // applied on any server: above `step` when the cluster went on without this worker (a
+  // straggler outside the quorum), which should then continue at that step + 1. Other modes: a
+  // no-op returning -1. Errors of servers as Pull; FAILED_PRECONDITION if a server has not
+  // applied step - 1.
+  virtual absl::StatusOr<int64_t> EndStep(int64_t step) = 0;
 
   // The step clock requests carry (the step a push belongs to, the step a pull serves); -1 (the
   // default) when the caller keeps no clock.

@@ -1,10 +1,9 @@
-#include "cuda_kernels/blas.h"
-
 #include <cublas_v2.h>
 
 #include <algorithm>
 #include <string>
 
+#include "cuda_kernels/blas.h"
 #include "cuda_kernels/internal/check.cuh"
 
 namespace ps {

@@ -27,8 +27,8 @@ class Blas {
   // dimension ldc; op(A) is m x k (A is m x k, or k x m when trans_a) with leading dimension lda;
   // op(B) is k x n likewise. kInvalidArgument on negative sizes or leading dimensions shorter
   // than a row; kBlas for cuBLAS's own errors.
-  Error Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
-             int lda, const float* b, int ldb, float beta, float* c, int ldc);
+  Error Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
+             const float* b, int ldb, float beta, float* c, int ldc);
 
  private:
   explicit Blas(void* handle) : handle_(handle) {}

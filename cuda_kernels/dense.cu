@@ -1,7 +1,6 @@
-#include "cuda_kernels/dense.h"
-
 #include <cuda_runtime.h>
 
+#include "cuda_kernels/dense.h"
 #include "cuda_kernels/internal/check.cuh"
 
 namespace ps {
@@ -61,10 +60,9 @@ __device__ float StableSigmoid(float z) {
 
 constexpr int kLossThreads = 1024;  // a power of two, for the tree below
 
-__global__ void SigmoidBceKernel(const float* __restrict__ logits,
-                                 const float* __restrict__ labels, int n, float loss_scale,
-                                 float* __restrict__ probs, float* __restrict__ grad,
-                                 double* __restrict__ loss_sum) {
+__global__ void SigmoidBceKernel(const float* __restrict__ logits, const float* __restrict__ labels,
+                                 int n, float loss_scale, float* __restrict__ probs,
+                                 float* __restrict__ grad, double* __restrict__ loss_sum) {
   __shared__ double partial[kLossThreads];
   double acc = 0.0;
   for (int r = threadIdx.x; r < n; r += kLossThreads) {
@@ -100,15 +98,15 @@ Error BiasRelu(float* y, const float* bias, int rows, int cols, bool relu, void*
   return LaunchStatus("BiasRelu");
 }
 
-Error BiasReluBackward(float* grad, const float* y, int rows, int cols, bool relu,
-                       float* bias_grad, void* stream) {
+Error BiasReluBackward(float* grad, const float* y, int rows, int cols, bool relu, float* bias_grad,
+                       void* stream) {
   if (rows < 0 || cols < 0) return InvalidArgument("BiasReluBackward", "negative sizes");
   if (cols == 0) return Error();
   // rows == 0 still runs: the bias gradient of an empty batch is zero.
   const dim3 block(32, kRowThreads);
   const unsigned blocks = static_cast<unsigned>((cols + 31) / 32);
   BiasReluBackwardKernel<<<blocks, block, 0, AsStream(stream)>>>(grad, y, rows, cols, relu,
-                                                                  bias_grad);
+                                                                 bias_grad);
   return LaunchStatus("BiasReluBackward");
 }
 

@@ -19,8 +19,8 @@ Error BiasRelu(float* y, const float* bias, int rows, int cols, bool relu, void*
 // The backward of BiasRelu. With `relu`, zeroes grad[r, c] wherever the layer's output
 // y[r, c] <= 0 (in place); then bias_grad[c] = sum over r of grad[r, c]. The column sums run in a
 // fixed order (one block per 32 columns, no atomics): the same bits on every run.
-Error BiasReluBackward(float* grad, const float* y, int rows, int cols, bool relu,
-                       float* bias_grad, void* stream);
+Error BiasReluBackward(float* grad, const float* y, int rows, int cols, bool relu, float* bias_grad,
+                       void* stream);
 
 // Sigmoid binary cross-entropy of n logits against labels in {0, 1}:
 //   probs[r] = sigmoid(logits[r]);

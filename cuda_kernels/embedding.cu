@@ -1,10 +1,9 @@
-#include "cuda_kernels/embedding.h"
-
 #include <cuda_runtime.h>
 
 #include <limits>
 #include <string>
 
+#include "cuda_kernels/embedding.h"
 #include "cuda_kernels/internal/check.cuh"
 
 namespace ps {
@@ -19,8 +18,8 @@ using internal::LaunchStatus;
 
 // One thread per (bag, d): consecutive threads read consecutive floats of a row.
 __global__ void GatherPooledKernel(const float* __restrict__ rows, int64_t num_rows, int dim,
-                                   const int32_t* __restrict__ index, int64_t num_bags,
-                                   int fields, int slots, bool mean, float* __restrict__ out,
+                                   const int32_t* __restrict__ index, int64_t num_bags, int fields,
+                                   int slots, bool mean, float* __restrict__ out,
                                    int64_t out_stride) {
   const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (t >= num_bags * dim) return;

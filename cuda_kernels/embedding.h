@@ -23,7 +23,8 @@ enum class Pooling {
 };
 
 // Pools every bag: for sample s and field f,
-//   out[s * out_stride + f * dim + d] = pool over slots k of rows[index[(s * fields + f) * slots + k] * dim + d]
+//   out[s * out_stride + f * dim + d] = pool over slots k of rows[index[(s * fields + f) * slots +
+//   k] * dim + d]
 // rows: num_rows x dim; index: batch x fields x slots, each in [0, num_rows) or -1. A slot outside
 // that range is skipped like -1 (it never reads out of bounds); BuildRowCsr reports it.
 // out_stride >= fields * dim lets the pooled embeddings land inside a wider row (the concatenated

@@ -1,8 +1,8 @@
 // The kernels against host references. Cases that need a GPU print "skipped: no CUDA device"
 // and pass on a machine without one; argument checks and BuildRowCsr run everywhere.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
-#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
@@ -19,11 +19,11 @@ namespace ps {
 namespace cuda {
 namespace {
 
-#define REQUIRE_OK(expr)          \
-  do {                            \
-    const Error err_ = (expr);    \
-    INFO(err_.message);           \
-    REQUIRE(err_.ok());           \
+#define REQUIRE_OK(expr)       \
+  do {                         \
+    const Error err_ = (expr); \
+    INFO(err_.message);        \
+    REQUIRE(err_.ok());        \
   } while (0)
 
 bool NoGpu() {
@@ -109,8 +109,7 @@ TEST_CASE("launchers reject bad arguments before touching the device", "[cuda]")
   CHECK(ScatterRows(none, 2, 7, 4, nullptr, nullptr, nullptr, 1, none, nullptr).kind ==
         Error::kInvalidArgument);
   CHECK(BiasRelu(none, none, -1, 3, true, nullptr).kind == Error::kInvalidArgument);
-  CHECK(BiasReluBackward(none, none, 3, -1, true, none, nullptr).kind ==
-        Error::kInvalidArgument);
+  CHECK(BiasReluBackward(none, none, 3, -1, true, none, nullptr).kind == Error::kInvalidArgument);
   CHECK(SigmoidBce(none, none, -1, 1.0f, none, none, nullptr, nullptr).kind ==
         Error::kInvalidArgument);
   CHECK(Sigmoid(none, -1, none, nullptr).kind == Error::kInvalidArgument);
@@ -172,7 +171,7 @@ TEST_CASE("ScatterRows sums the gradients of every row's bags, the same on every
   const Pooling pooling = GENERATE(Pooling::kSum, Pooling::kMean);
   const int dim = GENERATE(1, 16, 33);
   const int batch = 300, fields = 4, slots = 2, num_rows = 40;  // hot rows: ~45 bags each
-  const int64_t stride = fields * dim + dim;  // bag gradients inside wider rows
+  const int64_t stride = fields * dim + dim;                    // bag gradients inside wider rows
   std::mt19937_64 rng(dim + 100);
   const std::vector<int32_t> index = RandomIndex(int64_t(batch) * fields, slots, num_rows, &rng);
   const std::vector<float> bag_grad = RandomFloats(batch * stride, &rng, 0.01f);
@@ -271,8 +270,8 @@ TEST_CASE("SigmoidBce matches the stable host formulas", "[cuda][dense]") {
   REQUIRE_OK(d_probs.Resize(n));
   REQUIRE_OK(d_grad.Resize(n));
   REQUIRE_OK(d_loss.Resize(1));
-  REQUIRE_OK(SigmoidBce(d_logits.data(), d_labels.data(), n, scale, d_probs.data(),
-                        d_grad.data(), d_loss.data(), nullptr));
+  REQUIRE_OK(SigmoidBce(d_logits.data(), d_labels.data(), n, scale, d_probs.data(), d_grad.data(),
+                        d_loss.data(), nullptr));
   // expf/log1pf on the device are within 2 ulps of the host's.
   CheckClose(Download(d_probs), probs, 1e-6, 1e-7);
   // Near p == y the difference cancels: allow the probability's rounding, scaled like grad.
@@ -314,13 +313,13 @@ TEST_CASE("Blas::Gemm multiplies row-major matrices", "[cuda][blas]") {
   std::unique_ptr<Blas> blas;
   REQUIRE_OK(Blas::Create(stream, &blas));
   DeviceArray<float> d_a = Upload(a), d_b = Upload(b), d_c = Upload(c0);
-  REQUIRE_OK(blas->Gemm(ta, tb, m, n, k, alpha, d_a.data(), lda, d_b.data(), ldb, beta,
-                        d_c.data(), ldc));
+  REQUIRE_OK(
+      blas->Gemm(ta, tb, m, n, k, alpha, d_a.data(), lda, d_b.data(), ldb, beta, d_c.data(), ldc));
   REQUIRE_OK(StreamSynchronize(stream));
   // Products of N(0,1) values summed over k = 53: float against double, no TF32.
   CheckClose(Download(d_c), want, 1e-4, 1e-4);
-  CHECK(blas->Gemm(ta, tb, m, n, k, alpha, d_a.data(), 1, d_b.data(), ldb, beta, d_c.data(),
-                   ldc).kind == Error::kInvalidArgument);
+  CHECK(blas->Gemm(ta, tb, m, n, k, alpha, d_a.data(), 1, d_b.data(), ldb, beta, d_c.data(), ldc)
+            .kind == Error::kInvalidArgument);
   blas.reset();
   REQUIRE_OK(StreamDestroy(stream));
 }

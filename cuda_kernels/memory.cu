@@ -1,8 +1,7 @@
-#include "cuda_kernels/memory.h"
-
 #include <cuda_runtime.h>
 
 #include "cuda_kernels/internal/check.cuh"
+#include "cuda_kernels/memory.h"
 
 namespace ps {
 namespace cuda {

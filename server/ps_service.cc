@@ -126,6 +126,8 @@ grpc::ServerUnaryReactor* ParameterServerService::Pull(grpc::CallbackServerConte
   ShardedStore* store = Ready(request.header(), &status);
   if (store == nullptr) return Done(context, status);
   // A pull for step t is answered once step t - 1 is applied (sync mode; at once otherwise).
+  status = store->CheckPullStep(request.header().clock());
+  if (!status.ok()) return Done(context, status);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   auto pull = std::make_shared<rpc::PullRequest>(std::move(request));
   store->RunWhenApplied(pull->header().clock() - 1,

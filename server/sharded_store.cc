@@ -139,6 +139,18 @@ absl::StatusOr<int64_t> ShardedStore::EndStep(uint32_t worker_id, int64_t step) 
   return applied;
 }
 
+absl::Status ShardedStore::CheckPullStep(int64_t step) {
+  if (!sync_ || step < 0) return absl::OkStatus();
+  absl::MutexLock lock(&step_mu_);
+  if (step <= applied_step_) {
+    return absl::AbortedError(absl::StrFormat(
+        "pull for step %d, which the cluster already applied without this worker (now at step "
+        "%d); end the step and continue after it",
+        step, applied_step_ + 1));
+  }
+  return absl::OkStatus();
+}
+
 void ShardedStore::RunWhenApplied(int64_t step, std::function<void(absl::Status)> fn) {
   absl::Status now = absl::OkStatus();
   {

@@ -95,6 +95,11 @@ class ShardedStore {
   // returning -1.
   absl::StatusOr<int64_t> EndStep(uint32_t worker_id, int64_t step);
 
+  // Sync mode: ABORTED if `step` was already applied (a straggler outside the quorum pulling for a
+  // step the cluster finished without it: its rows would include that step's pushes). OK
+  // otherwise, and in the other modes.
+  absl::Status CheckPullStep(int64_t step);
+
   // Runs `fn(OK)` once step `step` is applied (at once if it is, or if the mode is not sync), on
   // the thread that applies it; `fn(UNAVAILABLE)` if the store shuts down first. Sync pulls for
   // step t wait with this for step t - 1.

@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <cstdio>
-#include <fstream>
+#include <cstring>
+#include <future>
 #include <limits>
 #include <vector>
 
@@ -15,18 +15,16 @@
 #include "worker/data/criteo_reader.h"
 #include "worker/data/metrics.h"
 #include "worker/model/dlrm.h"
+#include "worker/step_sync.h"
 
 namespace ps {
 namespace worker {
 namespace {
 
-// The table of sparse field f.
-std::string TableOfField(const config::Job& job, int f) {
-  if (job.model().has_shared_table()) return job.model().shared_table();
-  return job.tables(f).name();
-}
+// The dense parameters' name on the servers (the master copy).
+constexpr char kDenseName[] = "dense/model";
 
-// Gathers the keys of one table's fields into one call's keys.
+// The sparse fields that share one table: one pull and one push per group and step.
 struct FieldGroup {
   std::string table;
   std::vector<int> fields;
@@ -35,7 +33,8 @@ struct FieldGroup {
 std::vector<FieldGroup> GroupFields(const config::Job& job, int num_sparse) {
   std::vector<FieldGroup> groups;
   for (int f = 0; f < num_sparse; ++f) {
-    const std::string table = TableOfField(job, f);
+    const std::string table =
+        job.model().has_shared_table() ? job.model().shared_table() : job.tables(f).name();
     auto it = std::find_if(groups.begin(), groups.end(),
                            [&](const FieldGroup& g) { return g.table == table; });
     if (it == groups.end()) {
@@ -47,51 +46,140 @@ std::vector<FieldGroup> GroupFields(const config::Job& job, int num_sparse) {
   return groups;
 }
 
-// Pulls the embeddings of a batch: emb is size x num_sparse x dim.
-absl::Status PullEmbeddings(Client* client, const std::vector<FieldGroup>& groups,
-                            const Batch& batch, int num_sparse, int dim,
-                            std::vector<uint64_t>* keys, std::vector<float>* rows,
-                            std::vector<float>* emb) {
-  emb->resize(size_t(batch.size) * num_sparse * dim);
-  for (const FieldGroup& g : groups) {
-    const size_t nf = g.fields.size();
-    keys->resize(size_t(batch.size) * nf);
-    for (int r = 0; r < batch.size; ++r) {
-      for (size_t j = 0; j < nf; ++j) keys->at(r * nf + j) = batch.keys[size_t(r) * num_sparse + g.fields[j]];
-    }
-    rows->resize(keys->size() * dim);
-    PS_RETURN_IF_ERROR(client->Pull(g.table, *keys, absl::MakeSpan(*rows)));
-    for (int r = 0; r < batch.size; ++r) {
+// One batch and its embedding rows, pulled asynchronously. With one group holding every field in
+// order (a shared table), the batch's keys are the call's keys and the rows land in `emb`
+// directly; otherwise each group's keys are gathered and its rows scattered into `emb`.
+struct StepData {
+  Batch batch;
+  std::vector<std::vector<uint64_t>> keys;
+  std::vector<std::vector<float>> rows;
+  std::vector<std::future<absl::Status>> pending;
+  std::vector<float> emb;
+};
+
+bool Direct(const std::vector<FieldGroup>& groups, int num_sparse) {
+  return groups.size() == 1 && static_cast<int>(groups[0].fields.size()) == num_sparse;
+}
+
+void StartPull(Client* client, const std::vector<FieldGroup>& groups, int num_sparse, int dim,
+               StepData* d) {
+  const int n = d->batch.size;
+  d->emb.resize(size_t(n) * num_sparse * dim);
+  d->pending.clear();
+  if (Direct(groups, num_sparse)) {
+    d->pending.push_back(client->PullAsync(
+        groups[0].table, absl::MakeConstSpan(d->batch.keys.data(), size_t(n) * num_sparse),
+        absl::MakeSpan(d->emb)));
+    return;
+  }
+  d->keys.resize(groups.size());
+  d->rows.resize(groups.size());
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const size_t nf = groups[g].fields.size();
+    d->keys[g].resize(size_t(n) * nf);
+    for (int r = 0; r < n; ++r) {
       for (size_t j = 0; j < nf; ++j) {
-        std::memcpy(emb->data() + (size_t(r) * num_sparse + g.fields[j]) * dim,
-                    rows->data() + (r * nf + j) * dim, dim * sizeof(float));
+        d->keys[g][r * nf + j] = d->batch.keys[size_t(r) * num_sparse + groups[g].fields[j]];
+      }
+    }
+    d->rows[g].resize(d->keys[g].size() * dim);
+    d->pending.push_back(
+        client->PullAsync(groups[g].table, d->keys[g], absl::MakeSpan(d->rows[g])));
+  }
+}
+
+absl::Status FinishPull(const std::vector<FieldGroup>& groups, int num_sparse, int dim,
+                        StepData* d) {
+  absl::Status status;
+  for (auto& f : d->pending) status.Update(f.get());
+  d->pending.clear();
+  if (!status.ok() || Direct(groups, num_sparse)) return status;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const size_t nf = groups[g].fields.size();
+    for (int r = 0; r < d->batch.size; ++r) {
+      for (size_t j = 0; j < nf; ++j) {
+        std::memcpy(d->emb.data() + (size_t(r) * num_sparse + groups[g].fields[j]) * dim,
+                    d->rows[g].data() + (r * nf + j) * dim, dim * sizeof(float));
       }
     }
   }
   return absl::OkStatus();
 }
 
-absl::Status PushGradients(Client* client, const std::vector<FieldGroup>& groups,
-                           const Batch& batch, int num_sparse, int dim, const float* emb_grad,
-                           std::vector<uint64_t>* keys, std::vector<float>* grads) {
-  for (const FieldGroup& g : groups) {
-    const size_t nf = g.fields.size();
-    keys->resize(size_t(batch.size) * nf);
-    grads->resize(keys->size() * dim);
-    for (int r = 0; r < batch.size; ++r) {
+// The embedding gradients of one step on their way to the servers.
+struct PushData {
+  int64_t step = -1;  // -1: none in flight
+  std::vector<std::vector<uint64_t>> keys;
+  std::vector<std::vector<float>> grads;
+  std::vector<std::future<absl::Status>> pending;
+};
+
+void StartPush(Client* client, const std::vector<FieldGroup>& groups, int num_sparse, int dim,
+               const Batch& batch, const std::vector<float>& emb_grad, int64_t step,
+               PushData* p) {
+  p->step = step;
+  p->pending.clear();
+  p->keys.resize(groups.size());
+  p->grads.resize(groups.size());
+  const int n = batch.size;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const size_t nf = groups[g].fields.size();
+    p->keys[g].resize(size_t(n) * nf);
+    p->grads[g].resize(p->keys[g].size() * dim);
+    for (int r = 0; r < n; ++r) {
       for (size_t j = 0; j < nf; ++j) {
-        const size_t src = size_t(r) * num_sparse + g.fields[j];
-        keys->at(r * nf + j) = batch.keys[src];
-        std::memcpy(grads->data() + (r * nf + j) * dim, emb_grad + src * dim, dim * sizeof(float));
+        const size_t src = size_t(r) * num_sparse + groups[g].fields[j];
+        p->keys[g][r * nf + j] = batch.keys[src];
+        std::memcpy(p->grads[g].data() + (r * nf + j) * dim, emb_grad.data() + src * dim,
+                    dim * sizeof(float));
       }
     }
-    PS_RETURN_IF_ERROR(client->Push(g.table, *keys, *grads));
+    p->pending.push_back(client->PushAsync(groups[g].table, p->keys[g], p->grads[g]));
   }
+}
+
+absl::Status FinishPush(PushData* p) {
+  absl::Status status;
+  for (auto& f : p->pending) status.Update(f.get());
+  p->pending.clear();
+  return status;
+}
+
+// Reads the next batch, starting the data over at its end (the step count bounds the epochs).
+absl::Status ReadBatch(CriteoReader* reader, int batch_size, Batch* batch) {
+  PS_ASSIGN_OR_RETURN(int got, reader->Next(batch_size, batch));
+  if (got == 0) {
+    PS_RETURN_IF_ERROR(reader->Rewind());
+    PS_ASSIGN_OR_RETURN(got, reader->Next(batch_size, batch));
+  }
+  if (got == 0) return absl::FailedPreconditionError("this worker's share of the data is empty");
   return absl::OkStatus();
 }
 
-// The dense parameters' name on the servers (the master copy).
-constexpr char kDenseName[] = "dense/model";
+// The samples of every worker, from one pass over this worker's share: each worker counts its
+// own, and an AllReduce of one-hot vectors gives everyone all the counts.
+absl::StatusOr<std::vector<int64_t>> CountSamples(CriteoReader* reader, AllReduce* allreduce) {
+  Batch batch;
+  int64_t mine = 0;
+  while (true) {
+    PS_ASSIGN_OR_RETURN(const int got, reader->Next(65536, &batch));
+    if (got == 0) break;
+    mine += got;
+  }
+  PS_RETURN_IF_ERROR(reader->Rewind());
+  std::vector<float> counts(allreduce->size(), 0.0f);
+  // Floats hold integers exactly up to 2^24; split the count into 2^20 blocks and the rest.
+  std::vector<float> high(allreduce->size(), 0.0f);
+  counts[allreduce->rank()] = static_cast<float>(mine % (1 << 20));
+  high[allreduce->rank()] = static_cast<float>(mine >> 20);
+  PS_RETURN_IF_ERROR(allreduce->SumInPlace(absl::MakeSpan(counts)));
+  PS_RETURN_IF_ERROR(allreduce->SumInPlace(absl::MakeSpan(high)));
+  std::vector<int64_t> result(allreduce->size());
+  for (int r = 0; r < allreduce->size(); ++r) {
+    result[r] = (static_cast<int64_t>(high[r]) << 20) + static_cast<int64_t>(counts[r]);
+  }
+  return result;
+}
 
 }  // namespace
 
@@ -112,21 +200,26 @@ absl::StatusOr<TrainResult> Train(const config::Job& job, Client* client,
 
   const config::Training& tr = job.training();
   const int batch_size = static_cast<int>(tr.batch_size());
-  const int64_t max_steps =
-      options.max_steps > 0 ? options.max_steps
-                            : (tr.steps() > 0 ? static_cast<int64_t>(tr.steps())
-                                              : std::numeric_limits<int64_t>::max());
-  const int epochs = tr.steps() > 0 ? std::numeric_limits<int>::max()
-                                    : static_cast<int>(std::max<uint32_t>(1, tr.epochs()));
+  int64_t total_steps = static_cast<int64_t>(tr.steps());
+  if (total_steps == 0) {
+    PS_ASSIGN_OR_RETURN(const std::vector<int64_t> counts, CountSamples(reader.get(), allreduce));
+    const int64_t fewest = *std::min_element(counts.begin(), counts.end());
+    total_steps = (fewest + batch_size - 1) / batch_size * std::max<uint32_t>(1, tr.epochs());
+  }
+  if (options.max_steps > 0) total_steps = std::min(total_steps, options.max_steps);
+  if (total_steps == 0) return absl::FailedPreconditionError("no training data");
+
   const int dim = shape.emb_dim;
-  const std::vector<FieldGroup> groups = GroupFields(job, shape.num_sparse);
+  const int num_sparse = shape.num_sparse;
+  const std::vector<FieldGroup> groups = GroupFields(job, num_sparse);
+  const int sync_every = static_cast<int>(std::max<uint32_t>(1, tr.dense_sync_every()));
+  StepSync sync(job, client, coordinator, member_id);
+  const bool prefetch = sync.can_prefetch();
 
   std::vector<float> state(dense_optimizer->StateFloats(model->num_params()));
   dense_optimizer->InitState(model->num_params(), state.data());
   std::vector<float> dense_grad(model->num_params());
-  std::vector<float> emb, emb_grad, probs, rows, grads;
-  std::vector<uint64_t> keys;
-  Batch batch;
+  std::vector<float> emb_grad, probs;
 
   std::FILE* metrics = nullptr;
   if (!options.metrics_path.empty()) {
@@ -144,63 +237,93 @@ absl::StatusOr<TrainResult> Train(const config::Job& job, Client* client,
   double pull_ms_total = 0, push_ms_total = 0;
   const absl::Time start = absl::Now();
   absl::Time last_report = start;
-  int epoch = 0;
-  const config::Training::Mode mode = tr.mode();
 
-  for (int64_t step = 0; step < max_steps; ++step) {
-    absl::StatusOr<int> got = reader->Next(batch_size, &batch);
-    if (!got.ok()) return got.status();
-    if (*got == 0 && epoch + 1 < epochs) {
-      ++epoch;
-      PS_RETURN_IF_ERROR(reader->Rewind());
-      got = reader->Next(batch_size, &batch);
-      if (!got.ok()) return got.status();
+  StepData slots[2];
+  int cur = 0;
+  PushData push;
+  int64_t step = 0;  // the clock: steps can be skipped by a straggler in sync mode
+  auto begin_pull = [&](StepData* d, int64_t for_step) -> absl::Status {
+    PS_RETURN_IF_ERROR(sync.BeforePull(for_step));
+    client->SetClock(for_step);
+    StartPull(client, groups, num_sparse, dim, d);
+    return absl::OkStatus();
+  };
+  PS_RETURN_IF_ERROR(ReadBatch(reader.get(), batch_size, &slots[cur].batch));
+  PS_RETURN_IF_ERROR(begin_pull(&slots[cur], step));
+
+  for (int64_t i = 0; i < total_steps; ++i) {
+    const absl::Time step_start = absl::Now();
+    StepData& d = slots[cur];
+    absl::Status pulled = FinishPull(groups, num_sparse, dim, &d);
+    if (pulled.code() == absl::StatusCode::kAborted && sync.mode() == config::Training::SYNC) {
+      // A straggler outside the quorum: the cluster applied this step without us. Catch up and
+      // pull the same batch again for the step the cluster is at.
+      PS_ASSIGN_OR_RETURN(step, sync.AfterPush(step));
+      PS_RETURN_IF_ERROR(begin_pull(&d, step));
+      pulled = FinishPull(groups, num_sparse, dim, &d);
     }
-    // Every worker runs the same steps: stop as soon as one has no batch.
-    float have = *got > 0 ? 1.0f : 0.0f;
-    PS_RETURN_IF_ERROR(allreduce->SumInPlace(absl::MakeSpan(&have, 1)));
-    if (have < world) break;
-
-    client->SetClock(step);
-    if (mode == config::Training::BOUNDED_STALENESS && step - tr.staleness() - 1 >= 0) {
-      PS_RETURN_IF_ERROR(
-          coordinator->WaitClock(step - tr.staleness() - 1, absl::Minutes(10)).status());
+    PS_RETURN_IF_ERROR(pulled);
+    pull_ms_total += absl::ToDoubleMilliseconds(absl::Now() - step_start);
+    StepData& next = slots[1 - cur];
+    if (prefetch && i + 1 < total_steps) {
+      PS_RETURN_IF_ERROR(ReadBatch(reader.get(), batch_size, &next.batch));
+      PS_RETURN_IF_ERROR(begin_pull(&next, step + 1));
     }
-    const absl::Time t_pull = absl::Now();
-    PS_RETURN_IF_ERROR(
-        PullEmbeddings(client, groups, batch, shape.num_sparse, dim, &keys, &rows, &emb));
-    pull_ms_total += absl::ToDoubleMilliseconds(absl::Now() - t_pull);
 
-    emb_grad.resize(emb.size());
-    probs.resize(batch.size);
-    const float loss = model->ForwardBackward(batch.size, batch.dense.data(), emb.data(),
-                                              batch.labels.data(), 1.0f / world,
-                                              dense_grad.data(), emb_grad.data(), probs.data());
-    PS_RETURN_IF_ERROR(allreduce->SumInPlace(absl::MakeSpan(dense_grad)));
+    const int n = d.batch.size;
+    emb_grad.resize(d.emb.size());
+    probs.resize(n);
+    const float loss_scale = sync_every == 1 ? 1.0f / world : 1.0f;
+    const float loss =
+        model->ForwardBackward(n, d.batch.dense.data(), d.emb.data(), d.batch.labels.data(),
+                               loss_scale, dense_grad.data(), emb_grad.data(), probs.data());
+    if (sync_every == 1) {
+      PS_RETURN_IF_ERROR(allreduce->SumInPlace(absl::MakeSpan(dense_grad)));
+    }
 
     const absl::Time t_push = absl::Now();
-    PS_RETURN_IF_ERROR(PushGradients(client, groups, batch, shape.num_sparse, dim,
-                                     emb_grad.data(), &keys, &grads));
-    push_ms_total += absl::ToDoubleMilliseconds(absl::Now() - t_push);
-    if (mode == config::Training::SYNC) {
-      // The servers apply the step's summed gradients once every worker has ended it, and hold
-      // pulls of step t + 1 until then.
-      PS_RETURN_IF_ERROR(client->EndStep(step));
-    } else if (mode == config::Training::BOUNDED_STALENESS) {
-      PS_RETURN_IF_ERROR(coordinator->ReportClock(member_id, step).status());
+    if (push.step >= 0) {  // the previous step's push (pipelined modes)
+      PS_RETURN_IF_ERROR(FinishPush(&push));
+      PS_RETURN_IF_ERROR(sync.AfterPush(push.step).status());
+      push.step = -1;
     }
+    client->SetClock(step);
+    StartPush(client, groups, num_sparse, dim, d.batch, emb_grad, step, &push);
+    if (!prefetch) {
+      PS_RETURN_IF_ERROR(FinishPush(&push));
+      PS_ASSIGN_OR_RETURN(step, sync.AfterPush(step));
+      push.step = -1;
+    } else {
+      ++step;
+    }
+    push_ms_total += absl::ToDoubleMilliseconds(absl::Now() - t_push);
+
     dense_optimizer->Apply(model->num_params(), dense_grad.data(), model->params().data(),
                            state.data());
-    if (rank == 0 && tr.dense_push_every() > 0 && (step + 1) % tr.dense_push_every() == 0) {
+    if (sync_every > 1 && (i + 1) % sync_every == 0) {
+      PS_RETURN_IF_ERROR(allreduce->SumInPlace(model->params()));
+      for (float& w : model->params()) w /= world;
+    }
+    if (rank == 0 && tr.dense_push_every() > 0 && (i + 1) % tr.dense_push_every() == 0) {
       PS_RETURN_IF_ERROR(client->PushDense(kDenseName, model->params(), DenseUpdate::kAssign));
     }
 
-    result.steps = step + 1;
-    my_samples += batch.size;
-    interval_samples += batch.size;
+    result.steps = i + 1;
+    my_samples += n;
+    interval_samples += n;
     interval_loss += loss;
     ++interval_batches;
-    running_auc.Add(probs, batch.labels);
+    running_auc.Add(probs, absl::MakeConstSpan(d.batch.labels.data(), n));
+
+    if (!prefetch && i + 1 < total_steps) {
+      PS_RETURN_IF_ERROR(ReadBatch(reader.get(), batch_size, &next.batch));
+      PS_RETURN_IF_ERROR(begin_pull(&next, step));
+    }
+    cur = 1 - cur;
+
+    if (options.slowdown > 1.0) {
+      absl::SleepFor((absl::Now() - step_start) * (options.slowdown - 1.0));
+    }
     const absl::Time now = absl::Now();
     if (now - last_report >= options.progress_interval) {
       const double secs = absl::ToDoubleSeconds(now - last_report);
@@ -210,17 +333,17 @@ absl::StatusOr<TrainResult> Train(const config::Job& job, Client* client,
       const double push_ms = push_ms_total / result.steps;
       if (options.progress != nullptr) {
         absl::FPrintF(options.progress,
-                      "worker %d: step %d  %.0f samples/s  loss %.4f  auc %.4f  pull %.2f ms  "
+                      "worker %d: step %d/%d  %.0f samples/s  loss %.4f  auc %.4f  pull %.2f ms  "
                       "push %.2f ms\n",
-                      rank, step + 1, rate, result.final_loss, running_auc.Auc(), pull_ms,
-                      push_ms);
+                      rank, i + 1, total_steps, rate, result.final_loss, running_auc.Auc(),
+                      pull_ms, push_ms);
         std::fflush(options.progress);
       }
       if (metrics != nullptr) {
         absl::FPrintF(metrics,
                       "{\"rank\":%d,\"step\":%d,\"seconds\":%.3f,\"samples_per_s\":%.1f,"
                       "\"loss\":%.6f,\"auc\":%.6f,\"pull_ms\":%.3f,\"push_ms\":%.3f}\n",
-                      rank, step + 1, absl::ToDoubleSeconds(now - start), rate, result.final_loss,
+                      rank, i + 1, absl::ToDoubleSeconds(now - start), rate, result.final_loss,
                       running_auc.Auc(), pull_ms, push_ms);
         std::fflush(metrics);
       }
@@ -231,7 +354,15 @@ absl::StatusOr<TrainResult> Train(const config::Job& job, Client* client,
       running_auc.Reset();
     }
   }
+  if (push.step >= 0) {
+    PS_RETURN_IF_ERROR(FinishPush(&push));
+    PS_RETURN_IF_ERROR(sync.AfterPush(push.step).status());
+  }
   if (interval_batches > 0) result.final_loss = interval_loss / interval_batches;
+  if (sync_every > 1) {  // one model for everyone: the average
+    PS_RETURN_IF_ERROR(allreduce->SumInPlace(model->params()));
+    for (float& w : model->params()) w /= world;
+  }
   result.seconds = absl::ToDoubleSeconds(absl::Now() - start);
   // Everyone is done pushing; the total of samples trained.
   float total = static_cast<float>(my_samples);
@@ -254,15 +385,17 @@ absl::StatusOr<TrainResult> Train(const config::Job& job, Client* client,
     PS_ASSIGN_OR_RETURN(std::unique_ptr<CriteoReader> eval,
                         CriteoReader::Open(eval_paths, 0, 1, schema));
     std::vector<float> all_probs, all_labels;
+    StepData d;
+    client->SetClock(-1);
     while (true) {
-      PS_ASSIGN_OR_RETURN(const int n, eval->Next(4096, &batch));
+      PS_ASSIGN_OR_RETURN(const int n, eval->Next(4096, &d.batch));
       if (n == 0) break;
-      PS_RETURN_IF_ERROR(
-          PullEmbeddings(client, groups, batch, shape.num_sparse, dim, &keys, &rows, &emb));
+      StartPull(client, groups, num_sparse, dim, &d);
+      PS_RETURN_IF_ERROR(FinishPull(groups, num_sparse, dim, &d));
       probs.resize(n);
-      model->Predict(n, batch.dense.data(), emb.data(), probs.data());
+      model->Predict(n, d.batch.dense.data(), d.emb.data(), probs.data());
       all_probs.insert(all_probs.end(), probs.begin(), probs.end());
-      all_labels.insert(all_labels.end(), batch.labels.begin(), batch.labels.begin() + n);
+      all_labels.insert(all_labels.end(), d.batch.labels.begin(), d.batch.labels.begin() + n);
     }
     result.heldout_samples = static_cast<int64_t>(all_probs.size());
     result.heldout_auc = Auc(all_probs, all_labels);

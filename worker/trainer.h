@@ -28,6 +28,9 @@ struct TrainerOptions {
   bool evaluate = true;
   // Stop after this many steps even if the job asks for more (0: as the job says).
   int64_t max_steps = 0;
+  // An induced straggler for experiments: after each step, wait (slowdown - 1) times as long as
+  // the step took, so the worker runs at 1 / slowdown of its speed. >= 1; 1: no slowdown.
+  double slowdown = 1.0;
 };
 
 struct TrainResult {
@@ -49,12 +52,19 @@ struct TrainResult {
 // Trains the job's model on this worker's share of the data. `client` (registered as this
 // worker), `coordinator` and `allreduce` (a group of every worker) are not owned.
 //
-// Modes: SYNC makes a pull at step t see exactly the pushes of steps < t of every worker (the
-// servers sum the workers' gradients of a step and apply them once, when all have ended it);
-// BOUNDED_STALENESS waits before a pull
-// at step t until every worker has finished step t - staleness - 1 (coordinator clocks); ASYNC
-// never waits for pushes. Every worker runs the same number of steps: the first worker out of data
-// ends the run for all.
+// Modes (see StepSync): SYNC makes a pull at step t see exactly the pushes of steps < t of every
+// worker (the servers sum the workers' gradients of a step and apply them once, when all have
+// ended it); BOUNDED_STALENESS waits before a pull at step t until every worker has finished step
+// t - staleness - 1; ASYNC never waits for pushes. In ASYNC and BOUNDED_STALENESS (staleness >= 2)
+// the worker pipelines: it pulls the next batch's rows while it computes, and does not wait for
+// its push before computing on.
+//
+// Dense part: with training.dense_sync_every = 1 the dense gradients are summed by AllReduce
+// every step (all workers keep identical parameters); with k > 1 every worker applies its own
+// gradients and the parameters are averaged every k steps and at the end (local SGD).
+//
+// Every worker runs the same number of steps: job.training.steps, or epochs times the number of
+// batches of the worker with the fewest samples.
 //
 // Errors: the client's, the collective's or the data's (NOT_FOUND for a missing file).
 absl::StatusOr<TrainResult> Train(const config::Job& job, Client* client,

@@ -5,6 +5,7 @@
 // Registers with the coordinator (which hands it the job and its rank), joins the workers'
 // AllReduce group, trains, and (rank 0) evaluates on the held-out data. Its last line on stdout is
 // `RESULT {json}` with the run's figures. Exit status 0 on success, 1 on failure.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -26,6 +27,8 @@ ABSL_FLAG(std::string, metrics_file, "", "append JSON-lines progress metrics to 
 ABSL_FLAG(double, progress_s, 5, "seconds between progress lines");
 ABSL_FLAG(int64_t, max_steps, 0, "stop after this many steps (0: as the job says)");
 ABSL_FLAG(int, connect_timeout_s, 120, "how long to wait for the coordinator and the cluster");
+ABSL_FLAG(double, slowdown, 1.0,
+          "experiments: run at 1/slowdown of full speed (an induced straggler)");
 
 namespace ps {
 namespace {
@@ -74,6 +77,7 @@ int Main() {
   trainer.metrics_path = absl::GetFlag(FLAGS_metrics_file);
   trainer.progress_interval = absl::Seconds(absl::GetFlag(FLAGS_progress_s));
   trainer.max_steps = absl::GetFlag(FLAGS_max_steps);
+  trainer.slowdown = std::max(1.0, absl::GetFlag(FLAGS_slowdown));
   absl::StatusOr<worker::TrainResult> result = worker::Train(
       job, client->get(), coordinator->get(), (*client)->worker_id(), allreduce->get(), trainer);
   if (!result.ok()) {

@@ -14,7 +14,7 @@
 //   {"bench":"train","setup":"ratio","servers":2,"workers":2,"ratio":...}   (ps / local)
 //
 //   bazel build -c opt //tests/bench:train_bench
-//   bazel-bin/tests/bench/train_bench --servers=2 --workers=2 --rows=500000 --epochs=1 \
+//   bazel-bin/tests/bench/train_bench --servers=2 --workers=2 --rows=500000 --epochs=1
 //       --batch=512 --mode=sync [--local]
 #include <stdlib.h>
 #include <unistd.h>

@@ -30,10 +30,10 @@ absl::Status ToStatus(const cuda::Error& e) {
   }
 }
 
-#define DLRM_GPU_RETURN_IF_ERROR(expr)                 \
-  do {                                                 \
-    const absl::Status status_ = (expr);               \
-    if (!status_.ok()) return status_;                 \
+#define DLRM_GPU_RETURN_IF_ERROR(expr)   \
+  do {                                   \
+    const absl::Status status_ = (expr); \
+    if (!status_.ok()) return status_;   \
   } while (0)
 
 #define DLRM_GPU_CHECK_CUDA(expr) DLRM_GPU_RETURN_IF_ERROR(ToStatus(expr))
@@ -108,8 +108,8 @@ absl::StatusOr<std::unique_ptr<DlrmGpu>> DlrmGpu::Create(const DlrmShape& shape,
     in = top_sizes[i];
   }
   if (n != (*cpu)->num_params()) {
-    return absl::InternalError(absl::StrFormat(
-        "DlrmGpu lays out %d parameters where Dlrm has %d", n, (*cpu)->num_params()));
+    return absl::InternalError(absl::StrFormat("DlrmGpu lays out %d parameters where Dlrm has %d",
+                                               n, (*cpu)->num_params()));
   }
   const absl::Span<const float> p = (*cpu)->params();
   std::vector<float> params(p.begin(), p.end());
@@ -175,9 +175,9 @@ absl::Status DlrmGpu::Backward(const std::vector<Layer>& layers, int batch, bool
 }
 
 absl::StatusOr<float> DlrmGpu::Run(int batch, const float* dense, const float* emb,
-                                   const PulledRows* pulled, const float* labels,
-                                   float loss_scale, float* dense_grad, float* emb_grad,
-                                   float* row_grad, float* probs) {
+                                   const PulledRows* pulled, const float* labels, float loss_scale,
+                                   float* dense_grad, float* emb_grad, float* row_grad,
+                                   float* probs) {
   if (batch < 0) return absl::InvalidArgumentError("negative batch size");
   Device& d = *dev_;
   void* const s = d.stream;
@@ -218,8 +218,8 @@ absl::StatusOr<float> DlrmGpu::Run(int batch, const float* dense, const float* e
     const cuda::Pooling pooling = pulled->mean ? cuda::Pooling::kMean : cuda::Pooling::kSum;
     const int64_t num_bags = int64_t(batch) * fields;
     // Validates every slot before the device reads anything.
-    DLRM_GPU_CHECK_CUDA(cuda::BuildRowCsr(pulled->index, num_bags, pulled->slots,
-                                          pulled->num_rows, pooling, &d.csr));
+    DLRM_GPU_CHECK_CUDA(cuda::BuildRowCsr(pulled->index, num_bags, pulled->slots, pulled->num_rows,
+                                          pooling, &d.csr));
     DLRM_GPU_CHECK_CUDA(d.rows.Resize(size_t(pulled->num_rows) * e));
     DLRM_GPU_CHECK_CUDA(d.index.Resize(size_t(num_bags) * pulled->slots));
     DLRM_GPU_CHECK_CUDA(cuda::Copy(d.rows.data(), pulled->rows, d.rows.bytes(), s));
@@ -231,8 +231,8 @@ absl::StatusOr<float> DlrmGpu::Run(int batch, const float* dense, const float* e
 
   // Forward: the bottom MLP's output is the first emb_dim columns of the top MLP's input.
   DLRM_GPU_RETURN_IF_ERROR(Forward(bottom_, batch, /*bottom=*/true));
-  DLRM_GPU_CHECK_CUDA(cuda::Copy2D(cat, width_bytes, d.bottom_acts.back().data(),
-                                   e * sizeof(float), e * sizeof(float), size_t(batch), s));
+  DLRM_GPU_CHECK_CUDA(cuda::Copy2D(cat, width_bytes, d.bottom_acts.back().data(), e * sizeof(float),
+                                   e * sizeof(float), size_t(batch), s));
   DLRM_GPU_RETURN_IF_ERROR(Forward(top_, batch, /*bottom=*/false));
   const float* logits = d.top_acts.back().data();
 
@@ -247,10 +247,10 @@ absl::StatusOr<float> DlrmGpu::Run(int batch, const float* dense, const float* e
   DLRM_GPU_CHECK_CUDA(cuda::Copy(d.labels.data(), labels, d.labels.bytes(), s));
   float* grad = d.g1.data();
   float* spare = d.g2.data();
-  DLRM_GPU_CHECK_CUDA(cuda::SigmoidBce(logits, d.labels.data(), batch, loss_scale,
-                                       d.probs.data(), grad, d.loss.data(), s));
-  DLRM_GPU_RETURN_IF_ERROR(Backward(top_, batch, /*bottom=*/false, /*input_grad=*/true, &grad,
-                                    &spare));
+  DLRM_GPU_CHECK_CUDA(cuda::SigmoidBce(logits, d.labels.data(), batch, loss_scale, d.probs.data(),
+                                       grad, d.loss.data(), s));
+  DLRM_GPU_RETURN_IF_ERROR(
+      Backward(top_, batch, /*bottom=*/false, /*input_grad=*/true, &grad, &spare));
   // Split the input gradient: the embeddings' part goes out (queued before the bottom MLP's
   // backward reuses the buffer), the bottom output's part goes down.
   if (pulled == nullptr) {
@@ -278,8 +278,8 @@ absl::StatusOr<float> DlrmGpu::Run(int batch, const float* dense, const float* e
   DLRM_GPU_CHECK_CUDA(cuda::Copy2D(spare, e * sizeof(float), grad, width_bytes, e * sizeof(float),
                                    size_t(batch), s));
   std::swap(grad, spare);
-  DLRM_GPU_RETURN_IF_ERROR(Backward(bottom_, batch, /*bottom=*/true, /*input_grad=*/false, &grad,
-                                    &spare));
+  DLRM_GPU_RETURN_IF_ERROR(
+      Backward(bottom_, batch, /*bottom=*/true, /*input_grad=*/false, &grad, &spare));
 
   double loss = 0;
   DLRM_GPU_CHECK_CUDA(cuda::Copy(dense_grad, d.grad.data(), d.grad.bytes(), s));
@@ -289,11 +289,10 @@ absl::StatusOr<float> DlrmGpu::Run(int batch, const float* dense, const float* e
   return static_cast<float>(loss / batch);
 }
 
-float DlrmGpu::ForwardBackward(int batch, const float* dense, const float* emb,
-                               const float* labels, float loss_scale, float* dense_grad,
-                               float* emb_grad, float* probs) {
-  absl::StatusOr<float> loss = Run(batch, dense, emb, nullptr, labels, loss_scale, dense_grad,
-                                   emb_grad, nullptr, probs);
+float DlrmGpu::ForwardBackward(int batch, const float* dense, const float* emb, const float* labels,
+                               float loss_scale, float* dense_grad, float* emb_grad, float* probs) {
+  absl::StatusOr<float> loss =
+      Run(batch, dense, emb, nullptr, labels, loss_scale, dense_grad, emb_grad, nullptr, probs);
   return loss.ok() ? *loss : Die<float>(loss.status());
 }
 

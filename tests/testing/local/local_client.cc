@@ -182,9 +182,9 @@ absl::Status LocalClient::WaitApplied(int64_t step) {
   return wait->status;
 }
 
-absl::Status LocalClient::EndStep(int64_t step) {
-  if (!sync_) return absl::OkStatus();
-  return store_->EndStep(options_.worker_id, step).status();
+absl::StatusOr<int64_t> LocalClient::EndStep(int64_t step) {
+  if (!sync_) return int64_t{-1};
+  return store_->EndStep(options_.worker_id, step);
 }
 
 absl::Status LocalClient::Pull(absl::string_view table, absl::Span<const uint64_t> keys,

@@ -97,9 +97,9 @@ class LocalClient final : public Client {
   using Client::PullAsync;
   using Client::PushAsync;
 
-  // As Client: sync mode, the store's EndStep (FAILED_PRECONDITION for a step after the pending
-  // one); OK at once in the other modes.
-  absl::Status EndStep(int64_t step) override;
+  // As Client: sync mode, the store's EndStep (the newest applied step; FAILED_PRECONDITION for a
+  // step after the pending one); -1 at once in the other modes.
+  absl::StatusOr<int64_t> EndStep(int64_t step) override;
 
   void SetClock(int64_t step) override { clock_.store(step, std::memory_order_relaxed); }
 

@@ -158,7 +158,7 @@ TEST_CASE("LocalClient in sync mode keeps the servers' step rules", "[local_clie
   CHECK(client->Push("emb", keys, grads).code() == absl::StatusCode::kInvalidArgument);
   client->SetClock(1);
   CHECK(client->Push("emb", keys, grads).code() == absl::StatusCode::kFailedPrecondition);
-  CHECK(client->EndStep(1).code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(client->EndStep(1).status().code() == absl::StatusCode::kFailedPrecondition);
   // A pull for step 1 waits for step 0, which nobody ends.
   CHECK(client->Pull("emb", keys, absl::MakeSpan(rows)).code() ==
         absl::StatusCode::kDeadlineExceeded);

@@ -1,0 +1,255 @@
+// DlrmGpu against the CPU Dlrm on the same inputs. On a machine without a GPU the comparisons
+// print "skipped: no CUDA device" and only the failure of Create is checked.
+//
+// Tolerance: |gpu - cpu| <= 1e-4 |cpu| + 1e-5 max|cpu| (the max over that output). The two sum in
+// different orders (cuBLAS's blocked GEMMs against OpenBLAS's, the kernels' column sums against
+// sequential ones) and expf/log1pf differ from glibc's by an ulp or two, so every output is off by
+// a few float roundings of the terms it sums, not of the result: when terms cancel, the error is
+// relative to the output's scale, hence the absolute part. TF32 would be ~1e-3 off; cuBLAS runs in
+// CUBLAS_PEDANTIC_MATH, so float products and sums are exact IEEE operations.
+#include "worker/model/dlrm_gpu.h"
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "worker/model/dlrm.h"
+
+namespace ps {
+namespace worker {
+namespace {
+
+bool NoGpu() {
+  if (DlrmGpu::Available()) return false;
+  std::printf("skipped: no CUDA device\n");
+  return true;
+}
+
+DlrmShape TestShape(int which) {
+  DlrmShape shape;  // 0: the quickstart shape
+  if (which == 1) {
+    shape.num_dense = 3;
+    shape.num_sparse = 2;
+    shape.emb_dim = 4;
+    shape.bottom = {5, 4};
+    shape.top = {6};
+  } else if (which == 2) {  // no hidden top layer, one field
+    shape.num_dense = 4;
+    shape.num_sparse = 1;
+    shape.emb_dim = 8;
+    shape.bottom = {8};
+    shape.top = {};
+  }
+  return shape;
+}
+
+struct Inputs {
+  int batch;
+  std::vector<float> dense, emb, labels;
+};
+
+Inputs RandomInputs(const DlrmShape& shape, int batch, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  Inputs in{batch, {}, {}, {}};
+  for (int i = 0; i < batch * shape.num_dense; ++i) in.dense.push_back(std::fabs(n(rng)));
+  for (int i = 0; i < batch * shape.num_sparse * shape.emb_dim; ++i)
+    in.emb.push_back(n(rng) * 0.3f);
+  for (int i = 0; i < batch; ++i) in.labels.push_back(static_cast<float>(rng() % 2));
+  return in;
+}
+
+void CheckNear(const std::string& what, const std::vector<float>& gpu,
+               const std::vector<float>& cpu) {
+  REQUIRE(gpu.size() == cpu.size());
+  double scale = 0;
+  for (float v : cpu) scale = std::max(scale, double(std::fabs(v)));
+  int bad = 0;
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    const double tol = 1e-4 * std::fabs(cpu[i]) + 1e-5 * scale;
+    if (!(std::fabs(double(gpu[i]) - cpu[i]) <= tol)) {
+      if (++bad <= 5) {
+        UNSCOPED_INFO(what << "[" << i << "]: gpu " << gpu[i] << " cpu " << cpu[i] << " tol "
+                           << tol);
+      }
+    }
+  }
+  INFO(what << ": " << bad << " of " << cpu.size() << " outside tolerance, scale " << scale);
+  CHECK(bad == 0);
+}
+
+TEST_CASE("without a GPU, Create fails with FAILED_PRECONDITION", "[worker][model][gpu]") {
+  if (DlrmGpu::Available()) return;
+  std::printf("skipped: no CUDA device\n");
+  const absl::StatusOr<std::unique_ptr<DlrmGpu>> model = DlrmGpu::Create(DlrmShape(), 1);
+  REQUIRE_FALSE(model.ok());
+  CHECK(model.status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(model.status().message() == "no CUDA device");
+}
+
+TEST_CASE("DlrmGpu starts from Dlrm's parameters and computes what it computes",
+          "[worker][model][gpu]") {
+  if (NoGpu()) return;
+  const int which = GENERATE(0, 1, 2);
+  const int batch = GENERATE(1, 7, 300);
+  const DlrmShape shape = TestShape(which);
+  INFO("shape " << which << ", batch " << batch);
+  auto cpu_or = Dlrm::Create(shape, 17);
+  auto gpu_or = DlrmGpu::Create(shape, 17);
+  REQUIRE(cpu_or.ok());
+  INFO(gpu_or.status().ToString());
+  REQUIRE(gpu_or.ok());
+  Dlrm& cpu = **cpu_or;
+  DlrmGpu& gpu = **gpu_or;
+  REQUIRE(gpu.num_params() == cpu.num_params());
+  CHECK(std::vector<float>(gpu.params().begin(), gpu.params().end()) ==
+        std::vector<float>(cpu.params().begin(), cpu.params().end()));
+
+  const Inputs in = RandomInputs(shape, batch, 100 + which * 10 + batch);
+  std::vector<float> cpu_dg(cpu.num_params()), gpu_dg(cpu.num_params());
+  std::vector<float> cpu_eg(in.emb.size()), gpu_eg(in.emb.size());
+  std::vector<float> cpu_p(batch), gpu_p(batch);
+  // Two steps, with the same SGD update of both models' host parameters in between: the second
+  // pass must see the updated parameters.
+  for (int step = 0; step < 2; ++step) {
+    INFO("step " << step);
+    const float scale = step == 0 ? 1.0f : 0.5f;
+    const float cpu_loss =
+        cpu.ForwardBackward(batch, in.dense.data(), in.emb.data(), in.labels.data(), scale,
+                            cpu_dg.data(), cpu_eg.data(), cpu_p.data());
+    const float gpu_loss =
+        gpu.ForwardBackward(batch, in.dense.data(), in.emb.data(), in.labels.data(), scale,
+                            gpu_dg.data(), gpu_eg.data(), gpu_p.data());
+    CHECK(gpu_loss == Approx(cpu_loss).epsilon(1e-5));
+    CheckNear("dense_grad", gpu_dg, cpu_dg);
+    CheckNear("emb_grad", gpu_eg, cpu_eg);
+    CheckNear("probs", gpu_p, cpu_p);
+    for (size_t i = 0; i < cpu.num_params(); ++i) {
+      cpu.params()[i] -= 0.5f * cpu_dg[i];
+      gpu.params()[i] -= 0.5f * cpu_dg[i];
+    }
+  }
+  cpu.Predict(batch, in.dense.data(), in.emb.data(), cpu_p.data());
+  gpu.Predict(batch, in.dense.data(), in.emb.data(), gpu_p.data());
+  CheckNear("Predict", gpu_p, cpu_p);
+}
+
+// The CPU reference of ForwardBackwardRows: pool on the host, run Dlrm, reduce on the host.
+struct Pulled {
+  std::vector<float> rows;
+  std::vector<int32_t> index;
+  int64_t num_rows;
+  int slots;
+  bool mean;
+  PulledRows view() const { return PulledRows{rows.data(), num_rows, index.data(), slots, mean}; }
+};
+
+Pulled RandomPulled(const DlrmShape& shape, int batch, int slots, bool mean, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> n(0.0f, 0.3f);
+  Pulled p;
+  p.num_rows = 1 + batch * shape.num_sparse / 3;  // rows repeat across samples
+  p.slots = slots;
+  p.mean = mean;
+  for (int64_t i = 0; i < p.num_rows * shape.emb_dim; ++i) p.rows.push_back(n(rng));
+  for (int i = 0; i < batch * shape.num_sparse * slots; ++i) {
+    const bool empty = slots > 1 && i % slots != 0 && rng() % 2 == 0;
+    p.index.push_back(empty ? -1 : static_cast<int32_t>(rng() % p.num_rows));
+  }
+  return p;
+}
+
+TEST_CASE("ForwardBackwardRows pools and reduces as the host does", "[worker][model][gpu]") {
+  if (NoGpu()) return;
+  const bool mean = GENERATE(false, true);
+  const int slots = GENERATE(1, 3);
+  const int batch = GENERATE(5, 256);
+  const DlrmShape shape = TestShape(0);
+  INFO("mean " << mean << ", slots " << slots << ", batch " << batch);
+  const int e = shape.emb_dim, fields = shape.num_sparse;
+  auto cpu_or = Dlrm::Create(shape, 3);
+  auto gpu_or = DlrmGpu::Create(shape, 3);
+  REQUIRE(cpu_or.ok());
+  REQUIRE(gpu_or.ok());
+  const Inputs in = RandomInputs(shape, batch, 7 + batch);
+  const Pulled pulled = RandomPulled(shape, batch, slots, mean, 9 + batch + slots);
+
+  std::vector<float> emb(size_t(batch) * fields * e, 0.0f);
+  std::vector<float> weight(size_t(batch) * fields, 1.0f);
+  for (int b = 0; b < batch * fields; ++b) {
+    int count = 0;
+    for (int k = 0; k < slots; ++k) {
+      const int32_t r = pulled.index[b * slots + k];
+      if (r < 0) continue;
+      ++count;
+      for (int d = 0; d < e; ++d) emb[b * e + d] += pulled.rows[r * e + d];
+    }
+    if (mean && count > 0) {
+      for (int d = 0; d < e; ++d) emb[b * e + d] /= static_cast<float>(count);
+      weight[b] = 1.0f / static_cast<float>(count);
+    }
+  }
+  std::vector<float> cpu_dg((*cpu_or)->num_params()), cpu_eg(emb.size()), cpu_p(batch);
+  const float cpu_loss =
+      (*cpu_or)->ForwardBackward(batch, in.dense.data(), emb.data(), in.labels.data(), 1.0f,
+                                 cpu_dg.data(), cpu_eg.data(), cpu_p.data());
+  std::vector<float> cpu_rg(pulled.rows.size(), 0.0f);
+  for (int b = 0; b < batch * fields; ++b) {
+    for (int k = 0; k < slots; ++k) {
+      const int32_t r = pulled.index[b * slots + k];
+      if (r < 0) continue;
+      for (int d = 0; d < e; ++d) cpu_rg[r * e + d] += weight[b] * cpu_eg[b * e + d];
+    }
+  }
+
+  std::vector<float> gpu_dg(cpu_dg.size()), gpu_rg(cpu_rg.size()), gpu_p(batch);
+  const absl::StatusOr<float> gpu_loss =
+      (*gpu_or)->ForwardBackwardRows(batch, in.dense.data(), pulled.view(), in.labels.data(), 1.0f,
+                                     gpu_dg.data(), gpu_rg.data(), gpu_p.data());
+  INFO(gpu_loss.status().ToString());
+  REQUIRE(gpu_loss.ok());
+  CHECK(*gpu_loss == Approx(cpu_loss).epsilon(1e-5));
+  CheckNear("dense_grad", gpu_dg, cpu_dg);
+  CheckNear("row_grad", gpu_rg, cpu_rg);
+  CheckNear("probs", gpu_p, cpu_p);
+
+  // The same inputs give the same bits: no atomics anywhere.
+  std::vector<float> again_dg(cpu_dg.size()), again_rg(cpu_rg.size()), again_p(batch);
+  const absl::StatusOr<float> again =
+      (*gpu_or)->ForwardBackwardRows(batch, in.dense.data(), pulled.view(), in.labels.data(), 1.0f,
+                                     again_dg.data(), again_rg.data(), again_p.data());
+  REQUIRE(again.ok());
+  CHECK(*again == *gpu_loss);
+  CHECK(again_dg == gpu_dg);
+  CHECK(again_rg == gpu_rg);
+  CHECK(again_p == gpu_p);
+}
+
+TEST_CASE("ForwardBackwardRows rejects a slot that names no row", "[worker][model][gpu]") {
+  if (NoGpu()) return;
+  const DlrmShape shape = TestShape(1);
+  auto gpu = DlrmGpu::Create(shape, 1);
+  REQUIRE(gpu.ok());
+  const Inputs in = RandomInputs(shape, 2, 1);
+  Pulled pulled = RandomPulled(shape, 2, 1, false, 1);
+  pulled.index[3] = static_cast<int32_t>(pulled.num_rows);
+  std::vector<float> dg((*gpu)->num_params()), rg(pulled.rows.size()), p(2);
+  const absl::StatusOr<float> loss = (*gpu)->ForwardBackwardRows(
+      2, in.dense.data(), pulled.view(), in.labels.data(), 1.0f, dg.data(), rg.data(), p.data());
+  CHECK(loss.status().code() == absl::StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("DlrmGpu rejects a bottom MLP that does not end in emb_dim", "[worker][model][gpu]") {
+  if (NoGpu()) return;
+  DlrmShape shape = TestShape(1);
+  shape.bottom = {5, 3};
+  CHECK(DlrmGpu::Create(shape, 1).status().code() == absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace worker
+}  // namespace ps

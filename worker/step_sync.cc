@@ -1,0 +1,46 @@
+#include "worker/step_sync.h"
+
+#include <algorithm>
+
+#include "common/status_macros.h"
+
+namespace ps {
+namespace worker {
+
+StepSync::StepSync(const config::Job& job, Client* client, CoordinatorClient* coordinator,
+                   uint32_t member_id, absl::Duration wait_timeout)
+    : client_(client),
+      coordinator_(coordinator),
+      member_id_(member_id),
+      mode_(job.training().mode()),
+      staleness_(job.training().staleness()),
+      wait_timeout_(wait_timeout) {}
+
+absl::Status StepSync::BeforePull(int64_t step) {
+  if (mode_ != config::Training::BOUNDED_STALENESS) return absl::OkStatus();
+  const int64_t needed = step - staleness_ - 1;
+  if (needed < 0) return absl::OkStatus();
+  return coordinator_->WaitClock(needed, wait_timeout_).status();
+}
+
+absl::StatusOr<int64_t> StepSync::AfterPush(int64_t step) {
+  switch (mode_) {
+    case config::Training::SYNC: {
+      PS_ASSIGN_OR_RETURN(const int64_t applied, client_->EndStep(step));
+      return std::max(step + 1, applied + 1);
+    }
+    case config::Training::BOUNDED_STALENESS:
+      PS_RETURN_IF_ERROR(coordinator_->ReportClock(member_id_, step).status());
+      return step + 1;
+    default:
+      return step + 1;
+  }
+}
+
+bool StepSync::can_prefetch() const {
+  return mode_ == config::Training::ASYNC ||
+         (mode_ == config::Training::BOUNDED_STALENESS && staleness_ >= 2);
+}
+
+}  // namespace worker
+}  // namespace ps

@@ -1,0 +1,57 @@
+// The consistency protocol of one worker around its pulls and pushes, as the job's mode asks
+// (the table of modes is in README.md):
+//   SYNC               the servers hold a pull of step t until step t - 1 is applied, and apply a
+//                      step when the workers have ended it: AfterPush ends the step.
+//   BOUNDED_STALENESS  BeforePull(t) waits until every worker has finished step t - s - 1 (the
+//                      coordinator's clocks); AfterPush reports the step finished.
+//   ASYNC              nothing waits.
+#ifndef PS_WORKER_STEP_SYNC_H_
+#define PS_WORKER_STEP_SYNC_H_
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "client/ps_client.h"
+#include "common/coordinator_client.h"
+#include "proto/job.pb.h"
+
+namespace ps {
+namespace worker {
+
+// A StepSync runs the protocol for one worker. Thread-compatible. `client` and `coordinator` are
+// not owned and outlive it.
+class StepSync {
+ public:
+  StepSync(const config::Job& job, Client* client, CoordinatorClient* coordinator,
+           uint32_t member_id, absl::Duration wait_timeout = absl::Minutes(10));
+
+  // Call before pulling the rows of `step`. BOUNDED_STALENESS: waits (up to wait_timeout, then
+  // DEADLINE_EXCEEDED) until every worker finished step - staleness - 1. Otherwise OK at once.
+  absl::Status BeforePull(int64_t step);
+
+  // Call once this worker's pushes of `step` are acknowledged. Returns the step to continue
+  // with: step + 1, or later in SYNC mode when the cluster applied steps without this worker (a
+  // straggler outside the quorum). Errors of the client or the coordinator.
+  absl::StatusOr<int64_t> AfterPush(int64_t step);
+
+  // Whether the pull of step t + 1 may be issued before the push of step t is acknowledged:
+  // ASYNC, and BOUNDED_STALENESS with staleness >= 2 (the pull of t + 1 needs every worker done
+  // with t - staleness, and this worker reports t - 1 only after the push of t - 1).
+  bool can_prefetch() const;
+
+  config::Training::Mode mode() const { return mode_; }
+
+ private:
+  Client* const client_;
+  CoordinatorClient* const coordinator_;
+  const uint32_t member_id_;
+  const config::Training::Mode mode_;
+  const int64_t staleness_;
+  const absl::Duration wait_timeout_;
+};
+
+}  // namespace worker
+}  // namespace ps
+
+#endif  // PS_WORKER_STEP_SYNC_H_
