@@ -10,12 +10,15 @@
 #include <string>
 #include <vector>
 
+#include <grpcpp/grpcpp.h>
+
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "common/coordinator_client.h"
+#include "proto/ps.grpc.pb.h"
 #include "common/job_config.h"
 
 ABSL_FLAG(std::string, coordinator, "", "status: the coordinator's host:port.");
@@ -112,6 +115,30 @@ int Status(const std::string& address) {
   }
   std::printf("clocks: min %lld, max %lld\n", static_cast<long long>(status->clocks().min_clock()),
               static_cast<long long>(status->clocks().max_clock()));
+  for (const auto& server : map.servers()) {
+    if (!server.alive()) continue;
+    auto stub = ps::rpc::ParameterServer::NewStub(
+        grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials()));
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    ps::rpc::ServerStatus s;
+    const grpc::Status rpc = stub->GetStatus(&context, ps::rpc::ServerStatusRequest(), &s);
+    if (!rpc.ok()) {
+      std::printf("server %u: %s\n", server.server_id(), rpc.error_message().c_str());
+      continue;
+    }
+    std::printf("server %u: %d primary shards, applied step %lld, late pushes dropped %llu (%llu "
+                "keys), pull staleness mean %.2f max %lld steps\n",
+                s.server_id(), s.primary_shards_size(), static_cast<long long>(s.applied_step()),
+                static_cast<unsigned long long>(s.late_pushes_dropped()),
+                static_cast<unsigned long long>(s.late_keys_dropped()), s.mean_pull_staleness(),
+                static_cast<long long>(s.max_pull_staleness()));
+    for (const auto& t : s.tables()) {
+      std::printf("  table %-16s dim %-5u rows %-12llu bytes %llu\n", t.name().c_str(), t.dim(),
+                  static_cast<unsigned long long>(t.rows()),
+                  static_cast<unsigned long long>(t.bytes()));
+    }
+  }
   return 0;
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <utility>
 
@@ -137,6 +138,28 @@ absl::StatusOr<int64_t> ShardedStore::EndStep(uint32_t worker_id, int64_t step) 
   }
   for (auto& fn : released) fn(absl::OkStatus());
   return applied;
+}
+
+void ShardedStore::RecordPushStep(uint32_t worker_id, int64_t step) {
+  if (step < 0) return;
+  absl::MutexLock lock(&clocks_mu_);
+  int64_t& newest = pushed_step_.try_emplace(worker_id, -1).first->second;
+  newest = std::max(newest, step);
+}
+
+void ShardedStore::RecordPullStep(int64_t step) {
+  if (step < 0) return;
+  absl::MutexLock lock(&clocks_mu_);
+  // The oldest step some worker has not pushed yet: a worker not heard from has pushed nothing.
+  int64_t oldest_missing = pushed_step_.size() < job_.cluster().num_workers() ? 0 : INT64_MAX;
+  for (const auto& [worker, newest] : pushed_step_) {
+    oldest_missing = std::min(oldest_missing, newest + 1);
+  }
+  const int64_t staleness = sync_ ? 0 : std::max<int64_t>(0, step - oldest_missing);
+  last_oldest_missing_ = sync_ ? step : std::min(oldest_missing, step);
+  ++step_pulls_;
+  staleness_sum_ += static_cast<double>(staleness);
+  staleness_max_ = std::max(staleness_max_, staleness);
 }
 
 absl::Status ShardedStore::CheckPullStep(int64_t step) {
@@ -276,6 +299,7 @@ absl::Status ShardedStore::Pull(const rpc::PullRequest& request,
   const uint64_t* keys = nullptr;
   size_t n = 0;
   PS_RETURN_IF_ERROR(CheckKeys(request.keys(), request.runs(), table, &aligned, &keys, &n));
+  RecordPullStep(request.header().clock());
   float* out = allocate(n, table.dim);
   if (options_.empty_handler) {
     std::memset(out, 0, n * table.dim * sizeof(float));
@@ -345,6 +369,7 @@ absl::Status ShardedStore::Push(const rpc::PushRequest& request, uint32_t* dupli
   }
   const uint32_t worker = request.header().worker_id();
   const uint64_t sequence = request.header().sequence();
+  RecordPushStep(worker, step);
   absl::Status status;
   size_t at = 0;
   for (const rpc::ShardRun& run : request.runs()) {
@@ -468,6 +493,13 @@ absl::Status ShardedStore::PushDense(const rpc::PushDenseRequest& request) {
 }
 
 void ShardedStore::FillStatus(rpc::ServerStatus* status) {
+  {
+    absl::MutexLock lock(&clocks_mu_);
+    status->set_step_pulls(step_pulls_);
+    status->set_mean_pull_staleness(step_pulls_ > 0 ? staleness_sum_ / step_pulls_ : 0.0);
+    status->set_max_pull_staleness(staleness_max_);
+    status->set_last_pull_oldest_missing_step(last_oldest_missing_);
+  }
   {
     absl::MutexLock lock(&step_mu_);
     status->set_applied_step(applied_step_);

@@ -190,6 +190,18 @@ class ShardedStore {
   bool shutting_down_ ABSL_GUARDED_BY(step_mu_) = false;
   std::thread quorum_timer_;
 
+  // Clocks: per worker, the newest step it has pushed to this server, and what pulls could miss.
+  absl::Mutex clocks_mu_;
+  absl::flat_hash_map<uint32_t, int64_t> pushed_step_ ABSL_GUARDED_BY(clocks_mu_);
+  uint64_t step_pulls_ ABSL_GUARDED_BY(clocks_mu_) = 0;
+  double staleness_sum_ ABSL_GUARDED_BY(clocks_mu_) = 0;
+  int64_t staleness_max_ ABSL_GUARDED_BY(clocks_mu_) = 0;
+  int64_t last_oldest_missing_ ABSL_GUARDED_BY(clocks_mu_) = -1;
+
+  // Records the clock of a push and of a pull (see ServerStatus).
+  void RecordPushStep(uint32_t worker_id, int64_t step);
+  void RecordPullStep(int64_t step);
+
   mutable absl::Mutex map_mu_;
   std::atomic<uint64_t> map_version_{0};
   // By shard; null for shards this server does not serve.

@@ -442,6 +442,49 @@ TEST_CASE("sync mode with a quorum applies a step when its timeout passes",
   CHECK(PullRows(*store, keys) != before);
 }
 
+TEST_CASE("servers report how many steps of pushes a pull might be missing",
+          "[server][store][clocks]") {
+  config::Job job = TestJob();  // async
+  job.mutable_cluster()->set_num_workers(2);
+  auto created = ShardedStore::Create(job, {});
+  REQUIRE(created.ok());
+  ShardedStore& store = **created;
+  store.SetShardMap(EvenOddMap(1), 0);
+  const std::vector<uint64_t> keys = EvenShardKeys(3);
+  auto pull_at = [&](int64_t step) {
+    rpc::PullRequest request;
+    request.set_table("emb");
+    request.mutable_header()->set_clock(step);
+    SetKeys(keys, &request);
+    rpc::PullResponse response;
+    REQUIRE(store.Pull(request, &response).ok());
+  };
+  uint32_t duplicates = 0;
+  // Worker 1 has pushed steps 0..4, worker 2 only step 0: a pull at step 5 might miss steps 1..4
+  // of worker 2.
+  for (int64_t step = 0; step < 5; ++step) {
+    rpc::PushRequest push = MakePush(keys, 0.0f, step + 1);
+    push.mutable_header()->set_worker_id(1);
+    push.mutable_header()->set_clock(step);
+    REQUIRE(store.Push(push, &duplicates).ok());
+  }
+  rpc::PushRequest push = MakePush(keys, 0.0f, 1);
+  push.mutable_header()->set_worker_id(2);
+  push.mutable_header()->set_clock(0);
+  REQUIRE(store.Push(push, &duplicates).ok());
+  pull_at(5);
+  rpc::ServerStatus status;
+  store.FillStatus(&status);
+  CHECK(status.step_pulls() == 1);
+  CHECK(status.last_pull_oldest_missing_step() == 1);
+  CHECK(status.max_pull_staleness() == 4);
+  // A pull at step 1 misses nothing older than itself.
+  pull_at(1);
+  store.FillStatus(&status);
+  CHECK(status.step_pulls() == 2);
+  CHECK(status.mean_pull_staleness() == Approx(2.0));
+}
+
 TEST_CASE("waits for a step end with UNAVAILABLE when the store shuts down",
           "[server][store][sync]") {
   auto store = ServingSyncStore(SyncJob(1.0f));
