@@ -15,6 +15,7 @@
 #include "worker/data/criteo_reader.h"
 #include "worker/data/metrics.h"
 #include "worker/model/dlrm.h"
+#include "worker/model/model.h"
 #include "worker/step_sync.h"
 
 namespace ps {
@@ -187,7 +188,8 @@ absl::StatusOr<TrainResult> Train(const config::Job& job, Client* client,
                                   CoordinatorClient* coordinator, uint32_t member_id,
                                   AllReduce* allreduce, const TrainerOptions& options) {
   PS_ASSIGN_OR_RETURN(const DlrmShape shape, DlrmShape::FromJob(job));
-  PS_ASSIGN_OR_RETURN(std::unique_ptr<Dlrm> model, Dlrm::Create(shape, job.training().seed()));
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
+                      CreateModel(shape, job.training().seed(), options.backend));
   PS_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> dense_optimizer,
                       Optimizer::Create(job.training().dense_optimizer()));
   const int rank = allreduce->rank();
@@ -231,6 +233,7 @@ absl::StatusOr<TrainResult> Train(const config::Job& job, Client* client,
   }
 
   TrainResult result;
+  result.backend = model->backend();
   StreamingAuc running_auc;
   double interval_loss = 0;
   int64_t interval_batches = 0, interval_samples = 0, my_samples = 0;

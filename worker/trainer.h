@@ -14,6 +14,7 @@
 #include "common/coordinator_client.h"
 #include "proto/job.pb.h"
 #include "worker/collective/allreduce.h"
+#include "worker/model/model.h"
 
 namespace ps {
 namespace worker {
@@ -31,9 +32,13 @@ struct TrainerOptions {
   // An induced straggler for experiments: after each step, wait (slowdown - 1) times as long as
   // the step took, so the worker runs at 1 / slowdown of its speed. >= 1; 1: no slowdown.
   double slowdown = 1.0;
+  // Where the model runs: CUDA when a device is present (kAuto), or as forced.
+  Backend backend = Backend::kAuto;
 };
 
 struct TrainResult {
+  // "cpu" or "gpu".
+  std::string backend;
   int64_t steps = 0;
   // Samples trained by all workers together, and their rate over this worker's training time.
   int64_t samples = 0;

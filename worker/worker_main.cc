@@ -27,6 +27,8 @@ ABSL_FLAG(std::string, metrics_file, "", "append JSON-lines progress metrics to 
 ABSL_FLAG(double, progress_s, 5, "seconds between progress lines");
 ABSL_FLAG(int64_t, max_steps, 0, "stop after this many steps (0: as the job says)");
 ABSL_FLAG(int, connect_timeout_s, 120, "how long to wait for the coordinator and the cluster");
+ABSL_FLAG(std::string, backend, "auto",
+          "where the model runs: auto (CUDA when a device is present), cpu or gpu");
 ABSL_FLAG(double, slowdown, 1.0,
           "experiments: run at 1/slowdown of full speed (an induced straggler)");
 
@@ -62,10 +64,14 @@ int Main() {
     std::fprintf(stderr, "ps_worker: %s\n", coordinator.status().ToString().c_str());
     return 1;
   }
+  absl::StatusOr<worker::Backend> backend = worker::ParseBackend(absl::GetFlag(FLAGS_backend));
+  if (!backend.ok()) {
+    std::fprintf(stderr, "ps_worker: %s\n", backend.status().ToString().c_str());
+    return 2;
+  }
   const int devices = cuda::DeviceCount();
-  std::fprintf(stderr, "worker %d: %s backend (%d CUDA devices)\n", rank,
-               devices > 0 ? "CPU (the CUDA backend is not wired into training yet)" : "CPU",
-               devices);
+  std::fprintf(stderr, "worker %d: %d CUDA devices, backend %s\n", rank, devices,
+               absl::GetFlag(FLAGS_backend).c_str());
   absl::StatusOr<std::unique_ptr<worker::AllReduce>> allreduce = worker::AllReduce::CreateGloo(
       coordinator->get(), absl::StrCat(job.name(), "/dense"), rank,
       static_cast<int>(job.cluster().num_workers()), timeout);
@@ -78,6 +84,7 @@ int Main() {
   trainer.progress_interval = absl::Seconds(absl::GetFlag(FLAGS_progress_s));
   trainer.max_steps = absl::GetFlag(FLAGS_max_steps);
   trainer.slowdown = std::max(1.0, absl::GetFlag(FLAGS_slowdown));
+  trainer.backend = *backend;
   absl::StatusOr<worker::TrainResult> result = worker::Train(
       job, client->get(), coordinator->get(), (*client)->worker_id(), allreduce->get(), trainer);
   if (!result.ok()) {
@@ -85,11 +92,11 @@ int Main() {
     return 1;
   }
   std::printf(
-      "RESULT {\"rank\":%d,\"workers\":%d,\"servers\":%d,\"steps\":%lld,\"samples\":%lld,"
+      "RESULT {\"backend\":\"%s\",\"rank\":%d,\"workers\":%d,\"servers\":%d,\"steps\":%lld,\"samples\":%lld,"
       "\"samples_per_s\":%.1f,\"seconds\":%.2f,\"final_loss\":%s,\"heldout_auc\":%s,"
       "\"heldout_logloss\":%s,\"heldout_samples\":%lld,\"skipped_lines\":%lld,"
       "\"mean_pull_ms\":%.3f,\"mean_push_ms\":%.3f}\n",
-      rank, job.cluster().num_workers(), job.cluster().num_servers(),
+      result->backend.c_str(), rank, job.cluster().num_workers(), job.cluster().num_servers(),
       static_cast<long long>(result->steps), static_cast<long long>(result->samples),
       result->samples_per_s, result->seconds, JsonNumber(result->final_loss).c_str(),
       JsonNumber(result->heldout_auc).c_str(), JsonNumber(result->heldout_logloss).c_str(),

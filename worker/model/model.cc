@@ -1,0 +1,58 @@
+#include "worker/model/model.h"
+
+#include <utility>
+
+#include "absl/strings/str_format.h"
+#include "common/status_macros.h"
+#include "worker/model/dlrm_gpu.h"
+
+namespace ps {
+namespace worker {
+namespace {
+
+// Adapts a network class with Dlrm's methods to Model.
+template <typename Net>
+class ModelOf final : public Model {
+ public:
+  ModelOf(std::unique_ptr<Net> net, const char* backend)
+      : net_(std::move(net)), backend_(backend) {}
+  const char* backend() const override { return backend_; }
+  size_t num_params() const override { return net_->num_params(); }
+  absl::Span<float> params() override { return net_->params(); }
+  float ForwardBackward(int batch_size, const float* dense, const float* emb, const float* labels,
+                        float loss_scale, float* dense_grad, float* emb_grad,
+                        float* probs) override {
+    return net_->ForwardBackward(batch_size, dense, emb, labels, loss_scale, dense_grad, emb_grad,
+                                 probs);
+  }
+  void Predict(int batch_size, const float* dense, const float* emb, float* probs) override {
+    net_->Predict(batch_size, dense, emb, probs);
+  }
+
+ private:
+  const std::unique_ptr<Net> net_;
+  const char* const backend_;
+};
+
+}  // namespace
+
+absl::StatusOr<Backend> ParseBackend(const std::string& name) {
+  if (name == "auto") return Backend::kAuto;
+  if (name == "cpu") return Backend::kCpu;
+  if (name == "gpu") return Backend::kGpu;
+  return absl::InvalidArgumentError(
+      absl::StrFormat("unknown backend \"%s\" (expected auto, cpu or gpu)", name));
+}
+
+absl::StatusOr<std::unique_ptr<Model>> CreateModel(const DlrmShape& shape, uint64_t seed,
+                                                   Backend backend) {
+  if (backend == Backend::kGpu || (backend == Backend::kAuto && DlrmGpu::Available())) {
+    PS_ASSIGN_OR_RETURN(std::unique_ptr<DlrmGpu> gpu, DlrmGpu::Create(shape, seed));
+    return std::unique_ptr<Model>(new ModelOf<DlrmGpu>(std::move(gpu), "gpu"));
+  }
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<Dlrm> cpu, Dlrm::Create(shape, seed));
+  return std::unique_ptr<Model>(new ModelOf<Dlrm>(std::move(cpu), "cpu"));
+}
+
+}  // namespace worker
+}  // namespace ps

@@ -1,0 +1,49 @@
+// The model as the trainer sees it, over its compute backends: the CPU network (Dlrm, OpenBLAS)
+// and the CUDA one (DlrmGpu, cuBLAS and cuda_kernels/), chosen at run time.
+#ifndef PS_WORKER_MODEL_MODEL_H_
+#define PS_WORKER_MODEL_MODEL_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "worker/model/dlrm.h"
+
+namespace ps {
+namespace worker {
+
+enum class Backend {
+  kAuto,  // CUDA when a device is present, else CPU
+  kCpu,
+  kGpu,
+};
+
+// Parses "auto", "cpu" or "gpu"; INVALID_ARGUMENT otherwise.
+absl::StatusOr<Backend> ParseBackend(const std::string& name);
+
+// A Model holds the dense parameters on the host (one flat vector) and runs batches on its
+// backend; the methods are those of Dlrm. Thread-compatible.
+class Model {
+ public:
+  virtual ~Model() = default;
+  // "cpu" or "gpu".
+  virtual const char* backend() const = 0;
+  virtual size_t num_params() const = 0;
+  virtual absl::Span<float> params() = 0;
+  virtual float ForwardBackward(int batch_size, const float* dense, const float* emb,
+                                const float* labels, float loss_scale, float* dense_grad,
+                                float* emb_grad, float* probs) = 0;
+  virtual void Predict(int batch_size, const float* dense, const float* emb, float* probs) = 0;
+};
+
+// Creates the model on `backend` with parameters initialised from `seed` (the same on every
+// backend). kGpu without a CUDA device: FAILED_PRECONDITION; kAuto then takes the CPU.
+absl::StatusOr<std::unique_ptr<Model>> CreateModel(const DlrmShape& shape, uint64_t seed,
+                                                   Backend backend);
+
+}  // namespace worker
+}  // namespace ps
+
+#endif  // PS_WORKER_MODEL_MODEL_H_
