@@ -22,7 +22,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "common/coordinator_client.h"
-#include "common/malloc_tuning.h"
+#include "common/process_tuning.h"
 #include "common/signals.h"
 #include "server/ps_service.h"
 #include "server/sharded_store.h"
@@ -183,7 +183,7 @@ int Main() {
 }  // namespace ps
 
 int main(int argc, char** argv) {
-  ps::KeepLargeAllocations();
+  ps::TuneProcess();
   ps::BlockShutdownSignals();
   absl::SetProgramUsageMessage("ps_server --coordinator=HOST:PORT [--port=0] [--port_file=PATH]");
   absl::ParseCommandLine(argc, argv);

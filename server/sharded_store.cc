@@ -78,10 +78,12 @@ void ShardedStore::Shutdown() {
 void ShardedStore::QuorumTimerLoop() {
   absl::MutexLock lock(&step_mu_);
   while (!shutting_down_) {
-    const absl::Time deadline =
-        ended_.empty() ? absl::Now() + absl::Seconds(1) : first_end_ + quorum_timeout_;
-    auto stop = [this] { return shutting_down_; };
-    step_mu_.AwaitWithDeadline(absl::Condition(&stop), deadline);
+    // Idle (no worker has ended the pending step): wait for the first EndStep, which starts the
+    // step's timeout; otherwise wait for that timeout.
+    const bool idle = ended_.empty();
+    const absl::Time deadline = idle ? absl::InfiniteFuture() : first_end_ + quorum_timeout_;
+    auto wake = [this, idle] { return shutting_down_ || (idle && !ended_.empty()); };
+    step_mu_.AwaitWithDeadline(absl::Condition(&wake), deadline);
     if (shutting_down_ || ended_.empty() || absl::Now() < first_end_ + quorum_timeout_) continue;
     std::vector<std::function<void(absl::Status)>> released = ApplyPendingStep();
     step_mu_.Unlock();

@@ -16,7 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/ps_client.h"
 #include "common/coordinator_client.h"
-#include "common/malloc_tuning.h"
+#include "common/process_tuning.h"
 #include "cuda_kernels/device.h"
 #include "worker/collective/allreduce.h"
 #include "worker/trainer.h"
@@ -110,7 +110,7 @@ int Main() {
 }  // namespace ps
 
 int main(int argc, char** argv) {
-  ps::KeepLargeAllocations();
+  ps::TuneProcess();
   absl::SetProgramUsageMessage("ps_worker --coordinator=HOST:PORT [--rank=N]");
   absl::ParseCommandLine(argc, argv);
   return ps::Main();

@@ -6,7 +6,7 @@
 // mpi_allreduce under `mpirun --mca btl tcp,self` on the same sizes, --rounds times in turn. Each
 // side's figure is the median over rounds of the median of --iterations AllReduces (after
 // --warmup), each started after a barrier. Like the daemons, the ranks keep large freed buffers in
-// the heap (common/malloc_tuning.h). Prints one JSON line
+// the heap (common/process_tuning.h). Prints one JSON line
 // per size, bandwidth being the bus bandwidth 2(n-1)/n * bytes / time, in GB/s (10^9 bytes):
 //   {"bench":"allreduce","ranks":2,"bytes":16777216,"ours_gbps":...,"mpi_gbps":...,"ratio":...,
 //    "ours_ms":...,"mpi_ms":...,"streams":2}
@@ -37,7 +37,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "common/coordinator_client.h"
-#include "common/malloc_tuning.h"
+#include "common/process_tuning.h"
 #include "tests/testing/daemon.h"
 #include "worker/collective/allreduce.h"
 
@@ -296,7 +296,7 @@ int RunBench() {
 }  // namespace ps
 
 int main(int argc, char** argv) {
-  ps::KeepLargeAllocations();
+  ps::TuneProcess();
   absl::ParseCommandLine(argc, argv);
   char self[4096];
   const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);

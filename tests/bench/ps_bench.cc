@@ -39,7 +39,7 @@
 #include "absl/time/clock.h"
 #include "client/ps_client.h"
 #include "common/coordinator_client.h"
-#include "common/malloc_tuning.h"
+#include "common/process_tuning.h"
 #include "proto/job.pb.h"
 #include "common/optimizer.h"
 #include "tests/testing/daemon.h"
@@ -382,7 +382,7 @@ int RunThroughput() {
 }  // namespace ps
 
 int main(int argc, char** argv) {
-  ps::KeepLargeAllocations();
+  ps::TuneProcess();
   absl::ParseCommandLine(argc, argv);
   char self[4096];
   const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);

@@ -43,7 +43,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "common/job_config.h"
-#include "common/malloc_tuning.h"
+#include "common/process_tuning.h"
 #include "common/status_macros.h"
 #include "google/protobuf/text_format.h"
 #include "proto/job.pb.h"
@@ -380,7 +380,7 @@ int Main() {
 }  // namespace ps
 
 int main(int argc, char** argv) {
-  ps::KeepLargeAllocations();
+  ps::TuneProcess();
   absl::SetProgramUsageMessage(
       "train_bench [--servers=2 --workers=2 --rows=500000 --epochs=1 --batch=512 --mode=sync] "
       "[--local]");

@@ -1,0 +1,543 @@
+// The consistency modes (README.md, "Consistency modes") checked end to end on a real cluster: a
+// ps_coordinator and two ps_server processes, and three workers as threads of this test, each with
+// its own Client (role WORKER) and CoordinatorClient and a worker::StepSync for the job's mode,
+// running the trainer's step protocol: BeforePull(t); SetClock(t); Pull; Push; AfterPush(t).
+//
+// The table is SGD with learning rate 1 and zero-initialised rows, and every push pushes gradient
+// -1 to a shared probe key and to the key of its step, so a pulled row counts the pushes applied to
+// it (exactly, in float): the shared key counts all of them, a step's key those of that step. One
+// worker is a straggler (it sleeps 20 ms per step; the others sleep seeded random delays below
+// 2 ms), and what every pull saw is checked against what its mode promises. Progress is compared
+// in steps, never in time.
+//
+// Then the modes that apply pushes on arrival train for real: ps_worker processes in ASYNC and
+// BOUNDED_STALENESS mode reach the synthetic teacher's held-out AUC within 0.03.
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "client/ps_client.h"
+#include "common/coordinator_client.h"
+#include "common/hash.h"
+#include "proto/job.pb.h"
+#include "proto/ps.grpc.pb.h"
+#include "tests/testing/daemon.h"
+#include "worker/data/synthetic.h"
+// From //worker:trainer's dependencies (//worker:step_sync itself is private to worker/).
+#include "worker/step_sync.h"
+
+namespace ps {
+namespace {
+
+std::string TempDir() {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return dir != nullptr ? dir : "/tmp";
+}
+
+constexpr int kWorkers = 3;
+constexpr int kStraggler = 2;  // its rank
+constexpr int64_t kSteps = 30;
+// The straggler's extra load per step, and the bound of everyone's random delays.
+constexpr absl::Duration kStragglerSleep = absl::Milliseconds(20);
+constexpr int kMaxJitterMicros = 1000;  // twice per step
+constexpr char kTable[] = "probe";
+// Every push adds 1 to kTotalKey and to StepKey(its step).
+constexpr uint64_t kTotalKey = 7;
+uint64_t StepKey(int64_t step) { return 1000 + static_cast<uint64_t>(step); }
+// The largest staleness tested; async must let the fast workers get further ahead than it does.
+constexpr int kMaxStaleness = 4;
+
+struct ModeCase {
+  const char* name;
+  config::Training::Mode mode;
+  int staleness;
+  float quorum;
+  uint32_t timeout_ms;
+};
+
+std::string Describe(const ModeCase& c) {
+  return absl::StrFormat("%s (staleness %d, sync_quorum %g, sync_timeout_ms %d)", c.name,
+                         c.staleness, c.quorum, c.timeout_ms);
+}
+
+std::string WriteProbeJob(const ModeCase& c, int id) {
+  const std::string path = absl::StrCat(TempDir(), "/modes_", id, ".pbtxt");
+  std::ofstream job(path);
+  job << absl::StrFormat(
+      R"pb(name: "modes_%d"
+           tables {
+             name: "%s"
+             dim: 1
+             initializer { kind: ZEROS }
+             optimizer { type: "sgd" learning_rate: 1 }
+           }
+           training { mode: %s staleness: %d sync_quorum: %f sync_timeout_ms: %d }
+           cluster { num_shards: 16 num_servers: 2 num_workers: %d }
+      )pb",
+      id, kTable, config::Training::Mode_Name(c.mode), c.staleness, c.quorum, c.timeout_ms,
+      kWorkers);
+  return path;
+}
+
+// How many steps each worker has completed (pushed, before it reports the step), and the largest
+// difference between the most and the least advanced seen at any moment.
+class Progress {
+ public:
+  void Completed(int worker, int64_t steps) {
+    absl::MutexLock lock(&mu_);
+    done_[worker] = steps;
+    const auto [lo, hi] = std::minmax_element(std::begin(done_), std::end(done_));
+    max_lead_ = std::max(max_lead_, *hi - *lo);
+  }
+  int64_t max_lead() {
+    absl::MutexLock lock(&mu_);
+    return max_lead_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  int64_t done_[kWorkers] ABSL_GUARDED_BY(mu_) = {};
+  int64_t max_lead_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// What one pull saw.
+struct Observation {
+  int64_t step = 0;             // the step the pull was for
+  float total = 0;              // the shared probe key
+  std::vector<float> per_step;  // StepKey(0 .. kSteps - 1)
+  std::vector<int> started;     // pushes of each step issued by then (by anyone)
+};
+
+struct WorkerRun {
+  absl::Status status;
+  std::vector<Observation> pulls;
+  int64_t iterations = 0;     // steps computed and pushed
+  int64_t aborted_pulls = 0;  // sync: pulls for a step the cluster applied without this worker
+};
+
+// The keys every step pulls: the shared key and every step's key.
+std::vector<uint64_t> ProbeKeys() {
+  std::vector<uint64_t> keys = {kTotalKey};
+  for (int64_t t = 0; t < kSteps; ++t) keys.push_back(StepKey(t));
+  return keys;
+}
+
+// One worker: the trainer's protocol around a pull of the probe keys and a push to two of them.
+void RunWorker(const std::string& coordinator_address, int rank, uint32_t seed,
+               std::vector<std::atomic<int>>* started, Progress* progress, WorkerRun* out) {
+  ClientOptions options;
+  options.coordinator = coordinator_address;
+  options.connect_timeout = absl::Seconds(30);
+  options.role = rpc::WORKER;
+  options.rank = rank;
+  absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
+  if (!client.ok()) {
+    out->status = client.status();
+    return;
+  }
+  absl::StatusOr<std::unique_ptr<CoordinatorClient>> coordinator =
+      CoordinatorClient::Connect(coordinator_address, absl::Seconds(30));
+  if (!coordinator.ok()) {
+    out->status = coordinator.status();
+    return;
+  }
+  worker::StepSync sync((*client)->job(), client->get(), coordinator->get(), (*client)->worker_id(),
+                        /*wait_timeout=*/absl::Seconds(60));
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> jitter(0, kMaxJitterMicros);
+  const std::vector<uint64_t> keys = ProbeKeys();
+  std::vector<float> values(keys.size());
+  const std::vector<float> grads = {-1.0f, -1.0f};
+
+  int64_t step = 0;
+  while (step < kSteps) {
+    absl::SleepFor(absl::Microseconds(jitter(rng)));
+    absl::Status status = sync.BeforePull(step);
+    if (!status.ok()) {
+      out->status = status;
+      return;
+    }
+    (*client)->SetClock(step);
+    status = (*client)->Pull(kTable, keys, absl::MakeSpan(values));
+    if (status.code() == absl::StatusCode::kAborted && sync.mode() == config::Training::SYNC) {
+      // The cluster applied this step without us: end it and go on where the cluster is, as the
+      // trainer does.
+      ++out->aborted_pulls;
+      absl::StatusOr<int64_t> next = sync.AfterPush(step);
+      if (!next.ok()) {
+        out->status = next.status();
+        return;
+      }
+      step = *next;
+      continue;
+    }
+    if (!status.ok()) {
+      out->status = status;
+      return;
+    }
+    Observation seen;
+    seen.step = step;
+    seen.total = values[0];
+    seen.per_step.assign(values.begin() + 1, values.end());
+    for (int64_t t = 0; t < kSteps; ++t) seen.started.push_back((*started)[t].load());
+    out->pulls.push_back(std::move(seen));
+
+    // "Compute": the straggler's load, and everyone's jitter.
+    if (rank == kStraggler) absl::SleepFor(kStragglerSleep);
+    absl::SleepFor(absl::Microseconds(jitter(rng)));
+
+    (*started)[step].fetch_add(1);
+    const std::vector<uint64_t> push_keys = {kTotalKey, StepKey(step)};
+    status = (*client)->Push(kTable, push_keys, grads);
+    if (!status.ok()) {
+      out->status = status;
+      return;
+    }
+    ++out->iterations;
+    progress->Completed(rank, out->iterations);
+    absl::StatusOr<int64_t> next = sync.AfterPush(step);
+    if (!next.ok()) {
+      out->status = next.status();
+      return;
+    }
+    step = *next;
+  }
+}
+
+// The servers' own account (ps_ctl status shows the same).
+absl::StatusOr<rpc::ServerStatus> ServerStatus(const std::string& address) {
+  auto stub = rpc::ParameterServer::NewStub(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  rpc::ServerStatus status;
+  const grpc::Status rpc = stub->GetStatus(&context, rpc::ServerStatusRequest(), &status);
+  if (!rpc.ok()) return absl::UnavailableError(rpc.error_message());
+  return status;
+}
+
+// Counts the observations that break `rule` (which returns an empty string when one holds) and
+// keeps the first complaint.
+struct Violations {
+  int count = 0;
+  std::string first;
+  void Check(int worker, const Observation& o, const std::string& complaint) {
+    if (complaint.empty()) return;
+    if (count++ == 0) first = absl::StrCat("worker ", worker, " at step ", o.step, ": ", complaint);
+  }
+};
+
+TEST_CASE("every mode's pulls see what the mode promises, with a straggler",
+          "[integration][modes]") {
+  // sync_quorum 0.66 of 3 workers is 2 (the servers require ceil(q * workers) ends); the timeout
+  // case uses a quorum of every worker (0.67 of 3 rounds up to 3) and a timeout far below the
+  // straggler's per-step sleep, so that the fast workers' steps are applied by the timeout.
+  const ModeCase c = GENERATE(values<ModeCase>({
+      {"SYNC", config::Training::SYNC, 0, 1.0f, 10000},
+      {"SYNC quorum", config::Training::SYNC, 0, 0.66f, 10000},
+      {"SYNC quorum timeout", config::Training::SYNC, 0, 0.67f, 5},
+      {"BOUNDED_STALENESS", config::Training::BOUNDED_STALENESS, 0, 1.0f, 10000},
+      {"BOUNDED_STALENESS", config::Training::BOUNDED_STALENESS, 1, 1.0f, 10000},
+      {"BOUNDED_STALENESS", config::Training::BOUNDED_STALENESS, kMaxStaleness, 1.0f, 10000},
+      {"ASYNC", config::Training::ASYNC, 0, 1.0f, 10000},
+  }));
+  static int next_id = 0;
+  const int id = next_id++;
+  INFO(Describe(c));
+  const bool sync = c.mode == config::Training::SYNC;
+  const bool quorum = sync && c.quorum < 1.0f;
+
+  const std::string job_path = WriteProbeJob(c, id);
+  auto coordinator = testing::Daemon::Start("server/coordinator/ps_coordinator",
+                                            {absl::StrCat("--job=", job_path)});
+  REQUIRE(coordinator.ok());
+  const std::string address = (*coordinator)->address();
+  std::vector<std::unique_ptr<testing::Daemon>> servers;
+  for (int i = 0; i < 2; ++i) {
+    auto server = testing::Daemon::Start("server/ps_server", {"--coordinator=" + address});
+    REQUIRE(server.ok());
+    servers.push_back(std::move(*server));
+  }
+  ClientOptions options;
+  options.coordinator = address;
+  auto observer = Client::Connect(options);
+  REQUIRE(observer.ok());
+  {
+    // In sync mode a pull of step t waits for step t - 1 on the servers it reaches, and EndStep
+    // goes to every server: the probe keys must reach both, as a real batch's keys do.
+    const rpc::ShardMap map = (*observer)->shard_map();
+    std::set<uint32_t> reached;
+    for (uint64_t key : ProbeKeys()) {
+      reached.insert(map.shards(ShardOf(NameHash(kTable), key, map.num_shards())).primary());
+    }
+    REQUIRE(reached.size() == 2);
+  }
+
+  std::vector<std::atomic<int>> started(kSteps);
+  Progress progress;
+  std::vector<WorkerRun> runs(kWorkers);
+  {
+    std::vector<std::thread> threads;
+    for (int rank = 0; rank < kWorkers; ++rank) {
+      threads.emplace_back(RunWorker, address, rank, static_cast<uint32_t>(100 * id + rank),
+                           &started, &progress, &runs[rank]);
+    }
+    for (std::thread& t : threads) t.join();
+  }
+  for (int w = 0; w < kWorkers; ++w) {
+    INFO("worker " << w << ": " << runs[w].status.ToString());
+    REQUIRE(runs[w].status.ok());
+  }
+
+  // What each pull saw, against the mode's promise.
+  Violations violations;
+  for (int w = 0; w < kWorkers; ++w) {
+    for (const Observation& o : runs[w].pulls) {
+      const int64_t t = o.step;
+      for (int64_t u = 0; u < kSteps; ++u) {
+        const float got = o.per_step[u];
+        std::string complaint;
+        if (got > o.started[u]) {
+          complaint = absl::StrCat("step ", u, " counts ", got, " pushes, only ", o.started[u],
+                                   " were issued");
+        } else if (sync && u >= t && got != 0) {
+          complaint = absl::StrCat("sees ", got, " pushes of step ", u);
+        } else if (sync && !quorum && u < t && got != kWorkers) {
+          complaint = absl::StrCat("sees ", got, " pushes of step ", u, ", not ", kWorkers);
+        } else if (quorum && u < t && got < 1) {
+          complaint = absl::StrCat("step ", u, " was applied with no push");
+        } else if (c.mode == config::Training::BOUNDED_STALENESS && u < t - c.staleness &&
+                   got != kWorkers) {
+          complaint = absl::StrCat("misses a push of step ", u);
+        } else if (c.mode == config::Training::BOUNDED_STALENESS && u > t + c.staleness &&
+                   got != 0) {
+          complaint = absl::StrCat("sees a push of step ", u, ", more than the staleness ahead");
+        }
+        violations.Check(w, o, complaint);
+      }
+      // The shared key, as the README states the modes.
+      if (sync && !quorum) {
+        violations.Check(
+            w, o,
+            o.total == kWorkers * t ? "" : absl::StrCat("total ", o.total, ", not ", kWorkers * t));
+      } else if (sync) {
+        violations.Check(w, o,
+                         o.total <= kWorkers * t
+                             ? ""
+                             : absl::StrCat("total ", o.total, " above ", kWorkers * t));
+      } else if (c.mode == config::Training::BOUNDED_STALENESS) {
+        violations.Check(
+            w, o,
+            o.total >= kWorkers * (t - c.staleness)
+                ? ""
+                : absl::StrCat("total ", o.total, " below ", kWorkers * (t - c.staleness)));
+      }
+    }
+  }
+  INFO("first violation: " << violations.first);
+  CHECK(violations.count == 0);
+
+  // Progress, in steps.
+  const int64_t max_lead = progress.max_lead();
+  int64_t fast_iterations = kSteps;
+  for (int w = 0; w < kWorkers; ++w) {
+    if (w != kStraggler) fast_iterations = std::min(fast_iterations, runs[w].iterations);
+  }
+  const int64_t straggler_iterations = runs[kStraggler].iterations;
+  std::printf(
+      "%s: max lead %lld steps; iterations: fast >= %lld, straggler %lld (%lld aborted pulls)\n",
+      Describe(c).c_str(), static_cast<long long>(max_lead),
+      static_cast<long long>(fast_iterations), static_cast<long long>(straggler_iterations),
+      static_cast<long long>(runs[kStraggler].aborted_pulls));
+  INFO("max lead " << max_lead << ", fast iterations " << fast_iterations
+                   << ", straggler iterations " << straggler_iterations);
+  if (!quorum) {
+    for (int w = 0; w < kWorkers; ++w) CHECK(runs[w].iterations == kSteps);
+  }
+  if (sync && !quorum) CHECK(max_lead <= 1);
+  if (quorum) CHECK(fast_iterations > straggler_iterations);
+  if (c.mode == config::Training::BOUNDED_STALENESS) CHECK(max_lead <= c.staleness + 1);
+  if (c.mode == config::Training::ASYNC) CHECK(max_lead > kMaxStaleness + 1);
+
+  // In the end, every push was applied once, or (sync with a quorum) dropped and counted.
+  uint64_t late_pushes = 0, late_keys = 0;
+  for (const auto& server : servers) {
+    absl::StatusOr<rpc::ServerStatus> status = ServerStatus(server->address());
+    REQUIRE(status.ok());
+    late_pushes += status->late_pushes_dropped();
+    late_keys += status->late_keys_dropped();
+  }
+  const std::vector<uint64_t> keys = ProbeKeys();
+  std::vector<float> final_values(keys.size());
+  REQUIRE((*observer)->Pull(kTable, keys, absl::MakeSpan(final_values)).ok());
+  int64_t issued = 0;
+  double applied_keys = 0;
+  for (float v : final_values) applied_keys += v;
+  for (int64_t u = 0; u < kSteps; ++u) {
+    issued += started[u].load();
+    if (!quorum) CHECK(final_values[1 + u] == kWorkers);
+  }
+  std::printf("  late pushes dropped %llu (%llu keys); %lld pushes issued\n",
+              static_cast<unsigned long long>(late_pushes),
+              static_cast<unsigned long long>(late_keys), static_cast<long long>(issued));
+  CHECK(applied_keys + late_keys == 2 * issued);
+  if (quorum) {
+    CHECK(late_pushes > 0);
+  } else {
+    CHECK(late_pushes == 0);
+  }
+
+  observer->reset();
+  for (auto& s : servers) CHECK(s->Terminate(absl::Seconds(10)).ok());
+  CHECK((*coordinator)->Terminate(absl::Seconds(10)).ok());
+}
+
+// The value of "key":number in a one-line JSON object, or NaN.
+double JsonField(const std::string& json, const std::string& key) {
+  const std::string needle = absl::StrCat("\"", key, "\":");
+  const size_t at = json.find(needle);
+  if (at == std::string::npos) return std::nan("");
+  const size_t begin = at + needle.size();
+  const size_t end = json.find_first_of(",}", begin);
+  double value = 0;
+  if (!absl::SimpleAtod(json.substr(begin, end - begin), &value)) return std::nan("");
+  return value;
+}
+
+// The synthetic data of training_integration_test, written once per test process.
+struct TeacherData {
+  std::string train;
+  std::string heldout;
+  double teacher_auc = 0;
+};
+
+const TeacherData& Data() {
+  static const TeacherData* const data = [] {
+    auto* d = new TeacherData;
+    worker::SyntheticOptions options;
+    options.cardinalities = {200};
+    options.seed = 5;
+    auto synthetic = worker::SyntheticData::Create(options);
+    REQUIRE(synthetic.ok());
+    d->train = absl::StrCat(TempDir(), "/modes_train.tsv");
+    d->heldout = absl::StrCat(TempDir(), "/modes_heldout.tsv");
+    REQUIRE(worker::WriteSyntheticFile(**synthetic, worker::SyntheticData::kTrainStream, 250000,
+                                       d->train, false)
+                .ok());
+    auto teacher = worker::WriteSyntheticFile(**synthetic, worker::SyntheticData::kHeldoutStream,
+                                              40000, d->heldout, /*exact_auc=*/true);
+    REQUIRE(teacher.ok());
+    d->teacher_auc = teacher->teacher_auc;
+    return d;
+  }();
+  return *data;
+}
+
+// Why 0.03: sync training of this job comes within about 0.013 of the teacher (0.801 against
+// 0.814 in training_integration_test); stale embeddings cost async and bounded staleness a little
+// more, and their runs are not deterministic, so the bound leaves room for that, while a mode that
+// loses or double-applies pushes, or never trains the embeddings, falls far below it.
+TEST_CASE("async and bounded-staleness training reach the teacher's held-out AUC within 0.03",
+          "[integration][modes][training]") {
+  const auto [mode, staleness] = GENERATE(values<std::pair<const char*, int>>({
+      {"ASYNC", 0},
+      {"BOUNDED_STALENESS", 4},
+  }));
+  INFO(mode << " staleness " << staleness);
+  const TeacherData& data = Data();
+  const std::string job_path = absl::StrCat(TempDir(), "/modes_training_", mode, ".pbtxt");
+  {
+    std::ofstream job(job_path);
+    job << absl::StrFormat(
+        R"pb(name: "modes_training"
+             tables {
+               name: "emb"
+               dim: 8
+               initializer { kind: ZEROS }
+               optimizer { type: "adagrad" learning_rate: 0.1 initial_accumulator: 0.01 }
+             }
+             model {
+               bottom_mlp: [ 32, 8 ]
+               top_mlp: [ 32 ]
+               shared_table: "emb"
+             }
+             data { train_paths: "%s" eval_paths: "%s" }
+             training {
+               mode: %s
+               staleness: %d
+               batch_size: 256
+               epochs: 2
+               dense_optimizer { type: "adam" learning_rate: 0.002 }
+               seed: 3
+             }
+             cluster { num_shards: 16 num_servers: 2 num_workers: 2 }
+        )pb",
+        data.train, data.heldout, mode, staleness);
+  }
+  auto coordinator = testing::Daemon::Start("server/coordinator/ps_coordinator",
+                                            {absl::StrCat("--job=", job_path)});
+  REQUIRE(coordinator.ok());
+  std::vector<std::unique_ptr<testing::Daemon>> servers;
+  for (int i = 0; i < 2; ++i) {
+    auto server = testing::Daemon::Start(
+        "server/ps_server", {absl::StrCat("--coordinator=", (*coordinator)->address())});
+    REQUIRE(server.ok());
+    servers.push_back(std::move(*server));
+  }
+  std::vector<absl::StatusOr<testing::ProcessResult>> results(2, absl::UnknownError("not run"));
+  {
+    std::vector<std::thread> workers;
+    for (int rank = 0; rank < 2; ++rank) {
+      workers.emplace_back([&, rank] {
+        results[rank] =
+            testing::RunProcess("worker/ps_worker",
+                                {absl::StrCat("--coordinator=", (*coordinator)->address()),
+                                 absl::StrCat("--rank=", rank), "--progress_s=60", "--backend=cpu"},
+                                absl::Minutes(5));
+      });
+    }
+    for (auto& w : workers) w.join();
+  }
+  for (int rank = 0; rank < 2; ++rank) {
+    REQUIRE(results[rank].ok());
+    INFO("worker " << rank << " stderr:\n" << results[rank]->stderr_text);
+    REQUIRE(results[rank]->exit_code == 0);
+  }
+  std::string result_line;
+  for (absl::string_view line : absl::StrSplit(results[0]->stdout_text, '\n')) {
+    if (absl::StartsWith(line, "RESULT ")) result_line = std::string(line.substr(7));
+  }
+  std::printf("%s staleness %d, worker 0: %s\nteacher AUC %.6f\n", mode, staleness,
+              result_line.c_str(), data.teacher_auc);
+  INFO("worker 0: " << result_line << "\nteacher AUC " << data.teacher_auc);
+  const double auc = JsonField(result_line, "heldout_auc");
+  CHECK(JsonField(result_line, "heldout_samples") == 40000);
+  CHECK(auc > data.teacher_auc - 0.03);
+  CHECK(auc <= data.teacher_auc + 0.01);  // a learner cannot beat the truth by much
+  for (auto& s : servers) CHECK(s->Terminate(absl::Seconds(10)).ok());
+  CHECK((*coordinator)->Terminate(absl::Seconds(10)).ok());
+}
+
+}  // namespace
+}  // namespace ps
