@@ -122,8 +122,8 @@ class Client {
   // quorum of workers has ended it; pulls for step + 1 wait for that. Returns the newest step
   // applied on any server: above `step` when the cluster went on without this worker (a
   // straggler outside the quorum), which should then continue at that step + 1. Other modes: a
-  // no-op returning -1. Errors of servers as Pull; FAILED_PRECONDITION if a server has not
-  // applied step - 1.
+  // no-op returning -1. Errors of servers as Pull (a server that has not yet applied step - 1
+  // answers UNAVAILABLE, retried like any other).
   virtual absl::StatusOr<int64_t> EndStep(int64_t step) = 0;
 
   // The step clock requests carry (the step a push belongs to, the step a pull serves); -1 (the

@@ -51,8 +51,9 @@ ShardedStore::ShardedStore(const config::Job& job, const Options& options,
       table_index_(IndexTables(tables_)),
       dense_optimizer_(std::move(dense_optimizer)),
       sync_(job.training().mode() == config::Training::SYNC),
-      quorum_workers_(static_cast<size_t>(std::max(
-          1.0, std::ceil(job.training().sync_quorum() * job.cluster().num_workers() - 1e-6)))),
+      // The nearest whole number of workers (0.67 of 3 is 2), at least 1.
+      quorum_workers_(static_cast<size_t>(std::max<long long>(
+          1, std::llround(job.training().sync_quorum() * job.cluster().num_workers())))),
       quorum_timeout_(job.training().sync_quorum() < 1.0f
                           ? absl::Milliseconds(job.training().sync_timeout_ms())
                           : absl::InfiniteDuration()),
@@ -128,8 +129,10 @@ absl::StatusOr<int64_t> ShardedStore::EndStep(uint32_t worker_id, int64_t step) 
   {
     absl::MutexLock lock(&step_mu_);
     if (step > applied_step_ + 1) {
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "step %d ended before step %d was applied", step, applied_step_ + 1));
+      // This server has not seen the end of the step before yet (the worker's last pull did not
+      // need it): retryable, it will.
+      return absl::UnavailableError(absl::StrFormat(
+          "step %d ended before step %d was applied here; retry", step, applied_step_ + 1));
     }
     if (step == applied_step_ + 1) {
       if (ended_.empty()) first_end_ = absl::Now();
@@ -365,8 +368,8 @@ absl::Status ShardedStore::Push(const rpc::PushRequest& request, uint32_t* dupli
       return absl::OkStatus();
     }
     if (step > applied_step_ + 1) {
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "push for step %d before step %d was applied", step, applied_step_ + 1));
+      return absl::UnavailableError(absl::StrFormat(
+          "push for step %d before step %d was applied here; retry", step, applied_step_ + 1));
     }
   }
   const uint32_t worker = request.header().worker_id();

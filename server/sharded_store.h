@@ -84,15 +84,17 @@ class ShardedStore {
   // Sync mode: the push belongs to step header.clock (INVALID_ARGUMENT if negative). It is summed
   // with the other workers' pushes of that step and applied with them when the step ends
   // (EndStep). A push for a step already applied (a straggler outside the quorum) is dropped and
-  // counted in `late_keys`; one for a step after the pending one is FAILED_PRECONDITION.
+  // counted in `late_keys`; one for a step after the pending one is UNAVAILABLE (retryable: this
+  // server has not yet seen the previous step end, which it will).
   absl::Status Push(const rpc::PushRequest& request, uint32_t* duplicate_keys,
                     uint32_t* late_keys = nullptr);
 
   // Sync mode: `worker_id` has pushed all of `step`. When sync_quorum of the job's workers have
   // ended the pending step (or, with a quorum below 1, sync_timeout_ms after the first did), its
-  // summed gradients are applied at once. Returns the newest applied step. FAILED_PRECONDITION
-  // for a step after the pending one; ending an applied step is a no-op. Other modes: a no-op
-  // returning -1.
+  // summed gradients are applied at once (the quorum is the nearest whole number of workers to
+  // sync_quorum x workers, at least 1: 0.67 of 3 is 2). Returns the newest applied step.
+  // UNAVAILABLE (retryable) for a step after the pending one; ending an applied step is a no-op.
+  // Other modes: a no-op returning -1.
   absl::StatusOr<int64_t> EndStep(uint32_t worker_id, int64_t step);
 
   // Sync mode: ABORTED if `step` was already applied (a straggler outside the quorum pulling for a

@@ -250,13 +250,14 @@ struct Violations {
 
 TEST_CASE("every mode's pulls see what the mode promises, with a straggler",
           "[integration][modes]") {
-  // sync_quorum 0.66 of 3 workers is 2 (the servers require ceil(q * workers) ends); the timeout
-  // case uses a quorum of every worker (0.67 of 3 rounds up to 3) and a timeout far below the
-  // straggler's per-step sleep, so that the fast workers' steps are applied by the timeout.
+  // sync_quorum 0.66 of 3 workers is 2 (the servers round q * workers to the nearest whole
+  // number); the timeout case uses 0.9 (3 of 3, but below 1 so the timeout applies) and a timeout
+  // far below the straggler's per-step sleep, so that the fast workers' steps are applied by the
+  // timeout.
   const ModeCase c = GENERATE(values<ModeCase>({
       {"SYNC", config::Training::SYNC, 0, 1.0f, 10000},
       {"SYNC quorum", config::Training::SYNC, 0, 0.66f, 10000},
-      {"SYNC quorum timeout", config::Training::SYNC, 0, 0.67f, 5},
+      {"SYNC quorum timeout", config::Training::SYNC, 0, 0.9f, 5},
       {"BOUNDED_STALENESS", config::Training::BOUNDED_STALENESS, 0, 1.0f, 10000},
       {"BOUNDED_STALENESS", config::Training::BOUNDED_STALENESS, 1, 1.0f, 10000},
       {"BOUNDED_STALENESS", config::Training::BOUNDED_STALENESS, kMaxStaleness, 1.0f, 10000},
@@ -454,10 +455,12 @@ const TeacherData& Data() {
   return *data;
 }
 
-// Why 0.03: sync training of this job comes within about 0.013 of the teacher (0.801 against
-// 0.814 in training_integration_test); stale embeddings cost async and bounded staleness a little
-// more, and their runs are not deterministic, so the bound leaves room for that, while a mode that
-// loses or double-applies pushes, or never trains the embeddings, falls far below it.
+// Why 0.03: on this data (training_integration_test's) sync training comes within 0.013 of the
+// teacher's held-out AUC (0.801 against 0.814), and so did async and staleness 4 here (0.800 in
+// every run we made). Pushes applied out of step make the runs nondeterministic, and staleness
+// could cost a little accuracy on a loaded machine; 0.03 leaves that room, about twice the gap we
+// measured. It catches a mode that breaks training, not one that loses a few pushes (the model
+// hardly notices those): the probe test above counts pushes exactly.
 TEST_CASE("async and bounded-staleness training reach the teacher's held-out AUC within 0.03",
           "[integration][modes][training]") {
   const auto [mode, staleness] = GENERATE(values<std::pair<const char*, int>>({

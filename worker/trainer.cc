@@ -258,9 +258,10 @@ absl::StatusOr<TrainResult> Train(const config::Job& job, Client* client,
     const absl::Time step_start = absl::Now();
     StepData& d = slots[cur];
     absl::Status pulled = FinishPull(groups, num_sparse, dim, &d);
-    if (pulled.code() == absl::StatusCode::kAborted && sync.mode() == config::Training::SYNC) {
+    while (pulled.code() == absl::StatusCode::kAborted && sync.mode() == config::Training::SYNC) {
       // A straggler outside the quorum: the cluster applied this step without us. Catch up and
-      // pull the same batch again for the step the cluster is at.
+      // pull the same batch again for the step the cluster is at (again if the quorum applied
+      // that one too in the meantime: AfterPush moves the step forward every time).
       PS_ASSIGN_OR_RETURN(step, sync.AfterPush(step));
       PS_RETURN_IF_ERROR(begin_pull(&d, step));
       pulled = FinishPull(groups, num_sparse, dim, &d);

@@ -195,12 +195,12 @@ absl::StatusOr<std::string> GenerateData(const std::string& train, const std::st
       absl::GetFlag(FLAGS_heldout_rows) >= 0 ? absl::GetFlag(FLAGS_heldout_rows) : rows / 10;
   PS_ASSIGN_OR_RETURN(
       testing::ProcessResult result,
-      testing::RunProcess(BinDir() + "/worker/tools/ps_datagen",
-                          {absl::StrCat("--rows=", rows),
-                           absl::StrCat("--heldout_rows=", heldout_rows),
-                           absl::StrCat("--out=", train), absl::StrCat("--heldout_out=", heldout),
-                           absl::StrCat("--cardinalities=", absl::GetFlag(FLAGS_cardinalities))},
-                          absl::Seconds(absl::GetFlag(FLAGS_timeout_s))));
+      testing::RunProcess(
+          BinDir() + "/worker/tools/ps_datagen",
+          {absl::StrCat("--rows=", rows), absl::StrCat("--heldout_rows=", heldout_rows),
+           absl::StrCat("--out=", train), absl::StrCat("--heldout_out=", heldout),
+           absl::StrCat("--cardinalities=", absl::GetFlag(FLAGS_cardinalities))},
+          absl::Seconds(absl::GetFlag(FLAGS_timeout_s))));
   if (result.exit_code != 0) {
     return absl::InternalError(
         absl::StrCat("ps_datagen exited with ", result.exit_code, ": ", result.stderr_text));
@@ -212,9 +212,9 @@ absl::StatusOr<std::string> GenerateData(const std::string& train, const std::st
 absl::StatusOr<Measurement> RunCluster(const std::string& job_path) {
   const std::string bin = BinDir();
   const absl::Duration timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
-  PS_ASSIGN_OR_RETURN(std::unique_ptr<testing::Daemon> coordinator,
-                      testing::Daemon::Start(bin + "/server/coordinator/ps_coordinator",
-                                             {"--job=" + job_path}));
+  PS_ASSIGN_OR_RETURN(
+      std::unique_ptr<testing::Daemon> coordinator,
+      testing::Daemon::Start(bin + "/server/coordinator/ps_coordinator", {"--job=" + job_path}));
   std::vector<std::unique_ptr<testing::Daemon>> servers;
   for (int i = 0; i < absl::GetFlag(FLAGS_servers); ++i) {
     PS_ASSIGN_OR_RETURN(std::unique_ptr<testing::Daemon> server,
@@ -288,8 +288,8 @@ absl::StatusOr<Measurement> RunLocal(config::Job job) {
   SoloAllReduce allreduce;
   worker::TrainerOptions options;  // as ps_worker's: progress to stderr every 5 s
   PS_ASSIGN_OR_RETURN(worker::TrainResult result,
-                      worker::Train(job, client.get(), /*coordinator=*/nullptr,
-                                    client->worker_id(), &allreduce, options));
+                      worker::Train(job, client.get(), /*coordinator=*/nullptr, client->worker_id(),
+                                    &allreduce, options));
   Measurement m;
   m.samples_per_s = result.samples_per_s;
   m.heldout_auc = result.heldout_auc;

@@ -5,9 +5,8 @@
 #include <memory>
 #include <utility>
 
-#include "absl/synchronization/notification.h"
-
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/notification.h"
 #include "common/finite.h"
 #include "common/hash.h"
 #include "common/status_macros.h"
@@ -85,8 +84,7 @@ LocalClient::LocalClient(const config::Job& job, const LocalClientOptions& optio
   for (size_t i = 0; i < tables_.size(); ++i) table_index_[tables_[i].name] = i;
 }
 
-absl::StatusOr<const LocalClient::TableInfo*> LocalClient::FindTable(
-    absl::string_view name) const {
+absl::StatusOr<const LocalClient::TableInfo*> LocalClient::FindTable(absl::string_view name) const {
   const auto it = table_index_.find(name);
   if (it == table_index_.end()) {
     return absl::NotFoundError(absl::StrFormat("unknown table \"%s\"", name));
@@ -121,7 +119,8 @@ LocalClient::ShardPlan LocalClient::PlanKeys(const TableInfo& table,
   for (uint32_t s = 0; s < num_shards_; ++s) plan.shard_begin[s + 1] += plan.shard_begin[s];
   std::vector<uint32_t> next(plan.shard_begin.begin(), plan.shard_begin.end() - 1);
   plan.order.resize(keys.size());
-  for (size_t i = 0; i < keys.size(); ++i) plan.order[next[shard_of[i]]++] = static_cast<uint32_t>(i);
+  for (size_t i = 0; i < keys.size(); ++i)
+    plan.order[next[shard_of[i]]++] = static_cast<uint32_t>(i);
   return plan;
 }
 
@@ -134,8 +133,7 @@ absl::Status LocalClient::ForEachRequest(const TableInfo& table, const ShardPlan
   uint32_t count = 0;  // keys in the request so far
   auto flush = [&]() -> absl::Status {
     if (count == 0) return absl::OkStatus();
-    absl::Status status =
-        send(runs, absl::MakeConstSpan(plan.order.data() + first, count));
+    absl::Status status = send(runs, absl::MakeConstSpan(plan.order.data() + first, count));
     runs.Clear();
     first += count;
     count = 0;
@@ -175,9 +173,9 @@ absl::Status LocalClient::WaitApplied(int64_t step) {
     wait->ready.Notify();
   });
   if (!wait->ready.WaitForNotificationWithTimeout(options_.pull_wait_timeout)) {
-    return absl::DeadlineExceededError(absl::StrFormat(
-        "step %d was not applied within %s", step,
-        absl::FormatDuration(options_.pull_wait_timeout)));
+    return absl::DeadlineExceededError(
+        absl::StrFormat("step %d was not applied within %s", step,
+                        absl::FormatDuration(options_.pull_wait_timeout)));
   }
   return wait->status;
 }
@@ -219,8 +217,7 @@ absl::Status LocalClient::Pull(absl::string_view table, absl::Span<const uint64_
         }));
         const size_t row_bytes = size_t{dim} * sizeof(float);
         for (size_t i = 0; i < positions.size(); ++i) {
-          std::memcpy(values.data() + size_t{positions[i]} * dim, rows.data() + i * dim,
-                      row_bytes);
+          std::memcpy(values.data() + size_t{positions[i]} * dim, rows.data() + i * dim, row_bytes);
         }
         return absl::OkStatus();
       });
@@ -243,34 +240,34 @@ absl::Status LocalClient::Push(absl::string_view table, absl::Span<const uint64_
   }
   const int64_t clock = clock_.load(std::memory_order_relaxed);
   const ShardPlan plan = PlanKeys(*info, keys);
-  return ForEachRequest(
-      *info, plan,
-      [&](const google::protobuf::RepeatedPtrField<rpc::ShardRun>& runs,
-          absl::Span<const uint32_t> positions) -> absl::Status {
-        rpc::PushRequest request;
-        FillHeader(request.mutable_header(), clock);
-        request.mutable_header()->set_sequence(
-            next_sequence_.fetch_add(1, std::memory_order_relaxed));
-        request.set_table(info->name);
-        *request.mutable_runs() = runs;
-        std::string* key_bytes = request.mutable_keys();
-        key_bytes->resize(positions.size() * sizeof(uint64_t));
-        uint64_t* out_keys = reinterpret_cast<uint64_t*>(key_bytes->data());
-        std::string* grad_bytes = request.mutable_grads();
-        const size_t row_bytes = size_t{dim} * sizeof(float);
-        grad_bytes->resize(positions.size() * row_bytes);
-        char* out_grads = grad_bytes->data();
-        for (size_t i = 0; i < positions.size(); ++i) {
-          out_keys[i] = keys[positions[i]];
-          std::memcpy(out_grads + i * row_bytes, grads.data() + size_t{positions[i]} * dim,
-                      row_bytes);
-        }
-        // Only retries are duplicates, and nothing is retried; late keys (a sync step applied
-        // without this worker) are dropped by the store as a server drops them.
-        uint32_t duplicate_keys = 0;
-        uint32_t late_keys = 0;
-        return store_->Push(request, &duplicate_keys, &late_keys);
-      });
+  return ForEachRequest(*info, plan,
+                        [&](const google::protobuf::RepeatedPtrField<rpc::ShardRun>& runs,
+                            absl::Span<const uint32_t> positions) -> absl::Status {
+                          rpc::PushRequest request;
+                          FillHeader(request.mutable_header(), clock);
+                          request.mutable_header()->set_sequence(
+                              next_sequence_.fetch_add(1, std::memory_order_relaxed));
+                          request.set_table(info->name);
+                          *request.mutable_runs() = runs;
+                          std::string* key_bytes = request.mutable_keys();
+                          key_bytes->resize(positions.size() * sizeof(uint64_t));
+                          uint64_t* out_keys = reinterpret_cast<uint64_t*>(key_bytes->data());
+                          std::string* grad_bytes = request.mutable_grads();
+                          const size_t row_bytes = size_t{dim} * sizeof(float);
+                          grad_bytes->resize(positions.size() * row_bytes);
+                          char* out_grads = grad_bytes->data();
+                          for (size_t i = 0; i < positions.size(); ++i) {
+                            out_keys[i] = keys[positions[i]];
+                            std::memcpy(out_grads + i * row_bytes,
+                                        grads.data() + size_t{positions[i]} * dim, row_bytes);
+                          }
+                          // Only retries are duplicates, and nothing is retried; late keys (a sync
+                          // step applied without this worker) are dropped by the store as a server
+                          // drops them.
+                          uint32_t duplicate_keys = 0;
+                          uint32_t late_keys = 0;
+                          return store_->Push(request, &duplicate_keys, &late_keys);
+                        });
 }
 
 void LocalClient::PullAsync(absl::string_view table, absl::Span<const uint64_t> keys,
@@ -314,8 +311,8 @@ absl::Status LocalClient::PushDense(absl::string_view name, absl::Span<const flo
                                     DenseUpdate update) {
   if (name.empty()) return absl::InvalidArgumentError("dense tensor without a name");
   if (!AllFinite(values.data(), values.size())) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "dense tensor \"%s\" has a NaN or Inf value; nothing was applied", name));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("dense tensor \"%s\" has a NaN or Inf value; nothing was applied", name));
   }
   const uint64_t chunk_floats = job_.cluster().dense_chunk_floats();
   // Chunk c of a gradient carries sequence + c, which its shard admits once (proto/ps.proto).

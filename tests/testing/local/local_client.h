@@ -90,8 +90,8 @@ class LocalClient final : public Client {
                          DenseUpdate update) override;
 
   // Run inline: `done` gets what Pull or Push returns, before these return.
-  void PullAsync(absl::string_view table, absl::Span<const uint64_t> keys,
-                 absl::Span<float> values, Callback done) override;
+  void PullAsync(absl::string_view table, absl::Span<const uint64_t> keys, absl::Span<float> values,
+                 Callback done) override;
   void PushAsync(absl::string_view table, absl::Span<const uint64_t> keys,
                  absl::Span<const float> grads, Callback done) override;
   using Client::PullAsync;

@@ -21,28 +21,30 @@ constexpr float kLearningRate = 0.5f;
 // holds 24576 keys of dim 8 per request, so large calls are cut into several. Dense chunks of 16
 // floats spread a small tensor over several shards.
 config::Job TestJob(config::Training::Mode mode = config::Training::ASYNC) {
-  absl::StatusOr<config::Job> job = ParseJob(R"pb(
-    tables {
-      name: "emb"
-      dim: 8
-      initializer { kind: ZEROS }
-      optimizer { type: "sgd" learning_rate: 0.5 }
-    }
-    tables {
-      name: "other"
-      dim: 3
-      initializer { kind: ZEROS }
-      optimizer { type: "sgd" learning_rate: 1 }
-    }
-    training { dense_optimizer { type: "sgd" learning_rate: 0.5 } }
-    cluster {
-      num_shards: 16
-      num_servers: 2
-      num_workers: 1
-      max_message_bytes: 1048576
-      dense_chunk_floats: 16
-    }
-  )pb", "test.pbtxt");
+  absl::StatusOr<config::Job> job =
+      ParseJob(R"pb(
+                 tables {
+                   name: "emb"
+                   dim: 8
+                   initializer { kind: ZEROS }
+                   optimizer { type: "sgd" learning_rate: 0.5 }
+                 }
+                 tables {
+                   name: "other"
+                   dim: 3
+                   initializer { kind: ZEROS }
+                   optimizer { type: "sgd" learning_rate: 1 }
+                 }
+                 training { dense_optimizer { type: "sgd" learning_rate: 0.5 } }
+                 cluster {
+                   num_shards: 16
+                   num_servers: 2
+                   num_workers: 1
+                   max_message_bytes: 1048576
+                   dense_chunk_floats: 16
+                 }
+               )pb",
+               "test.pbtxt");
   REQUIRE(job.ok());
   job->mutable_training()->set_mode(mode);
   return *job;
@@ -50,8 +52,7 @@ config::Job TestJob(config::Training::Mode mode = config::Training::ASYNC) {
 
 std::unique_ptr<LocalClient> NewClient(config::Training::Mode mode = config::Training::ASYNC,
                                        LocalClientOptions options = {}) {
-  absl::StatusOr<std::unique_ptr<LocalClient>> client =
-      LocalClient::Create(TestJob(mode), options);
+  absl::StatusOr<std::unique_ptr<LocalClient>> client = LocalClient::Create(TestJob(mode), options);
   REQUIRE(client.ok());
   return std::move(*client);
 }
@@ -135,8 +136,8 @@ TEST_CASE("LocalClient returns the network client's errors and applies nothing",
         absl::StatusCode::kInvalidArgument);
   CHECK(client->Push("emb", keys, absl::MakeSpan(grads).subspan(1)).code() ==
         absl::StatusCode::kInvalidArgument);
-  const float bad = GENERATE(std::numeric_limits<float>::quiet_NaN(),
-                             std::numeric_limits<float>::infinity());
+  const float bad =
+      GENERATE(std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity());
   grads.back() = bad;
   CHECK(client->Push("emb", keys, grads).code() == absl::StatusCode::kInvalidArgument);
 
@@ -154,11 +155,12 @@ TEST_CASE("LocalClient in sync mode keeps the servers' step rules", "[local_clie
   const std::vector<uint64_t> keys = {1, 2};
   const std::vector<float> grads(keys.size() * kDim, 1.0f);
   std::vector<float> rows(keys.size() * kDim);
-  // A push without its step, and steps ahead of the pending one, are refused.
+  // A push without its step is refused; steps ahead of the pending one are retryable
+  // (UNAVAILABLE: this store has not seen the pending step end yet).
   CHECK(client->Push("emb", keys, grads).code() == absl::StatusCode::kInvalidArgument);
   client->SetClock(1);
-  CHECK(client->Push("emb", keys, grads).code() == absl::StatusCode::kFailedPrecondition);
-  CHECK(client->EndStep(1).status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(client->Push("emb", keys, grads).code() == absl::StatusCode::kUnavailable);
+  CHECK(client->EndStep(1).status().code() == absl::StatusCode::kUnavailable);
   // A pull for step 1 waits for step 0, which nobody ends.
   CHECK(client->Pull("emb", keys, absl::MakeSpan(rows)).code() ==
         absl::StatusCode::kDeadlineExceeded);
@@ -236,9 +238,9 @@ TEST_CASE("LocalClient asynchronous calls complete inline", "[local_client]") {
   std::future<absl::Status> pulled = client->PullAsync("emb", keys, absl::MakeSpan(rows));
   REQUIRE(pulled.wait_for(std::chrono::seconds(0)) == std::future_status::ready);
   REQUIRE(pulled.get().ok());
-  CHECK(rows[0] == Approx(-kLearningRate * 2));           // key 3, twice
-  CHECK(rows[kDim] == Approx(-kLearningRate * 1));        // key 4
-  CHECK(rows[2 * kDim] == Approx(-kLearningRate * 2));    // key 3 again
+  CHECK(rows[0] == Approx(-kLearningRate * 2));         // key 3, twice
+  CHECK(rows[kDim] == Approx(-kLearningRate * 1));      // key 4
+  CHECK(rows[2 * kDim] == Approx(-kLearningRate * 2));  // key 3 again
   CHECK(client->PullAsync("nope", keys, absl::MakeSpan(rows)).get().code() ==
         absl::StatusCode::kNotFound);
 }
@@ -254,7 +256,8 @@ TEST_CASE("LocalClient pushes from many threads are each applied once", "[local_
   std::vector<absl::Status> errors(kThreads);
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
-      for (int i = 0; i < kPushes && errors[t].ok(); ++i) errors[t] = client->Push("emb", keys, grads);
+      for (int i = 0; i < kPushes && errors[t].ok(); ++i)
+        errors[t] = client->Push("emb", keys, grads);
     });
   }
   for (std::thread& t : threads) t.join();
