@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <type_traits>
 #include <utility>
 
 #include "absl/strings/str_format.h"
@@ -58,8 +59,8 @@ std::vector<std::vector<uint32_t>> DenseRequests(uint64_t total_floats, uint64_t
 
 absl::StatusOr<std::unique_ptr<LocalClient>> LocalClient::Create(
     const config::Job& job, const LocalClientOptions& options) {
-  if (options.pull_wait_timeout <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError("LocalClientOptions.pull_wait_timeout must be > 0");
+  if (options.step_wait_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("LocalClientOptions.step_wait_timeout must be > 0");
   }
   PS_ASSIGN_OR_RETURN(std::unique_ptr<server::ShardedStore> store,
                       server::ShardedStore::Create(job, server::ShardedStore::Options{}));
@@ -172,17 +173,32 @@ absl::Status LocalClient::WaitApplied(int64_t step) {
     wait->status = std::move(status);
     wait->ready.Notify();
   });
-  if (!wait->ready.WaitForNotificationWithTimeout(options_.pull_wait_timeout)) {
+  if (!wait->ready.WaitForNotificationWithTimeout(options_.step_wait_timeout)) {
     return absl::DeadlineExceededError(
         absl::StrFormat("step %d was not applied within %s", step,
-                        absl::FormatDuration(options_.pull_wait_timeout)));
+                        absl::FormatDuration(options_.step_wait_timeout)));
   }
   return wait->status;
 }
 
+template <typename Call>
+auto LocalClient::WaitingForStep(int64_t step, Call call) -> decltype(call()) {
+  auto result = call();
+  auto code = [](const auto& r) {
+    if constexpr (std::is_same_v<std::decay_t<decltype(r)>, absl::Status>) {
+      return r.code();
+    } else {
+      return r.status().code();
+    }
+  };
+  if (!sync_ || code(result) != absl::StatusCode::kUnavailable) return result;
+  if (!WaitApplied(step - 1).ok()) return result;
+  return call();
+}
+
 absl::StatusOr<int64_t> LocalClient::EndStep(int64_t step) {
   if (!sync_) return int64_t{-1};
-  return store_->EndStep(options_.worker_id, step);
+  return WaitingForStep(step, [&] { return store_->EndStep(options_.worker_id, step); });
 }
 
 absl::Status LocalClient::Pull(absl::string_view table, absl::Span<const uint64_t> keys,
@@ -195,7 +211,9 @@ absl::Status LocalClient::Pull(absl::string_view table, absl::Span<const uint64_
                         keys.size() * dim, values.size()));
   }
   const int64_t clock = clock_.load(std::memory_order_relaxed);
-  // As a server holds a pull for step t until step t - 1 is applied.
+  // As a server refuses a straggler's pull, and holds a pull for step t until step t - 1 is
+  // applied.
+  PS_RETURN_IF_ERROR(store_->CheckPullStep(clock));
   PS_RETURN_IF_ERROR(WaitApplied(clock - 1));
   const ShardPlan plan = PlanKeys(*info, keys);
   std::vector<float> rows;
@@ -266,7 +284,9 @@ absl::Status LocalClient::Push(absl::string_view table, absl::Span<const uint64_
                           // drops them.
                           uint32_t duplicate_keys = 0;
                           uint32_t late_keys = 0;
-                          return store_->Push(request, &duplicate_keys, &late_keys);
+                          return WaitingForStep(clock, [&] {
+                            return store_->Push(request, &duplicate_keys, &late_keys);
+                          });
                         });
 }
 

@@ -8,9 +8,11 @@
 // Requests are built as the network client builds them and handed to the store as a server's
 // service would: keys grouped into runs by shard (ps::ShardOf), cut at the job's message limit, a
 // fresh sequence number per push request, the step clock in every header, dense tensors in
-// chunks; in sync mode a pull for step t waits, as a server holds it, until step t - 1 is applied.
-// So the store validates and applies exactly what a cluster would; the client neither dedupes keys
-// (the store sums the gradients of repeated keys) nor retries (nothing it calls is transient).
+// chunks. So the store validates and applies exactly what a cluster would. The client does not
+// dedupe keys (the store sums the gradients of repeated keys). In sync mode it waits where the
+// cluster waits: a pull for step t, as a server holds it, until step t - 1 is applied; a push or
+// EndStep the store refuses as ahead of its pending step (UNAVAILABLE, which the network client
+// retries), until the step before it is applied, then once more.
 // In sync mode the store applies a step once the job's quorum of cluster.num_workers have ended
 // it: a job trained by one LocalClient needs num_workers: 1.
 #ifndef PS_TESTS_TESTING_LOCAL_LOCAL_CLIENT_H_
@@ -42,9 +44,10 @@ struct LocalClientOptions {
   uint32_t worker_id = 1;
   // What rank() answers. Default 0; the trainer takes its rank from its AllReduce, not from here.
   int rank = 0;
-  // How long a sync-mode pull waits for the step before its own to be applied before it returns
-  // DEADLINE_EXCEEDED (the network client's retry_timeout). Default 60 s, > 0.
-  absl::Duration pull_wait_timeout = absl::Seconds(60);
+  // How long a sync-mode call waits for the step before its own to be applied (the network
+  // client's retry_timeout): then a pull returns DEADLINE_EXCEEDED, a push or EndStep the store's
+  // UNAVAILABLE. Default 60 s, > 0.
+  absl::Duration step_wait_timeout = absl::Seconds(60);
 };
 
 // A LocalClient is a Client whose store serves every shard of the job in this process.
@@ -54,7 +57,7 @@ class LocalClient final : public Client {
  public:
   // Creates the store and installs a shard map (version 1) in which one server, id 0, is the
   // primary of every shard. INVALID_ARGUMENT if the job fails validation or for a
-  // pull_wait_timeout <= 0.
+  // step_wait_timeout <= 0.
   static absl::StatusOr<std::unique_ptr<LocalClient>> Create(const config::Job& job,
                                                              const LocalClientOptions& options);
 
@@ -68,15 +71,16 @@ class LocalClient final : public Client {
   absl::StatusOr<uint32_t> Dim(absl::string_view table) const override;
 
   // As Client. NOT_FOUND for an unknown table; INVALID_ARGUMENT if values.size() is not
-  // keys.size() * dim; sync mode: DEADLINE_EXCEEDED if step clock - 1 is not applied within
-  // pull_wait_timeout; otherwise the store's error (none for valid calls). On error `values` is
-  // unspecified.
+  // keys.size() * dim; sync mode: ABORTED if step clock was already applied (a straggler's pull),
+  // DEADLINE_EXCEEDED if step clock - 1 is not applied within step_wait_timeout; otherwise the
+  // store's error (none for valid calls). On error `values` is unspecified.
   absl::Status Pull(absl::string_view table, absl::Span<const uint64_t> keys,
                     absl::Span<float> values) override;
 
   // As Client. NOT_FOUND for an unknown table; INVALID_ARGUMENT for lengths that disagree or a
   // NaN or Inf gradient, with nothing applied; otherwise the store's error (sync mode:
-  // INVALID_ARGUMENT without a clock, FAILED_PRECONDITION for a step after the pending one).
+  // INVALID_ARGUMENT without a clock; UNAVAILABLE for a step after the pending one when the step
+  // before it is not applied within step_wait_timeout; a push for an applied step is dropped).
   absl::Status Push(absl::string_view table, absl::Span<const uint64_t> keys,
                     absl::Span<const float> grads) override;
 
@@ -97,8 +101,8 @@ class LocalClient final : public Client {
   using Client::PullAsync;
   using Client::PushAsync;
 
-  // As Client: sync mode, the store's EndStep (the newest applied step; FAILED_PRECONDITION for a
-  // step after the pending one); -1 at once in the other modes.
+  // As Client: sync mode, the store's EndStep (the newest applied step; for a step after the
+  // pending one, waits as Push does, else UNAVAILABLE); -1 at once in the other modes.
   absl::StatusOr<int64_t> EndStep(int64_t step) override;
 
   void SetClock(int64_t step) override { clock_.store(step, std::memory_order_relaxed); }
@@ -142,7 +146,13 @@ class LocalClient final : public Client {
   void FillHeader(rpc::RequestHeader* header, int64_t clock) const;
 
   // Sync mode: waits until the store has applied `step` (at once in other modes or for step < 0).
+  // DEADLINE_EXCEEDED after step_wait_timeout.
   absl::Status WaitApplied(int64_t step);
+
+  // Runs `call`; in sync mode, if it answers UNAVAILABLE (step `step` is ahead of the store's
+  // pending one), waits for step - 1 and runs it once more. The UNAVAILABLE if the wait fails.
+  template <typename Call>
+  auto WaitingForStep(int64_t step, Call call) -> decltype(call());
 
   // Constant after construction.
   const config::Job job_;

@@ -150,13 +150,13 @@ TEST_CASE("LocalClient returns the network client's errors and applies nothing",
 
 TEST_CASE("LocalClient in sync mode keeps the servers' step rules", "[local_client]") {
   LocalClientOptions options;
-  options.pull_wait_timeout = absl::Milliseconds(50);
+  options.step_wait_timeout = absl::Milliseconds(50);
   std::unique_ptr<LocalClient> client = NewClient(config::Training::SYNC, options);
   const std::vector<uint64_t> keys = {1, 2};
   const std::vector<float> grads(keys.size() * kDim, 1.0f);
   std::vector<float> rows(keys.size() * kDim);
-  // A push without its step is refused; steps ahead of the pending one are retryable
-  // (UNAVAILABLE: this store has not seen the pending step end yet).
+  // A push without its step is refused; steps ahead of the pending one wait for it, and are
+  // UNAVAILABLE (retryable) when nobody ends it.
   CHECK(client->Push("emb", keys, grads).code() == absl::StatusCode::kInvalidArgument);
   client->SetClock(1);
   CHECK(client->Push("emb", keys, grads).code() == absl::StatusCode::kUnavailable);
@@ -181,9 +181,40 @@ TEST_CASE("LocalClient in sync mode keeps the servers' step rules", "[local_clie
   client->SetClock(2);
   REQUIRE(client->Pull("emb", keys, absl::MakeSpan(rows)).ok());
   CHECK(rows == std::vector<float>(rows.size(), -kLearningRate));
+  // A straggler's pull for a step already applied is refused.
+  client->SetClock(1);
+  CHECK(client->Pull("emb", keys, absl::MakeSpan(rows)).code() == absl::StatusCode::kAborted);
   CHECK(LocalClient::Create(TestJob(), LocalClientOptions{1, 0, absl::ZeroDuration()})
             .status()
             .code() == absl::StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("LocalClient sync push ahead of the pending step waits for it", "[local_client]") {
+  std::unique_ptr<LocalClient> client = NewClient(config::Training::SYNC);
+  const std::vector<uint64_t> keys = {7};
+  const std::vector<float> grads(kDim, 1.0f);
+  client->SetClock(0);
+  REQUIRE(client->Push("emb", keys, grads).ok());
+  client->SetClock(1);
+  // Step 1's push and end, from another thread, go in once step 0 is applied here: either before
+  // or after they start, with the same outcome.
+  absl::Status pushed = absl::UnknownError("not run");
+  absl::StatusOr<int64_t> ended = absl::UnknownError("not run");
+  std::thread ahead([&] {
+    pushed = client->Push("emb", keys, grads);
+    ended = client->EndStep(1);
+  });
+  const absl::StatusOr<int64_t> applied = client->EndStep(0);
+  ahead.join();
+  REQUIRE(applied.ok());
+  CHECK(*applied >= 0);
+  REQUIRE(pushed.ok());
+  REQUIRE(ended.ok());
+  CHECK(*ended == 1);
+  client->SetClock(2);
+  std::vector<float> row(kDim);
+  REQUIRE(client->Pull("emb", keys, absl::MakeSpan(row)).ok());
+  CHECK(row == std::vector<float>(kDim, -2 * kLearningRate));
 }
 
 TEST_CASE("LocalClient dense tensors: assign, gradients and errors", "[local_client]") {
