@@ -1,5 +1,6 @@
 #include "server/ps_service.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -144,6 +145,24 @@ grpc::ServerUnaryReactor* ParameterServerService::Pull(grpc::CallbackServerConte
   return reactor;
 }
 
+void ParameterServerService::ReportLatePush(const rpc::RequestHeader& header, uint32_t keys) {
+  // A progress line at most every 5 seconds, with the count since the last one.
+  absl::MutexLock lock(&late_mu_);
+  ++late_pushes_;
+  late_keys_ += keys;
+  const absl::Time now = absl::Now();
+  if (now - last_late_report_ < absl::Seconds(5)) return;
+  std::fprintf(stderr,
+               "server %u: dropped %llu late pushes (%llu keys) for steps applied without them "
+               "(sync quorum); latest: worker %u, step %lld\n",
+               server_id_.load(), static_cast<unsigned long long>(late_pushes_),
+               static_cast<unsigned long long>(late_keys_), header.worker_id(),
+               static_cast<long long>(header.clock()));
+  late_pushes_ = 0;
+  late_keys_ = 0;
+  last_late_report_ = now;
+}
+
 grpc::ServerUnaryReactor* ParameterServerService::EndStep(grpc::CallbackServerContext* context,
                                                           const rpc::EndStepRequest* request,
                                                           rpc::EndStepResponse* response) {
@@ -167,6 +186,7 @@ grpc::ServerUnaryReactor* ParameterServerService::Push(grpc::CallbackServerConte
   status = store->Push(*request, &duplicates, &late);
   response->set_duplicate_keys(duplicates);
   response->set_late_keys(late);
+  if (late > 0) ReportLatePush(request->header(), late);
   return Done(context, status);
 }
 

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <functional>
 
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "proto/ps.grpc.pb.h"
 #include "server/sharded_store.h"
 
@@ -56,7 +58,14 @@ class ParameterServerService final : public rpc::ParameterServer::WithRawCallbac
   // `status` says why (UNAVAILABLE, retryable).
   ShardedStore* Ready(const rpc::RequestHeader& header, absl::Status* status);
 
+  // Writes a progress line about pushes dropped as late (sync quorum), at most every 5 s.
+  void ReportLatePush(const rpc::RequestHeader& header, uint32_t keys);
+
   const std::function<void(uint64_t)> on_newer_map_;
+  absl::Mutex late_mu_;
+  uint64_t late_pushes_ ABSL_GUARDED_BY(late_mu_) = 0;
+  uint64_t late_keys_ ABSL_GUARDED_BY(late_mu_) = 0;
+  absl::Time last_late_report_ ABSL_GUARDED_BY(late_mu_) = absl::InfinitePast();
   std::atomic<ShardedStore*> store_{nullptr};
   std::atomic<uint32_t> server_id_{0};
 };
