@@ -533,15 +533,18 @@ class ClientImpl final : public Client {
         }
       }
     }
+    // A request that is done with (rows scattered, push applied, or failed for good) is freed
+    // here, before the call can finish: once it has, the caller may destroy this client, and
+    // with it the channels that the request's ClientContext refers to.
+    const bool retry = !status.ok() && IsRetryable(status);
+    if (!retry) request.reset();
     bool round_over = false;
     {
       absl::MutexLock lock(&call->mu);
-      if (status.ok()) {
-        // Done with: its rows are scattered, its push applied.
-      } else if (IsRetryable(status)) {
+      if (retry) {
         call->last_retryable = status;
         call->to_retry.push_back(std::move(request));
-      } else if (call->error.ok()) {
+      } else if (!status.ok() && call->error.ok()) {
         call->error = status;
       }
       round_over = --call->outstanding == 0;
@@ -561,9 +564,16 @@ class ClientImpl final : public Client {
       error = call->error;
       last_retryable = call->last_retryable;
     }
-    if (!error.ok()) return Finish(call, error);
+    // Requests are freed before Finish (see OnDone).
+    if (!error.ok()) {
+      retry.clear();
+      return Finish(call, error);
+    }
     if (retry.empty()) return Finish(call, absl::OkStatus());
-    if (absl::Now() + call->backoff > call->deadline) return Finish(call, last_retryable);
+    if (absl::Now() + call->backoff > call->deadline) {
+      retry.clear();
+      return Finish(call, last_retryable);
+    }
     const absl::Time when = absl::Now() + call->backoff;
     call->backoff = std::min(call->backoff * 2, absl::Seconds(1));
     auto shared_retry =
@@ -574,6 +584,7 @@ class ClientImpl final : public Client {
       const bool changed = RefreshMap(routed);
       if (!changed && last_retryable.code() == absl::StatusCode::kFailedPrecondition) {
         // The server refuses a shard and no newer map exists: not a stale map.
+        shared_retry->clear();
         return Finish(call, last_retryable);
       }
       const std::shared_ptr<const Routing> routing = CurrentRouting();
@@ -586,6 +597,7 @@ class ClientImpl final : public Client {
           resend.push_back(std::move(request));
         }
       }
+      shared_retry->clear();
       Send(call, routing, std::move(resend));
     });
   }

@@ -254,22 +254,47 @@ absl::StatusOr<TrainResult> Train(const config::Job& job, Client* client,
   PS_RETURN_IF_ERROR(ReadBatch(reader.get(), batch_size, &slots[cur].batch));
   PS_RETURN_IF_ERROR(begin_pull(&slots[cur], step));
 
-  for (int64_t i = 0; i < total_steps; ++i) {
+  // The dense collectives are counted by the clock, so that a straggler who skips steps (sync
+  // quorum) still joins every one of them: with dense_sync_every = 1 one AllReduce of gradients
+  // per step (zeros for a skipped step), with k > 1 one averaging per multiple of k crossed.
+  int64_t gradient_rounds = 0;
+  int64_t averaging_rounds = 0;
+  std::vector<float> zeros;
+  auto collectives_until = [&](int64_t next_step) -> absl::Status {
+    next_step = std::min(next_step, total_steps);
+    if (sync_every == 1) {
+      zeros.assign(dense_grad.size(), 0.0f);
+      for (; gradient_rounds < next_step; ++gradient_rounds) {
+        PS_RETURN_IF_ERROR(allreduce->SumInPlace(absl::MakeSpan(zeros)));
+      }
+    } else {
+      for (; averaging_rounds < next_step / sync_every; ++averaging_rounds) {
+        PS_RETURN_IF_ERROR(allreduce->SumInPlace(model->params()));
+        for (float& w : model->params()) w /= world;
+      }
+    }
+    return absl::OkStatus();
+  };
+
+  while (step < total_steps) {
     const absl::Time step_start = absl::Now();
     StepData& d = slots[cur];
     absl::Status pulled = FinishPull(groups, num_sparse, dim, &d);
     while (pulled.code() == absl::StatusCode::kAborted && sync.mode() == config::Training::SYNC) {
-      // A straggler outside the quorum: the cluster applied this step without us. Catch up and
-      // pull the same batch again for the step the cluster is at (again if the quorum applied
-      // that one too in the meantime: AfterPush moves the step forward every time).
+      // A straggler outside the quorum: the cluster applied this step without us. Catch up
+      // (joining the collectives of the steps skipped) and pull the same batch again for the
+      // step the cluster is at (again if the quorum applied that one too in the meantime).
       PS_ASSIGN_OR_RETURN(step, sync.AfterPush(step));
+      PS_RETURN_IF_ERROR(collectives_until(step));
+      if (step >= total_steps) break;
       PS_RETURN_IF_ERROR(begin_pull(&d, step));
       pulled = FinishPull(groups, num_sparse, dim, &d);
     }
+    if (step >= total_steps) break;
     PS_RETURN_IF_ERROR(pulled);
     pull_ms_total += absl::ToDoubleMilliseconds(absl::Now() - step_start);
     StepData& next = slots[1 - cur];
-    if (prefetch && i + 1 < total_steps) {
+    if (prefetch && step + 1 < total_steps) {
       PS_RETURN_IF_ERROR(ReadBatch(reader.get(), batch_size, &next.batch));
       PS_RETURN_IF_ERROR(begin_pull(&next, step + 1));
     }
@@ -282,7 +307,9 @@ absl::StatusOr<TrainResult> Train(const config::Job& job, Client* client,
         model->ForwardBackward(n, d.batch.dense.data(), d.emb.data(), d.batch.labels.data(),
                                loss_scale, dense_grad.data(), emb_grad.data(), probs.data());
     if (sync_every == 1) {
+      PS_RETURN_IF_ERROR(collectives_until(step));
       PS_RETURN_IF_ERROR(allreduce->SumInPlace(absl::MakeSpan(dense_grad)));
+      gradient_rounds = step + 1;
     }
 
     const absl::Time t_push = absl::Now();
@@ -293,6 +320,7 @@ absl::StatusOr<TrainResult> Train(const config::Job& job, Client* client,
     }
     client->SetClock(step);
     StartPush(client, groups, num_sparse, dim, d.batch, emb_grad, step, &push);
+    const int64_t this_step = step;
     if (!prefetch) {
       PS_RETURN_IF_ERROR(FinishPush(&push));
       PS_ASSIGN_OR_RETURN(step, sync.AfterPush(step));
@@ -304,22 +332,20 @@ absl::StatusOr<TrainResult> Train(const config::Job& job, Client* client,
 
     dense_optimizer->Apply(model->num_params(), dense_grad.data(), model->params().data(),
                            state.data());
-    if (sync_every > 1 && (i + 1) % sync_every == 0) {
-      PS_RETURN_IF_ERROR(allreduce->SumInPlace(model->params()));
-      for (float& w : model->params()) w /= world;
-    }
-    if (rank == 0 && tr.dense_push_every() > 0 && (i + 1) % tr.dense_push_every() == 0) {
+    if (sync_every > 1) PS_RETURN_IF_ERROR(collectives_until(step));
+    if (rank == 0 && tr.dense_push_every() > 0 &&
+        (this_step + 1) % tr.dense_push_every() == 0) {
       PS_RETURN_IF_ERROR(client->PushDense(kDenseName, model->params(), DenseUpdate::kAssign));
     }
 
-    result.steps = i + 1;
+    ++result.steps;
     my_samples += n;
     interval_samples += n;
     interval_loss += loss;
     ++interval_batches;
     running_auc.Add(probs, absl::MakeConstSpan(d.batch.labels.data(), n));
 
-    if (!prefetch && i + 1 < total_steps) {
+    if (!prefetch && step < total_steps) {
       PS_RETURN_IF_ERROR(ReadBatch(reader.get(), batch_size, &next.batch));
       PS_RETURN_IF_ERROR(begin_pull(&next, step));
     }
@@ -339,7 +365,7 @@ absl::StatusOr<TrainResult> Train(const config::Job& job, Client* client,
         absl::FPrintF(options.progress,
                       "worker %d: step %d/%d  %.0f samples/s  loss %.4f  auc %.4f  pull %.2f ms  "
                       "push %.2f ms\n",
-                      rank, i + 1, total_steps, rate, result.final_loss, running_auc.Auc(),
+                      rank, this_step + 1, total_steps, rate, result.final_loss, running_auc.Auc(),
                       pull_ms, push_ms);
         std::fflush(options.progress);
       }
@@ -347,7 +373,7 @@ absl::StatusOr<TrainResult> Train(const config::Job& job, Client* client,
         absl::FPrintF(metrics,
                       "{\"rank\":%d,\"step\":%d,\"seconds\":%.3f,\"samples_per_s\":%.1f,"
                       "\"loss\":%.6f,\"auc\":%.6f,\"pull_ms\":%.3f,\"push_ms\":%.3f}\n",
-                      rank, i + 1, absl::ToDoubleSeconds(now - start), rate, result.final_loss,
+                      rank, this_step + 1, absl::ToDoubleSeconds(now - start), rate, result.final_loss,
                       running_auc.Auc(), pull_ms, push_ms);
         std::fflush(metrics);
       }
@@ -363,6 +389,7 @@ absl::StatusOr<TrainResult> Train(const config::Job& job, Client* client,
     PS_RETURN_IF_ERROR(sync.AfterPush(push.step).status());
   }
   if (interval_batches > 0) result.final_loss = interval_loss / interval_batches;
+  PS_RETURN_IF_ERROR(collectives_until(total_steps));
   if (sync_every > 1) {  // one model for everyone: the average
     PS_RETURN_IF_ERROR(allreduce->SumInPlace(model->params()));
     for (float& w : model->params()) w /= world;
