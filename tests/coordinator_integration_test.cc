@@ -1,6 +1,5 @@
 // A real ps_coordinator process, driven through CoordinatorClient as servers and workers would.
 #include <catch2/catch.hpp>
-#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <memory>
@@ -13,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/coordinator_client.h"
 #include "tests/testing/daemon.h"
+#include "tests/testing/temp_dir.h"
 
 namespace ps {
 namespace {
@@ -29,8 +29,7 @@ constexpr char kJob[] = R"pb(name: "integration"
 
 // Writes `text` to a new file under $TEST_TMPDIR and returns its path.
 std::string WriteFile(const std::string& name, const std::string& text) {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  const std::string path = absl::StrCat(dir != nullptr ? dir : "/tmp", "/", name);
+  const std::string path = absl::StrCat(testing::TempDir(), "/", name);
   std::ofstream(path) << text;
   return path;
 }

@@ -5,27 +5,21 @@
 #include <catch2/catch.hpp>
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <fstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/ps_client.h"
-#include "tests/testing/daemon.h"
+#include "tests/testing/local_cluster.h"
+#include "tests/testing/temp_dir.h"
 #include "worker/data/criteo_reader.h"
 #include "worker/data/synthetic.h"
 #include "worker/model/dlrm.h"
 
 namespace ps {
 namespace {
-
-std::string TempDir() {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return dir != nullptr ? dir : "/tmp";
-}
 
 struct Parameters {
   std::vector<float> dense;
@@ -37,7 +31,7 @@ struct Parameters {
 Parameters Train(const std::string& optimizer, int workers, int batch, int steps,
                  const std::string& data, const std::vector<uint64_t>& keys,
                  const std::string& name) {
-  const std::string job_path = absl::StrCat(TempDir(), "/", name, ".pbtxt");
+  const std::string job_path = absl::StrCat(testing::TempDir(), "/", name, ".pbtxt");
   {
     std::ofstream job(job_path);
     job << absl::StrFormat(R"pb(name: "%s"
@@ -61,32 +55,15 @@ cluster { num_shards: 8 num_servers: 2 num_workers: %d }
 )pb",
                            name, optimizer, data, batch, steps, workers);
   }
-  auto coordinator = testing::Daemon::Start("server/coordinator/ps_coordinator",
-                                            {absl::StrCat("--job=", job_path)});
-  REQUIRE(coordinator.ok());
-  const std::string address = (*coordinator)->address();
-  std::vector<std::unique_ptr<testing::Daemon>> servers;
-  for (int i = 0; i < 2; ++i) {
-    auto server = testing::Daemon::Start("server/ps_server", {"--coordinator=" + address});
-    REQUIRE(server.ok());
-    servers.push_back(std::move(*server));
-  }
-  std::vector<absl::StatusOr<testing::ProcessResult>> results(workers,
-                                                              absl::UnknownError("not run"));
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < workers; ++rank) {
-    threads.emplace_back([&, rank] {
-      results[rank] = testing::RunProcess(
-          "worker/ps_worker",
-          {"--coordinator=" + address, absl::StrCat("--rank=", rank), "--progress_s=60"},
-          absl::Minutes(5));
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (int rank = 0; rank < workers; ++rank) {
-    REQUIRE(results[rank].ok());
-    INFO(results[rank]->stderr_text);
-    REQUIRE(results[rank]->exit_code == 0);
+  auto cluster = testing::LocalCluster::Start(job_path, {});
+  INFO(cluster.status().ToString());
+  REQUIRE(cluster.ok());
+  const std::string address = (*cluster)->coordinator().address();
+  {
+    auto results = (*cluster)->RunWorkers(
+        std::vector<std::vector<std::string>>(workers, {"--progress_s=60"}), absl::Minutes(5));
+    INFO(results.status().ToString());
+    REQUIRE(results.ok());
   }
   ClientOptions options;
   options.coordinator = address;
@@ -123,7 +100,7 @@ TEST_CASE("sync: 2 workers with batch B end where 1 worker with batch 2B does",
   data_options.seed = 9;
   auto data = worker::SyntheticData::Create(data_options);
   REQUIRE(data.ok());
-  const std::string path = absl::StrCat(TempDir(), "/equivalence.tsv");
+  const std::string path = absl::StrCat(testing::TempDir(), "/equivalence.tsv");
   REQUIRE(worker::WriteSyntheticFile(**data, worker::SyntheticData::kTrainStream,
                                      2 * kBatch * kSteps, path, false)
               .ok());

@@ -17,9 +17,7 @@
 #include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
-#include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <random>
@@ -29,11 +27,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -42,18 +37,15 @@
 #include "common/hash.h"
 #include "proto/job.pb.h"
 #include "proto/ps.grpc.pb.h"
-#include "tests/testing/daemon.h"
+#include "tests/testing/json_line.h"
+#include "tests/testing/local_cluster.h"
+#include "tests/testing/temp_dir.h"
 #include "worker/data/synthetic.h"
 // From //worker:trainer's dependencies (//worker:step_sync itself is private to worker/).
 #include "worker/step_sync.h"
 
 namespace ps {
 namespace {
-
-std::string TempDir() {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return dir != nullptr ? dir : "/tmp";
-}
 
 constexpr int kWorkers = 3;
 constexpr int kStraggler = 2;  // its rank
@@ -82,7 +74,7 @@ std::string Describe(const ModeCase& c) {
 }
 
 std::string WriteProbeJob(const ModeCase& c, int id) {
-  const std::string path = absl::StrCat(TempDir(), "/modes_", id, ".pbtxt");
+  const std::string path = absl::StrCat(testing::TempDir(), "/modes_", id, ".pbtxt");
   std::ofstream job(path);
   job << absl::StrFormat(
       R"pb(name: "modes_%d"
@@ -270,16 +262,10 @@ TEST_CASE("every mode's pulls see what the mode promises, with a straggler",
   const bool quorum = sync && c.quorum < 1.0f;
 
   const std::string job_path = WriteProbeJob(c, id);
-  auto coordinator = testing::Daemon::Start("server/coordinator/ps_coordinator",
-                                            {absl::StrCat("--job=", job_path)});
-  REQUIRE(coordinator.ok());
-  const std::string address = (*coordinator)->address();
-  std::vector<std::unique_ptr<testing::Daemon>> servers;
-  for (int i = 0; i < 2; ++i) {
-    auto server = testing::Daemon::Start("server/ps_server", {"--coordinator=" + address});
-    REQUIRE(server.ok());
-    servers.push_back(std::move(*server));
-  }
+  auto cluster = testing::LocalCluster::Start(job_path, {});
+  INFO(cluster.status().ToString());
+  REQUIRE(cluster.ok());
+  const std::string address = (*cluster)->coordinator().address();
   ClientOptions options;
   options.coordinator = address;
   auto observer = Client::Connect(options);
@@ -383,7 +369,7 @@ TEST_CASE("every mode's pulls see what the mode promises, with a straggler",
 
   // In the end, every push was applied once, or (sync with a quorum) dropped and counted.
   uint64_t late_pushes = 0, late_keys = 0;
-  for (const auto& server : servers) {
+  for (const auto& server : (*cluster)->servers()) {
     absl::StatusOr<rpc::ServerStatus> status = ServerStatus(server->address());
     REQUIRE(status.ok());
     late_pushes += status->late_pushes_dropped();
@@ -410,20 +396,7 @@ TEST_CASE("every mode's pulls see what the mode promises, with a straggler",
   }
 
   observer->reset();
-  for (auto& s : servers) CHECK(s->Terminate(absl::Seconds(10)).ok());
-  CHECK((*coordinator)->Terminate(absl::Seconds(10)).ok());
-}
-
-// The value of "key":number in a one-line JSON object, or NaN.
-double JsonField(const std::string& json, const std::string& key) {
-  const std::string needle = absl::StrCat("\"", key, "\":");
-  const size_t at = json.find(needle);
-  if (at == std::string::npos) return std::nan("");
-  const size_t begin = at + needle.size();
-  const size_t end = json.find_first_of(",}", begin);
-  double value = 0;
-  if (!absl::SimpleAtod(json.substr(begin, end - begin), &value)) return std::nan("");
-  return value;
+  CHECK((*cluster)->Terminate(absl::Seconds(10)).ok());
 }
 
 // The synthetic data of training_integration_test, written once per test process.
@@ -441,8 +414,8 @@ const TeacherData& Data() {
     options.seed = 5;
     auto synthetic = worker::SyntheticData::Create(options);
     REQUIRE(synthetic.ok());
-    d->train = absl::StrCat(TempDir(), "/modes_train.tsv");
-    d->heldout = absl::StrCat(TempDir(), "/modes_heldout.tsv");
+    d->train = absl::StrCat(testing::TempDir(), "/modes_train.tsv");
+    d->heldout = absl::StrCat(testing::TempDir(), "/modes_heldout.tsv");
     REQUIRE(worker::WriteSyntheticFile(**synthetic, worker::SyntheticData::kTrainStream, 250000,
                                        d->train, false)
                 .ok());
@@ -469,7 +442,7 @@ TEST_CASE("async and bounded-staleness training reach the teacher's held-out AUC
   }));
   INFO(mode << " staleness " << staleness);
   const TeacherData& data = Data();
-  const std::string job_path = absl::StrCat(TempDir(), "/modes_training_", mode, ".pbtxt");
+  const std::string job_path = absl::StrCat(testing::TempDir(), "/modes_training_", mode, ".pbtxt");
   {
     std::ofstream job(job_path);
     job << absl::StrFormat(
@@ -498,48 +471,23 @@ TEST_CASE("async and bounded-staleness training reach the teacher's held-out AUC
         )pb",
         data.train, data.heldout, mode, staleness);
   }
-  auto coordinator = testing::Daemon::Start("server/coordinator/ps_coordinator",
-                                            {absl::StrCat("--job=", job_path)});
-  REQUIRE(coordinator.ok());
-  std::vector<std::unique_ptr<testing::Daemon>> servers;
-  for (int i = 0; i < 2; ++i) {
-    auto server = testing::Daemon::Start(
-        "server/ps_server", {absl::StrCat("--coordinator=", (*coordinator)->address())});
-    REQUIRE(server.ok());
-    servers.push_back(std::move(*server));
-  }
-  std::vector<absl::StatusOr<testing::ProcessResult>> results(2, absl::UnknownError("not run"));
-  {
-    std::vector<std::thread> workers;
-    for (int rank = 0; rank < 2; ++rank) {
-      workers.emplace_back([&, rank] {
-        results[rank] =
-            testing::RunProcess("worker/ps_worker",
-                                {absl::StrCat("--coordinator=", (*coordinator)->address()),
-                                 absl::StrCat("--rank=", rank), "--progress_s=60", "--backend=cpu"},
-                                absl::Minutes(5));
-      });
-    }
-    for (auto& w : workers) w.join();
-  }
-  for (int rank = 0; rank < 2; ++rank) {
-    REQUIRE(results[rank].ok());
-    INFO("worker " << rank << " stderr:\n" << results[rank]->stderr_text);
-    REQUIRE(results[rank]->exit_code == 0);
-  }
-  std::string result_line;
-  for (absl::string_view line : absl::StrSplit(results[0]->stdout_text, '\n')) {
-    if (absl::StartsWith(line, "RESULT ")) result_line = std::string(line.substr(7));
-  }
+  auto cluster = testing::LocalCluster::Start(job_path, {});
+  INFO(cluster.status().ToString());
+  REQUIRE(cluster.ok());
+  auto workers = (*cluster)->RunWorkers(
+      {{"--progress_s=60", "--backend=cpu"}, {"--progress_s=60", "--backend=cpu"}},
+      absl::Minutes(5));
+  INFO(workers.status().ToString());
+  REQUIRE(workers.ok());
+  const std::string result_line = testing::ResultJson((*workers)[0].stdout_text);
   std::printf("%s staleness %d, worker 0: %s\nteacher AUC %.6f\n", mode, staleness,
               result_line.c_str(), data.teacher_auc);
   INFO("worker 0: " << result_line << "\nteacher AUC " << data.teacher_auc);
-  const double auc = JsonField(result_line, "heldout_auc");
-  CHECK(JsonField(result_line, "heldout_samples") == 40000);
+  const double auc = testing::JsonField(result_line, "heldout_auc");
+  CHECK(testing::JsonField(result_line, "heldout_samples") == 40000);
   CHECK(auc > data.teacher_auc - 0.03);
   CHECK(auc <= data.teacher_auc + 0.01);  // a learner cannot beat the truth by much
-  for (auto& s : servers) CHECK(s->Terminate(absl::Seconds(10)).ok());
-  CHECK((*coordinator)->Terminate(absl::Seconds(10)).ok());
+  CHECK((*cluster)->Terminate(absl::Seconds(10)).ok());
 }
 
 }  // namespace

@@ -3,7 +3,6 @@
 // from the same storage code; then bad requests, and a server killed for real.
 #include <catch2/catch.hpp>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -22,6 +21,7 @@
 #include "proto/ps.grpc.pb.h"
 #include "server/storage/embedding_table.h"
 #include "tests/testing/daemon.h"
+#include "tests/testing/temp_dir.h"
 
 namespace ps {
 namespace {
@@ -62,11 +62,6 @@ cluster {
 }
 )pb";
 
-std::string TempDir() {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return dir != nullptr ? dir : "/tmp";
-}
-
 struct Cluster {
   std::string job_path;
   std::unique_ptr<testing::Daemon> coordinator;
@@ -76,7 +71,7 @@ struct Cluster {
 
 Cluster StartCluster() {
   Cluster cluster;
-  cluster.job_path = absl::StrCat(TempDir(), "/integration_job.pbtxt");
+  cluster.job_path = absl::StrCat(testing::TempDir(), "/integration_job.pbtxt");
   {
     std::ofstream out(cluster.job_path);
     out << kJob;

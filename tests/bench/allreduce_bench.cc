@@ -39,6 +39,7 @@
 #include "common/coordinator_client.h"
 #include "common/process_tuning.h"
 #include "tests/testing/daemon.h"
+#include "tests/testing/runfiles.h"
 #include "worker/collective/allreduce.h"
 
 ABSL_FLAG(int, ranks, 2, "ranks (processes) in the group");
@@ -69,14 +70,10 @@ namespace {
 
 std::string g_self;  // this binary's path
 
+// --bin_dir, else this binary's runfiles (under `bazel run`), else the -c opt output folder.
 std::string BinDir() {
-  const std::string dir = absl::GetFlag(FLAGS_bin_dir);
-  if (!dir.empty()) return dir;
-  const std::string runfiles = g_self + ".runfiles/ps";
-  if (access((runfiles + "/server/coordinator/ps_coordinator").c_str(), X_OK) == 0) {
-    return runfiles;
-  }
-  return "bazel-out/k8-opt/bin";
+  return testing::FindBinDir(absl::GetFlag(FLAGS_bin_dir), g_self,
+                             "server/coordinator/ps_coordinator", "bazel-out/k8-opt/bin");
 }
 
 // `name` as given if it holds a '/', else its first executable match on $PATH (RunProcess does
@@ -298,11 +295,7 @@ int RunBench() {
 int main(int argc, char** argv) {
   ps::TuneProcess();
   absl::ParseCommandLine(argc, argv);
-  char self[4096];
-  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-  ps::g_self = n > 0 ? std::string(self, n) : argv[0];
-  // Under bazel run the runfiles sit beside argv[0], which may be a symlink.
-  if (access((std::string(argv[0]) + ".runfiles").c_str(), F_OK) == 0) ps::g_self = argv[0];
+  ps::g_self = ps::testing::SelfPath(argv[0]);
   if (absl::GetFlag(FLAGS_role) == "rank") return ps::RunRank();
   return ps::RunBench();
 }

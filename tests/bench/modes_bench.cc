@@ -23,13 +23,8 @@
 //
 //   bazel build -c opt //tests/bench:modes_bench
 //   bazel-out/k8-opt/bin/tests/bench/modes_bench [--rows=600000] [--modes=sync,async]
-#include <unistd.h>
-
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -40,9 +35,6 @@
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/ascii.h"
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
@@ -51,9 +43,11 @@
 #include "common/job_config.h"
 #include "common/process_tuning.h"
 #include "common/status_macros.h"
-#include "google/protobuf/text_format.h"
 #include "proto/job.pb.h"
-#include "tests/testing/daemon.h"
+#include "tests/testing/json_line.h"
+#include "tests/testing/local_cluster.h"
+#include "tests/testing/runfiles.h"
+#include "tests/testing/temp_dir.h"
 
 ABSL_FLAG(int64_t, rows, 600000, "training rows ps_datagen writes");
 ABSL_FLAG(int64_t, heldout_rows, -1, "held-out rows ps_datagen writes (-1: rows / 10)");
@@ -77,71 +71,21 @@ ABSL_FLAG(int, timeout_s, 1800, "how long one mode may take");
 namespace ps {
 namespace {
 
+using testing::JsonField;
+using testing::JsonNumber;
+
 std::string g_self;  // this binary's path
 
-// This binary's runfiles under `bazel run` or when run from bazel-bin, else "".
-std::string RunfilesRoot() {
-  const std::string runfiles = g_self + ".runfiles/ps";
-  if (access((runfiles + "/worker/ps_worker").c_str(), X_OK) == 0) return runfiles;
-  return "";
-}
-
+// Where the project's binaries and data files are: this binary's runfiles under `bazel run` or
+// when run from bazel-bin, else the workspace (binaries under bazel-bin/).
 std::string BinDir() {
-  const std::string dir = absl::GetFlag(FLAGS_bin_dir);
-  if (!dir.empty()) return dir;
-  const std::string runfiles = RunfilesRoot();
-  return runfiles.empty() ? "bazel-bin" : runfiles;
+  return testing::FindBinDir(absl::GetFlag(FLAGS_bin_dir), g_self, "worker/ps_worker", "bazel-bin");
 }
 
 std::string JobPath() {
-  const std::string job = absl::GetFlag(FLAGS_job);
-  if (!job.empty()) return job;
-  const std::string runfiles = RunfilesRoot();
-  return runfiles.empty() ? "deploy/jobs/quickstart.pbtxt"
-                          : runfiles + "/deploy/jobs/quickstart.pbtxt";
+  return testing::FindWorkspaceFile(absl::GetFlag(FLAGS_job), g_self, "worker/ps_worker",
+                                    "deploy/jobs/quickstart.pbtxt");
 }
-
-// The value of "key":number in a one-line JSON object, or NaN (also for null).
-double JsonField(const std::string& json, const std::string& key) {
-  const std::string needle = absl::StrCat("\"", key, "\":");
-  const size_t at = json.find(needle);
-  if (at == std::string::npos) return std::nan("");
-  const size_t begin = at + needle.size();
-  const size_t end = json.find_first_of(",}", begin);
-  double value = 0;
-  if (!absl::SimpleAtod(json.substr(begin, end - begin), &value)) return std::nan("");
-  return value;
-}
-
-std::string JsonNumber(double x) {
-  return std::isfinite(x) ? absl::StrFormat("%.6g", x) : std::string("null");
-}
-
-// A temporary folder, removed with everything in it when this goes away.
-class TempDir {
- public:
-  static absl::StatusOr<std::unique_ptr<TempDir>> Create() {
-    const char* base = std::getenv("TEST_TMPDIR");
-    if (base == nullptr || *base == '\0') base = std::getenv("TMPDIR");
-    std::string pattern =
-        absl::StrCat(base != nullptr && *base != '\0' ? base : "/tmp", "/modes_bench.XXXXXX");
-    if (mkdtemp(pattern.data()) == nullptr) {
-      return absl::FailedPreconditionError(absl::StrCat("cannot create ", pattern));
-    }
-    return std::unique_ptr<TempDir>(new TempDir(pattern));
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  explicit TempDir(std::string path) : path_(std::move(path)) {}
-  const std::string path_;
-};
 
 // One mode's settings.
 struct Mode {
@@ -194,36 +138,16 @@ absl::StatusOr<config::Job> BenchJob(const Mode& mode, const std::string& train,
   return job;
 }
 
-absl::Status WriteJob(const config::Job& job, const std::string& path) {
-  std::string text;
-  if (!google::protobuf::TextFormat::PrintToString(job, &text)) {
-    return absl::InternalError("cannot print the job");
-  }
-  std::ofstream out(path);
-  out << text;
-  out.close();
-  if (!out) return absl::FailedPreconditionError(absl::StrCat("cannot write ", path));
-  return absl::OkStatus();
-}
-
 // ps_datagen's JSON line.
 absl::StatusOr<std::string> GenerateData(const std::string& train, const std::string& heldout) {
-  const int64_t rows = absl::GetFlag(FLAGS_rows);
-  const int64_t heldout_rows =
-      absl::GetFlag(FLAGS_heldout_rows) >= 0 ? absl::GetFlag(FLAGS_heldout_rows) : rows / 10;
-  PS_ASSIGN_OR_RETURN(
-      testing::ProcessResult result,
-      testing::RunProcess(
-          BinDir() + "/worker/tools/ps_datagen",
-          {absl::StrCat("--rows=", rows), absl::StrCat("--heldout_rows=", heldout_rows),
-           absl::StrCat("--out=", train), absl::StrCat("--heldout_out=", heldout),
-           absl::StrCat("--cardinalities=", absl::GetFlag(FLAGS_cardinalities))},
-          absl::Seconds(absl::GetFlag(FLAGS_timeout_s))));
-  if (result.exit_code != 0) {
-    return absl::InternalError(
-        absl::StrCat("ps_datagen exited with ", result.exit_code, ": ", result.stderr_text));
-  }
-  return std::string(absl::StripAsciiWhitespace(result.stdout_text));
+  testing::DatagenOptions options;
+  options.bin_dir = BinDir();
+  options.train_path = train;
+  options.heldout_path = heldout;
+  options.rows = absl::GetFlag(FLAGS_rows);
+  options.heldout_rows = absl::GetFlag(FLAGS_heldout_rows);
+  options.cardinalities = absl::GetFlag(FLAGS_cardinalities);
+  return testing::RunDatagen(options, absl::Seconds(absl::GetFlag(FLAGS_timeout_s)));
 }
 
 struct Measurement {
@@ -237,56 +161,26 @@ struct Measurement {
 
 // Trains the job at `job_path` on a fresh cluster; rank 0's figures and the wall time.
 absl::StatusOr<Measurement> RunCluster(const std::string& job_path) {
-  const std::string bin = BinDir();
-  const absl::Duration timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
-  PS_ASSIGN_OR_RETURN(
-      std::unique_ptr<testing::Daemon> coordinator,
-      testing::Daemon::Start(bin + "/server/coordinator/ps_coordinator", {"--job=" + job_path}));
-  std::vector<std::unique_ptr<testing::Daemon>> servers;
-  for (int i = 0; i < absl::GetFlag(FLAGS_servers); ++i) {
-    PS_ASSIGN_OR_RETURN(std::unique_ptr<testing::Daemon> server,
-                        testing::Daemon::Start(bin + "/server/ps_server",
-                                               {"--coordinator=" + coordinator->address()}));
-    servers.push_back(std::move(server));
-  }
+  testing::LocalClusterOptions options;
+  options.bin_dir = BinDir();
+  options.servers = absl::GetFlag(FLAGS_servers);
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<testing::LocalCluster> cluster,
+                      testing::LocalCluster::Start(job_path, options));
   const int workers = absl::GetFlag(FLAGS_workers);
   const int straggler =
       absl::GetFlag(FLAGS_straggler_rank) >= 0 ? absl::GetFlag(FLAGS_straggler_rank) : workers - 1;
-  std::vector<absl::StatusOr<testing::ProcessResult>> results(workers,
-                                                              absl::UnknownError("not run"));
+  std::vector<std::vector<std::string>> worker_args(workers, {"--progress_s=60"});
+  if (straggler >= 0 && straggler < workers) {
+    worker_args[straggler].push_back(absl::StrCat("--slowdown=", absl::GetFlag(FLAGS_slowdown)));
+  }
   const absl::Time start = absl::Now();
-  {
-    // Each worker's process dies with the thread that started it (testing::RunProcess), so each
-    // thread lives until its worker has exited.
-    std::vector<std::thread> threads;
-    for (int rank = 0; rank < workers; ++rank) {
-      std::vector<std::string> args = {"--coordinator=" + coordinator->address(),
-                                       absl::StrCat("--rank=", rank), "--progress_s=60"};
-      if (rank == straggler)
-        args.push_back(absl::StrCat("--slowdown=", absl::GetFlag(FLAGS_slowdown)));
-      threads.emplace_back([&, rank, args] {
-        results[rank] = testing::RunProcess(bin + "/worker/ps_worker", args, timeout);
-      });
-    }
-    for (std::thread& t : threads) t.join();
-  }
+  absl::StatusOr<std::vector<testing::ProcessResult>> results =
+      cluster->RunWorkers(worker_args, absl::Seconds(absl::GetFlag(FLAGS_timeout_s)));
   const double wall_s = absl::ToDoubleSeconds(absl::Now() - start);
-  std::string rank0;
-  for (int rank = 0; rank < workers; ++rank) {
-    if (!results[rank].ok()) return results[rank].status();
-    if (results[rank]->exit_code != 0) {
-      return absl::InternalError(absl::StrCat("worker ", rank, " exited with ",
-                                              results[rank]->exit_code, ":\n",
-                                              results[rank]->stderr_text));
-    }
-    if (rank != 0) continue;
-    for (absl::string_view line : absl::StrSplit(results[rank]->stdout_text, '\n')) {
-      if (absl::StartsWith(line, "RESULT ")) rank0 = std::string(line.substr(7));
-    }
-  }
+  if (!results.ok()) return results.status();
+  const std::string rank0 = results->empty() ? "" : testing::ResultJson((*results)[0].stdout_text);
   if (rank0.empty()) return absl::InternalError("worker 0 printed no RESULT line");
-  for (auto& server : servers) PS_RETURN_IF_ERROR(server->Terminate(absl::Seconds(30)));
-  PS_RETURN_IF_ERROR(coordinator->Terminate(absl::Seconds(30)));
+  PS_RETURN_IF_ERROR(cluster->Terminate(absl::Seconds(30)));
   Measurement m;
   m.samples_per_s = JsonField(rank0, "samples_per_s");
   m.wall_s = wall_s;
@@ -308,7 +202,8 @@ int Main() {
     }
     modes.push_back(*mode);
   }
-  absl::StatusOr<std::unique_ptr<TempDir>> dir = TempDir::Create();
+  absl::StatusOr<std::unique_ptr<testing::ScopedTempDir>> dir =
+      testing::ScopedTempDir::Create("modes_bench");
   if (!dir.ok()) {
     std::fprintf(stderr, "modes_bench: %s\n", dir.status().ToString().c_str());
     return 1;
@@ -325,7 +220,7 @@ int Main() {
   for (const Mode& mode : modes) {
     const std::string job_path = absl::StrCat((*dir)->path(), "/", mode.name, ".pbtxt");
     absl::StatusOr<config::Job> job = BenchJob(mode, train, heldout);
-    absl::Status written = job.ok() ? WriteJob(*job, job_path) : job.status();
+    absl::Status written = job.ok() ? testing::WriteJobFile(*job, job_path) : job.status();
     if (!written.ok()) {
       std::fprintf(stderr, "modes_bench: %s: %s\n", mode.name.c_str(), written.ToString().c_str());
       return 1;
@@ -364,10 +259,6 @@ int main(int argc, char** argv) {
       "modes_bench [--rows=600000] [--modes=sync,sync_quorum,bounded_staleness,async] "
       "[--slowdown=2] [--staleness=4] [--sync_quorum=0.67] [--dense_sync_every=8]");
   absl::ParseCommandLine(argc, argv);
-  char self[4096];
-  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-  ps::g_self = n > 0 ? std::string(self, n) : argv[0];
-  // Under bazel run the runfiles sit beside argv[0], which may be a symlink.
-  if (access((std::string(argv[0]) + ".runfiles").c_str(), F_OK) == 0) ps::g_self = argv[0];
+  ps::g_self = ps::testing::SelfPath(argv[0]);
   return ps::Main();
 }

@@ -43,6 +43,7 @@
 #include "proto/job.pb.h"
 #include "common/optimizer.h"
 #include "tests/testing/daemon.h"
+#include "tests/testing/runfiles.h"
 
 ABSL_FLAG(int, servers, 1, "server processes");
 ABSL_FLAG(int, workers, 1, "worker processes");
@@ -70,13 +71,9 @@ namespace {
 
 std::string g_self;  // this binary's path
 
+// --bin_dir, else this binary's runfiles (under `bazel run`), else bazel-bin.
 std::string BinDir() {
-  std::string dir = absl::GetFlag(FLAGS_bin_dir);
-  if (!dir.empty()) return dir;
-  // Under `bazel run`, the binaries are in this binary's runfiles.
-  const std::string runfiles = g_self + ".runfiles/ps";
-  if (access((runfiles + "/server/ps_server").c_str(), X_OK) == 0) return runfiles;
-  return "bazel-bin";
+  return testing::FindBinDir(absl::GetFlag(FLAGS_bin_dir), g_self, "server/ps_server", "bazel-bin");
 }
 
 double Percentile(std::vector<double> v, double p) {
@@ -384,11 +381,7 @@ int RunThroughput() {
 int main(int argc, char** argv) {
   ps::TuneProcess();
   absl::ParseCommandLine(argc, argv);
-  char self[4096];
-  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-  ps::g_self = n > 0 ? std::string(self, n) : argv[0];
-  // Under bazel run the runfiles sit beside argv[0], which may be a symlink.
-  if (access((std::string(argv[0]) + ".runfiles").c_str(), F_OK) == 0) ps::g_self = argv[0];
+  ps::g_self = ps::testing::SelfPath(argv[0]);
   if (absl::GetFlag(FLAGS_role) == "worker") return ps::RunWorker();
   if (absl::GetFlag(FLAGS_memory)) return ps::RunMemory();
   return ps::RunThroughput();

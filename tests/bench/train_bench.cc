@@ -16,14 +16,7 @@
 //   bazel build -c opt //tests/bench:train_bench
 //   bazel-bin/tests/bench/train_bench --servers=2 --workers=2 --rows=500000 --epochs=1
 //       --batch=512 --mode=sync [--local]
-#include <stdlib.h>
-#include <unistd.h>
-
-#include <cmath>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
-#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -35,20 +28,18 @@
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/ascii.h"
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "common/job_config.h"
 #include "common/process_tuning.h"
 #include "common/status_macros.h"
-#include "google/protobuf/text_format.h"
 #include "proto/job.pb.h"
-#include "tests/testing/daemon.h"
+#include "tests/testing/json_line.h"
 #include "tests/testing/local/local_client.h"
+#include "tests/testing/local_cluster.h"
+#include "tests/testing/runfiles.h"
+#include "tests/testing/temp_dir.h"
 #include "worker/collective/allreduce.h"
 #include "worker/trainer.h"
 
@@ -70,72 +61,21 @@ ABSL_FLAG(int, timeout_s, 1800, "how long one setup may take");
 namespace ps {
 namespace {
 
+using testing::JsonField;
+using testing::JsonNumber;
+
 std::string g_self;  // this binary's path
 
 // Where the project's binaries and data files are: this binary's runfiles under `bazel run` or
 // when run from bazel-bin, else the workspace (binaries under bazel-bin/).
-std::string RunfilesRoot() {
-  const std::string runfiles = g_self + ".runfiles/ps";
-  if (access((runfiles + "/worker/ps_worker").c_str(), X_OK) == 0) return runfiles;
-  return "";
-}
-
 std::string BinDir() {
-  const std::string dir = absl::GetFlag(FLAGS_bin_dir);
-  if (!dir.empty()) return dir;
-  const std::string runfiles = RunfilesRoot();
-  return runfiles.empty() ? "bazel-bin" : runfiles;
+  return testing::FindBinDir(absl::GetFlag(FLAGS_bin_dir), g_self, "worker/ps_worker", "bazel-bin");
 }
 
 std::string JobPath() {
-  const std::string job = absl::GetFlag(FLAGS_job);
-  if (!job.empty()) return job;
-  const std::string runfiles = RunfilesRoot();
-  return runfiles.empty() ? "deploy/jobs/quickstart.pbtxt"
-                          : runfiles + "/deploy/jobs/quickstart.pbtxt";
+  return testing::FindWorkspaceFile(absl::GetFlag(FLAGS_job), g_self, "worker/ps_worker",
+                                    "deploy/jobs/quickstart.pbtxt");
 }
-
-// The value of "key":number in a one-line JSON object, or NaN (also for null).
-double JsonField(const std::string& json, const std::string& key) {
-  const std::string needle = absl::StrCat("\"", key, "\":");
-  const size_t at = json.find(needle);
-  if (at == std::string::npos) return std::nan("");
-  const size_t begin = at + needle.size();
-  const size_t end = json.find_first_of(",}", begin);
-  double value = 0;
-  if (!absl::SimpleAtod(json.substr(begin, end - begin), &value)) return std::nan("");
-  return value;
-}
-
-std::string JsonNumber(double x) {
-  return std::isfinite(x) ? absl::StrFormat("%.6g", x) : std::string("null");
-}
-
-// A temporary folder, removed with everything in it when this goes away.
-class TempDir {
- public:
-  static absl::StatusOr<std::unique_ptr<TempDir>> Create() {
-    const char* base = std::getenv("TEST_TMPDIR");
-    if (base == nullptr || *base == '\0') base = std::getenv("TMPDIR");
-    std::string pattern =
-        absl::StrCat(base != nullptr && *base != '\0' ? base : "/tmp", "/train_bench.XXXXXX");
-    if (mkdtemp(pattern.data()) == nullptr) {
-      return absl::FailedPreconditionError(absl::StrCat("cannot create ", pattern));
-    }
-    return std::unique_ptr<TempDir>(new TempDir(pattern));
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  explicit TempDir(std::string path) : path_(std::move(path)) {}
-  const std::string path_;
-};
 
 // What both setups report.
 struct Measurement {
@@ -176,84 +116,32 @@ absl::StatusOr<config::Job> BenchJob(const std::string& train, const std::string
   return job;
 }
 
-absl::Status WriteJob(const config::Job& job, const std::string& path) {
-  std::string text;
-  if (!google::protobuf::TextFormat::PrintToString(job, &text)) {
-    return absl::InternalError("cannot print the job");
-  }
-  std::ofstream out(path);
-  out << text;
-  out.close();
-  if (!out) return absl::FailedPreconditionError(absl::StrCat("cannot write ", path));
-  return absl::OkStatus();
-}
-
 // ps_datagen's JSON line.
 absl::StatusOr<std::string> GenerateData(const std::string& train, const std::string& heldout) {
-  const int64_t rows = absl::GetFlag(FLAGS_rows);
-  const int64_t heldout_rows =
-      absl::GetFlag(FLAGS_heldout_rows) >= 0 ? absl::GetFlag(FLAGS_heldout_rows) : rows / 10;
-  PS_ASSIGN_OR_RETURN(
-      testing::ProcessResult result,
-      testing::RunProcess(
-          BinDir() + "/worker/tools/ps_datagen",
-          {absl::StrCat("--rows=", rows), absl::StrCat("--heldout_rows=", heldout_rows),
-           absl::StrCat("--out=", train), absl::StrCat("--heldout_out=", heldout),
-           absl::StrCat("--cardinalities=", absl::GetFlag(FLAGS_cardinalities))},
-          absl::Seconds(absl::GetFlag(FLAGS_timeout_s))));
-  if (result.exit_code != 0) {
-    return absl::InternalError(
-        absl::StrCat("ps_datagen exited with ", result.exit_code, ": ", result.stderr_text));
-  }
-  return std::string(absl::StripAsciiWhitespace(result.stdout_text));
+  testing::DatagenOptions options;
+  options.bin_dir = BinDir();
+  options.train_path = train;
+  options.heldout_path = heldout;
+  options.rows = absl::GetFlag(FLAGS_rows);
+  options.heldout_rows = absl::GetFlag(FLAGS_heldout_rows);
+  options.cardinalities = absl::GetFlag(FLAGS_cardinalities);
+  return testing::RunDatagen(options, absl::Seconds(absl::GetFlag(FLAGS_timeout_s)));
 }
 
 // The cluster: coordinator, servers and worker processes on loopback.
 absl::StatusOr<Measurement> RunCluster(const std::string& job_path) {
-  const std::string bin = BinDir();
-  const absl::Duration timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
+  testing::LocalClusterOptions options;
+  options.bin_dir = BinDir();
+  options.servers = absl::GetFlag(FLAGS_servers);
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<testing::LocalCluster> cluster,
+                      testing::LocalCluster::Start(job_path, options));
   PS_ASSIGN_OR_RETURN(
-      std::unique_ptr<testing::Daemon> coordinator,
-      testing::Daemon::Start(bin + "/server/coordinator/ps_coordinator", {"--job=" + job_path}));
-  std::vector<std::unique_ptr<testing::Daemon>> servers;
-  for (int i = 0; i < absl::GetFlag(FLAGS_servers); ++i) {
-    PS_ASSIGN_OR_RETURN(std::unique_ptr<testing::Daemon> server,
-                        testing::Daemon::Start(bin + "/server/ps_server",
-                                               {"--coordinator=" + coordinator->address()}));
-    servers.push_back(std::move(server));
-  }
-  const int workers = absl::GetFlag(FLAGS_workers);
-  std::vector<absl::StatusOr<testing::ProcessResult>> results(workers,
-                                                              absl::UnknownError("not run"));
-  {
-    // Each worker's process dies with the thread that started it (testing::RunProcess), so each
-    // thread lives until its worker has exited.
-    std::vector<std::thread> threads;
-    for (int rank = 0; rank < workers; ++rank) {
-      threads.emplace_back([&, rank] {
-        results[rank] = testing::RunProcess(
-            bin + "/worker/ps_worker",
-            {"--coordinator=" + coordinator->address(), absl::StrCat("--rank=", rank)}, timeout);
-      });
-    }
-    for (std::thread& t : threads) t.join();
-  }
-  std::string rank0;
-  for (int rank = 0; rank < workers; ++rank) {
-    if (!results[rank].ok()) return results[rank].status();
-    if (results[rank]->exit_code != 0) {
-      return absl::InternalError(absl::StrCat("worker ", rank, " exited with ",
-                                              results[rank]->exit_code, ":\n",
-                                              results[rank]->stderr_text));
-    }
-    if (rank != 0) continue;
-    for (absl::string_view line : absl::StrSplit(results[rank]->stdout_text, '\n')) {
-      if (absl::StartsWith(line, "RESULT ")) rank0 = std::string(line.substr(7));
-    }
-  }
+      const std::vector<testing::ProcessResult> workers,
+      cluster->RunWorkers(std::vector<std::vector<std::string>>(absl::GetFlag(FLAGS_workers)),
+                          absl::Seconds(absl::GetFlag(FLAGS_timeout_s))));
+  const std::string rank0 = workers.empty() ? "" : testing::ResultJson(workers[0].stdout_text);
   if (rank0.empty()) return absl::InternalError("worker 0 printed no RESULT line");
-  for (auto& server : servers) PS_RETURN_IF_ERROR(server->Terminate(absl::Seconds(30)));
-  PS_RETURN_IF_ERROR(coordinator->Terminate(absl::Seconds(30)));
+  PS_RETURN_IF_ERROR(cluster->Terminate(absl::Seconds(30)));
   Measurement m;
   m.samples_per_s = JsonField(rank0, "samples_per_s");
   m.heldout_auc = JsonField(rank0, "heldout_auc");
@@ -323,7 +211,8 @@ int Main() {
     std::fprintf(stderr, "train_bench: --setup must be ps, local or both\n");
     return 2;
   }
-  absl::StatusOr<std::unique_ptr<TempDir>> dir = TempDir::Create();
+  absl::StatusOr<std::unique_ptr<testing::ScopedTempDir>> dir =
+      testing::ScopedTempDir::Create("train_bench");
   if (!dir.ok()) {
     std::fprintf(stderr, "train_bench: %s\n", dir.status().ToString().c_str());
     return 1;
@@ -332,7 +221,7 @@ int Main() {
   const std::string heldout = (*dir)->path() + "/heldout.tsv";
   const std::string job_path = (*dir)->path() + "/job.pbtxt";
   absl::StatusOr<config::Job> job = BenchJob(train, heldout);
-  absl::Status written = job.ok() ? WriteJob(*job, job_path) : job.status();
+  absl::Status written = job.ok() ? testing::WriteJobFile(*job, job_path) : job.status();
   if (!written.ok()) {
     std::fprintf(stderr, "train_bench: %s\n", written.ToString().c_str());
     return 1;
@@ -385,10 +274,6 @@ int main(int argc, char** argv) {
       "train_bench [--servers=2 --workers=2 --rows=500000 --epochs=1 --batch=512 --mode=sync] "
       "[--local]");
   absl::ParseCommandLine(argc, argv);
-  char self[4096];
-  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-  ps::g_self = n > 0 ? std::string(self, n) : argv[0];
-  // Under bazel run the runfiles sit beside argv[0], which may be a symlink.
-  if (access((std::string(argv[0]) + ".runfiles").c_str(), F_OK) == 0) ps::g_self = argv[0];
+  ps::g_self = ps::testing::SelfPath(argv[0]);
   return ps::Main();
 }

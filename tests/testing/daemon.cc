@@ -18,6 +18,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "tests/testing/temp_dir.h"
 
 namespace ps {
 namespace testing {
@@ -27,14 +28,12 @@ constexpr size_t kLogTailBytes = 4096;
 // How often the port file and the child's exit are polled.
 constexpr absl::Duration kPollInterval = absl::Milliseconds(5);
 
-// A new path under $TEST_TMPDIR (or /tmp) named after `binary`, ending in `suffix`.
+// A new path under TempDir() named after `binary`, ending in `suffix`.
 std::string UniquePath(const std::string& binary, const std::string& suffix) {
   static std::atomic<int> counter{0};
-  const char* dir = std::getenv("TEST_TMPDIR");
   const size_t slash = binary.rfind('/');
   const std::string base = slash == std::string::npos ? binary : binary.substr(slash + 1);
-  return absl::StrCat(dir != nullptr && *dir != '\0' ? dir : "/tmp", "/", base, ".", getpid(), ".",
-                      counter.fetch_add(1), suffix);
+  return absl::StrCat(TempDir(), "/", base, ".", getpid(), ".", counter.fetch_add(1), suffix);
 }
 
 std::string ReadFile(const std::string& path) {

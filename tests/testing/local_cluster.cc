@@ -1,0 +1,118 @@
+#include "tests/testing/local_cluster.h"
+
+#include <fstream>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/status_macros.h"
+#include "google/protobuf/text_format.h"
+
+namespace ps {
+namespace testing {
+namespace {
+
+// `binary` (a path in the workspace) under `bin_dir`, or as is when that is "".
+std::string BinaryPath(const std::string& bin_dir, absl::string_view binary) {
+  return bin_dir.empty() ? std::string(binary) : absl::StrCat(bin_dir, "/", binary);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
+    const std::string& job_path, const LocalClusterOptions& options) {
+  PS_ASSIGN_OR_RETURN(
+      std::unique_ptr<Daemon> coordinator,
+      Daemon::Start(BinaryPath(options.bin_dir, "server/coordinator/ps_coordinator"),
+                    {"--job=" + job_path}));
+  std::unique_ptr<LocalCluster> cluster(new LocalCluster(options.bin_dir, std::move(coordinator)));
+  for (int i = 0; i < options.servers; ++i) {
+    PS_ASSIGN_OR_RETURN(std::unique_ptr<Daemon> server,
+                        Daemon::Start(BinaryPath(options.bin_dir, "server/ps_server"),
+                                      {"--coordinator=" + cluster->coordinator_->address()}));
+    cluster->servers_.push_back(std::move(server));
+  }
+  return cluster;
+}
+
+absl::StatusOr<std::vector<ProcessResult>> LocalCluster::RunWorkers(
+    const std::vector<std::vector<std::string>>& worker_args, absl::Duration timeout) {
+  const int workers = static_cast<int>(worker_args.size());
+  const std::string binary = BinaryPath(bin_dir_, "worker/ps_worker");
+  std::vector<absl::StatusOr<ProcessResult>> results(workers, absl::UnknownError("not run"));
+  {
+    // Each worker's process dies with the thread that started it (RunProcess), so each thread
+    // lives until its worker has exited.
+    std::vector<std::thread> threads;
+    for (int rank = 0; rank < workers; ++rank) {
+      std::vector<std::string> args = {"--coordinator=" + coordinator_->address(),
+                                       absl::StrCat("--rank=", rank)};
+      args.insert(args.end(), worker_args[rank].begin(), worker_args[rank].end());
+      threads.emplace_back([&results, &binary, rank, args = std::move(args), timeout] {
+        results[rank] = RunProcess(binary, args, timeout);
+      });
+    }
+    for (std::thread& t : threads) t.join();
+  }
+  std::vector<ProcessResult> done;
+  for (int rank = 0; rank < workers; ++rank) {
+    if (!results[rank].ok()) return results[rank].status();
+    if (results[rank]->exit_code != 0) {
+      return absl::InternalError(absl::StrCat("worker ", rank, " exited with ",
+                                              results[rank]->exit_code, ":\n",
+                                              results[rank]->stderr_text));
+    }
+    done.push_back(*std::move(results[rank]));
+  }
+  return done;
+}
+
+absl::Status LocalCluster::Terminate(absl::Duration timeout) {
+  absl::Status first;
+  for (auto& server : servers_) first.Update(server->Terminate(timeout));
+  first.Update(coordinator_->Terminate(timeout));
+  return first;
+}
+
+std::string ResultJson(absl::string_view stdout_text) {
+  std::string json;
+  for (absl::string_view line : absl::StrSplit(stdout_text, '\n')) {
+    if (absl::StartsWith(line, "RESULT ")) json = std::string(line.substr(7));
+  }
+  return json;
+}
+
+absl::Status WriteJobFile(const config::Job& job, const std::string& path) {
+  std::string text;
+  if (!google::protobuf::TextFormat::PrintToString(job, &text)) {
+    return absl::InternalError("cannot print the job");
+  }
+  std::ofstream out(path);
+  out << text;
+  out.close();
+  if (!out) return absl::FailedPreconditionError(absl::StrCat("cannot write ", path));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> RunDatagen(const DatagenOptions& options, absl::Duration timeout) {
+  const int64_t heldout_rows = options.heldout_rows >= 0 ? options.heldout_rows : options.rows / 10;
+  PS_ASSIGN_OR_RETURN(ProcessResult result,
+                      RunProcess(BinaryPath(options.bin_dir, "worker/tools/ps_datagen"),
+                                 {absl::StrCat("--rows=", options.rows),
+                                  absl::StrCat("--heldout_rows=", heldout_rows),
+                                  absl::StrCat("--out=", options.train_path),
+                                  absl::StrCat("--heldout_out=", options.heldout_path),
+                                  absl::StrCat("--cardinalities=", options.cardinalities)},
+                                 timeout));
+  if (result.exit_code != 0) {
+    return absl::InternalError(
+        absl::StrCat("ps_datagen exited with ", result.exit_code, ": ", result.stderr_text));
+  }
+  return std::string(absl::StripAsciiWhitespace(result.stdout_text));
+}
+
+}  // namespace testing
+}  // namespace ps

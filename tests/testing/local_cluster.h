@@ -1,0 +1,101 @@
+// A job's cluster on this machine, for integration tests and benchmarks: a ps_coordinator and
+// ps_server daemons on loopback, and ps_worker processes run to their end, whose `RESULT {json}`
+// lines report the training. Also the files such a job reads: its text-format config, and
+// synthetic data from ps_datagen.
+#ifndef PS_TESTS_TESTING_LOCAL_CLUSTER_H_
+#define PS_TESTS_TESTING_LOCAL_CLUSTER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "proto/job.pb.h"
+#include "tests/testing/daemon.h"
+
+namespace ps {
+namespace testing {
+
+struct LocalClusterOptions {
+  // The folder holding server/coordinator/ps_coordinator, server/ps_server and worker/ps_worker.
+  // Default "": paths relative to the working directory, which is a test's runfiles root.
+  std::string bin_dir;
+  // ps_server processes to start; >= 0. Default 2.
+  int servers = 2;
+};
+
+// A LocalCluster is a ps_coordinator and its ps_server daemons, children of this process (see
+// Daemon: they die with the thread that started them, and are killed when this goes away), and
+// runs ps_worker processes against them. Thread-compatible.
+class LocalCluster {
+ public:
+  // Starts a ps_coordinator with --job=`job_path`, then options.servers ps_servers registered
+  // with it, each started once the one before reports its port. The first error of
+  // Daemon::Start; the daemons already started are then killed.
+  static absl::StatusOr<std::unique_ptr<LocalCluster>> Start(const std::string& job_path,
+                                                             const LocalClusterOptions& options);
+
+  LocalCluster(const LocalCluster&) = delete;
+  LocalCluster& operator=(const LocalCluster&) = delete;
+
+  const Daemon& coordinator() const { return *coordinator_; }
+  const std::vector<std::unique_ptr<Daemon>>& servers() const { return servers_; }
+
+  // Runs worker_args.size() ps_worker processes at once, rank r with `--coordinator=<address>
+  // --rank=r` followed by worker_args[r] (e.g. {"--progress_s=60", "--slowdown=2"}), each from a
+  // thread of its own that lives until its process has exited, and waits for all of them. Their
+  // results by rank, each with exit code 0. Otherwise the error of the lowest rank that has one:
+  // RunProcess's (DEADLINE_EXCEEDED after `timeout`), or INTERNAL "worker R exited with C:"
+  // followed by its stderr.
+  absl::StatusOr<std::vector<ProcessResult>> RunWorkers(
+      const std::vector<std::vector<std::string>>& worker_args, absl::Duration timeout);
+
+  // Terminates every server, then the coordinator (Daemon::Terminate, up to `timeout` each). OK
+  // iff each exited with status 0; otherwise the first error, every daemon having been stopped
+  // (a second call fails with FAILED_PRECONDITION).
+  absl::Status Terminate(absl::Duration timeout);
+
+ private:
+  LocalCluster(std::string bin_dir, std::unique_ptr<Daemon> coordinator)
+      : bin_dir_(std::move(bin_dir)), coordinator_(std::move(coordinator)) {}
+
+  const std::string bin_dir_;
+  const std::unique_ptr<Daemon> coordinator_;
+  std::vector<std::unique_ptr<Daemon>> servers_;
+};
+
+// The JSON after "RESULT " on the last line of `stdout_text` that starts so (a ps_worker's
+// report), or "" if there is none.
+std::string ResultJson(absl::string_view stdout_text);
+
+// Writes `job` in protobuf text format to `path`. INTERNAL if it cannot be printed,
+// FAILED_PRECONDITION if the file cannot be written.
+absl::Status WriteJobFile(const config::Job& job, const std::string& path);
+
+struct DatagenOptions {
+  // The folder holding worker/tools/ps_datagen; "" (default): relative to the working directory.
+  std::string bin_dir;
+  // The files to write (ps_datagen --out and --heldout_out). Required.
+  std::string train_path;
+  std::string heldout_path;
+  // Training rows; >= 0. Default 500000.
+  int64_t rows = 500000;
+  // Held-out rows; -1 (default) for rows / 10.
+  int64_t heldout_rows = -1;
+  // ps_datagen --cardinalities: one per categorical field, or one for all. Default "1000".
+  std::string cardinalities = "1000";
+};
+
+// Writes synthetic training and held-out data with ps_datagen. Its JSON line (with the teacher's
+// held-out AUC, "teacher_auc"), blanks stripped. The error of RunProcess (DEADLINE_EXCEEDED after
+// `timeout`), or INTERNAL "ps_datagen exited with C: " and its stderr.
+absl::StatusOr<std::string> RunDatagen(const DatagenOptions& options, absl::Duration timeout);
+
+}  // namespace testing
+}  // namespace ps
+
+#endif  // PS_TESTS_TESTING_LOCAL_CLUSTER_H_
