@@ -63,16 +63,12 @@ absl::StatusOr<DlrmShape> DlrmShape::FromJob(const config::Job& job) {
   return shape;
 }
 
-absl::StatusOr<std::unique_ptr<Dlrm>> Dlrm::Create(const DlrmShape& shape, uint64_t seed) {
-  if (shape.num_dense < 1 || shape.num_sparse < 0 || shape.emb_dim < 1) {
-    return absl::InvalidArgumentError("the model needs dense features and a positive emb_dim");
-  }
-  std::vector<Layer> bottom;
-  std::vector<Layer> top;
+DlrmLayout LayoutOf(const DlrmShape& shape) {
+  DlrmLayout layout;
   size_t n = 0;
   int in = shape.num_dense;
   for (int out : shape.bottom) {
-    bottom.push_back(Layer{in, out, n, true});
+    layout.bottom.push_back(DlrmLayer{in, out, n, true});
     n += size_t(out) * in + out;
     in = out;
   }
@@ -81,11 +77,21 @@ absl::StatusOr<std::unique_ptr<Dlrm>> Dlrm::Create(const DlrmShape& shape, uint6
   top_sizes.push_back(1);
   for (size_t i = 0; i < top_sizes.size(); ++i) {
     const bool last = i + 1 == top_sizes.size();
-    top.push_back(Layer{in, top_sizes[i], n, !last});
+    layout.top.push_back(DlrmLayer{in, top_sizes[i], n, !last});
     n += size_t(top_sizes[i]) * in + top_sizes[i];
     in = top_sizes[i];
   }
-  auto model = std::unique_ptr<Dlrm>(new Dlrm(shape, std::move(bottom), std::move(top), n));
+  layout.num_params = n;
+  return layout;
+}
+
+absl::StatusOr<std::unique_ptr<Dlrm>> Dlrm::Create(const DlrmShape& shape, uint64_t seed) {
+  if (shape.num_dense < 1 || shape.num_sparse < 0 || shape.emb_dim < 1) {
+    return absl::InvalidArgumentError("the model needs dense features and a positive emb_dim");
+  }
+  DlrmLayout layout = LayoutOf(shape);
+  auto model = std::unique_ptr<Dlrm>(new Dlrm(shape, std::move(layout.bottom),
+                                              std::move(layout.top), layout.num_params));
   uint64_t state = seed ^ 0x5eed0f0d1e5ull;
   for (const auto* layers : {&model->bottom_, &model->top_}) {
     for (const Layer& l : *layers) {

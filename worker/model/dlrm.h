@@ -31,6 +31,23 @@ struct DlrmShape {
   static absl::StatusOr<DlrmShape> FromJob(const config::Job& job);
 };
 
+// One fully connected layer of the network and where its parameters are in the flat vector.
+struct DlrmLayer {
+  int in = 0;
+  int out = 0;
+  size_t weight = 0;  // offset of W (out x in, row-major); the bias (out) follows it
+  bool relu = true;
+};
+
+// The layers of `shape` in the flat parameter vector every backend uses: the bottom MLP, then the
+// top MLP ending in the logit layer (no ReLU).
+struct DlrmLayout {
+  std::vector<DlrmLayer> bottom;
+  std::vector<DlrmLayer> top;
+  size_t num_params = 0;
+};
+DlrmLayout LayoutOf(const DlrmShape& shape);
+
 // A Dlrm holds the dense parameters (one flat vector, so that AllReduce and the dense master copy
 // see one buffer) and the workspace of one batch. Thread-compatible.
 class Dlrm {
@@ -58,12 +75,7 @@ class Dlrm {
   void Predict(int batch_size, const float* dense, const float* emb, float* probs);
 
  private:
-  struct Layer {
-    int in = 0;
-    int out = 0;
-    size_t weight = 0;  // offset of W (out x in, row-major) in params_; b follows
-    bool relu = true;
-  };
+  using Layer = DlrmLayer;
 
   Dlrm(const DlrmShape& shape, std::vector<Layer> bottom, std::vector<Layer> top, size_t n);
 

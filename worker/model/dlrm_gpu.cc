@@ -89,28 +89,10 @@ absl::StatusOr<std::unique_ptr<DlrmGpu>> DlrmGpu::Create(const DlrmShape& shape,
         "the bottom MLP must end with the embedding dim %d, not %d", shape.emb_dim, z_width));
   }
   // The same layout as Dlrm's.
-  std::vector<Layer> bottom;
-  std::vector<Layer> top;
-  size_t n = 0;
-  int in = shape.num_dense;
-  for (int out : shape.bottom) {
-    bottom.push_back(Layer{in, out, n, true});
-    n += size_t(out) * in + out;
-    in = out;
-  }
-  in = shape.emb_dim * (1 + shape.num_sparse);
-  std::vector<int> top_sizes = shape.top;
-  top_sizes.push_back(1);
-  for (size_t i = 0; i < top_sizes.size(); ++i) {
-    const bool last = i + 1 == top_sizes.size();
-    top.push_back(Layer{in, top_sizes[i], n, !last});
-    n += size_t(top_sizes[i]) * in + top_sizes[i];
-    in = top_sizes[i];
-  }
-  if (n != (*cpu)->num_params()) {
-    return absl::InternalError(absl::StrFormat("DlrmGpu lays out %d parameters where Dlrm has %d",
-                                               n, (*cpu)->num_params()));
-  }
+  DlrmLayout layout = LayoutOf(shape);
+  std::vector<Layer> bottom = std::move(layout.bottom);
+  std::vector<Layer> top = std::move(layout.top);
+  const size_t n = layout.num_params;
   const absl::Span<const float> p = (*cpu)->params();
   std::vector<float> params(p.begin(), p.end());
 

@@ -77,12 +77,7 @@ class DlrmGpu {
                                             float* probs);
 
  private:
-  struct Layer {
-    int in = 0;
-    int out = 0;
-    size_t weight = 0;  // offset of W (out x in, row-major) in params_; b follows
-    bool relu = true;
-  };
+  using Layer = DlrmLayer;
   struct Device;  // device buffers, stream and cuBLAS handle (dlrm_gpu.cc)
 
   DlrmGpu(const DlrmShape& shape, std::vector<Layer> bottom, std::vector<Layer> top,
