@@ -18,6 +18,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "client/internal/dense_chunks.h"
 #include "client/internal/key_router.h"
 #include "client/internal/sparse_wire.h"
 #include "common/coordinator_client.h"
@@ -716,19 +717,8 @@ absl::Status ClientImpl::PullDense(absl::string_view name, absl::Span<float> val
       context.set_deadline(absl::ToChronoTime(absl::Now() + options_.request_timeout));
       PS_RETURN_IF_ERROR(FromGrpcStatus(
           routing.servers.at(route.server)->Stub()->PullDense(&context, request, &response)));
-      if (response.total_floats() != values.size()) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "dense tensor \"%s\" has %d floats, the caller asked for %d", name,
-            response.total_floats(), values.size()));
-      }
-      for (const rpc::DenseChunk& chunk : response.chunks()) {
-        const uint64_t begin = uint64_t{chunk.chunk()} * chunk_floats;
-        const uint64_t count = std::min<uint64_t>(chunk_floats, values.size() - begin);
-        if (chunk.values().size() != count * sizeof(float)) {
-          return absl::InternalError("dense chunk of unexpected size");
-        }
-        std::memcpy(values.data() + begin, chunk.values().data(), chunk.values().size());
-      }
+      PS_RETURN_IF_ERROR(
+          client_internal::CopyDenseChunks(name, response, chunk_floats, values));
     }
     return absl::OkStatus();
   });

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
+#include "client/internal/dense_chunks.h"
 #include "common/finite.h"
 #include "common/hash.h"
 #include "common/status_macros.h"
@@ -310,19 +311,7 @@ absl::Status LocalClient::PullDense(absl::string_view name, absl::Span<float> va
     for (const uint32_t c : chunks) request.add_chunks(c);
     rpc::PullDenseResponse response;
     PS_RETURN_IF_ERROR(store_->PullDense(request, &response));
-    if (response.total_floats() != values.size()) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("dense tensor \"%s\" has %d floats, the caller asked for %d", name,
-                          response.total_floats(), values.size()));
-    }
-    for (const rpc::DenseChunk& chunk : response.chunks()) {
-      const uint64_t begin = uint64_t{chunk.chunk()} * chunk_floats;
-      const uint64_t count = std::min<uint64_t>(chunk_floats, values.size() - begin);
-      if (chunk.values().size() != count * sizeof(float)) {
-        return absl::InternalError("dense chunk of unexpected size");
-      }
-      std::memcpy(values.data() + begin, chunk.values().data(), chunk.values().size());
-    }
+    PS_RETURN_IF_ERROR(client_internal::CopyDenseChunks(name, response, chunk_floats, values));
   }
   return absl::OkStatus();
 }
