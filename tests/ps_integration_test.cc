@@ -4,7 +4,6 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <random>
@@ -63,7 +62,6 @@ cluster {
 )pb";
 
 struct Cluster {
-  std::string job_path;
   std::unique_ptr<testing::Daemon> coordinator;
   std::vector<std::unique_ptr<testing::Daemon>> servers;
   std::unique_ptr<Client> client;
@@ -71,13 +69,7 @@ struct Cluster {
 
 Cluster StartCluster() {
   Cluster cluster;
-  cluster.job_path = absl::StrCat(testing::TempDir(), "/integration_job.pbtxt");
-  {
-    std::ofstream out(cluster.job_path);
-    out << kJob;
-  }
-  auto coordinator = testing::Daemon::Start("server/coordinator/ps_coordinator",
-                                            {absl::StrCat("--job=", cluster.job_path)});
+  auto coordinator = testing::StartCoordinator(kJob, "integration_job");
   REQUIRE(coordinator.ok());
   cluster.coordinator = std::move(*coordinator);
   for (int i = 0; i < 2; ++i) {

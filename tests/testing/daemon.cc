@@ -234,5 +234,18 @@ absl::StatusOr<ProcessResult> RunProcess(const std::string& binary,
   return result;
 }
 
+absl::StatusOr<std::unique_ptr<Daemon>> StartCoordinator(const std::string& job_text,
+                                                         const std::string& name,
+                                                         std::vector<std::string> extra_args) {
+  const std::string path = absl::StrCat(TempDir(), "/", name, ".pbtxt");
+  {
+    std::ofstream out(path);
+    out << job_text;
+    if (!out) return absl::FailedPreconditionError(absl::StrCat("cannot write ", path));
+  }
+  extra_args.insert(extra_args.begin(), absl::StrCat("--job=", path));
+  return Daemon::Start("server/coordinator/ps_coordinator", std::move(extra_args));
+}
+
 }  // namespace testing
 }  // namespace ps

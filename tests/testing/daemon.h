@@ -67,6 +67,13 @@ class Daemon {
   bool reaped_ = false;
 };
 
+// Writes `job_text` to "<TempDir()>/<name>.pbtxt" and starts the ps_coordinator (found at
+// "server/coordinator/ps_coordinator" under the test's runfiles) on it, with `extra_args`.
+// Errors of writing the file or of Daemon::Start.
+absl::StatusOr<std::unique_ptr<Daemon>> StartCoordinator(const std::string& job_text,
+                                                         const std::string& name,
+                                                         std::vector<std::string> extra_args = {});
+
 // The outcome of RunProcess.
 struct ProcessResult {
   // The exit status, or 128 + the signal that ended the process.

@@ -5,7 +5,6 @@
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <functional>
 #include <memory>
 #include <string>
@@ -25,21 +24,13 @@ namespace {
 
 using testing::Daemon;
 
-constexpr char kCoordinator[] = "server/coordinator/ps_coordinator";
 constexpr char kJob[] = R"pb(name: "allreduce_test"
                              tables { name: "emb" dim: 8 }
                              cluster { num_shards: 8 num_servers: 1 num_workers: 3 }
 )pb";
 
-std::string WriteJob() {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  const std::string path = absl::StrCat(dir != nullptr ? dir : "/tmp", "/allreduce_test_job.pbtxt");
-  std::ofstream(path) << kJob;
-  return path;
-}
-
 std::unique_ptr<Daemon> StartCoordinator() {
-  auto daemon = Daemon::Start(kCoordinator, {absl::StrCat("--job=", WriteJob())});
+  auto daemon = testing::StartCoordinator(kJob, "allreduce_test_job");
   INFO(daemon.status().ToString());
   REQUIRE(daemon.ok());
   return std::move(*daemon);

@@ -4,7 +4,6 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdlib>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -21,21 +20,13 @@ namespace {
 
 using testing::Daemon;
 
-constexpr char kCoordinator[] = "server/coordinator/ps_coordinator";
 constexpr char kJob[] = R"pb(name: "kv_store_test"
                              tables { name: "emb" dim: 8 }
                              cluster { num_shards: 8 num_servers: 1 num_workers: 2 }
 )pb";
 
-std::string WriteJob() {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  const std::string path = absl::StrCat(dir != nullptr ? dir : "/tmp", "/kv_store_test_job.pbtxt");
-  std::ofstream(path) << kJob;
-  return path;
-}
-
 std::unique_ptr<Daemon> StartCoordinator() {
-  auto daemon = Daemon::Start(kCoordinator, {absl::StrCat("--job=", WriteJob())});
+  auto daemon = testing::StartCoordinator(kJob, "kv_store_test_job");
   INFO(daemon.status().ToString());
   REQUIRE(daemon.ok());
   return std::move(*daemon);
