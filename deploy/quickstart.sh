@@ -64,8 +64,11 @@ for i in 0 1; do
   pids+=($!)
 done
 workers=()
+# The workers share this machine's cores for their matrix products.
+threads=$(( $(nproc) / 2 ))
+(( threads >= 1 )) || threads=1
 for i in 0 1; do
-  "$bin/worker/ps_worker" --coordinator="$coordinator" --rank=$i \
+  "$bin/worker/ps_worker" --coordinator="$coordinator" --rank=$i --compute_threads=$threads \
     --metrics_file="$logs/metrics$i.jsonl" >"$logs/worker$i.out" 2> >(tee "$logs/worker$i.log" >&2) &
   workers+=($!)
   pids+=($!)

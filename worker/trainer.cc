@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "common/optimizer.h"
 #include "common/status_macros.h"
+#include "worker/batch_balancer.h"
 #include "worker/data/batch.h"
 #include "worker/data/criteo_reader.h"
 #include "worker/data/metrics.h"
@@ -24,6 +25,12 @@ namespace {
 
 // The dense parameters' name on the servers (the master copy).
 constexpr char kDenseName[] = "dense/model";
+
+// With balanced batches, the workers exchange their speeds about every this many steps: right
+// after the dense collective that ends them (every step's AllReduce, or the averaging of local
+// SGD, at the first one at or past the mark), since the workers are in step there anyway.
+// Shorter intervals measure the scheduler's noise more than the workers' speeds.
+constexpr int64_t kBalanceEverySteps = 32;
 
 // The sparse fields that share one table: one pull and one push per group and step.
 struct FieldGroup {
@@ -217,6 +224,11 @@ absl::StatusOr<TrainResult> Train(const config::Job& job, Client* client,
   const int sync_every = static_cast<int>(std::max<uint32_t>(1, tr.dense_sync_every()));
   StepSync sync(job, client, coordinator, member_id);
   const bool prefetch = sync.can_prefetch();
+  // Sync's steps must not depend on timing; the other modes split each step's samples by speed.
+  const bool balance =
+      tr.balance_batches() && sync.mode() != config::Training::SYNC && world > 1;
+  BatchBalancer balancer(world, batch_size);
+  auto my_batch = [&] { return balance ? balancer.batch(rank) : batch_size; };
 
   std::vector<float> state(dense_optimizer->StateFloats(model->num_params()));
   dense_optimizer->InitState(model->num_params(), state.data());
@@ -245,13 +257,22 @@ absl::StatusOr<TrainResult> Train(const config::Job& job, Client* client,
   int cur = 0;
   PushData push;
   int64_t step = 0;  // the clock: steps can be skipped by a straggler in sync mode
+  // Time this step spent waiting for the other workers (the staleness bound, collectives): not
+  // this worker's own work, for the batch balancer and the induced slowdown.
+  absl::Duration waited;
+  auto wait_for_others = [&](auto&& fn) -> absl::Status {
+    const absl::Time t0 = absl::Now();
+    absl::Status status = fn();
+    waited += absl::Now() - t0;
+    return status;
+  };
   auto begin_pull = [&](StepData* d, int64_t for_step) -> absl::Status {
-    PS_RETURN_IF_ERROR(sync.BeforePull(for_step));
+    PS_RETURN_IF_ERROR(wait_for_others([&] { return sync.BeforePull(for_step); }));
     client->SetClock(for_step);
     StartPull(client, groups, num_sparse, dim, d);
     return absl::OkStatus();
   };
-  PS_RETURN_IF_ERROR(ReadBatch(reader.get(), batch_size, &slots[cur].batch));
+  PS_RETURN_IF_ERROR(ReadBatch(reader.get(), my_batch(), &slots[cur].batch));
   PS_RETURN_IF_ERROR(begin_pull(&slots[cur], step));
 
   // The dense collectives are counted by the clock, so that a straggler who skips steps (sync
@@ -260,24 +281,40 @@ absl::StatusOr<TrainResult> Train(const config::Job& job, Client* client,
   int64_t gradient_rounds = 0;
   int64_t averaging_rounds = 0;
   std::vector<float> zeros;
+  std::vector<float> figures;
+  int64_t balance_rounds = 0;
+  // After the collective that ends `steps_done` steps: once the next mark is reached, the
+  // workers' speeds since the last exchange, summed over the group, give new batch shares.
+  auto exchange_speeds = [&](int64_t steps_done) -> absl::Status {
+    if (!balance || steps_done / kBalanceEverySteps <= balance_rounds) return absl::OkStatus();
+    balance_rounds = steps_done / kBalanceEverySteps;
+    figures.assign(balancer.ExchangeFloats(), 0.0f);
+    balancer.Report(rank, absl::MakeSpan(figures));
+    PS_RETURN_IF_ERROR(allreduce->SumInPlace(absl::MakeSpan(figures)));
+    return balancer.Update(figures);
+  };
   auto collectives_until = [&](int64_t next_step) -> absl::Status {
-    next_step = std::min(next_step, total_steps);
-    if (sync_every == 1) {
-      zeros.assign(dense_grad.size(), 0.0f);
-      for (; gradient_rounds < next_step; ++gradient_rounds) {
-        PS_RETURN_IF_ERROR(allreduce->SumInPlace(absl::MakeSpan(zeros)));
+    return wait_for_others([&]() -> absl::Status {
+      next_step = std::min(next_step, total_steps);
+      if (sync_every == 1) {
+        zeros.assign(dense_grad.size(), 0.0f);
+        for (; gradient_rounds < next_step; ++gradient_rounds) {
+          PS_RETURN_IF_ERROR(allreduce->SumInPlace(absl::MakeSpan(zeros)));
+        }
+      } else {
+        for (; averaging_rounds < next_step / sync_every; ++averaging_rounds) {
+          PS_RETURN_IF_ERROR(allreduce->SumInPlace(model->params()));
+          for (float& w : model->params()) w /= world;
+          PS_RETURN_IF_ERROR(exchange_speeds((averaging_rounds + 1) * sync_every));
+        }
       }
-    } else {
-      for (; averaging_rounds < next_step / sync_every; ++averaging_rounds) {
-        PS_RETURN_IF_ERROR(allreduce->SumInPlace(model->params()));
-        for (float& w : model->params()) w /= world;
-      }
-    }
-    return absl::OkStatus();
+      return absl::OkStatus();
+    });
   };
 
   while (step < total_steps) {
     const absl::Time step_start = absl::Now();
+    waited = absl::ZeroDuration();
     StepData& d = slots[cur];
     absl::Status pulled = FinishPull(groups, num_sparse, dim, &d);
     while (pulled.code() == absl::StatusCode::kAborted && sync.mode() == config::Training::SYNC) {
@@ -295,21 +332,27 @@ absl::StatusOr<TrainResult> Train(const config::Job& job, Client* client,
     pull_ms_total += absl::ToDoubleMilliseconds(absl::Now() - step_start);
     StepData& next = slots[1 - cur];
     if (prefetch && step + 1 < total_steps) {
-      PS_RETURN_IF_ERROR(ReadBatch(reader.get(), batch_size, &next.batch));
+      PS_RETURN_IF_ERROR(ReadBatch(reader.get(), my_batch(), &next.batch));
       PS_RETURN_IF_ERROR(begin_pull(&next, step + 1));
     }
 
     const int n = d.batch.size;
     emb_grad.resize(d.emb.size());
     probs.resize(n);
-    const float loss_scale = sync_every == 1 ? 1.0f / world : 1.0f;
+    // Every sample weighs the same: 1 / (world * batch_size) of a step's gradient with a dense
+    // AllReduce every step, 1 / batch_size of a worker's own with local SGD. A balanced batch
+    // bigger or smaller than batch_size scales its mean's gradient accordingly.
+    float loss_scale = sync_every == 1 ? 1.0f / world : 1.0f;
+    if (balance) loss_scale *= static_cast<float>(n) / batch_size;
     const float loss =
         model->ForwardBackward(n, d.batch.dense.data(), d.emb.data(), d.batch.labels.data(),
                                loss_scale, dense_grad.data(), emb_grad.data(), probs.data());
     if (sync_every == 1) {
       PS_RETURN_IF_ERROR(collectives_until(step));
-      PS_RETURN_IF_ERROR(allreduce->SumInPlace(absl::MakeSpan(dense_grad)));
+      PS_RETURN_IF_ERROR(
+          wait_for_others([&] { return allreduce->SumInPlace(absl::MakeSpan(dense_grad)); }));
       gradient_rounds = step + 1;
+      PS_RETURN_IF_ERROR(wait_for_others([&] { return exchange_speeds(step + 1); }));
     }
 
     const absl::Time t_push = absl::Now();
@@ -346,15 +389,16 @@ absl::StatusOr<TrainResult> Train(const config::Job& job, Client* client,
     running_auc.Add(probs, absl::MakeConstSpan(d.batch.labels.data(), n));
 
     if (!prefetch && step < total_steps) {
-      PS_RETURN_IF_ERROR(ReadBatch(reader.get(), batch_size, &next.batch));
+      PS_RETURN_IF_ERROR(ReadBatch(reader.get(), my_batch(), &next.batch));
       PS_RETURN_IF_ERROR(begin_pull(&next, step));
     }
     cur = 1 - cur;
 
-    if (options.slowdown > 1.0) {
-      absl::SleepFor((absl::Now() - step_start) * (options.slowdown - 1.0));
+    if (options.slowdown > 1.0) {  // this worker's own work, not its waits, takes longer
+      absl::SleepFor((absl::Now() - step_start - waited) * (options.slowdown - 1.0));
     }
     const absl::Time now = absl::Now();
+    balancer.Record(n, now - step_start - waited);
     if (now - last_report >= options.progress_interval) {
       const double secs = absl::ToDoubleSeconds(now - last_report);
       const double rate = interval_samples / secs;
@@ -363,18 +407,19 @@ absl::StatusOr<TrainResult> Train(const config::Job& job, Client* client,
       const double push_ms = push_ms_total / result.steps;
       if (options.progress != nullptr) {
         absl::FPrintF(options.progress,
-                      "worker %d: step %d/%d  %.0f samples/s  loss %.4f  auc %.4f  pull %.2f ms  "
-                      "push %.2f ms\n",
-                      rank, this_step + 1, total_steps, rate, result.final_loss, running_auc.Auc(),
-                      pull_ms, push_ms);
+                      "worker %d: step %d/%d  batch %d  %.0f samples/s  loss %.4f  auc %.4f  "
+                      "pull %.2f ms  push %.2f ms\n",
+                      rank, this_step + 1, total_steps, n, rate, result.final_loss,
+                      running_auc.Auc(), pull_ms, push_ms);
         std::fflush(options.progress);
       }
       if (metrics != nullptr) {
         absl::FPrintF(metrics,
-                      "{\"rank\":%d,\"step\":%d,\"seconds\":%.3f,\"samples_per_s\":%.1f,"
-                      "\"loss\":%.6f,\"auc\":%.6f,\"pull_ms\":%.3f,\"push_ms\":%.3f}\n",
-                      rank, this_step + 1, absl::ToDoubleSeconds(now - start), rate, result.final_loss,
-                      running_auc.Auc(), pull_ms, push_ms);
+                      "{\"rank\":%d,\"step\":%d,\"batch\":%d,\"seconds\":%.3f,"
+                      "\"samples_per_s\":%.1f,\"loss\":%.6f,\"auc\":%.6f,\"pull_ms\":%.3f,"
+                      "\"push_ms\":%.3f}\n",
+                      rank, this_step + 1, n, absl::ToDoubleSeconds(now - start), rate,
+                      result.final_loss, running_auc.Auc(), pull_ms, push_ms);
         std::fflush(metrics);
       }
       last_report = now;
@@ -403,6 +448,7 @@ absl::StatusOr<TrainResult> Train(const config::Job& job, Client* client,
   result.skipped_lines = reader->skipped_lines();
   result.mean_pull_ms = result.steps > 0 ? pull_ms_total / result.steps : 0;
   result.mean_push_ms = result.steps > 0 ? push_ms_total / result.steps : 0;
+  result.mean_batch = result.steps > 0 ? static_cast<double>(my_samples) / result.steps : 0;
   if (rank == 0) {
     PS_RETURN_IF_ERROR(client->PushDense(kDenseName, model->params(), DenseUpdate::kAssign));
   }

@@ -29,8 +29,9 @@ struct TrainerOptions {
   bool evaluate = true;
   // Stop after this many steps even if the job asks for more (0: as the job says).
   int64_t max_steps = 0;
-  // An induced straggler for experiments: after each step, wait (slowdown - 1) times as long as
-  // the step took, so the worker runs at 1 / slowdown of its speed. >= 1; 1: no slowdown.
+  // An induced straggler for experiments: after each step, sleep (slowdown - 1) times as long as
+  // the step's own work took (its time less its waits on the other workers), so the worker runs
+  // at 1 / slowdown of its speed. >= 1; 1: no slowdown.
   double slowdown = 1.0;
   // Where the model runs: CUDA when a device is present (kAuto), or as forced.
   Backend backend = Backend::kAuto;
@@ -52,6 +53,9 @@ struct TrainResult {
   int64_t skipped_lines = 0;
   double mean_pull_ms = 0;
   double mean_push_ms = 0;
+  // This worker's samples per step: the job's batch_size, unless balance_batches gave it more
+  // (a fast worker) or fewer (a slow one).
+  double mean_batch = 0;
 };
 
 // Trains the job's model on this worker's share of the data. `client` (registered as this

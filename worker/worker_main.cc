@@ -19,6 +19,7 @@
 #include "common/process_tuning.h"
 #include "cuda_kernels/device.h"
 #include "worker/collective/allreduce.h"
+#include "worker/model/dlrm.h"
 #include "worker/trainer.h"
 
 ABSL_FLAG(std::string, coordinator, "", "host:port of the coordinator (required)");
@@ -29,6 +30,9 @@ ABSL_FLAG(int64_t, max_steps, 0, "stop after this many steps (0: as the job says
 ABSL_FLAG(int, connect_timeout_s, 120, "how long to wait for the coordinator and the cluster");
 ABSL_FLAG(std::string, backend, "auto",
           "where the model runs: auto (CUDA when a device is present), cpu or gpu");
+ABSL_FLAG(int, compute_threads, 0,
+          "threads of the CPU model's matrix products (0: one per core); workers sharing a "
+          "machine should split its cores");
 ABSL_FLAG(double, slowdown, 1.0,
           "experiments: run at 1/slowdown of full speed (an induced straggler)");
 
@@ -69,6 +73,7 @@ int Main() {
     std::fprintf(stderr, "ps_worker: %s\n", backend.status().ToString().c_str());
     return 2;
   }
+  worker::SetCpuThreads(absl::GetFlag(FLAGS_compute_threads));
   const int devices = cuda::DeviceCount();
   std::fprintf(stderr, "worker %d: %d CUDA devices, backend %s\n", rank, devices,
                absl::GetFlag(FLAGS_backend).c_str());
@@ -95,13 +100,14 @@ int Main() {
       "RESULT {\"backend\":\"%s\",\"rank\":%d,\"workers\":%d,\"servers\":%d,\"steps\":%lld,\"samples\":%lld,"
       "\"samples_per_s\":%.1f,\"seconds\":%.2f,\"final_loss\":%s,\"heldout_auc\":%s,"
       "\"heldout_logloss\":%s,\"heldout_samples\":%lld,\"skipped_lines\":%lld,"
-      "\"mean_pull_ms\":%.3f,\"mean_push_ms\":%.3f}\n",
+      "\"mean_pull_ms\":%.3f,\"mean_push_ms\":%.3f,\"mean_batch\":%.1f}\n",
       result->backend.c_str(), rank, job.cluster().num_workers(), job.cluster().num_servers(),
       static_cast<long long>(result->steps), static_cast<long long>(result->samples),
       result->samples_per_s, result->seconds, JsonNumber(result->final_loss).c_str(),
       JsonNumber(result->heldout_auc).c_str(), JsonNumber(result->heldout_logloss).c_str(),
       static_cast<long long>(result->heldout_samples),
-      static_cast<long long>(result->skipped_lines), result->mean_pull_ms, result->mean_push_ms);
+      static_cast<long long>(result->skipped_lines), result->mean_pull_ms, result->mean_push_ms,
+      result->mean_batch);
   std::fflush(stdout);
   return 0;
 }

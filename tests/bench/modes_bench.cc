@@ -63,10 +63,16 @@ ABSL_FLAG(int, staleness, 4, "bounded_staleness: training.staleness");
 ABSL_FLAG(double, sync_quorum, 0.67, "sync_quorum: training.sync_quorum");
 ABSL_FLAG(int, sync_timeout_ms, 200, "sync_quorum: training.sync_timeout_ms");
 ABSL_FLAG(int, dense_sync_every, 8, "training.dense_sync_every, the same for every mode");
+ABSL_FLAG(bool, balance_batches, true,
+          "training.balance_batches (bounded staleness and async split each step's samples by "
+          "the workers' speed)");
 ABSL_FLAG(std::string, job, "", "the job to train (default: deploy/jobs/quickstart.pbtxt)");
 ABSL_FLAG(std::string, bin_dir, "",
           "folder holding server/, server/coordinator/, worker/ and worker/tools/ binaries");
 ABSL_FLAG(int, timeout_s, 1800, "how long one mode may take");
+ABSL_FLAG(int, progress_s, 60,
+          "ps_worker --progress_s; with --worker_logs, the workers' progress lines are shown");
+ABSL_FLAG(bool, worker_logs, false, "copy every worker's stderr to stderr after each mode");
 
 namespace ps {
 namespace {
@@ -132,6 +138,7 @@ absl::StatusOr<config::Job> BenchJob(const Mode& mode, const std::string& train,
   training->set_sync_quorum(static_cast<float>(mode.sync_quorum));
   training->set_sync_timeout_ms(mode.sync_timeout_ms);
   training->set_dense_sync_every(absl::GetFlag(FLAGS_dense_sync_every));
+  training->set_balance_batches(absl::GetFlag(FLAGS_balance_batches));
   job.mutable_cluster()->set_num_servers(absl::GetFlag(FLAGS_servers));
   job.mutable_cluster()->set_num_workers(absl::GetFlag(FLAGS_workers));
   PS_RETURN_IF_ERROR(ValidateJob(job));
@@ -169,7 +176,8 @@ absl::StatusOr<Measurement> RunCluster(const std::string& job_path) {
   const int workers = absl::GetFlag(FLAGS_workers);
   const int straggler =
       absl::GetFlag(FLAGS_straggler_rank) >= 0 ? absl::GetFlag(FLAGS_straggler_rank) : workers - 1;
-  std::vector<std::vector<std::string>> worker_args(workers, {"--progress_s=60"});
+  std::vector<std::vector<std::string>> worker_args(
+      workers, {absl::StrCat("--progress_s=", absl::GetFlag(FLAGS_progress_s))});
   if (straggler >= 0 && straggler < workers) {
     worker_args[straggler].push_back(absl::StrCat("--slowdown=", absl::GetFlag(FLAGS_slowdown)));
   }
@@ -178,6 +186,11 @@ absl::StatusOr<Measurement> RunCluster(const std::string& job_path) {
       cluster->RunWorkers(worker_args, absl::Seconds(absl::GetFlag(FLAGS_timeout_s)));
   const double wall_s = absl::ToDoubleSeconds(absl::Now() - start);
   if (!results.ok()) return results.status();
+  if (absl::GetFlag(FLAGS_worker_logs)) {
+    for (size_t r = 0; r < results->size(); ++r) {
+      std::fprintf(stderr, "--- worker %zu ---\n%s", r, (*results)[r].stderr_text.c_str());
+    }
+  }
   const std::string rank0 = results->empty() ? "" : testing::ResultJson((*results)[0].stdout_text);
   if (rank0.empty()) return absl::InternalError("worker 0 printed no RESULT line");
   PS_RETURN_IF_ERROR(cluster->Terminate(absl::Seconds(30)));
@@ -234,12 +247,14 @@ int Main() {
     if (mode.name == "sync") sync_samples_per_s = m->samples_per_s;
     absl::PrintF(
         "{\"bench\":\"modes\",\"mode\":\"%s\",\"staleness\":%d,\"sync_quorum\":%s,"
-        "\"sync_timeout_ms\":%d,\"dense_sync_every\":%d,\"servers\":%d,\"workers\":%d,"
+        "\"sync_timeout_ms\":%d,\"dense_sync_every\":%d,\"balance_batches\":%s,"
+        "\"servers\":%d,\"workers\":%d,"
         "\"slowdown\":%s,\"rows\":%d,\"cpus\":%d,\"steps\":%s,\"samples_per_s\":%s,\"wall_s\":%s,"
         "\"heldout_auc\":%s,\"teacher_auc\":%s,\"mean_pull_ms\":%s,\"mean_push_ms\":%s,"
         "\"throughput_vs_sync\":%s}\n",
         mode.name, mode.staleness, JsonNumber(mode.sync_quorum), mode.sync_timeout_ms,
-        absl::GetFlag(FLAGS_dense_sync_every), absl::GetFlag(FLAGS_servers),
+        absl::GetFlag(FLAGS_dense_sync_every),
+        absl::GetFlag(FLAGS_balance_batches) ? "true" : "false", absl::GetFlag(FLAGS_servers),
         absl::GetFlag(FLAGS_workers), JsonNumber(absl::GetFlag(FLAGS_slowdown)),
         absl::GetFlag(FLAGS_rows), std::thread::hardware_concurrency(), JsonNumber(m->steps),
         JsonNumber(m->samples_per_s), JsonNumber(m->wall_s), JsonNumber(m->heldout_auc),

@@ -1,5 +1,6 @@
 #include "tests/testing/local_cluster.h"
 
+#include <algorithm>
 #include <fstream>
 #include <thread>
 #include <utility>
@@ -48,8 +49,12 @@ absl::StatusOr<std::vector<ProcessResult>> LocalCluster::RunWorkers(
     // lives until its worker has exited.
     std::vector<std::thread> threads;
     for (int rank = 0; rank < workers; ++rank) {
-      std::vector<std::string> args = {"--coordinator=" + coordinator_->address(),
-                                       absl::StrCat("--rank=", rank)};
+      // The workers share this machine: each gets its share of the cores for its matrix
+      // products (worker_args may say otherwise: the last flag wins).
+      std::vector<std::string> args = {
+          "--coordinator=" + coordinator_->address(), absl::StrCat("--rank=", rank),
+          absl::StrCat("--compute_threads=",
+                       std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / workers))};
       args.insert(args.end(), worker_args[rank].begin(), worker_args[rank].end());
       threads.emplace_back([&results, &binary, rank, args = std::move(args), timeout] {
         results[rank] = RunProcess(binary, args, timeout);

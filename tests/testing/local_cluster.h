@@ -46,8 +46,8 @@ class LocalCluster {
   const std::vector<std::unique_ptr<Daemon>>& servers() const { return servers_; }
 
   // Runs worker_args.size() ps_worker processes at once, rank r with `--coordinator=<address>
-  // --rank=r` followed by worker_args[r] (e.g. {"--progress_s=60", "--slowdown=2"}), each from a
-  // thread of its own that lives until its process has exited, and waits for all of them. Their
+  // --rank=r --compute_threads=<cores / workers, at least 1>` followed by worker_args[r] (e.g.
+  // {"--progress_s=60", "--slowdown=2"}), each from a thread of its own that lives until its process has exited, and waits for all of them. Their
   // results by rank, each with exit code 0. Otherwise the error of the lowest rank that has one:
   // RunProcess's (DEADLINE_EXCEEDED after `timeout`), or INTERNAL "worker R exited with C:"
   // followed by its stderr.

@@ -11,6 +11,11 @@
 
 namespace ps {
 namespace worker {
+
+void SetCpuThreads(int threads) {
+  if (threads > 0) openblas_set_num_threads(threads);
+}
+
 namespace {
 
 // splitmix64: a platform-independent stream for the initial weights.

@@ -48,6 +48,12 @@ struct DlrmLayout {
 };
 DlrmLayout LayoutOf(const DlrmShape& shape);
 
+// Sets how many threads the CPU network's matrix products use, for the whole process (OpenBLAS's
+// pool); `threads` <= 0 leaves the library's default, one per core. Workers that share a machine
+// should split its cores among them: OpenBLAS's idle threads spin, so threads beyond a process's
+// share of the cores take CPU from the other processes without speeding up its own.
+void SetCpuThreads(int threads);
+
 // A Dlrm holds the dense parameters (one flat vector, so that AllReduce and the dense master copy
 // see one buffer) and the workspace of one batch. Thread-compatible.
 class Dlrm {
