@@ -381,6 +381,29 @@ absl::StatusOr<int> CriteoReader::Next(int max_samples, Batch* batch) {
         absl::StrCat("CriteoReader::Next: max_samples must be in [1, ", kMaxBatchSamples, "], got ",
                      max_samples));
   }
+  constexpr int64_t kAll = std::numeric_limits<int64_t>::max();
+  PS_RETURN_IF_ERROR(ReadLines(kAll, max_samples, 0, kAll, /*stop_when_full=*/true, batch).status());
+  if (batch->size == 0 && !pending_error_.ok()) return pending_error_;
+  return batch->size;
+}
+
+absl::StatusOr<int64_t> CriteoReader::NextBlock(int64_t block_lines, int64_t begin, int64_t count,
+                                                Batch* batch) {
+  if (batch == nullptr) return absl::InvalidArgumentError("CriteoReader::NextBlock: null batch");
+  if (block_lines < 1 || begin < 0 || count < 0 || count > kMaxBatchSamples ||
+      begin > block_lines - count) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "CriteoReader::NextBlock: lines [", begin, ", ", begin + count, ") of a block of ",
+        block_lines, ": need 0 <= begin <= begin + count <= block_lines and count <= ",
+        kMaxBatchSamples));
+  }
+  return ReadLines(block_lines, static_cast<int>(count), begin, begin + count,
+                   /*stop_when_full=*/false, batch);
+}
+
+absl::StatusOr<int64_t> CriteoReader::ReadLines(int64_t max_lines, int max_samples,
+                                                int64_t parse_begin, int64_t parse_end,
+                                                bool stop_when_full, Batch* batch) {
   const size_t nd = static_cast<size_t>(schema_.num_dense);
   const size_t ns = static_cast<size_t>(schema_.num_sparse);
   batch->labels.resize(max_samples);
@@ -388,9 +411,11 @@ absl::StatusOr<int> CriteoReader::Next(int max_samples, Batch* batch) {
   batch->keys.resize(max_samples * ns);
 
   int n = 0;
+  int64_t lines = 0;  // of this rank's, read by this call
   absl::string_view line;
   bool too_long = false;
-  while (n < max_samples && pending_error_.ok() && file_index_ < paths_.size()) {
+  while (lines < max_lines && pending_error_.ok() && file_index_ < paths_.size()) {
+    if (stop_when_full && n == max_samples) break;
     if (line_reader_ == nullptr) {
       pending_error_ = OpenCurrentFile();
       if (!pending_error_.ok()) break;
@@ -406,6 +431,8 @@ absl::StatusOr<int> CriteoReader::Next(int max_samples, Batch* batch) {
       continue;
     }
     if (global_line_++ % world_size_ != rank_) continue;
+    const int64_t index = lines++;
+    if (index < parse_begin || index >= parse_end) continue;
     if (too_long) {
       RecordSkip(line_reader_->line_number(),
                  absl::StrCat("line longer than ", kMaxLineBytes, " bytes"));
@@ -425,8 +452,8 @@ absl::StatusOr<int> CriteoReader::Next(int max_samples, Batch* batch) {
   batch->labels.resize(n);
   batch->dense.resize(n * nd);
   batch->keys.resize(n * ns);
-  if (n == 0 && !pending_error_.ok()) return pending_error_;
-  return n;
+  if (lines == 0 && !pending_error_.ok()) return pending_error_;
+  return lines;
 }
 
 absl::Status CriteoReader::Rewind() {

@@ -96,6 +96,18 @@ class CriteoReader {
   //     Rewind(). The rows of the bad file past the error are never returned.
   absl::StatusOr<int> Next(int max_samples, Batch* batch);
 
+  // Reads the next block of `block_lines` of this rank's lines (fewer at the end of the data) and
+  // parses lines [begin, begin + count) of it into `*batch` (resized to the samples parsed:
+  // malformed lines are skipped and reported as by Next(); lines outside the range are neither
+  // parsed nor reported). Workers that read the same lines split each block by their ranges, as
+  // the trainer does with balanced batches. Returns the lines the block had (0, with
+  // batch->size == 0, once the data is exhausted). Errors:
+  //   INVALID_ARGUMENT: a null batch, block_lines < 1, or not 0 <= begin <= begin + count <=
+  //     block_lines with count <= kMaxBatchSamples; nothing is read;
+  //   DATA_LOSS, UNAVAILABLE: as Next(), returned by the call after the block they ended.
+  absl::StatusOr<int64_t> NextBlock(int64_t block_lines, int64_t begin, int64_t count,
+                                    Batch* batch);
+
   // Starts again from the first sample (for the next epoch), clears a pending error and resets
   // skipped_lines() and skip_reports(). Returns OK, or the error Open() would give if the first
   // file can no longer be opened; Next() then returns that error too, until a Rewind() succeeds.
@@ -113,6 +125,12 @@ class CriteoReader {
   class LineReader;
 
   CriteoReader(std::vector<std::string> paths, int rank, int world_size, SchemaOptions schema);
+
+  // Reads up to `max_lines` of this rank's lines, parsing those at indexes [parse_begin,
+  // parse_end) among them into `*batch`, which holds up to max_samples; with stop_when_full it
+  // stops once the batch is full. Returns the lines read (0 with an error pending: the error).
+  absl::StatusOr<int64_t> ReadLines(int64_t max_lines, int max_samples, int64_t parse_begin,
+                                    int64_t parse_end, bool stop_when_full, Batch* batch);
 
   // Opens paths_[file_index_] into line_reader_.
   absl::Status OpenCurrentFile();

@@ -407,6 +407,105 @@ TEST_CASE("Rewind starts the next epoch", "[worker][criteo]") {
   CHECK(reader->skip_reports() == reports);
 }
 
+// The rows of `batch`, in order.
+std::vector<Row> RowsOf(const Batch& batch, const SchemaOptions& schema) {
+  std::vector<Row> rows;
+  for (int i = 0; i < batch.size; ++i) {
+    Row row;
+    row.label = batch.labels[i];
+    row.dense.assign(batch.dense.begin() + i * schema.num_dense,
+                     batch.dense.begin() + (i + 1) * schema.num_dense);
+    row.keys.assign(batch.keys.begin() + i * schema.num_sparse,
+                    batch.keys.begin() + (i + 1) * schema.num_sparse);
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+TEST_CASE("blocks split among readers cover every line exactly once", "[worker][criteo]") {
+  // 3 readers of the same file take ranges of every block of 10 lines whose sizes change from
+  // block to block, as balanced batches do; 47 lines leave a partial last block.
+  LineMaker maker(11);
+  std::vector<Row> expected;
+  std::string text;
+  for (int i = 0; i < 47; ++i) {
+    Row row;
+    text += maker.Make(&row) + "\n";
+    expected.push_back(row);
+  }
+  const std::string path = WriteGzip({text});
+  std::vector<std::unique_ptr<CriteoReader>> readers;
+  for (int r = 0; r < 3; ++r) readers.push_back(MustOpen({path}));
+  const std::vector<std::vector<int64_t>> shares = {{3, 3, 4}, {5, 4, 1}, {0, 10, 0}, {1, 1, 8},
+                                                    {2, 7, 1}};
+  std::vector<Row> got;
+  Batch batch;
+  for (size_t block = 0; block < shares.size(); ++block) {
+    int64_t begin = 0;
+    for (int r = 0; r < 3; ++r) {
+      absl::StatusOr<int64_t> lines =
+          readers[r]->NextBlock(10, begin, shares[block][r], &batch);
+      REQUIRE(lines.ok());
+      CHECK(*lines == (block < 4 ? 10 : 7));
+      // The range is cut by the end of the data.
+      CHECK(batch.size ==
+            std::max<int64_t>(0, std::min<int64_t>(begin + shares[block][r], *lines) - begin));
+      for (const Row& row : RowsOf(batch, readers[r]->schema())) got.push_back(row);
+      begin += shares[block][r];
+    }
+  }
+  CHECK(got == expected);
+  for (auto& reader : readers) {
+    absl::StatusOr<int64_t> lines = reader->NextBlock(10, 0, 10, &batch);
+    REQUIRE(lines.ok());
+    CHECK(*lines == 0);
+    CHECK(batch.size == 0);
+  }
+  // A new epoch starts at the first block again.
+  REQUIRE(readers[0]->Rewind().ok());
+  REQUIRE(readers[0]->NextBlock(10, 2, 3, &batch).ok());
+  CHECK(RowsOf(batch, readers[0]->schema()) ==
+        std::vector<Row>(expected.begin() + 2, expected.begin() + 5));
+}
+
+TEST_CASE("a block reports only the malformed lines of its own range", "[worker][criteo]") {
+  const std::string good = LineWithValue("a1");
+  // Lines 2 and 6 (from 1) are malformed; with blocks of 4, line 2 is at index 1 of block 0 and
+  // line 6 at index 1 of block 1.
+  const std::string path = WritePlain(absl::StrCat(good, "\n", "x\n", good, "\n", good, "\n",
+                                                   good, "\n", "y\n", good, "\n", good, "\n"));
+  std::unique_ptr<CriteoReader> reader = MustOpen({path});
+  Batch batch;
+  absl::StatusOr<int64_t> lines = reader->NextBlock(4, 0, 2, &batch);  // lines 1-2
+  REQUIRE(lines.ok());
+  CHECK(*lines == 4);
+  CHECK(batch.size == 1);
+  lines = reader->NextBlock(4, 2, 2, &batch);  // lines 7-8
+  REQUIRE(lines.ok());
+  CHECK(batch.size == 2);
+  CHECK(reader->skipped_lines() == 1);
+  REQUIRE(reader->skip_reports().size() == 1);
+  CHECK(reader->skip_reports()[0] == absl::StrCat(path, ":2: expected 40 fields, got 1"));
+}
+
+TEST_CASE("NextBlock refuses bad ranges and reads nothing", "[worker][criteo]") {
+  const std::string path = WritePlain(LineWithValue("a1") + "\n");
+  std::unique_ptr<CriteoReader> reader = MustOpen({path});
+  Batch batch;
+  CHECK(reader->NextBlock(0, 0, 0, &batch).status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(reader->NextBlock(4, -1, 1, &batch).status().code() ==
+        absl::StatusCode::kInvalidArgument);
+  CHECK(reader->NextBlock(4, 3, 2, &batch).status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(reader->NextBlock(4, 0, -1, &batch).status().code() ==
+        absl::StatusCode::kInvalidArgument);
+  CHECK(reader->NextBlock(4, 0, 1, nullptr).status().code() ==
+        absl::StatusCode::kInvalidArgument);
+  absl::StatusOr<int64_t> lines = reader->NextBlock(4, 0, 4, &batch);
+  REQUIRE(lines.ok());
+  CHECK(*lines == 1);
+  CHECK(batch.size == 1);
+}
+
 TEST_CASE("Open refuses bad arguments and missing files", "[worker][criteo]") {
   const std::string good = WritePlain(LineWithValue("a") + "\n");
   const std::string missing = TempPath(".missing");
