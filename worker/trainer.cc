@@ -153,40 +153,32 @@ absl::Status FinishPush(PushData* p) {
   return status;
 }
 
-// Reads the next batch, starting the data over at its end (the step count bounds the epochs).
-absl::Status ReadBatch(CriteoReader* reader, int batch_size, Batch* batch) {
-  PS_ASSIGN_OR_RETURN(int got, reader->Next(batch_size, batch));
-  if (got == 0) {
+// Reads this worker's lines [begin, begin + count) of the next block of the data (a step's
+// lines: workers x batch_size), starting the data over at its end (the step count bounds the
+// epochs). The batch may be empty: a range past the end of a short last block.
+absl::Status ReadBatch(CriteoReader* reader, int64_t block_lines, int64_t begin, int64_t count,
+                       Batch* batch) {
+  PS_ASSIGN_OR_RETURN(int64_t lines, reader->NextBlock(block_lines, begin, count, batch));
+  if (lines == 0) {
     PS_RETURN_IF_ERROR(reader->Rewind());
-    PS_ASSIGN_OR_RETURN(got, reader->Next(batch_size, batch));
+    PS_ASSIGN_OR_RETURN(lines, reader->NextBlock(block_lines, begin, count, batch));
   }
-  if (got == 0) return absl::FailedPreconditionError("this worker's share of the data is empty");
+  if (lines == 0) return absl::FailedPreconditionError("the training data is empty");
   return absl::OkStatus();
 }
 
-// The samples of every worker, from one pass over this worker's share: each worker counts its
-// own, and an AllReduce of one-hot vectors gives everyone all the counts.
-absl::StatusOr<std::vector<int64_t>> CountSamples(CriteoReader* reader, AllReduce* allreduce) {
+// The blocks of `block_lines` lines in one pass over the data (the last one may be short): the
+// steps of an epoch. Every worker reads the same files, so every worker counts the same.
+absl::StatusOr<int64_t> CountBlocks(CriteoReader* reader, int64_t block_lines) {
   Batch batch;
-  int64_t mine = 0;
+  int64_t blocks = 0;
   while (true) {
-    PS_ASSIGN_OR_RETURN(const int got, reader->Next(65536, &batch));
-    if (got == 0) break;
-    mine += got;
+    PS_ASSIGN_OR_RETURN(const int64_t lines, reader->NextBlock(block_lines, 0, 0, &batch));
+    if (lines == 0) break;
+    ++blocks;
   }
   PS_RETURN_IF_ERROR(reader->Rewind());
-  std::vector<float> counts(allreduce->size(), 0.0f);
-  // Floats hold integers exactly up to 2^24; split the count into 2^20 blocks and the rest.
-  std::vector<float> high(allreduce->size(), 0.0f);
-  counts[allreduce->rank()] = static_cast<float>(mine % (1 << 20));
-  high[allreduce->rank()] = static_cast<float>(mine >> 20);
-  PS_RETURN_IF_ERROR(allreduce->SumInPlace(absl::MakeSpan(counts)));
-  PS_RETURN_IF_ERROR(allreduce->SumInPlace(absl::MakeSpan(high)));
-  std::vector<int64_t> result(allreduce->size());
-  for (int r = 0; r < allreduce->size(); ++r) {
-    result[r] = (static_cast<int64_t>(high[r]) << 20) + static_cast<int64_t>(counts[r]);
-  }
-  return result;
+  return blocks;
 }
 
 }  // namespace
@@ -204,16 +196,18 @@ absl::StatusOr<TrainResult> Train(const config::Job& job, Client* client,
   const SchemaOptions schema{shape.num_dense, shape.num_sparse};
   std::vector<std::string> train_paths(job.data().train_paths().begin(),
                                        job.data().train_paths().end());
+  // Every worker reads every line and parses its part of each step's block of lines (its range,
+  // from its batch share), so that an epoch covers the data once however the shares change.
   PS_ASSIGN_OR_RETURN(std::unique_ptr<CriteoReader> reader,
-                      CriteoReader::Open(train_paths, rank, world, schema));
+                      CriteoReader::Open(train_paths, 0, 1, schema));
 
   const config::Training& tr = job.training();
   const int batch_size = static_cast<int>(tr.batch_size());
+  const int64_t block_lines = int64_t{world} * batch_size;
   int64_t total_steps = static_cast<int64_t>(tr.steps());
   if (total_steps == 0) {
-    PS_ASSIGN_OR_RETURN(const std::vector<int64_t> counts, CountSamples(reader.get(), allreduce));
-    const int64_t fewest = *std::min_element(counts.begin(), counts.end());
-    total_steps = (fewest + batch_size - 1) / batch_size * std::max<uint32_t>(1, tr.epochs());
+    PS_ASSIGN_OR_RETURN(const int64_t blocks, CountBlocks(reader.get(), block_lines));
+    total_steps = blocks * std::max<uint32_t>(1, tr.epochs());
   }
   if (options.max_steps > 0) total_steps = std::min(total_steps, options.max_steps);
   if (total_steps == 0) return absl::FailedPreconditionError("no training data");
@@ -228,7 +222,17 @@ absl::StatusOr<TrainResult> Train(const config::Job& job, Client* client,
   const bool balance =
       tr.balance_batches() && sync.mode() != config::Training::SYNC && world > 1;
   BatchBalancer balancer(world, batch_size);
-  auto my_batch = [&] { return balance ? balancer.batch(rank) : batch_size; };
+  // Reads this worker's part of the next block: its share, after the lower ranks' shares.
+  auto read_batch = [&](Batch* batch) -> absl::Status {
+    int64_t begin = int64_t{rank} * batch_size;
+    int64_t count = batch_size;
+    if (balance) {
+      begin = 0;
+      for (int r = 0; r < rank; ++r) begin += balancer.batch(r);
+      count = balancer.batch(rank);
+    }
+    return ReadBatch(reader.get(), block_lines, begin, count, batch);
+  };
 
   std::vector<float> state(dense_optimizer->StateFloats(model->num_params()));
   dense_optimizer->InitState(model->num_params(), state.data());
@@ -272,7 +276,7 @@ absl::StatusOr<TrainResult> Train(const config::Job& job, Client* client,
     StartPull(client, groups, num_sparse, dim, d);
     return absl::OkStatus();
   };
-  PS_RETURN_IF_ERROR(ReadBatch(reader.get(), my_batch(), &slots[cur].batch));
+  PS_RETURN_IF_ERROR(read_batch(&slots[cur].batch));
   PS_RETURN_IF_ERROR(begin_pull(&slots[cur], step));
 
   // The dense collectives are counted by the clock, so that a straggler who skips steps (sync
@@ -332,7 +336,7 @@ absl::StatusOr<TrainResult> Train(const config::Job& job, Client* client,
     pull_ms_total += absl::ToDoubleMilliseconds(absl::Now() - step_start);
     StepData& next = slots[1 - cur];
     if (prefetch && step + 1 < total_steps) {
-      PS_RETURN_IF_ERROR(ReadBatch(reader.get(), my_batch(), &next.batch));
+      PS_RETURN_IF_ERROR(read_batch(&next.batch));
       PS_RETURN_IF_ERROR(begin_pull(&next, step + 1));
     }
 
@@ -344,9 +348,13 @@ absl::StatusOr<TrainResult> Train(const config::Job& job, Client* client,
     // bigger or smaller than batch_size scales its mean's gradient accordingly.
     float loss_scale = sync_every == 1 ? 1.0f / world : 1.0f;
     if (balance) loss_scale *= static_cast<float>(n) / batch_size;
-    const float loss =
-        model->ForwardBackward(n, d.batch.dense.data(), d.emb.data(), d.batch.labels.data(),
-                               loss_scale, dense_grad.data(), emb_grad.data(), probs.data());
+    float loss = 0;
+    if (n > 0) {
+      loss = model->ForwardBackward(n, d.batch.dense.data(), d.emb.data(), d.batch.labels.data(),
+                                    loss_scale, dense_grad.data(), emb_grad.data(), probs.data());
+    } else {  // an empty part of a short last block: the step goes on with nothing to add
+      std::fill(dense_grad.begin(), dense_grad.end(), 0.0f);
+    }
     if (sync_every == 1) {
       PS_RETURN_IF_ERROR(collectives_until(step));
       PS_RETURN_IF_ERROR(
@@ -373,8 +381,10 @@ absl::StatusOr<TrainResult> Train(const config::Job& job, Client* client,
     }
     push_ms_total += absl::ToDoubleMilliseconds(absl::Now() - t_push);
 
-    dense_optimizer->Apply(model->num_params(), dense_grad.data(), model->params().data(),
-                           state.data());
+    if (n > 0 || sync_every == 1) {  // with local SGD an empty batch has nothing to apply
+      dense_optimizer->Apply(model->num_params(), dense_grad.data(), model->params().data(),
+                             state.data());
+    }
     if (sync_every > 1) PS_RETURN_IF_ERROR(collectives_until(step));
     if (rank == 0 && tr.dense_push_every() > 0 &&
         (this_step + 1) % tr.dense_push_every() == 0) {
@@ -384,12 +394,14 @@ absl::StatusOr<TrainResult> Train(const config::Job& job, Client* client,
     ++result.steps;
     my_samples += n;
     interval_samples += n;
-    interval_loss += loss;
-    ++interval_batches;
-    running_auc.Add(probs, absl::MakeConstSpan(d.batch.labels.data(), n));
+    if (n > 0) {
+      interval_loss += loss;
+      ++interval_batches;
+      running_auc.Add(probs, absl::MakeConstSpan(d.batch.labels.data(), n));
+    }
 
     if (!prefetch && step < total_steps) {
-      PS_RETURN_IF_ERROR(ReadBatch(reader.get(), my_batch(), &next.batch));
+      PS_RETURN_IF_ERROR(read_batch(&next.batch));
       PS_RETURN_IF_ERROR(begin_pull(&next, step));
     }
     cur = 1 - cur;
@@ -402,7 +414,7 @@ absl::StatusOr<TrainResult> Train(const config::Job& job, Client* client,
     if (now - last_report >= options.progress_interval) {
       const double secs = absl::ToDoubleSeconds(now - last_report);
       const double rate = interval_samples / secs;
-      result.final_loss = interval_loss / interval_batches;
+      if (interval_batches > 0) result.final_loss = interval_loss / interval_batches;
       const double pull_ms = pull_ms_total / result.steps;
       const double push_ms = push_ms_total / result.steps;
       if (options.progress != nullptr) {
