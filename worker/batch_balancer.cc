@@ -45,6 +45,8 @@ absl::Status BatchBalancer::Update(absl::Span<const float> summed) {
   }
   samples_ = 0;
   busy_ms_ = 0;
+  // The first measure of every worker sets the shares at once; later ones move them halfway.
+  const bool first = std::all_of(speed_.begin(), speed_.end(), [](double s) { return s <= 0; });
   for (int r = 0; r < world_; ++r) {
     const double samples = summed[2 * r], busy = summed[2 * r + 1];
     if (samples <= 0 || busy <= 0) continue;
@@ -61,7 +63,8 @@ absl::Status BatchBalancer::Update(absl::Span<const float> summed) {
   std::vector<int> next(world_);
   int sum = 0;
   for (int r = 0; r < world_; ++r) {
-    want[r] = (1 - kStep) * shares_[r] + kStep * total_ * speed_[r] / speed_sum;
+    const double step = first ? 1.0 : kStep;
+    want[r] = (1 - step) * shares_[r] + step * total_ * speed_[r] / speed_sum;
     next[r] = std::max(1, static_cast<int>(std::floor(want[r])));
     sum += next[r];
   }

@@ -51,8 +51,10 @@ class BatchBalancer {
   // sum gives everyone every worker's figures exactly).
   void Report(int rank, absl::Span<float> out) const;
 
-  // Recomputes every share from the summed figures of every worker and starts a new interval.
-  // A worker that reported no busy time keeps the speed it had. Returns INVALID_ARGUMENT when
+  // Recomputes every share from the summed figures of every worker and starts a new interval:
+  // the first time every worker is measured, the shares become proportional to the speeds;
+  // after that each update moves speeds and shares halfway towards the new measure. A worker
+  // that reported no busy time keeps the speed it had. Returns INVALID_ARGUMENT when
   // `summed` has the wrong length or a negative or non-finite figure; the shares are unchanged.
   absl::Status Update(absl::Span<const float> summed);
 

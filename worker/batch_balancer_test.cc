@@ -62,6 +62,17 @@ TEST_CASE("a half-speed worker's share converges to equal step times", "[batch_b
   CHECK(std::abs(balancers[0].batch(2) - 60) <= 4);
 }
 
+TEST_CASE("the first measure sets the shares at once", "[batch_balancer]") {
+  std::vector<BatchBalancer> balancers(3, BatchBalancer(3, 100));
+  balancers[0].Record(100, absl::Milliseconds(10));
+  balancers[1].Record(100, absl::Milliseconds(10));
+  balancers[2].Record(100, absl::Milliseconds(20));  // half speed
+  Exchange(balancers);
+  CHECK(balancers[0].batch(0) == 120);
+  CHECK(balancers[0].batch(1) == 120);
+  CHECK(balancers[0].batch(2) == 60);
+}
+
 TEST_CASE("equal workers keep equal shares", "[batch_balancer]") {
   std::vector<BatchBalancer> balancers(2, BatchBalancer(2, 64));
   for (int interval = 0; interval < 5; ++interval) {

@@ -26,10 +26,12 @@ namespace {
 // The dense parameters' name on the servers (the master copy).
 constexpr char kDenseName[] = "dense/model";
 
-// With balanced batches, the workers exchange their speeds about every this many steps: right
-// after the dense collective that ends them (every step's AllReduce, or the averaging of local
-// SGD, at the first one at or past the mark), since the workers are in step there anyway.
-// Shorter intervals measure the scheduler's noise more than the workers' speeds.
+// With balanced batches, the workers exchange their speeds first after kFirstBalanceSteps steps
+// (so that a straggler is found early), then about every kBalanceEverySteps: right after the
+// dense collective that ends them (every step's AllReduce, or the averaging of local SGD, at the
+// first one at or past the mark), since the workers are in step there anyway. Shorter intervals
+// measure the scheduler's noise more than the workers' speeds.
+constexpr int64_t kFirstBalanceSteps = 8;
 constexpr int64_t kBalanceEverySteps = 32;
 
 // The sparse fields that share one table: one pull and one push per group and step.
@@ -286,12 +288,12 @@ absl::StatusOr<TrainResult> Train(const config::Job& job, Client* client,
   int64_t averaging_rounds = 0;
   std::vector<float> zeros;
   std::vector<float> figures;
-  int64_t balance_rounds = 0;
+  int64_t next_balance = kFirstBalanceSteps;
   // After the collective that ends `steps_done` steps: once the next mark is reached, the
   // workers' speeds since the last exchange, summed over the group, give new batch shares.
   auto exchange_speeds = [&](int64_t steps_done) -> absl::Status {
-    if (!balance || steps_done / kBalanceEverySteps <= balance_rounds) return absl::OkStatus();
-    balance_rounds = steps_done / kBalanceEverySteps;
+    if (!balance || steps_done < next_balance) return absl::OkStatus();
+    next_balance = steps_done + kBalanceEverySteps;
     figures.assign(balancer.ExchangeFloats(), 0.0f);
     balancer.Report(rank, absl::MakeSpan(figures));
     PS_RETURN_IF_ERROR(allreduce->SumInPlace(absl::MakeSpan(figures)));
