@@ -72,8 +72,11 @@ struct TrainResult {
 // every step (all workers keep identical parameters); with k > 1 every worker applies its own
 // gradients and the parameters are averaged every k steps and at the end (local SGD).
 //
-// Every worker runs the same number of steps: job.training.steps, or epochs times the number of
-// batches of the worker with the fewest samples.
+// Data: step t reads the next block of workers x batch_size lines of the training files (starting
+// over at their end), and each worker trains on its part of the block: batch_size lines at
+// rank x batch_size, or with training.balance_batches (BOUNDED_STALENESS and ASYNC) a share by
+// speed (BatchBalancer). Every worker runs the same number of steps: job.training.steps, or
+// epochs times the blocks in the data.
 //
 // Errors: the client's, the collective's or the data's (NOT_FOUND for a missing file).
 absl::StatusOr<TrainResult> Train(const config::Job& job, Client* client,
