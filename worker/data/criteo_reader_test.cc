@@ -108,6 +108,32 @@ class LineMaker {
   const SchemaOptions schema_;
 };
 
+// `count` lines of `maker`, each ending in "\n"; their rows are appended to `rows`.
+std::string MakeLines(LineMaker* maker, int count, std::vector<Row>* rows) {
+  std::string text;
+  for (int i = 0; i < count; ++i) {
+    Row row;
+    text += maker->Make(&row) + "\n";
+    rows->push_back(row);
+  }
+  return text;
+}
+
+// The rows of `batch`, in order.
+std::vector<Row> RowsOf(const Batch& batch, const SchemaOptions& schema) {
+  std::vector<Row> rows;
+  for (int i = 0; i < batch.size; ++i) {
+    Row row;
+    row.label = batch.labels[i];
+    row.dense.assign(batch.dense.begin() + i * schema.num_dense,
+                     batch.dense.begin() + (i + 1) * schema.num_dense);
+    row.keys.assign(batch.keys.begin() + i * schema.num_sparse,
+                    batch.keys.begin() + (i + 1) * schema.num_sparse);
+    rows.push_back(row);
+  }
+  return rows;
+}
+
 // Reads every remaining sample of `reader` in batches of `batch_size`, checking batch shapes.
 std::vector<Row> ReadAll(CriteoReader* reader, int batch_size) {
   const SchemaOptions schema = reader->schema();
@@ -121,15 +147,7 @@ std::vector<Row> ReadAll(CriteoReader* reader, int batch_size) {
     REQUIRE(batch.dense.size() == static_cast<size_t>(*n) * schema.num_dense);
     REQUIRE(batch.keys.size() == static_cast<size_t>(*n) * schema.num_sparse);
     if (*n == 0) return rows;
-    for (int i = 0; i < *n; ++i) {
-      Row row;
-      row.label = batch.labels[i];
-      row.dense.assign(batch.dense.begin() + i * schema.num_dense,
-                       batch.dense.begin() + (i + 1) * schema.num_dense);
-      row.keys.assign(batch.keys.begin() + i * schema.num_sparse,
-                      batch.keys.begin() + (i + 1) * schema.num_sparse);
-      rows.push_back(row);
-    }
+    for (const Row& row : RowsOf(batch, schema)) rows.push_back(row);
   }
 }
 
@@ -178,12 +196,7 @@ TEST_CASE("plain and gzip files give the same batches", "[worker][criteo]") {
   const int batch_size = GENERATE(1, 7, 64, 1000);
   LineMaker maker(42);
   std::vector<Row> expected;
-  std::string text;
-  for (int i = 0; i < 500; ++i) {
-    Row row;
-    text += maker.Make(&row) + "\n";
-    expected.push_back(row);
-  }
+  std::string text = MakeLines(&maker, 500, &expected);
   const std::string plain = WritePlain(text);
   const std::string gzip = WriteGzip({text});
   REQUIRE(ReadBytes(gzip).substr(0, 2) == "\x1f\x8b");
@@ -368,12 +381,7 @@ TEST_CASE("other schemas", "[worker][criteo]") {
       GENERATE(SchemaOptions{2, 3}, SchemaOptions{0, 4}, SchemaOptions{5, 0}, SchemaOptions{0, 0});
   LineMaker maker(11, schema);
   std::vector<Row> expected;
-  std::string text;
-  for (int i = 0; i < 30; ++i) {
-    Row row;
-    text += maker.Make(&row) + "\n";
-    expected.push_back(row);
-  }
+  std::string text = MakeLines(&maker, 30, &expected);
   text += LineWithValue("ab") + "\n";  // 40 fields: wrong here
   std::unique_ptr<CriteoReader> reader = MustOpen({WritePlain(text)}, 0, 1, schema);
   CHECK(ReadAll(reader.get(), 4) == expected);
@@ -407,32 +415,12 @@ TEST_CASE("Rewind starts the next epoch", "[worker][criteo]") {
   CHECK(reader->skip_reports() == reports);
 }
 
-// The rows of `batch`, in order.
-std::vector<Row> RowsOf(const Batch& batch, const SchemaOptions& schema) {
-  std::vector<Row> rows;
-  for (int i = 0; i < batch.size; ++i) {
-    Row row;
-    row.label = batch.labels[i];
-    row.dense.assign(batch.dense.begin() + i * schema.num_dense,
-                     batch.dense.begin() + (i + 1) * schema.num_dense);
-    row.keys.assign(batch.keys.begin() + i * schema.num_sparse,
-                    batch.keys.begin() + (i + 1) * schema.num_sparse);
-    rows.push_back(row);
-  }
-  return rows;
-}
-
 TEST_CASE("blocks split among readers cover every line exactly once", "[worker][criteo]") {
   // 3 readers of the same file take ranges of every block of 10 lines whose sizes change from
   // block to block, as balanced batches do; 47 lines leave a partial last block.
   LineMaker maker(11);
   std::vector<Row> expected;
-  std::string text;
-  for (int i = 0; i < 47; ++i) {
-    Row row;
-    text += maker.Make(&row) + "\n";
-    expected.push_back(row);
-  }
+  std::string text = MakeLines(&maker, 47, &expected);
   const std::string path = WriteGzip({text});
   std::vector<std::unique_ptr<CriteoReader>> readers;
   for (int r = 0; r < 3; ++r) readers.push_back(MustOpen({path}));
@@ -540,12 +528,7 @@ TEST_CASE("Next refuses bad arguments", "[worker][criteo]") {
 TEST_CASE("a truncated gzip file gives DATA_LOSS after its complete rows", "[worker][criteo]") {
   LineMaker maker(9);
   std::vector<Row> expected;
-  std::string text;
-  for (int i = 0; i < 2000; ++i) {
-    Row row;
-    text += maker.Make(&row) + "\n";
-    expected.push_back(row);
-  }
+  std::string text = MakeLines(&maker, 2000, &expected);
   const std::string whole = ReadBytes(WriteGzip({text}));
   const std::string path = TempPath(".tsv.gz");
   {
