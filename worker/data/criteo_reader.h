@@ -1,4 +1,5 @@
-// Reading Criteo-format training data (plain or gzip text files), striped across workers by rank.
+// Reading Criteo-format training data (plain or gzip text files), striped across workers by rank
+// or split block by block into ranges (NextBlock).
 //
 // A line is tab-separated: the label (0 or 1), `num_dense` integer features, then `num_sparse`
 // categorical features written as hex strings. Any feature may be empty. Lines end in "\n" or
