@@ -169,8 +169,12 @@ void ShardedStore::RecordPullStep(int64_t step) {
 
 absl::Status ShardedStore::CheckPullStep(int64_t step) {
   if (!sync_ || step < 0) return absl::OkStatus();
-  absl::MutexLock lock(&step_mu_);
-  if (step <= applied_step_) {
+  absl::ReaderMutexLock lock(&step_mu_);
+  return CheckPullStepLocked(step);
+}
+
+absl::Status ShardedStore::CheckPullStepLocked(int64_t step) const {
+  if (sync_ && step >= 0 && step <= applied_step_) {
     return absl::AbortedError(absl::StrFormat(
         "pull for step %d, which the cluster already applied without this worker (now at step "
         "%d); end the step and continue after it",
@@ -299,6 +303,9 @@ absl::Status ShardedStore::Pull(const rpc::PullRequest& request,
                                 absl::FunctionRef<float*(size_t num_keys, uint32_t dim)> allocate) {
   PS_ASSIGN_OR_RETURN(const size_t t, FindTable(request.table()));
   const TableSpec& table = *tables_[t];
+  // Sync mode: no step may be applied between the check of the pull's step and the read.
+  absl::ReaderMutexLock step_lock(&step_mu_);
+  PS_RETURN_IF_ERROR(CheckPullStepLocked(request.header().clock()));
   absl::ReaderMutexLock map_lock(&map_mu_);
   std::vector<uint64_t> aligned;
   const uint64_t* keys = nullptr;

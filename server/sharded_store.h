@@ -64,7 +64,9 @@ class ShardedStore {
   // INVALID_ARGUMENT for keys whose length is not a multiple of 8, runs that do not add up to the
   // keys, a shard out of range or a key in the wrong shard's run; RESOURCE_EXHAUSTED for more
   // keys than one response may carry; FAILED_PRECONDITION (naming the current map version) for a
-  // shard this server does not serve.
+  // shard this server does not serve; sync mode: ABORTED for a pull whose step (header.clock) is
+  // already applied, as CheckPullStep, checked under the same lock as the rows are read with, so
+  // a quorum cannot apply the step between the check and the read.
   absl::Status Pull(const rpc::PullRequest& request, rpc::PullResponse* response);
 
   // Pull without a response message, for callers that frame the rows themselves: once the request
@@ -158,6 +160,8 @@ class ShardedStore {
 
   // OK if this server serves `shard`; FAILED_PRECONDITION naming the map version otherwise.
   absl::Status CheckServed(uint32_t shard) const ABSL_SHARED_LOCKS_REQUIRED(map_mu_);
+  // ABORTED for a sync pull of a step that is already applied; OK otherwise.
+  absl::Status CheckPullStepLocked(int64_t step) const ABSL_SHARED_LOCKS_REQUIRED(step_mu_);
 
   // Applies the pending step's sums in every shard and moves on to the next step; returns the
   // waits it releases (to be run without the lock).

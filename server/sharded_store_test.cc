@@ -74,11 +74,12 @@ std::vector<uint64_t> EvenShardKeys(int n) {
   return keys;
 }
 
-// Pulls and returns the rows by key.
+// Pulls and returns the rows by key, as an observer that keeps no step clock.
 std::map<uint64_t, std::vector<float>> PullRows(ShardedStore& store,
                                                 const std::vector<uint64_t>& keys) {
   rpc::PullRequest request;
   request.set_table("emb");
+  request.mutable_header()->set_clock(-1);
   SetKeys(keys, &request);
   rpc::PullResponse response;
   const absl::Status status = store.Pull(request, &response);
@@ -422,6 +423,34 @@ TEST_CASE("sync mode with a quorum drops and counts a straggler's late push",
   CHECK(status.applied_step() == 0);
   CHECK(status.late_pushes_dropped() == 1);
   CHECK(status.late_keys_dropped() == keys.size());
+}
+
+// A straggler's pull for step t passes the check at its arrival, waits for step t - 1, and is
+// read later: if the quorum applied step t in between, the read used to return rows with step
+// t's pushes in them. The store now checks the step under the lock it reads with.
+TEST_CASE("a pull for a step the quorum applied after the pull arrived is refused",
+          "[server][store][sync]") {
+  auto store = ServingSyncStore(SyncJob(0.5f));
+  const std::vector<uint64_t> keys = EvenShardKeys(10);
+  const auto before = PullRows(*store, keys);
+  rpc::PullRequest pull;
+  pull.set_table("emb");
+  pull.mutable_header()->set_worker_id(2);
+  pull.mutable_header()->set_clock(0);
+  SetKeys(keys, &pull);
+  REQUIRE(store->CheckPullStep(0).ok());  // the straggler's pull of step 0 arrives
+
+  uint32_t duplicates = 0;
+  REQUIRE(store->Push(StepPush(keys, 1.0f, 1, 0), &duplicates).ok());
+  CHECK(*store->EndStep(1, 0) == 0);  // the quorum (1 of 2) applies step 0
+
+  rpc::PullResponse response;
+  const absl::Status status = store->Pull(pull, &response);
+  CHECK(status.code() == absl::StatusCode::kAborted);
+  CHECK(response.values().empty());
+  CHECK(PullRows(*store, keys) != before);  // step 0 is in the rows a step-1 pull sees
+  pull.mutable_header()->set_clock(1);
+  CHECK(store->Pull(pull, &response).ok());
 }
 
 TEST_CASE("sync mode with a quorum applies a step when its timeout passes",
