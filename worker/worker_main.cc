@@ -49,6 +49,11 @@ int Main() {
     std::fprintf(stderr, "ps_worker: --coordinator is required\n");
     return 2;
   }
+  if (absl::GetFlag(FLAGS_compute_threads) < 0) {
+    std::fprintf(stderr, "ps_worker: --compute_threads must be >= 0 (0: one per core), got %d\n",
+                 absl::GetFlag(FLAGS_compute_threads));
+    return 2;
+  }
   const absl::Duration timeout = absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s));
   ClientOptions options;
   options.coordinator = address;
