@@ -24,6 +24,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -441,11 +442,14 @@ TEST_CASE(
     "async and bounded-staleness training with a straggler reach the teacher's held-out AUC "
     "within 0.03, the straggler taking smaller batches",
     "[integration][modes][training]") {
-  const auto [mode, staleness] = GENERATE(values<std::pair<const char*, int>>({
-      {"ASYNC", 0},
-      {"BOUNDED_STALENESS", 4},
-  }));
-  INFO(mode << " staleness " << staleness);
+  // The two dense paths balance at different points: after every step's AllReduce
+  // (dense_sync_every 1), or after the averaging of local SGD (8).
+  const auto [mode, staleness, dense_sync_every] =
+      GENERATE(values<std::tuple<const char*, int, int>>({
+          {"ASYNC", 0, 1},
+          {"BOUNDED_STALENESS", 4, 8},
+      }));
+  INFO(mode << " staleness " << staleness << " dense_sync_every " << dense_sync_every);
   const TeacherData& data = Data();
   const std::string job_path = absl::StrCat(testing::TempDir(), "/modes_training_", mode, ".pbtxt");
   {
@@ -467,6 +471,7 @@ TEST_CASE(
              training {
                mode: %s
                staleness: %d
+               dense_sync_every: %d
                batch_size: 256
                epochs: 2
                dense_optimizer { type: "adam" learning_rate: 0.002 }
@@ -474,7 +479,7 @@ TEST_CASE(
              }
              cluster { num_shards: 16 num_servers: 2 num_workers: 2 }
         )pb",
-        data.train, data.heldout, mode, staleness);
+        data.train, data.heldout, mode, staleness, dense_sync_every);
   }
   auto cluster = testing::LocalCluster::Start(job_path, {});
   INFO(cluster.status().ToString());
