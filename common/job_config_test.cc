@@ -7,6 +7,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "tests/testing/temp_dir.h"
 
 namespace ps {
 namespace {
@@ -178,8 +179,7 @@ TEST_CASE("a job built in code is validated without positions", "[common][job]")
 
 TEST_CASE("job files that cannot be read get a specific error", "[common][job]") {
   CHECK(LoadJobFile("/nonexistent/job.pbtxt").status().code() == absl::StatusCode::kNotFound);
-  const std::string path = absl::StrCat(std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp",
-                                        "/bad_job.pbtxt");
+  const std::string path = absl::StrCat(testing::TempDir(), "/bad_job.pbtxt");
   {
     std::ofstream out(path);
     out << Replace(kGoodJob, "dim: 4", "dim: 0");

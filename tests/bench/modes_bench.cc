@@ -127,11 +127,10 @@ absl::StatusOr<Mode> ParseMode(const std::string& name) {
 // The quickstart job on this run's data, cluster and mode.
 absl::StatusOr<config::Job> BenchJob(const Mode& mode, const std::string& train,
                                      const std::string& heldout) {
-  PS_ASSIGN_OR_RETURN(config::Job job, LoadJobFile(JobPath()));
-  job.mutable_data()->clear_train_paths();
-  job.mutable_data()->add_train_paths(train);
-  job.mutable_data()->clear_eval_paths();
-  job.mutable_data()->add_eval_paths(heldout);
+  PS_ASSIGN_OR_RETURN(config::Job job,
+                      testing::LoadJobOnData(JobPath(), train, heldout,
+                                             absl::GetFlag(FLAGS_servers),
+                                             absl::GetFlag(FLAGS_workers)));
   config::Training* training = job.mutable_training();
   training->set_mode(mode.mode);
   training->set_staleness(mode.staleness);
@@ -139,8 +138,6 @@ absl::StatusOr<config::Job> BenchJob(const Mode& mode, const std::string& train,
   training->set_sync_timeout_ms(mode.sync_timeout_ms);
   training->set_dense_sync_every(absl::GetFlag(FLAGS_dense_sync_every));
   training->set_balance_batches(absl::GetFlag(FLAGS_balance_batches));
-  job.mutable_cluster()->set_num_servers(absl::GetFlag(FLAGS_servers));
-  job.mutable_cluster()->set_num_workers(absl::GetFlag(FLAGS_workers));
   PS_RETURN_IF_ERROR(ValidateJob(job));
   return job;
 }

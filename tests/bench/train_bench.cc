@@ -99,19 +99,16 @@ absl::StatusOr<config::Training::Mode> ParseMode(const std::string& mode) {
 
 // The quickstart job on this run's data and flags.
 absl::StatusOr<config::Job> BenchJob(const std::string& train, const std::string& heldout) {
-  PS_ASSIGN_OR_RETURN(config::Job job, LoadJobFile(JobPath()));
+  PS_ASSIGN_OR_RETURN(config::Job job,
+                      testing::LoadJobOnData(JobPath(), train, heldout,
+                                             absl::GetFlag(FLAGS_servers),
+                                             absl::GetFlag(FLAGS_workers)));
   PS_ASSIGN_OR_RETURN(const config::Training::Mode mode, ParseMode(absl::GetFlag(FLAGS_mode)));
-  job.mutable_data()->clear_train_paths();
-  job.mutable_data()->add_train_paths(train);
-  job.mutable_data()->clear_eval_paths();
-  job.mutable_data()->add_eval_paths(heldout);
   config::Training* training = job.mutable_training();
   training->set_mode(mode);
   training->set_batch_size(absl::GetFlag(FLAGS_batch));
   training->clear_steps();
   training->set_epochs(absl::GetFlag(FLAGS_epochs));
-  job.mutable_cluster()->set_num_servers(absl::GetFlag(FLAGS_servers));
-  job.mutable_cluster()->set_num_workers(absl::GetFlag(FLAGS_workers));
   PS_RETURN_IF_ERROR(ValidateJob(job));
   return job;
 }

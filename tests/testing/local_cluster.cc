@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/job_config.h"
 #include "common/status_macros.h"
 #include "google/protobuf/text_format.h"
 
@@ -100,6 +101,18 @@ absl::Status WriteJobFile(const config::Job& job, const std::string& path) {
   out.close();
   if (!out) return absl::FailedPreconditionError(absl::StrCat("cannot write ", path));
   return absl::OkStatus();
+}
+
+absl::StatusOr<config::Job> LoadJobOnData(const std::string& path, const std::string& train,
+                                          const std::string& heldout, int servers, int workers) {
+  PS_ASSIGN_OR_RETURN(config::Job job, LoadJobFile(path));
+  job.mutable_data()->clear_train_paths();
+  job.mutable_data()->add_train_paths(train);
+  job.mutable_data()->clear_eval_paths();
+  job.mutable_data()->add_eval_paths(heldout);
+  job.mutable_cluster()->set_num_servers(servers);
+  job.mutable_cluster()->set_num_workers(workers);
+  return job;
 }
 
 absl::StatusOr<std::string> RunDatagen(const DatagenOptions& options, absl::Duration timeout) {

@@ -76,6 +76,12 @@ std::string ResultJson(absl::string_view stdout_text);
 // FAILED_PRECONDITION if the file cannot be written.
 absl::Status WriteJobFile(const config::Job& job, const std::string& path);
 
+// The job at `path` (read as LoadJobFile does, with its errors) training on `train` and
+// evaluating on `heldout` with `servers` servers and `workers` workers: the same model on a
+// benchmark's own data and cluster. Not validated, since callers change more of it first.
+absl::StatusOr<config::Job> LoadJobOnData(const std::string& path, const std::string& train,
+                                          const std::string& heldout, int servers, int workers);
+
 struct DatagenOptions {
   // The folder holding worker/tools/ps_datagen; "" (default): relative to the working directory.
   std::string bin_dir;

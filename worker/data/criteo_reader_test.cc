@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "tests/testing/temp_dir.h"
 #include "xxhash.h"
 
 namespace ps {
@@ -28,9 +29,8 @@ namespace {
 // A new path under $TEST_TMPDIR (or /tmp) ending in `suffix`.
 std::string TempPath(const std::string& suffix) {
   static std::atomic<int> counter{0};
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return absl::StrCat(dir != nullptr && *dir != '\0' ? dir : "/tmp", "/criteo_reader_test.",
-                      getpid(), ".", counter.fetch_add(1), suffix);
+  return absl::StrCat(testing::TempDir(), "/criteo_reader_test.", getpid(), ".",
+                      counter.fetch_add(1), suffix);
 }
 
 std::string WritePlain(const std::string& text) {
@@ -507,8 +507,7 @@ TEST_CASE("Open refuses bad arguments and missing files", "[worker][criteo]") {
   CHECK(CriteoReader::Open({good}, -1, 2).status().code() == absl::StatusCode::kInvalidArgument);
   CHECK(CriteoReader::Open({good}, 0, 1, SchemaOptions{-1, 26}).status().code() ==
         absl::StatusCode::kInvalidArgument);
-  const char* dir = std::getenv("TEST_TMPDIR");
-  const std::string directory = dir != nullptr && *dir != '\0' ? dir : "/tmp";
+  const std::string directory = testing::TempDir();
   reader = CriteoReader::Open({directory}, 0, 1);
   CHECK(reader.status().code() == absl::StatusCode::kInvalidArgument);
   CHECK(absl::StrContains(reader.status().message(), directory));

@@ -15,6 +15,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "tests/testing/temp_dir.h"
 #include "worker/data/batch.h"
 #include "worker/data/criteo_reader.h"
 #include "worker/data/metrics.h"
@@ -25,9 +26,8 @@ namespace {
 
 std::string TempPath(const std::string& suffix) {
   static std::atomic<int> counter{0};
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return absl::StrCat(dir != nullptr && *dir != '\0' ? dir : "/tmp", "/synthetic_test.", getpid(),
-                      ".", counter.fetch_add(1), suffix);
+  return absl::StrCat(testing::TempDir(), "/synthetic_test.", getpid(), ".", counter.fetch_add(1),
+                      suffix);
 }
 
 std::string ReadBytes(const std::string& path) {
