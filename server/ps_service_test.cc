@@ -4,76 +4,30 @@
 
 #include <catch2/catch.hpp>
 #include <cstring>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "common/hash.h"
 #include "common/job_config.h"
+#include "server/internal/test_fixtures.h"
 
 namespace ps {
 namespace server {
 namespace {
 
-constexpr uint32_t kShards = 8;
-
-config::Job TestJob() {
-  absl::StatusOr<config::Job> job =
-      ParseJob(R"pb(
-                 tables {
-                   name: "emb"
-                   dim: 4
-                   initializer { kind: UNIFORM low: -1 high: 1 }
-                   optimizer { type: "sgd" learning_rate: 0.5 }
-                 }
-                 training { mode: ASYNC }
-                 cluster { num_shards: 8 num_servers: 2 max_message_bytes: 1048576 }
-               )pb",
-               "test.pbtxt");
-  REQUIRE(job.ok());
-  return *job;
-}
-
-// Server 0 serves the even shards.
-rpc::ShardMap EvenOddMap(uint64_t version) {
-  rpc::ShardMap map;
-  map.set_version(version);
-  map.set_num_shards(kShards);
-  for (uint32_t s = 0; s < kShards; ++s) {
-    rpc::ShardAssignment* a = map.add_shards();
-    a->set_shard(s);
-    a->set_primary(s % 2);
-  }
-  return map;
-}
+using testing::EvenOddMap;
+using testing::KeysOnShards;
+using testing::TestJob;
 
 // A PullRequest for `keys` of "emb", grouped into runs by shard.
 rpc::PullRequest MakePull(const std::vector<uint64_t>& keys, uint64_t map_version) {
   rpc::PullRequest request;
   request.mutable_header()->set_map_version(map_version);
   request.set_table("emb");
-  std::map<uint32_t, std::vector<uint64_t>> by_shard;
-  for (uint64_t k : keys) by_shard[ShardOf(NameHash("emb"), k, kShards)].push_back(k);
-  std::string bytes;
-  for (const auto& [shard, ks] : by_shard) {
-    rpc::ShardRun* run = request.add_runs();
-    run->set_shard(shard);
-    run->set_count(ks.size());
-    bytes.append(reinterpret_cast<const char*>(ks.data()), ks.size() * sizeof(uint64_t));
-  }
-  request.set_keys(bytes);
+  testing::SetKeys(keys, &request);
   return request;
-}
-
-std::vector<uint64_t> KeysOnShards(int parity, int n) {
-  std::vector<uint64_t> keys;
-  for (uint64_t k = 0; keys.size() < static_cast<size_t>(n); ++k) {
-    if (ShardOf(NameHash("emb"), k, kShards) % 2 == parity) keys.push_back(k);
-  }
-  return keys;
 }
 
 // The service on an in-process server bound to port 0, called through the generated stub.

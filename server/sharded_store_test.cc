@@ -13,66 +13,19 @@
 #include "absl/synchronization/notification.h"
 #include "common/hash.h"
 #include "common/job_config.h"
+#include "server/internal/test_fixtures.h"
 
 namespace ps {
 namespace server {
 namespace {
 
-constexpr uint32_t kShards = 8;
+using testing::EvenOddMap;
+using testing::SetKeys;
+using testing::TestJob;
+constexpr uint32_t kShards = testing::kTestShards;
 
-config::Job TestJob() {
-  absl::StatusOr<config::Job> job = ParseJob(R"pb(
-    tables {
-      name: "emb"
-      dim: 4
-      initializer { kind: UNIFORM low: -1 high: 1 }
-      optimizer { type: "sgd" learning_rate: 0.5 }
-    }
-    training { mode: ASYNC }  # pushes apply on arrival; sync mode has its own tests below
-    cluster { num_shards: 8 num_servers: 2 max_message_bytes: 1048576 }
-  )pb", "test.pbtxt");
-  REQUIRE(job.ok());
-  return *job;
-}
-
-// A map in which server 0 serves the even shards and server 1 the odd ones.
-rpc::ShardMap EvenOddMap(uint64_t version) {
-  rpc::ShardMap map;
-  map.set_version(version);
-  map.set_num_shards(kShards);
-  for (uint32_t s = 0; s < kShards; ++s) {
-    rpc::ShardAssignment* a = map.add_shards();
-    a->set_shard(s);
-    a->set_primary(s % 2);
-  }
-  return map;
-}
-
-// Keys grouped into runs by shard, as a client sends them.
-template <typename Request>
-void SetKeys(const std::vector<uint64_t>& keys, Request* request) {
-  const uint64_t table = NameHash(request->table());
-  std::map<uint32_t, std::vector<uint64_t>> by_shard;
-  for (uint64_t k : keys) by_shard[ShardOf(table, k, kShards)].push_back(k);
-  std::string bytes;
-  for (const auto& [shard, ks] : by_shard) {
-    rpc::ShardRun* run = request->add_runs();
-    run->set_shard(shard);
-    run->set_count(ks.size());
-    bytes.append(reinterpret_cast<const char*>(ks.data()), ks.size() * sizeof(uint64_t));
-  }
-  request->set_keys(bytes);
-}
-
-// Keys (in [0, 10000)) that fall on shards served by server 0 in EvenOddMap.
-std::vector<uint64_t> EvenShardKeys(int n) {
-  std::vector<uint64_t> keys;
-  const uint64_t table = NameHash("emb");
-  for (uint64_t k = 0; keys.size() < static_cast<size_t>(n); ++k) {
-    if (ShardOf(table, k, kShards) % 2 == 0) keys.push_back(k);
-  }
-  return keys;
-}
+// Keys that fall on shards served by server 0 in EvenOddMap.
+std::vector<uint64_t> EvenShardKeys(int n) { return testing::KeysOnShards(0, n); }
 
 // Pulls and returns the rows by key, as an observer that keeps no step clock.
 std::map<uint64_t, std::vector<float>> PullRows(ShardedStore& store,

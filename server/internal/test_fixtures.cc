@@ -1,0 +1,54 @@
+#include "server/internal/test_fixtures.h"
+
+#include <cstdlib>
+#include <cstdio>
+
+#include "absl/status/statusor.h"
+#include "common/job_config.h"
+
+namespace ps {
+namespace server {
+namespace testing {
+
+config::Job TestJob() {
+  absl::StatusOr<config::Job> job = ParseJob(R"pb(
+    tables {
+      name: "emb"
+      dim: 4
+      initializer { kind: UNIFORM low: -1 high: 1 }
+      optimizer { type: "sgd" learning_rate: 0.5 }
+    }
+    training { mode: ASYNC }
+    cluster { num_shards: 8 num_servers: 2 max_message_bytes: 1048576 }
+  )pb", "test.pbtxt");
+  if (!job.ok()) {  // a broken fixture, not a test failure
+    std::fprintf(stderr, "TestJob: %s\n", job.status().ToString().c_str());
+    std::abort();
+  }
+  return *job;
+}
+
+rpc::ShardMap EvenOddMap(uint64_t version) {
+  rpc::ShardMap map;
+  map.set_version(version);
+  map.set_num_shards(kTestShards);
+  for (uint32_t s = 0; s < kTestShards; ++s) {
+    rpc::ShardAssignment* a = map.add_shards();
+    a->set_shard(s);
+    a->set_primary(s % 2);
+  }
+  return map;
+}
+
+std::vector<uint64_t> KeysOnShards(int parity, int n) {
+  std::vector<uint64_t> keys;
+  const uint64_t table = NameHash("emb");
+  for (uint64_t k = 0; keys.size() < static_cast<size_t>(n); ++k) {
+    if (static_cast<int>(ShardOf(table, k, kTestShards) % 2) == parity) keys.push_back(k);
+  }
+  return keys;
+}
+
+}  // namespace testing
+}  // namespace server
+}  // namespace ps
