@@ -743,18 +743,11 @@ absl::Status ClientImpl::PushDense(absl::string_view name, absl::Span<const floa
       rpc::PushDenseRequest request;
       FillHeader(routing, request.mutable_header());
       request.mutable_header()->set_sequence(sequence);
-      request.set_name(std::string(name));
-      request.set_total_floats(values.size());
-      request.set_kind(update == DenseUpdate::kAssign ? rpc::PushDenseRequest::ASSIGN
-                                                      : rpc::PushDenseRequest::GRADIENT);
-      for (uint32_t c : route.chunks) {
-        const uint64_t begin = uint64_t{c} * chunk_floats;
-        const uint64_t count = std::min<uint64_t>(chunk_floats, values.size() - begin);
-        rpc::DenseChunk* chunk = request.add_chunks();
-        chunk->set_chunk(c);
-        chunk->set_values(reinterpret_cast<const char*>(values.data() + begin),
-                          count * sizeof(float));
-      }
+      client_internal::SetPushDenseBody(name, values, chunk_floats, route.chunks,
+                                        update == DenseUpdate::kAssign
+                                            ? rpc::PushDenseRequest::ASSIGN
+                                            : rpc::PushDenseRequest::GRADIENT,
+                                        &request);
       rpc::PushDenseResponse response;
       grpc::ClientContext context;
       context.set_deadline(absl::ToChronoTime(absl::Now() + options_.request_timeout));

@@ -35,6 +35,20 @@ TEST_CASE("dense chunks land at their offsets; sizes are checked", "[client][den
   CHECK(CopyDenseChunks("t", r, 2, absl::MakeSpan(values)).code() == absl::StatusCode::kInternal);
 }
 
+TEST_CASE("a push's body holds the chunks asked for, the last one short", "[client][dense]") {
+  const std::vector<float> values = {1, 2, 3, 4, 5};
+  rpc::PushDenseRequest request;
+  SetPushDenseBody("t", values, 2, {2, 0}, rpc::PushDenseRequest::ASSIGN, &request);
+  CHECK(request.name() == "t");
+  CHECK(request.total_floats() == 5);
+  CHECK(request.kind() == rpc::PushDenseRequest::ASSIGN);
+  REQUIRE(request.chunks_size() == 2);
+  CHECK(request.chunks(0).chunk() == 2);
+  CHECK(request.chunks(0).values() == std::string(reinterpret_cast<const char*>(&values[4]), 4));
+  CHECK(request.chunks(1).chunk() == 0);
+  CHECK(request.chunks(1).values() == std::string(reinterpret_cast<const char*>(&values[0]), 8));
+}
+
 }  // namespace
 }  // namespace client_internal
 }  // namespace ps

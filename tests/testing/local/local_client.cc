@@ -333,18 +333,11 @@ absl::Status LocalClient::PushDense(absl::string_view name, absl::Span<const flo
     rpc::PushDenseRequest request;
     FillHeader(request.mutable_header(), clock_.load(std::memory_order_relaxed));
     request.mutable_header()->set_sequence(sequence);
-    request.set_name(std::string(name));
-    request.set_total_floats(values.size());
-    request.set_kind(update == DenseUpdate::kAssign ? rpc::PushDenseRequest::ASSIGN
-                                                    : rpc::PushDenseRequest::GRADIENT);
-    for (const uint32_t c : chunks) {
-      const uint64_t begin = uint64_t{c} * chunk_floats;
-      const uint64_t count = std::min<uint64_t>(chunk_floats, values.size() - begin);
-      rpc::DenseChunk* chunk = request.add_chunks();
-      chunk->set_chunk(c);
-      chunk->set_values(reinterpret_cast<const char*>(values.data() + begin),
-                        count * sizeof(float));
-    }
+    client_internal::SetPushDenseBody(name, values, chunk_floats, chunks,
+                                      update == DenseUpdate::kAssign
+                                          ? rpc::PushDenseRequest::ASSIGN
+                                          : rpc::PushDenseRequest::GRADIENT,
+                                      &request);
     PS_RETURN_IF_ERROR(store_->PushDense(request));
   }
   return absl::OkStatus();
