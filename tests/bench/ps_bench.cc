@@ -43,6 +43,7 @@
 #include "proto/job.pb.h"
 #include "common/optimizer.h"
 #include "tests/testing/daemon.h"
+#include "tests/testing/local_cluster.h"
 #include "tests/testing/runfiles.h"
 
 ABSL_FLAG(int, servers, 1, "server processes");
@@ -249,22 +250,18 @@ WorkerProcess SpawnWorker(const std::string& coordinator, int rank) {
 int RunMemory() {
   const int64_t rows = absl::GetFlag(FLAGS_rows);
   const std::string job = WriteJob(1, 1, rows);
-  const std::string bin = BinDir();
-  auto coordinator =
-      testing::Daemon::Start(bin + "/server/coordinator/ps_coordinator", {"--job=" + job});
-  if (!coordinator.ok()) {
-    std::fprintf(stderr, "%s\n", coordinator.status().ToString().c_str());
+  testing::LocalClusterOptions options;
+  options.bin_dir = BinDir();
+  options.servers = 1;
+  auto cluster = testing::LocalCluster::Start(job, options);
+  if (!cluster.ok()) {
+    std::fprintf(stderr, "%s\n", cluster.status().ToString().c_str());
     return 1;
   }
-  auto server = testing::Daemon::Start(bin + "/server/ps_server",
-                                       {"--coordinator=" + (*coordinator)->address()});
-  if (!server.ok()) {
-    std::fprintf(stderr, "%s\n", server.status().ToString().c_str());
-    return 1;
-  }
-  auto client = Client::Connect(WorkerOptions((*coordinator)->address()));
+  const testing::Daemon& server = *(*cluster)->servers()[0];
+  auto client = Client::Connect(WorkerOptions((*cluster)->coordinator().address()));
   if (!client.ok()) return 1;
-  const uint64_t rss_before = ResidentBytes((*server)->pid());
+  const uint64_t rss_before = ResidentBytes(server.pid());
   const int dim = absl::GetFlag(FLAGS_dim);
   const int64_t batch = 100000;
   std::vector<uint64_t> keys;
@@ -281,7 +278,7 @@ int RunMemory() {
       return 1;
     }
   }
-  const uint64_t rss = ResidentBytes((*server)->pid());
+  const uint64_t rss = ResidentBytes(server.pid());
   config::Optimizer opt;
   opt.set_type(absl::GetFlag(FLAGS_optimizer));
   auto optimizer = Optimizer::Create(opt);
@@ -294,8 +291,7 @@ int RunMemory() {
       rows, dim, absl::GetFlag(FLAGS_optimizer), raw, per_row, per_row / raw, rss, rss_before);
   std::fflush(stdout);
   client->reset();
-  (void)(*server)->Terminate(absl::Seconds(10));
-  (void)(*coordinator)->Terminate(absl::Seconds(10));
+  (void)(*cluster)->Terminate(absl::Seconds(10));
   std::remove(job.c_str());
   return 0;
 }
@@ -304,26 +300,18 @@ int RunThroughput() {
   const int servers = absl::GetFlag(FLAGS_servers);
   const int workers = absl::GetFlag(FLAGS_workers);
   const std::string job = WriteJob(servers, workers, 0);
-  const std::string bin = BinDir();
-  auto coordinator =
-      testing::Daemon::Start(bin + "/server/coordinator/ps_coordinator", {"--job=" + job});
-  if (!coordinator.ok()) {
-    std::fprintf(stderr, "%s\n", coordinator.status().ToString().c_str());
+  testing::LocalClusterOptions options;
+  options.bin_dir = BinDir();
+  options.servers = servers;
+  if (absl::GetFlag(FLAGS_empty_handler)) options.server_args.push_back("--empty_handler");
+  auto cluster = testing::LocalCluster::Start(job, options);
+  if (!cluster.ok()) {
+    std::fprintf(stderr, "%s\n", cluster.status().ToString().c_str());
     return 1;
   }
-  std::vector<std::unique_ptr<testing::Daemon>> server_processes;
-  for (int i = 0; i < servers; ++i) {
-    std::vector<std::string> args = {"--coordinator=" + (*coordinator)->address()};
-    if (absl::GetFlag(FLAGS_empty_handler)) args.push_back("--empty_handler");
-    auto server = testing::Daemon::Start(bin + "/server/ps_server", args);
-    if (!server.ok()) {
-      std::fprintf(stderr, "%s\n", server.status().ToString().c_str());
-      return 1;
-    }
-    server_processes.push_back(std::move(*server));
-  }
+  const std::string coordinator = (*cluster)->coordinator().address();
   std::vector<WorkerProcess> procs;
-  for (int r = 0; r < workers; ++r) procs.push_back(SpawnWorker((*coordinator)->address(), r));
+  for (int r = 0; r < workers; ++r) procs.push_back(SpawnWorker(coordinator, r));
   bool ok = true;
   for (auto& p : procs) {
     int status = 0;
@@ -369,8 +357,7 @@ int RunThroughput() {
         Percentile(latencies[op], 0.99));
   }
   std::fflush(stdout);
-  for (auto& s : server_processes) (void)s->Terminate(absl::Seconds(10));
-  (void)(*coordinator)->Terminate(absl::Seconds(10));
+  (void)(*cluster)->Terminate(absl::Seconds(10));
   std::remove(job.c_str());
   return 0;
 }

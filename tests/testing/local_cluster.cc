@@ -31,10 +31,11 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
       Daemon::Start(BinaryPath(options.bin_dir, "server/coordinator/ps_coordinator"),
                     {"--job=" + job_path}));
   std::unique_ptr<LocalCluster> cluster(new LocalCluster(options.bin_dir, std::move(coordinator)));
+  std::vector<std::string> server_args = {"--coordinator=" + cluster->coordinator_->address()};
+  server_args.insert(server_args.end(), options.server_args.begin(), options.server_args.end());
   for (int i = 0; i < options.servers; ++i) {
     PS_ASSIGN_OR_RETURN(std::unique_ptr<Daemon> server,
-                        Daemon::Start(BinaryPath(options.bin_dir, "server/ps_server"),
-                                      {"--coordinator=" + cluster->coordinator_->address()}));
+                        Daemon::Start(BinaryPath(options.bin_dir, "server/ps_server"), server_args));
     cluster->servers_.push_back(std::move(server));
   }
   return cluster;

@@ -26,6 +26,8 @@ struct LocalClusterOptions {
   std::string bin_dir;
   // ps_server processes to start; >= 0. Default 2.
   int servers = 2;
+  // Flags every ps_server gets after --coordinator (e.g. {"--empty_handler"}). Default none.
+  std::vector<std::string> server_args;
 };
 
 // A LocalCluster is a ps_coordinator and its ps_server daemons, children of this process (see
@@ -34,7 +36,7 @@ struct LocalClusterOptions {
 class LocalCluster {
  public:
   // Starts a ps_coordinator with --job=`job_path`, then options.servers ps_servers registered
-  // with it, each started once the one before reports its port. The first error of
+  // with it (with options.server_args), each started once the one before reports its port. The first error of
   // Daemon::Start; the daemons already started are then killed.
   static absl::StatusOr<std::unique_ptr<LocalCluster>> Start(const std::string& job_path,
                                                              const LocalClusterOptions& options);
@@ -47,10 +49,10 @@ class LocalCluster {
 
   // Runs worker_args.size() ps_worker processes at once, rank r with `--coordinator=<address>
   // --rank=r --compute_threads=<cores / workers, at least 1>` followed by worker_args[r] (e.g.
-  // {"--progress_s=60", "--slowdown=2"}), each from a thread of its own that lives until its process has exited, and waits for all of them. Their
-  // results by rank, each with exit code 0. Otherwise the error of the lowest rank that has one:
-  // RunProcess's (DEADLINE_EXCEEDED after `timeout`), or INTERNAL "worker R exited with C:"
-  // followed by its stderr.
+  // {"--progress_s=60", "--slowdown=2"}), each from a thread of its own that lives until its
+  // process has exited, and waits for all of them. Their results by rank, each with exit code 0.
+  // Otherwise the error of the lowest rank that has one: RunProcess's (DEADLINE_EXCEEDED after
+  // `timeout`), or INTERNAL "worker R exited with C:" followed by its stderr.
   absl::StatusOr<std::vector<ProcessResult>> RunWorkers(
       const std::vector<std::vector<std::string>>& worker_args, absl::Duration timeout);
 
