@@ -16,6 +16,7 @@
 #include "server/coordinator/coordinator.h"
 #include "server/coordinator/coordinator_service.h"
 #include "server/coordinator/fake_clock.h"
+#include "tests/testing/eventually.h"
 
 namespace ps {
 namespace {
@@ -23,16 +24,7 @@ namespace {
 using coordinator::Coordinator;
 using coordinator::CoordinatorService;
 
-// Polls `condition` until it holds or `timeout` passes; true if it held.
-bool Eventually(const std::function<bool()>& condition,
-                absl::Duration timeout = absl::Seconds(10)) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (!condition()) {
-    if (absl::Now() >= deadline) return false;
-    absl::SleepFor(absl::Milliseconds(5));
-  }
-  return true;
-}
+using testing::Eventually;
 
 // A coordinator behind a real gRPC server on a free loopback port. On the fake clock (for tests of
 // liveness) the calls' deadlines pass only when the test advances it, so tests of waits use the

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/coordinator_client.h"
 #include "tests/testing/daemon.h"
+#include "tests/testing/eventually.h"
 #include "tests/testing/temp_dir.h"
 
 namespace ps {
@@ -34,14 +35,9 @@ std::string WriteFile(const std::string& name, const std::string& text) {
   return path;
 }
 
-bool Eventually(const std::function<bool()>& condition,
-                absl::Duration timeout = absl::Seconds(20)) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (!condition()) {
-    if (absl::Now() >= deadline) return false;
-    absl::SleepFor(absl::Milliseconds(10));
-  }
-  return true;
+// A heartbeat timeout's worth of waiting, and more.
+bool Eventually(const std::function<bool()>& condition) {
+  return testing::Eventually(condition, absl::Seconds(20), absl::Milliseconds(10));
 }
 
 std::unique_ptr<Daemon> StartCoordinator(std::vector<std::string> extra = {}) {

@@ -14,20 +14,13 @@
 #include "common/grpc_status.h"
 #include "common/job_config.h"
 #include "proto/coordinator.grpc.pb.h"
+#include "tests/testing/eventually.h"
 
 namespace ps {
 namespace coordinator {
 namespace {
 
-bool Eventually(const std::function<bool()>& condition,
-                absl::Duration timeout = absl::Seconds(10)) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (!condition()) {
-    if (absl::Now() >= deadline) return false;
-    absl::SleepFor(absl::Milliseconds(5));
-  }
-  return true;
-}
+using ::ps::testing::Eventually;
 
 // The service on a real clock and a free loopback port, with a raw stub.
 struct Fixture {
