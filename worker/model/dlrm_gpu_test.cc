@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "worker/model/dlrm.h"
+#include "worker/model/internal/random_inputs.h"
 
 namespace ps {
 namespace worker {
@@ -47,21 +48,8 @@ DlrmShape TestShape(int which) {
   return shape;
 }
 
-struct Inputs {
-  int batch;
-  std::vector<float> dense, emb, labels;
-};
-
-Inputs RandomInputs(const DlrmShape& shape, int batch, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> n(0.0f, 1.0f);
-  Inputs in{batch, {}, {}, {}};
-  for (int i = 0; i < batch * shape.num_dense; ++i) in.dense.push_back(std::fabs(n(rng)));
-  for (int i = 0; i < batch * shape.num_sparse * shape.emb_dim; ++i)
-    in.emb.push_back(n(rng) * 0.3f);
-  for (int i = 0; i < batch; ++i) in.labels.push_back(static_cast<float>(rng() % 2));
-  return in;
-}
+using testing::Inputs;
+using testing::RandomInputs;
 
 void CheckNear(const std::string& what, const std::vector<float>& gpu,
                const std::vector<float>& cpu) {
