@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <exception>
 #include <limits>
+#include <memory>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -20,6 +21,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "worker/collective/internal/group_args.h"
 #include "worker/collective/kv_store.h"
 
@@ -77,7 +79,29 @@ class GlooAllReduce final : public AllReduce {
         timeout_(ToMillis(timeout)),
         min_bytes_per_stream_(options.min_bytes_per_stream),
         segment_bytes_(options.segment_bytes),
-        streams_(std::move(streams)) {}
+        streams_(std::move(streams)) {
+    // A thread per stream after the first, for the group's life: starting them on every call
+    // would cost a visible part of a MiB-sized AllReduce. Streams left without one (when the
+    // system refuses threads) run on the caller's thread after the others.
+    for (size_t i = 1; i < streams_.size(); ++i) {
+      auto helper = std::make_unique<Helper>();
+      try {
+        helper->thread = std::thread([this, i, h = helper.get()] { HelperLoop(*h, i); });
+      } catch (const std::exception&) {  // std::system_error
+        break;
+      }
+      helpers_.push_back(std::move(helper));
+    }
+  }
+
+  ~GlooAllReduce() override {
+    {
+      absl::MutexLock lock(&mu_);
+      shutting_down_ = true;
+      for (auto& helper : helpers_) helper->wake.Signal();
+    }
+    for (auto& helper : helpers_) helper->thread.join();
+  }
 
   absl::Status SumInPlace(absl::Span<float> data) override {
     if (size_ == 1 || data.empty()) return absl::OkStatus();
@@ -95,29 +119,34 @@ class GlooAllReduce final : public AllReduce {
     const size_t parts = std::clamp<size_t>(bytes / min_bytes_per_stream_, 1, streams_.size());
     // Parts are multiples of 16 floats: each starts a multiple of 64 bytes after the first.
     const size_t per_part = (data.size() / parts + 15) / 16 * 16;
-
-    auto part = [&](size_t i) {
+    std::vector<absl::Span<float>> spans(parts);
+    for (size_t i = 0; i < parts; ++i) {
       const size_t begin = std::min(data.size(), i * per_part);
       const size_t end = i + 1 == parts ? data.size() : std::min(data.size(), begin + per_part);
-      return data.subspan(begin, end - begin);
-    };
-    // Streams are independent groups, so a part that gets no thread of its own can run after the
-    // others on this one without deadlocking the peers.
+      spans[i] = data.subspan(begin, end - begin);
+    }
+
+    // Streams are independent groups, so a part that gets no helper of its own can run after the
+    // others on this thread without deadlocking the peers.
+    const size_t helped = std::min(parts - 1, helpers_.size());
     std::vector<absl::Status> statuses(parts);
-    std::vector<std::thread> threads;
-    size_t inline_from = parts;
-    for (size_t i = 1; i < parts; ++i) {
-      try {
-        threads.emplace_back(
-            [this, i, &statuses, p = part(i)] { statuses[i] = Run(streams_[i], p); });
-      } catch (const std::exception&) {  // std::system_error or std::bad_alloc
-        inline_from = i;
-        break;
+    {
+      absl::MutexLock lock(&mu_);
+      pending_ = helped;
+      for (size_t i = 1; i <= helped; ++i) {
+        Helper& helper = *helpers_[i - 1];
+        helper.part = spans[i];
+        helper.has_work = true;
+        helper.wake.Signal();
       }
     }
-    statuses[0] = Run(streams_[0], part(0));
-    for (size_t i = inline_from; i < parts; ++i) statuses[i] = Run(streams_[i], part(i));
-    for (std::thread& thread : threads) thread.join();
+    statuses[0] = Run(streams_[0], spans[0]);
+    for (size_t i = 1 + helped; i < parts; ++i) statuses[i] = Run(streams_[i], spans[i]);
+    {
+      absl::MutexLock lock(&mu_);
+      while (pending_ > 0) helpers_done_.Wait(&mu_);
+      for (size_t i = 1; i <= helped; ++i) statuses[i] = std::move(helpers_[i - 1]->status);
+    }
 
     for (absl::Status& status : statuses) {
       if (!status.ok()) {
@@ -132,6 +161,33 @@ class GlooAllReduce final : public AllReduce {
   int size() const override { return size_; }
 
  private:
+  // A thread that reduces stream `stream`'s part of the calls that have one. Waits with the
+  // members guarded by mu_ only: a call wakes just the helpers it has work for.
+  struct Helper {
+    std::thread thread;
+    absl::CondVar wake;
+    bool has_work = false;     // guarded by mu_
+    absl::Span<float> part;    // guarded by mu_
+    absl::Status status;       // guarded by mu_: the last part's outcome
+  };
+
+  void HelperLoop(Helper& helper, size_t stream) {
+    for (;;) {
+      absl::Span<float> part;
+      {
+        absl::MutexLock lock(&mu_);
+        while (!shutting_down_ && !helper.has_work) helper.wake.Wait(&mu_);
+        if (shutting_down_) return;
+        helper.has_work = false;
+        part = helper.part;
+      }
+      absl::Status status = Run(streams_[stream], part);
+      absl::MutexLock lock(&mu_);
+      helper.status = std::move(status);
+      if (--pending_ == 0) helpers_done_.Signal();
+    }
+  }
+
   absl::Status Run(const Stream& stream, absl::Span<float> part) const {
     if (part.empty()) return absl::OkStatus();
     try {
@@ -154,9 +210,16 @@ class GlooAllReduce final : public AllReduce {
   const size_t min_bytes_per_stream_;
   const size_t segment_bytes_;
   const std::vector<Stream> streams_;
+  std::vector<std::unique_ptr<Helper>> helpers_;  // [i]: stream i + 1's
 
-  // The first error of SumInPlace; OK while the group works.
+  // The first error of SumInPlace; OK while the group works. Only the caller's thread uses it.
   absl::Status broken_;
+
+  // The current call, handed to the helpers.
+  absl::Mutex mu_;
+  absl::CondVar helpers_done_;  // pending_ reached 0
+  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+  size_t pending_ ABSL_GUARDED_BY(mu_) = 0;  // helpers still working on this call
 };
 
 }  // namespace

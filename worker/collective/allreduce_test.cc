@@ -61,7 +61,9 @@ TEST_CASE("Gloo AllReduce sums exactly across ranks", "[collective][gloo]") {
   options.streams = streams;
   // Small enough that a MiB-sized buffer is split across every stream, with a remainder.
   options.min_bytes_per_stream = 64 << 10;
-  constexpr int kRounds = 2;
+  // Rounds alternate between the full buffer and a third of it, so that one group reduces
+  // buffers split over every stream and over fewer in turn.
+  constexpr int kRounds = 3;
 
   std::vector<absl::Status> created(ranks);
   std::vector<absl::Status> summed(ranks);
@@ -80,12 +82,12 @@ TEST_CASE("Gloo AllReduce sums exactly across ranks", "[collective][gloo]") {
       created[rank] = absl::InternalError("wrong rank or size");
       return;
     }
-    std::vector<float> data(elements);
     // The same object reduces several buffers in turn.
     for (int round = 0; round < kRounds && summed[rank].ok(); ++round) {
-      for (size_t i = 0; i < elements; ++i) data[i] = Value(rank, i, round);
+      std::vector<float> data(round % 2 == 0 ? elements : elements / 3 + 1);
+      for (size_t i = 0; i < data.size(); ++i) data[i] = Value(rank, i, round);
       summed[rank] = (*allreduce)->SumInPlace(absl::MakeSpan(data));
-      for (size_t i = 0; i < elements; ++i) {
+      for (size_t i = 0; i < data.size(); ++i) {
         float expected = 0;
         for (int r = 0; r < ranks; ++r) expected += Value(r, i, round);
         if (data[i] != expected) ++wrong[rank];
