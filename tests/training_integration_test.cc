@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "cuda_kernels/device.h"
 #include "tests/testing/json_line.h"
 #include "tests/testing/local_cluster.h"
 #include "tests/testing/temp_dir.h"
@@ -66,6 +67,43 @@ cluster { num_shards: 16 num_servers: 2 num_workers: 2 }
   CHECK(testing::JsonField(result_line, "skipped_lines") == 0);
   CHECK(auc > teacher->teacher_auc - 0.02);
   CHECK(auc <= teacher->teacher_auc + 0.01);  // a learner cannot beat the truth by much
+  CHECK((*cluster)->Terminate(absl::Seconds(10)).ok());
+}
+
+TEST_CASE("a worker refuses a collective it cannot have", "[integration][training]") {
+  const std::string dir = testing::TempDir();
+  const std::string job_path = absl::StrCat(dir, "/collective_job.pbtxt");
+  std::ofstream(job_path) << R"pb(name: "collective_test"
+tables { name: "emb" dim: 8 }
+model { bottom_mlp: [8] top_mlp: [8] shared_table: "emb" }
+data { train_paths: ")pb" << dir << R"pb(/none.tsv" }
+training { mode: SYNC batch_size: 16 }
+cluster { num_shards: 4 num_servers: 1 num_workers: 1 }
+)pb";
+  testing::LocalClusterOptions options;
+  options.servers = 1;
+  auto cluster = testing::LocalCluster::Start(job_path, options);
+  INFO(cluster.status().ToString());
+  REQUIRE(cluster.ok());
+
+  // RunWorkers reports a worker's exit code and stderr in its error.
+  const absl::Status bad_flag =
+      (*cluster)->RunWorkers({{"--collective=mpi"}}, absl::Minutes(1)).status();
+  INFO(bad_flag.ToString());
+  CHECK_THAT(std::string(bad_flag.message()), Catch::StartsWith("worker 0 exited with 2:"));
+  CHECK_THAT(std::string(bad_flag.message()),
+             Catch::Contains("--collective must be auto, gloo or nccl, got \"mpi\""));
+
+  if (cuda::DeviceCount() == 0) {
+    const absl::Status nccl =
+        (*cluster)->RunWorkers({{"--collective=nccl"}}, absl::Minutes(1)).status();
+    INFO(nccl.ToString());
+    CHECK_THAT(std::string(nccl.message()), Catch::StartsWith("worker 0 exited with 1:"));
+    CHECK_THAT(std::string(nccl.message()),
+               Catch::Contains("NCCL AllReduce: FAILED_PRECONDITION: no CUDA device"));
+  } else {
+    std::printf("a CUDA device is present: not checking NCCL's refusal without one\n");
+  }
   CHECK((*cluster)->Terminate(absl::Seconds(10)).ok());
 }
 

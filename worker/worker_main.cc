@@ -13,6 +13,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "client/ps_client.h"
 #include "common/coordinator_client.h"
@@ -30,6 +31,10 @@ ABSL_FLAG(int64_t, max_steps, 0, "stop after this many steps (0: as the job says
 ABSL_FLAG(int, connect_timeout_s, 120, "how long to wait for the coordinator and the cluster");
 ABSL_FLAG(std::string, backend, "auto",
           "where the model runs: auto (CUDA when a device is present), cpu or gpu");
+ABSL_FLAG(std::string, collective, "auto",
+          "the dense AllReduce among workers: auto (NCCL on CUDA device 0 when the model runs on "
+          "a GPU, else Gloo over TCP), gloo or nccl; every worker of a job must end up with the "
+          "same one");
 ABSL_FLAG(int, compute_threads, 0,
           "threads of the CPU model's matrix products (0: one per core); workers sharing a "
           "machine should split its cores");
@@ -52,6 +57,12 @@ int Main() {
   if (absl::GetFlag(FLAGS_compute_threads) < 0) {
     std::fprintf(stderr, "ps_worker: --compute_threads must be >= 0 (0: one per core), got %d\n",
                  absl::GetFlag(FLAGS_compute_threads));
+    return 2;
+  }
+  const std::string collective = absl::GetFlag(FLAGS_collective);
+  if (collective != "auto" && collective != "gloo" && collective != "nccl") {
+    std::fprintf(stderr, "ps_worker: --collective must be auto, gloo or nccl, got \"%s\"\n",
+                 collective.c_str());
     return 2;
   }
   const absl::Duration timeout = absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s));
@@ -82,11 +93,24 @@ int Main() {
   const int devices = cuda::DeviceCount();
   std::fprintf(stderr, "worker %d: %d CUDA devices, backend %s\n", rank, devices,
                absl::GetFlag(FLAGS_backend).c_str());
-  absl::StatusOr<std::unique_ptr<worker::AllReduce>> allreduce = worker::AllReduce::CreateGloo(
-      coordinator->get(), absl::StrCat(job.name(), "/dense"), rank,
-      static_cast<int>(job.cluster().num_workers()), timeout);
+  // GPU workers reduce over NCCL (the model's host buffers staged through device memory), the
+  // rest over Gloo. The model runs on device 0 of those this process sees: workers sharing a
+  // machine each get theirs through CUDA_VISIBLE_DEVICES, as NCCL needs one device per rank.
+  const bool gpu_model = *backend == worker::Backend::kGpu ||
+                         (*backend == worker::Backend::kAuto && devices > 0);
+  const bool nccl = collective == "nccl" || (collective == "auto" && gpu_model);
+  const std::string group = absl::StrCat(job.name(), "/dense");
+  const int workers = static_cast<int>(job.cluster().num_workers());
+  std::fprintf(stderr, "worker %d: dense AllReduce over %s\n", rank, nccl ? "NCCL" : "Gloo");
+  absl::StatusOr<std::unique_ptr<worker::AllReduce>> allreduce =
+      nccl ? worker::AllReduce::CreateNccl(coordinator->get(), group, rank, workers, 0, timeout)
+           : worker::AllReduce::CreateGloo(coordinator->get(), group, rank, workers, timeout);
   if (!allreduce.ok()) {
-    std::fprintf(stderr, "ps_worker: %s\n", allreduce.status().ToString().c_str());
+    std::fprintf(stderr, "ps_worker: %s AllReduce: %s%s\n", nccl ? "NCCL" : "Gloo",
+                 allreduce.status().ToString().c_str(),
+                 absl::IsDeadlineExceeded(allreduce.status())
+                     ? " (do all workers use the same --collective?)"
+                     : "");
     return 1;
   }
   worker::TrainerOptions trainer;

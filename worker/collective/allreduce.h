@@ -71,9 +71,11 @@ class AllReduce {
   // Joins group `group` as rank `rank` of `size` through NCCL on CUDA device `device` (this
   // process's device index): rank 0 publishes NCCL's unique id under "collective/nccl/<group>/id"
   // in the coordinator's store, the others wait up to `timeout` for it; then every rank
-  // initialises the communicator, waiting up to `timeout` for the others. SumInPlace then takes
-  // device memory on `device` (cudaMalloc'd or managed), reduces it on a stream of this object's
-  // and returns when the result is in place; each call is bounded by `timeout`.
+  // initialises the communicator, waiting up to `timeout` for the others. SumInPlace then reduces
+  // memory of `device` (cudaMalloc'd or managed) in place on a stream of this object's, and any
+  // other memory (a host buffer) through a device buffer the object keeps, with a copy each way;
+  // it returns when the result is in place, and each call is bounded by `timeout`. INTERNAL from
+  // SumInPlace when that device buffer cannot be allocated or filled leaves the group usable.
   //
   // Defined in //worker/collective:nccl_allreduce, which links NCCL and the CUDA runtime; depend
   // on that target to call this. Errors: FAILED_PRECONDITION "no CUDA device" when the machine
@@ -92,8 +94,8 @@ class AllReduce {
   // within the timeout; UNAVAILABLE when a connection to a peer breaks; INTERNAL for other
   // failures of the library, including element counts that differ between ranks where the
   // library notices them (otherwise such a mismatch ends in DEADLINE_EXCEEDED).
-  // INVALID_ARGUMENT, without breaking the group, for a span the implementation cannot take (over
-  // 2^31 - 1 elements, or host memory for NCCL).
+  // INVALID_ARGUMENT, without breaking the group, for a span the implementation cannot take (Gloo's:
+  // over 2^31 - 1 elements).
   virtual absl::Status SumInPlace(absl::Span<float> data) = 0;
 
   virtual int rank() const = 0;

@@ -2,6 +2,7 @@
 // ps_coordinator process.
 #include "worker/collective/allreduce.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <cstdlib>
@@ -230,8 +231,13 @@ TEST_CASE("NCCL AllReduce runs on a GPU and refuses without one", "[collective][
   std::vector<float> result(kElements);
   REQUIRE((*device)->CopyToHost(absl::MakeSpan(result)).ok());
   CHECK(result == host);
-  // Host memory is refused without breaking the group.
-  CHECK(absl::IsInvalidArgument((*allreduce)->SumInPlace(absl::MakeSpan(host))));
+  // Host memory goes through the group's device buffer: smaller, then larger than before.
+  std::vector<float> small(host.begin(), host.begin() + 1000);
+  CHECK((*allreduce)->SumInPlace(absl::MakeSpan(small)).ok());
+  CHECK(std::equal(small.begin(), small.end(), host.begin()));
+  std::vector<float> large(2 * kElements, 3.0f);
+  CHECK((*allreduce)->SumInPlace(absl::MakeSpan(large)).ok());
+  CHECK(large == std::vector<float>(2 * kElements, 3.0f));
   CHECK((*allreduce)->SumInPlace((*device)->span()).ok());
 }
 

@@ -30,15 +30,42 @@ class NcclAllReduce final : public AllReduce {
       return absl::FailedPreconditionError(
           absl::StrCat("AllReduce group is broken by an earlier error: ", broken_.ToString()));
     }
-    absl::Status status = comm_->SumInPlace(data, absl::Now() + timeout_);
-    if (!status.ok() && !absl::IsInvalidArgument(status)) broken_ = status;
-    return status;
+    const absl::Time deadline = absl::Now() + timeout_;
+    if (comm_->TakesMemory(data.data())) {
+      absl::Status status = comm_->SumInPlace(data, deadline);
+      if (!status.ok() && !absl::IsInvalidArgument(status)) broken_ = status;
+      return status;
+    }
+    return SumStaged(data, deadline);
   }
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
  private:
+  // Sums host memory through staging_, grown to the largest call so far: copied in, reduced on
+  // the device, copied back. A failed allocation or copy in leaves the group usable (nothing
+  // reached the peers); a failed reduction or copy back breaks it.
+  absl::Status SumStaged(absl::Span<float> data, absl::Time deadline) {
+    if (staging_ == nullptr || staging_->size() < data.size()) {
+      staging_.reset();
+      absl::StatusOr<std::unique_ptr<internal::DeviceFloats>> grown =
+          internal::DeviceFloats::Create(data.size(), comm_->device());
+      if (!grown.ok()) return grown.status();
+      staging_ = *std::move(grown);
+    }
+    absl::Status status = staging_->CopyFromHost(data);
+    if (!status.ok()) return status;
+    status = comm_->SumInPlace(staging_->span().first(data.size()), deadline);
+    if (!status.ok()) {
+      if (!absl::IsInvalidArgument(status)) broken_ = status;
+      return status;
+    }
+    status = staging_->CopyToHost(data);
+    if (!status.ok()) broken_ = status;  // the peers have the sum, this rank does not
+    return status;
+  }
+
   // Constant after construction.
   const int rank_;
   const int size_;
@@ -47,6 +74,8 @@ class NcclAllReduce final : public AllReduce {
 
   // The first error of SumInPlace that broke the group; OK while it works.
   absl::Status broken_;
+  // Device memory for sums of host memory; null until the first.
+  std::unique_ptr<internal::DeviceFloats> staging_;
 };
 
 }  // namespace

@@ -118,6 +118,16 @@ NcclComm::~NcclComm() {
   cudaStreamDestroy(Stream(stream_));
 }
 
+bool NcclComm::TakesMemory(const float* data) const {
+  cudaPointerAttributes attributes;
+  if (cudaPointerGetAttributes(&attributes, data) != cudaSuccess) {
+    cudaGetLastError();  // not sticky: clear it so that later calls start clean
+    return false;
+  }
+  return (attributes.type == cudaMemoryTypeDevice && attributes.device == device_) ||
+         attributes.type == cudaMemoryTypeManaged;
+}
+
 absl::Status NcclComm::SumInPlace(absl::Span<float> data, absl::Time deadline) {
   const std::string what = absl::StrCat("NCCL AllReduce of ", data.size(), " floats");
   if (data.empty()) return absl::OkStatus();
@@ -182,24 +192,24 @@ DeviceFloats::~DeviceFloats() {
 }
 
 absl::Status DeviceFloats::CopyFromHost(absl::Span<const float> host) {
-  if (host.size() != size_) {
+  if (host.size() > size_) {
     return absl::InvalidArgumentError(
         absl::StrCat("copying ", host.size(), " floats into ", size_));
   }
   cudaSetDevice(device_);
   const cudaError_t error =
-      cudaMemcpy(data_, host.data(), size_ * sizeof(float), cudaMemcpyHostToDevice);
+      cudaMemcpy(data_, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice);
   return error == cudaSuccess ? absl::OkStatus() : CudaError(error, "cudaMemcpy to the device");
 }
 
 absl::Status DeviceFloats::CopyToHost(absl::Span<float> host) const {
-  if (host.size() != size_) {
+  if (host.size() > size_) {
     return absl::InvalidArgumentError(
-        absl::StrCat("copying ", size_, " floats into ", host.size()));
+        absl::StrCat("copying ", host.size(), " floats out of ", size_));
   }
   cudaSetDevice(device_);
   const cudaError_t error =
-      cudaMemcpy(host.data(), data_, size_ * sizeof(float), cudaMemcpyDeviceToHost);
+      cudaMemcpy(host.data(), data_, host.size() * sizeof(float), cudaMemcpyDeviceToHost);
   return error == cudaSuccess ? absl::OkStatus() : CudaError(error, "cudaMemcpy to the host");
 }
 

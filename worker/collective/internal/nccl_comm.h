@@ -46,6 +46,10 @@ class NcclComm {
 
   int device() const { return device_; }
 
+  // True when `data` points into memory SumInPlace takes: of device() or managed. False for host
+  // memory and anything CUDA does not know (the error it raises is cleared).
+  bool TakesMemory(const float* data) const;
+
   // Sums `data`, device memory of device(), in place across the ranks on this communicator's
   // stream and waits until `deadline` for the result. INVALID_ARGUMENT (nothing is run) when
   // `data` is not memory of device() (nor managed memory); DEADLINE_EXCEEDED when the peers do
@@ -77,9 +81,10 @@ class DeviceFloats {
   DeviceFloats& operator=(const DeviceFloats&) = delete;
 
   absl::Span<float> span() { return absl::Span<float>(data_, size_); }
+  size_t size() const { return size_; }
 
-  // Copy all size() floats from or to host memory of the same size. INVALID_ARGUMENT when the
-  // sizes differ; INTERNAL when CUDA fails.
+  // Copy host.size() floats from or to host memory, at the start of this array. INVALID_ARGUMENT
+  // when host.size() > size(); INTERNAL when CUDA fails.
   absl::Status CopyFromHost(absl::Span<const float> host);
   absl::Status CopyToHost(absl::Span<float> host) const;
 
