@@ -34,9 +34,8 @@ ABSL_FLAG(int, rounds, 3, "timed rounds (each over a new connection)");
 
 namespace {
 
-int Fail(const char* what) {
+void ReportErrno(const char* what) {
   std::fprintf(stderr, "tcp_loopback_bench: %s: %s\n", what, std::strerror(errno));
-  return 1;
 }
 
 // Moves `total` bytes over a new loopback connection; the seconds it took, or a negative value.
@@ -49,7 +48,7 @@ double Round(int64_t total, size_t chunk) {
   if (listener < 0 || bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
       listen(listener, 1) != 0 ||
       getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    Fail("listen");
+    ReportErrno("listen");
     return -1;
   }
   int64_t received = 0;
@@ -68,7 +67,7 @@ double Round(int64_t total, size_t chunk) {
   });
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    Fail("connect");
+    ReportErrno("connect");
     shutdown(listener, SHUT_RDWR);
     reader.join();
     return -1;
