@@ -50,6 +50,8 @@ ShardedStore::ShardedStore(const config::Job& job, const Options& options,
       tables_(std::move(tables)),
       table_index_(IndexTables(tables_)),
       dense_optimizer_(std::move(dense_optimizer)),
+      shard_config_{&tables_, dense_optimizer_.get(), job.cluster().dense_chunk_floats(),
+                    job.training().mode() == config::Training::SYNC},
       sync_(job.training().mode() == config::Training::SYNC),
       // The nearest whole number of workers (0.67 of 3 is 2), at least 1.
       quorum_workers_(static_cast<size_t>(std::max<long long>(
@@ -97,14 +99,7 @@ std::vector<std::function<void(absl::Status)>> ShardedStore::ApplyPendingStep() 
   {
     absl::ReaderMutexLock map_lock(&map_mu_);
     for (const std::unique_ptr<Shard>& shard : shards_) {
-      if (shard == nullptr) continue;
-      absl::MutexLock lock(&shard->mu);
-      for (size_t t = 0; t < shard->pending.size(); ++t) {
-        StepSums& sums = shard->pending[t];
-        if (sums.ids.empty()) continue;
-        shard->tables[t]->Push(sums.ids, sums.sums.data());
-        sums = StepSums();
-      }
+      if (shard != nullptr) shard->ApplyStep(applied_step_ + 1);
     }
   }
   ++applied_step_;
@@ -208,16 +203,14 @@ void ShardedStore::SetShardMap(const rpc::ShardMap& map, uint32_t server_id) {
       continue;
     }
     if (shard != nullptr) continue;
-    shard = std::make_unique<Shard>(job_.cluster().dense_chunk_floats());
-    absl::MutexLock shard_lock(&shard->mu);
+    std::vector<size_t> expected(tables_.size());
     for (size_t t = 0; t < tables_.size(); ++t) {
       // The hint spread evenly, plus four standard deviations of a shard's share of random keys,
       // so that a shard a little fuller than average does not rehash its index at the end.
       const double mean = static_cast<double>(job_.tables(t).capacity_hint()) / num_shards_;
-      const size_t expected =
-          mean == 0 ? 0 : static_cast<size_t>(mean + 4 * std::sqrt(mean) + 16);
-      shard->tables.push_back(std::make_unique<TableShard>(tables_[t].get(), expected));
+      expected[t] = mean == 0 ? 0 : static_cast<size_t>(mean + 4 * std::sqrt(mean) + 16);
     }
+    shard = std::make_unique<Shard>(a.shard(), shard_config_, expected);
   }
   map_version_.store(map.version(), std::memory_order_release);
 }
@@ -319,10 +312,8 @@ absl::Status ShardedStore::Pull(const rpc::PullRequest& request,
   }
   size_t at = 0;
   for (const rpc::ShardRun& run : request.runs()) {
-    Shard& shard = *shards_[run.shard()];
-    absl::MutexLock lock(&shard.mu);
-    shard.tables[t]->Pull(absl::MakeConstSpan(keys + at, run.count()),
-                          out + at * table.dim);
+    shards_[run.shard()]->Pull(t, absl::MakeConstSpan(keys + at, run.count()),
+                               out + at * table.dim);
     at += run.count();
   }
   return absl::OkStatus();
@@ -385,29 +376,10 @@ absl::Status ShardedStore::Push(const rpc::PushRequest& request, uint32_t* dupli
   absl::Status status;
   size_t at = 0;
   for (const rpc::ShardRun& run : request.runs()) {
-    Shard& shard = *shards_[run.shard()];
-    absl::MutexLock lock(&shard.mu);
-    switch (shard.window.Admit(worker, sequence)) {
+    switch (shards_[run.shard()]->Push(t, worker, sequence,
+                                       absl::MakeConstSpan(keys + at, run.count()),
+                                       grads + at * table.dim)) {
       case ApplyWindow::Verdict::kApply:
-        if (sync_) {
-          if (shard.pending.size() != tables_.size()) shard.pending.resize(tables_.size());
-          StepSums& sums = shard.pending[t];
-          const uint32_t dim = table.dim;
-          for (size_t i = at; i < at + run.count(); ++i) {
-            auto [it, inserted] =
-                sums.index.try_emplace(keys[i], static_cast<uint32_t>(sums.ids.size()));
-            if (inserted) {
-              sums.ids.push_back(keys[i]);
-              sums.sums.resize(sums.sums.size() + dim, 0.0f);
-            }
-            float* dst = sums.sums.data() + size_t{it->second} * dim;
-            const float* src = grads + i * dim;
-            for (uint32_t j = 0; j < dim; ++j) dst[j] += src[j];
-          }
-        } else {
-          shard.tables[t]->Push(absl::MakeConstSpan(keys + at, run.count()),
-                                grads + at * table.dim);
-        }
         break;
       case ApplyWindow::Verdict::kDuplicate:
         *duplicate_keys += run.count();
@@ -437,10 +409,10 @@ absl::Status ShardedStore::PullDense(const rpc::PullDenseRequest& request,
   }
   uint64_t bytes = 0;
   for (const uint32_t chunk : request.chunks()) {
-    Shard& shard = *shards_[ShardOf(name_hash, chunk, num_shards_)];
-    absl::MutexLock lock(&shard.mu);
     std::vector<float> values;
-    PS_RETURN_IF_ERROR(shard.dense.Read(request.name(), chunk, &values));
+    uint64_t total = 0;
+    PS_RETURN_IF_ERROR(shards_[ShardOf(name_hash, chunk, num_shards_)]->ReadDense(
+        request.name(), chunk, &values, &total));
     bytes += values.size() * sizeof(float);
     if (bytes > max_message_bytes_) {
       return absl::ResourceExhaustedError(absl::StrFormat(
@@ -449,7 +421,6 @@ absl::Status ShardedStore::PullDense(const rpc::PullDenseRequest& request,
     rpc::DenseChunk* out = response->add_chunks();
     out->set_chunk(chunk);
     out->set_values(values.data(), values.size() * sizeof(float));
-    PS_ASSIGN_OR_RETURN(const uint64_t total, shard.dense.TotalFloats(request.name()));
     response->set_total_floats(total);
   }
   return absl::OkStatus();
@@ -481,24 +452,22 @@ absl::Status ShardedStore::PushDense(const rpc::PushDenseRequest& request) {
     Shard& shard = *shards_[ShardOf(name_hash, chunk.chunk(), num_shards_)];
     std::vector<float> values(chunk.values().size() / sizeof(float));
     std::memcpy(values.data(), chunk.values().data(), chunk.values().size());
-    absl::MutexLock lock(&shard.mu);
-    if (request.kind() == rpc::PushDenseRequest::GRADIENT && request.header().sequence() != 0) {
-      const ApplyWindow::Verdict verdict =
-          shard.window.Admit(request.header().worker_id(),
-                             request.header().sequence() + chunk.chunk());
-      if (verdict == ApplyWindow::Verdict::kDuplicate) continue;
-      if (verdict == ApplyWindow::Verdict::kTooOld) {
-        return absl::AbortedError(absl::StrFormat(
-            "dense push %d of worker %d is older than the exactly-once window",
-            request.header().sequence(), request.header().worker_id()));
-      }
-    }
     if (request.kind() == rpc::PushDenseRequest::ASSIGN) {
-      PS_RETURN_IF_ERROR(shard.dense.Assign(request.name(), chunk.chunk(), values,
-                                            request.total_floats()));
-    } else {
-      PS_RETURN_IF_ERROR(shard.dense.ApplyGradient(request.name(), chunk.chunk(), values,
-                                                   request.total_floats(), *dense_optimizer_));
+      PS_RETURN_IF_ERROR(
+          shard.AssignDense(request.name(), chunk.chunk(), values, request.total_floats()));
+      continue;
+    }
+    PS_ASSIGN_OR_RETURN(
+        const ApplyWindow::Verdict verdict,
+        shard.ApplyDenseGradient(request.name(), chunk.chunk(), values, request.total_floats(),
+                                 request.header().worker_id(),
+                                 request.header().sequence() == 0
+                                     ? 0
+                                     : request.header().sequence() + chunk.chunk()));
+    if (verdict == ApplyWindow::Verdict::kTooOld) {
+      return absl::AbortedError(absl::StrFormat(
+          "dense push %d of worker %d is older than the exactly-once window",
+          request.header().sequence(), request.header().worker_id()));
     }
   }
   return absl::OkStatus();
@@ -525,11 +494,7 @@ void ShardedStore::FillStatus(rpc::ServerStatus* status) {
   for (uint32_t s = 0; s < num_shards_; ++s) {
     if (shards_[s] == nullptr) continue;
     status->add_primary_shards(s);
-    absl::MutexLock lock(&shards_[s]->mu);
-    for (size_t t = 0; t < tables_.size(); ++t) {
-      rows[t] += shards_[s]->tables[t]->size();
-      bytes[t] += shards_[s]->tables[t]->MemoryBytes();
-    }
+    shards_[s]->AddSizes(&rows, &bytes);
   }
   for (size_t t = 0; t < tables_.size(); ++t) {
     rpc::TableStatus* ts = status->add_tables();

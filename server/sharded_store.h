@@ -24,8 +24,7 @@
 #include "proto/coordinator.pb.h"
 #include "proto/job.pb.h"
 #include "proto/ps.pb.h"
-#include "server/storage/apply_window.h"
-#include "server/storage/dense_store.h"
+#include "server/shard/shard.h"
 #include "server/storage/embedding_table.h"
 #include "common/optimizer.h"
 
@@ -127,22 +126,6 @@ class ShardedStore {
   void FillStatus(rpc::ServerStatus* status);
 
  private:
-  // Sync mode: the summed gradients of one table in one shard for the pending step.
-  struct StepSums {
-    absl::flat_hash_map<uint64_t, uint32_t> index;  // id -> position in ids
-    std::vector<uint64_t> ids;
-    std::vector<float> sums;  // ids.size() x dim
-  };
-
-  struct Shard {
-    explicit Shard(uint32_t chunk_floats) : dense(chunk_floats) {}
-    absl::Mutex mu;
-    std::vector<std::unique_ptr<TableShard>> tables ABSL_GUARDED_BY(mu);  // by table index
-    ApplyWindow window ABSL_GUARDED_BY(mu);
-    DenseChunkStore dense ABSL_GUARDED_BY(mu);
-    std::vector<StepSums> pending ABSL_GUARDED_BY(mu);  // by table index; sync mode
-  };
-
   ShardedStore(const config::Job& job, const Options& options,
                std::vector<std::unique_ptr<TableSpec>> tables,
                std::unique_ptr<Optimizer> dense_optimizer);
@@ -179,12 +162,13 @@ class ShardedStore {
   const std::vector<std::unique_ptr<TableSpec>> tables_;
   const absl::flat_hash_map<std::string, size_t> table_index_;
   const std::unique_ptr<Optimizer> dense_optimizer_;
+  const ShardConfig shard_config_;
 
   const bool sync_;                // job.training.mode == SYNC
   const size_t quorum_workers_;    // workers whose EndStep applies a step
   const absl::Duration quorum_timeout_;  // infinite when the quorum is every worker
 
-  // Lock order: step_mu_, then map_mu_, then a shard's mu.
+  // Lock order: step_mu_, then map_mu_, then a shard's lock.
   absl::Mutex step_mu_;
   int64_t applied_step_ ABSL_GUARDED_BY(step_mu_) = -1;
   absl::flat_hash_set<uint32_t> ended_ ABSL_GUARDED_BY(step_mu_);  // workers done with the step

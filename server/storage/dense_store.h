@@ -55,6 +55,11 @@ class DenseChunkStore {
 
   uint32_t chunk_floats() const { return chunk_floats_; }
 
+  // Whether Assign or ApplyGradient of `length` floats to (name, chunk) with `total_floats` would
+  // be accepted: OK, or the INVALID_ARGUMENT they would return.
+  absl::Status CheckWrite(absl::string_view name, uint32_t chunk, size_t length,
+                          uint64_t total_floats) const;
+
  private:
   struct Chunk {
     std::vector<float> values;
@@ -66,10 +71,6 @@ class DenseChunkStore {
     absl::flat_hash_map<uint32_t, Chunk> chunks;
   };
 
-  // Checks a write of `length` floats to (name, chunk) against total_floats and the tensor's
-  // recorded total. OK or INVALID_ARGUMENT.
-  absl::Status CheckWrite(absl::string_view name, uint32_t chunk, size_t length,
-                          uint64_t total_floats) const;
   // The chunk, creating it (zeros) and its tensor as needed; CheckWrite must have passed.
   Chunk& GetOrCreate(absl::string_view name, uint32_t chunk, uint64_t total_floats);
 

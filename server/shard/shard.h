@@ -1,0 +1,128 @@
+// One shard's state on one server: every table's rows, the dense chunks, the exactly-once window,
+// the sums of the pending sync step, the shard's applied step and its applied sequence.
+//
+// The shard is the unit that servers replicate, snapshot and restore, and that the coordinator
+// moves between servers: everything a copy of a shard needs to take over lives here, and nothing
+// of the server (routing, validation of requests, the step barrier) does.
+#ifndef PS_SERVER_SHARD_SHARD_H_
+#define PS_SERVER_SHARD_SHARD_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+#include "common/optimizer.h"
+#include "server/storage/apply_window.h"
+#include "server/storage/dense_store.h"
+#include "server/storage/embedding_table.h"
+
+namespace ps {
+namespace server {
+
+// What every shard of a server shares. Constant; the pointed-to objects must outlive the shards.
+struct ShardConfig {
+  // The job's tables, by table index. Not owned; must not be null.
+  const std::vector<std::unique_ptr<TableSpec>>* tables = nullptr;
+  // Applies dense gradients. Not owned; must not be null.
+  const Optimizer* dense_optimizer = nullptr;
+  // The cluster's dense_chunk_floats (> 0).
+  uint32_t dense_chunk_floats = 65536;
+  // Sync training: pushes are summed into the pending step and applied by ApplyStep.
+  bool sync = false;
+};
+
+// A Shard holds one shard of every table and of the dense tensors. Thread-safe: one lock per
+// shard serialises its calls, so different shards proceed in parallel.
+//
+// Callers have validated what they pass (table indices, keys of this shard, finite gradients of
+// the table's dim): a Shard checks only what depends on its own state.
+class Shard {
+ public:
+  // `expected_rows[t]` presizes table t's index (see TableShard); it may be shorter than the
+  // tables (missing hints are 0).
+  Shard(uint32_t id, const ShardConfig& config, absl::Span<const size_t> expected_rows);
+
+  Shard(const Shard&) = delete;
+  Shard& operator=(const Shard&) = delete;
+
+  uint32_t id() const { return id_; }
+
+  // Writes the embeddings of `keys` (dim floats each, in keys order) of table `table` to `out`,
+  // creating missing rows with the table's initializer.
+  void Pull(size_t table, absl::Span<const uint64_t> keys, float* out);
+
+  // Applies a push of `grads` (dim floats per key, in keys order; duplicates summed) to table
+  // `table`, exactly once per (worker, sequence): the window's verdict is returned, and only
+  // kApply changes anything. Sync mode: the gradients are added to the pending step's sums,
+  // applied by ApplyStep; otherwise they are applied at once with the table's optimizer. An
+  // applied push advances applied_sequence() by one.
+  ApplyWindow::Verdict Push(size_t table, uint32_t worker, uint64_t sequence,
+                            absl::Span<const uint64_t> keys, const float* grads);
+
+  // Sync mode: applies the pending step's sums with the tables' optimizers and records `step` as
+  // this shard's applied step. Advances applied_sequence() by one.
+  void ApplyStep(int64_t step);
+
+  // The newest step ApplyStep applied; -1 before any.
+  int64_t applied_step() const;
+
+  // Replaces *values with chunk `chunk` of dense tensor `name` and *total_floats with the
+  // tensor's size. NOT_FOUND (outputs unchanged) if it was never written.
+  absl::Status ReadDense(absl::string_view name, uint32_t chunk, std::vector<float>* values,
+                         uint64_t* total_floats) const;
+
+  // Replaces the values of a dense chunk (DenseChunkStore::Assign). Advances applied_sequence()
+  // by one when it succeeds; INVALID_ARGUMENT as Assign.
+  absl::Status AssignDense(absl::string_view name, uint32_t chunk, absl::Span<const float> values,
+                           uint64_t total_floats);
+
+  // Applies a dense gradient with the dense optimizer, exactly once per (worker, sequence) when
+  // sequence is not 0 (0: no exactly-once check). Returns the window's verdict (kApply when
+  // sequence is 0); only kApply changes anything and advances applied_sequence() by one.
+  // INVALID_ARGUMENT as DenseChunkStore::ApplyGradient, with nothing recorded in the window.
+  absl::StatusOr<ApplyWindow::Verdict> ApplyDenseGradient(absl::string_view name, uint32_t chunk,
+                                                          absl::Span<const float> grads,
+                                                          uint64_t total_floats, uint32_t worker,
+                                                          uint64_t sequence);
+
+  // How many changes (pushes, dense writes, step applications) this shard has applied: a copy
+  // that has applied more holds newer state. 0 when new.
+  uint64_t applied_sequence() const;
+
+  // Adds, for every table t, its rows held to (*rows)[t] and its bytes to (*bytes)[t]. Both must
+  // have one entry per table.
+  void AddSizes(std::vector<uint64_t>* rows, std::vector<uint64_t>* bytes) const;
+
+ private:
+  // Sync mode: the summed gradients of one table for the pending step.
+  struct StepSums {
+    absl::flat_hash_map<uint64_t, uint32_t> index;  // id -> position in ids
+    std::vector<uint64_t> ids;
+    std::vector<float> sums;  // ids.size() x dim
+  };
+
+  // Constant after construction.
+  const uint32_t id_;
+  const ShardConfig config_;
+
+  mutable absl::Mutex mu_;
+  std::vector<std::unique_ptr<TableShard>> tables_ ABSL_GUARDED_BY(mu_);  // by table index
+  ApplyWindow window_ ABSL_GUARDED_BY(mu_);
+  DenseChunkStore dense_ ABSL_GUARDED_BY(mu_);
+  std::vector<StepSums> pending_ ABSL_GUARDED_BY(mu_);  // by table index; sync mode
+  int64_t applied_step_ ABSL_GUARDED_BY(mu_) = -1;
+  uint64_t applied_sequence_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace server
+}  // namespace ps
+
+#endif  // PS_SERVER_SHARD_SHARD_H_
