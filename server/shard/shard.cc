@@ -1,19 +1,51 @@
 #include "server/shard/shard.h"
 
+#include <algorithm>
+#include <cstring>
 #include <utility>
+
+#include "absl/strings/str_format.h"
 
 namespace ps {
 namespace server {
+namespace {
 
-Shard::Shard(uint32_t id, const ShardConfig& config, absl::Span<const size_t> expected_rows)
-    : id_(id), config_(config), dense_(config.dense_chunk_floats) {
+template <typename T>
+void AppendPacked(const T* data, size_t n, std::string* out) {
+  out->append(reinterpret_cast<const char*>(data), n * sizeof(T));
+}
+
+template <typename T>
+std::vector<T> Unpack(const std::string& bytes) {
+  std::vector<T> out(bytes.size() / sizeof(T));
+  std::memcpy(out.data(), bytes.data(), out.size() * sizeof(T));
+  return out;
+}
+
+}  // namespace
+
+Shard::Shard(uint32_t id, const ShardConfig& config, absl::Span<const size_t> expected_rows,
+             bool complete)
+    : id_(id),
+      config_(config),
+      expected_rows_(expected_rows.begin(), expected_rows.end()),
+      dense_(config.dense_chunk_floats) {
   absl::MutexLock lock(&mu_);
+  ResetLocked();
+  complete_ = complete;
+}
+
+void Shard::ResetLocked() {
   const size_t num_tables = config_.tables->size();
+  tables_.clear();
   tables_.reserve(num_tables);
   for (size_t t = 0; t < num_tables; ++t) {
-    const size_t expected = t < expected_rows.size() ? expected_rows[t] : 0;
+    const size_t expected = t < expected_rows_.size() ? expected_rows_[t] : 0;
     tables_.push_back(std::make_unique<TableShard>((*config_.tables)[t].get(), expected));
   }
+  window_.Clear();
+  dense_.Clear();
+  pending_.clear();
   if (config_.sync) pending_.resize(num_tables);
 }
 
@@ -22,41 +54,86 @@ void Shard::Pull(size_t table, absl::Span<const uint64_t> keys, float* out) {
   tables_[table]->Pull(keys, out);
 }
 
+void Shard::DescribeRows(size_t table, absl::Span<const uint64_t> keys,
+                         rpc::RowsChange* change) const {
+  const TableShard& rows = *tables_[table];
+  const uint32_t row_floats = rows.spec().row_floats();
+  change->set_table(static_cast<uint32_t>(table));
+  AppendPacked(keys.data(), keys.size(), change->mutable_keys());
+  std::string* values = change->mutable_values();
+  values->resize(keys.size() * row_floats * sizeof(float));
+  char* out = values->data();
+  for (const uint64_t key : keys) {
+    std::memcpy(out, rows.Find(key), row_floats * sizeof(float));
+    out += row_floats * sizeof(float);
+  }
+}
+
+void Shard::AddToPending(size_t table, absl::Span<const uint64_t> keys, const float* grads) {
+  StepSums& sums = pending_[table];
+  const uint32_t dim = tables_[table]->spec().dim;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto [it, inserted] = sums.index.try_emplace(keys[i], static_cast<uint32_t>(sums.ids.size()));
+    if (inserted) {
+      sums.ids.push_back(keys[i]);
+      sums.sums.resize(sums.sums.size() + dim, 0.0f);
+    }
+    float* dst = sums.sums.data() + size_t{it->second} * dim;
+    const float* src = grads + i * dim;
+    for (uint32_t j = 0; j < dim; ++j) dst[j] += src[j];
+  }
+}
+
+void Shard::Emit(rpc::ShardRecord&& record) {
+  record.set_shard(id_);
+  record.set_sequence(applied_sequence_);
+  sink_(std::move(record));
+}
+
 ApplyWindow::Verdict Shard::Push(size_t table, uint32_t worker, uint64_t sequence,
                                  absl::Span<const uint64_t> keys, const float* grads) {
   absl::MutexLock lock(&mu_);
   const ApplyWindow::Verdict verdict = window_.Admit(worker, sequence);
   if (verdict != ApplyWindow::Verdict::kApply) return verdict;
   if (config_.sync) {
-    StepSums& sums = pending_[table];
-    const uint32_t dim = tables_[table]->spec().dim;
-    for (size_t i = 0; i < keys.size(); ++i) {
-      auto [it, inserted] = sums.index.try_emplace(keys[i], static_cast<uint32_t>(sums.ids.size()));
-      if (inserted) {
-        sums.ids.push_back(keys[i]);
-        sums.sums.resize(sums.sums.size() + dim, 0.0f);
-      }
-      float* dst = sums.sums.data() + size_t{it->second} * dim;
-      const float* src = grads + i * dim;
-      for (uint32_t j = 0; j < dim; ++j) dst[j] += src[j];
-    }
+    AddToPending(table, keys, grads);
   } else {
     tables_[table]->Push(keys, grads);
   }
   ++applied_sequence_;
+  if (sink_) {
+    rpc::ShardRecord record;
+    record.set_worker_id(worker);
+    record.set_push_sequence(sequence);
+    if (config_.sync) {
+      rpc::RowsChange* pending = record.mutable_pending();
+      pending->set_table(static_cast<uint32_t>(table));
+      AppendPacked(keys.data(), keys.size(), pending->mutable_keys());
+      AppendPacked(grads, keys.size() * tables_[table]->spec().dim, pending->mutable_values());
+    } else {
+      DescribeRows(table, keys, record.mutable_rows());
+    }
+    Emit(std::move(record));
+  }
   return verdict;
 }
 
 void Shard::ApplyStep(int64_t step) {
   absl::MutexLock lock(&mu_);
+  rpc::ShardRecord record;
   for (size_t t = 0; t < pending_.size(); ++t) {
     StepSums& sums = pending_[t];
     if (sums.ids.empty()) continue;
     tables_[t]->Push(sums.ids, sums.sums.data());
+    if (sink_) DescribeRows(t, sums.ids, record.mutable_step()->add_rows());
     sums = StepSums();
   }
   applied_step_ = step;
   ++applied_sequence_;
+  if (sink_) {
+    record.mutable_step()->set_step(step);
+    Emit(std::move(record));
+  }
 }
 
 int64_t Shard::applied_step() const {
@@ -79,8 +156,21 @@ absl::Status Shard::AssignDense(absl::string_view name, uint32_t chunk,
                                 absl::Span<const float> values, uint64_t total_floats) {
   absl::MutexLock lock(&mu_);
   absl::Status status = dense_.Assign(name, chunk, values, total_floats);
-  if (status.ok()) ++applied_sequence_;
-  return status;
+  if (!status.ok()) return status;
+  ++applied_sequence_;
+  if (sink_) {
+    rpc::ShardRecord record;
+    rpc::DenseChange* dense = record.mutable_dense();
+    std::vector<float> now, state;
+    (void)dense_.ReadWithState(name, chunk, &now, &state);
+    dense->set_name(std::string(name));
+    dense->set_chunk(chunk);
+    dense->set_total_floats(total_floats);
+    AppendPacked(now.data(), now.size(), dense->mutable_values());
+    AppendPacked(state.data(), state.size(), dense->mutable_state());
+    Emit(std::move(record));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<ApplyWindow::Verdict> Shard::ApplyDenseGradient(absl::string_view name,
@@ -101,6 +191,22 @@ absl::StatusOr<ApplyWindow::Verdict> Shard::ApplyDenseGradient(absl::string_view
       dense_.ApplyGradient(name, chunk, grads, total_floats, *config_.dense_optimizer);
   if (!status.ok()) return status;
   ++applied_sequence_;
+  if (sink_) {
+    rpc::ShardRecord record;
+    if (sequence != 0) {
+      record.set_worker_id(worker);
+      record.set_push_sequence(sequence);
+    }
+    rpc::DenseChange* dense = record.mutable_dense();
+    std::vector<float> now, state;
+    (void)dense_.ReadWithState(name, chunk, &now, &state);
+    dense->set_name(std::string(name));
+    dense->set_chunk(chunk);
+    dense->set_total_floats(total_floats);
+    AppendPacked(now.data(), now.size(), dense->mutable_values());
+    AppendPacked(state.data(), state.size(), dense->mutable_state());
+    Emit(std::move(record));
+  }
   return ApplyWindow::Verdict::kApply;
 }
 
@@ -109,12 +215,222 @@ uint64_t Shard::applied_sequence() const {
   return applied_sequence_;
 }
 
+bool Shard::complete() const {
+  absl::MutexLock lock(&mu_);
+  return complete_;
+}
+
 void Shard::AddSizes(std::vector<uint64_t>* rows, std::vector<uint64_t>* bytes) const {
   absl::MutexLock lock(&mu_);
   for (size_t t = 0; t < tables_.size(); ++t) {
     (*rows)[t] += tables_[t]->size();
     (*bytes)[t] += tables_[t]->MemoryBytes();
   }
+}
+
+void Shard::SetRecordSink(RecordSink sink) {
+  absl::MutexLock lock(&mu_);
+  sink_ = std::move(sink);
+}
+
+void Shard::Snapshot(size_t max_record_bytes, absl::FunctionRef<void(rpc::ShardRecord&&)> emit,
+                     absl::FunctionRef<void()> then) {
+  absl::MutexLock lock(&mu_);
+  auto numbered = [this](rpc::ShardRecord* record) {
+    record->set_shard(id_);
+    record->set_sequence(applied_sequence_);
+  };
+  {
+    rpc::ShardRecord begin;
+    numbered(&begin);
+    begin.mutable_snapshot_begin()->set_applied_step(applied_step_);
+    emit(std::move(begin));
+  }
+  for (size_t t = 0; t < tables_.size(); ++t) {
+    const uint32_t row_floats = tables_[t]->spec().row_floats();
+    const size_t keys_per_record =
+        std::max<size_t>(1, max_record_bytes / (sizeof(uint64_t) + row_floats * sizeof(float)));
+    rpc::ShardRecord record;
+    size_t in_record = 0;
+    auto flush = [&] {
+      if (in_record == 0) return;
+      numbered(&record);
+      emit(std::move(record));
+      record = rpc::ShardRecord();
+      in_record = 0;
+    };
+    tables_[t]->ForEach([&](uint64_t id, const float* row) {
+      rpc::RowsChange* rows = record.mutable_rows();
+      rows->set_table(static_cast<uint32_t>(t));
+      AppendPacked(&id, 1, rows->mutable_keys());
+      AppendPacked(row, row_floats, rows->mutable_values());
+      if (++in_record == keys_per_record) flush();
+    });
+    flush();
+  }
+  dense_.ForEach([&](absl::string_view name, uint32_t chunk, uint64_t total,
+                     absl::Span<const float> values, absl::Span<const float> state) {
+    rpc::ShardRecord record;
+    numbered(&record);
+    rpc::DenseChange* dense = record.mutable_dense();
+    dense->set_name(std::string(name));
+    dense->set_chunk(chunk);
+    dense->set_total_floats(total);
+    AppendPacked(values.data(), values.size(), dense->mutable_values());
+    AppendPacked(state.data(), state.size(), dense->mutable_state());
+    emit(std::move(record));
+  });
+  window_.ForEach([&](uint32_t worker, uint64_t highest, const ApplyWindow::Bitmap& seen) {
+    rpc::ShardRecord record;
+    numbered(&record);
+    rpc::WindowEntry* entry = record.mutable_window();
+    entry->set_worker_id(worker);
+    entry->set_highest(highest);
+    AppendPacked(seen.data(), seen.size(), entry->mutable_seen());
+    emit(std::move(record));
+  });
+  for (size_t t = 0; t < pending_.size(); ++t) {
+    const StepSums& sums = pending_[t];
+    if (sums.ids.empty()) continue;
+    rpc::ShardRecord record;
+    numbered(&record);
+    rpc::RowsChange* change = record.mutable_pending();
+    change->set_table(static_cast<uint32_t>(t));
+    AppendPacked(sums.ids.data(), sums.ids.size(), change->mutable_keys());
+    AppendPacked(sums.sums.data(), sums.sums.size(), change->mutable_values());
+    emit(std::move(record));
+  }
+  {
+    rpc::ShardRecord end;
+    numbered(&end);
+    end.set_snapshot_end(true);
+    emit(std::move(end));
+  }
+  then();
+}
+
+absl::Status Shard::ReadChange(const rpc::RowsChange& change, bool gradients,
+                               std::vector<uint64_t>* keys, std::vector<float>* values) const {
+  if (change.table() >= config_.tables->size()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("shard %d: record of table %d, the job has %d tables", id_,
+                        change.table(), config_.tables->size()));
+  }
+  const TableSpec& spec = *(*config_.tables)[change.table()];
+  const size_t floats = gradients ? spec.dim : spec.row_floats();
+  if (change.keys().size() % sizeof(uint64_t) != 0 ||
+      change.values().size() != change.keys().size() / sizeof(uint64_t) * floats * sizeof(float)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "shard %d: record of table \"%s\" has %d bytes of keys and %d bytes of values, not %d "
+        "floats a key",
+        id_, spec.name, change.keys().size(), change.values().size(), floats));
+  }
+  *keys = Unpack<uint64_t>(change.keys());
+  *values = Unpack<float>(change.values());
+  return absl::OkStatus();
+}
+
+absl::Status Shard::ApplyRecord(const rpc::ShardRecord& record) {
+  absl::MutexLock lock(&mu_);
+  const bool snapshot_part = record.has_window() || record.snapshot_end();
+  if (record.has_snapshot_begin()) {
+    ResetLocked();
+    complete_ = false;
+    applied_step_ = record.snapshot_begin().applied_step();
+    applied_sequence_ = record.sequence();
+    return absl::OkStatus();
+  }
+  if (!complete_) {
+    // Inside a snapshot (or a copy waiting for one): only its parts, at its sequence.
+    if (record.sequence() != applied_sequence_ ||
+        !(snapshot_part || record.has_rows() || record.has_dense() || record.has_pending())) {
+      return absl::AbortedError(absl::StrFormat(
+          "shard %d: record %d while waiting for a snapshot (at %d)", id_, record.sequence(),
+          applied_sequence_));
+    }
+  } else if (record.sequence() <= applied_sequence_) {
+    return absl::OkStatus();  // applied before: a batch sent again
+  } else if (record.sequence() != applied_sequence_ + 1 || snapshot_part) {
+    return absl::AbortedError(absl::StrFormat("shard %d: record %d out of sequence (at %d)", id_,
+                                              record.sequence(), applied_sequence_));
+  }
+
+  std::vector<uint64_t> keys;
+  std::vector<float> values;
+  switch (record.change_case()) {
+    case rpc::ShardRecord::kRows: {
+      absl::Status read = ReadChange(record.rows(), /*gradients=*/false, &keys, &values);
+      if (!read.ok()) return read;
+      TableShard& table = *tables_[record.rows().table()];
+      const uint32_t row_floats = table.spec().row_floats();
+      for (size_t i = 0; i < keys.size(); ++i) table.Assign(keys[i], &values[i * row_floats]);
+      break;
+    }
+    case rpc::ShardRecord::kPending: {
+      if (!config_.sync) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("shard %d: a sync step record in a job that is not sync", id_));
+      }
+      absl::Status read = ReadChange(record.pending(), /*gradients=*/true, &keys, &values);
+      if (!read.ok()) return read;
+      AddToPending(record.pending().table(), keys, values.data());
+      break;
+    }
+    case rpc::ShardRecord::kStep: {
+      // Check everything before changing anything.
+      std::vector<std::vector<uint64_t>> all_keys(record.step().rows_size());
+      std::vector<std::vector<float>> all_values(record.step().rows_size());
+      for (int i = 0; i < record.step().rows_size(); ++i) {
+        absl::Status read =
+            ReadChange(record.step().rows(i), /*gradients=*/false, &all_keys[i], &all_values[i]);
+        if (!read.ok()) return read;
+      }
+      for (int i = 0; i < record.step().rows_size(); ++i) {
+        TableShard& table = *tables_[record.step().rows(i).table()];
+        const uint32_t row_floats = table.spec().row_floats();
+        for (size_t k = 0; k < all_keys[i].size(); ++k) {
+          table.Assign(all_keys[i][k], &all_values[i][k * row_floats]);
+        }
+      }
+      for (StepSums& sums : pending_) sums = StepSums();
+      applied_step_ = record.step().step();
+      break;
+    }
+    case rpc::ShardRecord::kDense: {
+      const rpc::DenseChange& d = record.dense();
+      if (d.values().size() % sizeof(float) != 0 || d.state().size() % sizeof(float) != 0) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("shard %d: dense record of \"%s\" is not whole floats", id_, d.name()));
+      }
+      const std::vector<float> v = Unpack<float>(d.values());
+      const std::vector<float> st = Unpack<float>(d.state());
+      absl::Status restored =
+          dense_.Restore(d.name(), d.chunk(), d.total_floats(), v, st, *config_.dense_optimizer);
+      if (!restored.ok()) return restored;
+      break;
+    }
+    case rpc::ShardRecord::kWindow: {
+      const rpc::WindowEntry& w = record.window();
+      ApplyWindow::Bitmap seen{};
+      if (w.seen().size() != sizeof(seen)) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "shard %d: window entry of worker %d has %d bytes, not %d", id_, w.worker_id(),
+            w.seen().size(), sizeof(seen)));
+      }
+      std::memcpy(seen.data(), w.seen().data(), sizeof(seen));
+      window_.Restore(w.worker_id(), w.highest(), seen);
+      break;
+    }
+    case rpc::ShardRecord::kSnapshotEnd:
+      complete_ = true;
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrFormat("shard %d: record %d changes nothing", id_, record.sequence()));
+  }
+  if (record.worker_id() != 0) window_.Admit(record.worker_id(), record.push_sequence());
+  applied_sequence_ = record.sequence();
+  return absl::OkStatus();
 }
 
 }  // namespace server

@@ -8,6 +8,7 @@
 #define PS_SERVER_SHARD_SHARD_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,9 +18,11 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/functional/function_ref.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "common/optimizer.h"
+#include "proto/ps.pb.h"
 #include "server/storage/apply_window.h"
 #include "server/storage/dense_store.h"
 #include "server/storage/embedding_table.h"
@@ -44,11 +47,22 @@ struct ShardConfig {
 //
 // Callers have validated what they pass (table indices, keys of this shard, finite gradients of
 // the table's dim): a Shard checks only what depends on its own state.
+//
+// Replication: while a record sink is set, every change is also described by one ShardRecord
+// (proto/ps.proto) numbered with the shard's applied sequence, handed to the sink under the
+// shard's lock and so in sequence order. A copy applies them with ApplyRecord and ends in the same
+// state bit for bit; Snapshot describes the whole shard for a copy that starts from nothing.
 class Shard {
  public:
+  // Receives the records of a shard's changes, under its lock: it must not call the shard, and
+  // should be quick (queue the record).
+  using RecordSink = std::function<void(rpc::ShardRecord&&)>;
+
   // `expected_rows[t]` presizes table t's index (see TableShard); it may be shorter than the
-  // tables (missing hints are 0).
-  Shard(uint32_t id, const ShardConfig& config, absl::Span<const size_t> expected_rows);
+  // tables (missing hints are 0). A shard created `complete` holds its state (a new primary's
+  // empty shard); one created not complete is a copy waiting for a snapshot (see complete()).
+  Shard(uint32_t id, const ShardConfig& config, absl::Span<const size_t> expected_rows,
+        bool complete = true);
 
   Shard(const Shard&) = delete;
   Shard& operator=(const Shard&) = delete;
@@ -101,6 +115,32 @@ class Shard {
   // have one entry per table.
   void AddSizes(std::vector<uint64_t>* rows, std::vector<uint64_t>* bytes) const;
 
+  // --- Replication ---
+
+  // Sets the sink of this shard's records (nullptr: no records). Takes effect for the next change.
+  void SetRecordSink(RecordSink sink);
+
+  // Describes the whole shard for a copy that starts from nothing: under the shard's lock, hands
+  // `emit` a snapshot_begin record, the rows of every table (records of at most about
+  // `max_record_bytes` each), every dense chunk, every window entry, the pending step's sums, and
+  // a snapshot_end record, all numbered with the current applied sequence; then calls `then`,
+  // still under the lock, so that nothing changes between the snapshot and what the caller
+  // arranges in `then` (typically: add the copy to the sink's targets).
+  void Snapshot(size_t max_record_bytes, absl::FunctionRef<void(rpc::ShardRecord&&)> emit,
+                absl::FunctionRef<void()> then);
+
+  // Applies a record of this shard's primary. Records after a snapshot_begin (up to its
+  // snapshot_end) must carry its sequence; any other must carry applied_sequence() + 1.
+  // OK (applied; a record of a sequence already applied is ignored, for retried batches);
+  // ABORTED, with nothing changed, for a record out of sequence (a snapshot must come first);
+  // INVALID_ARGUMENT, with nothing changed, for a malformed one (unknown table, lengths that
+  // disagree). A copy applying records has no record sink.
+  absl::Status ApplyRecord(const rpc::ShardRecord& record);
+
+  // False from the construction of a copy (complete = false) or a snapshot_begin until the
+  // snapshot_end: the copy does not yet hold the shard's state.
+  bool complete() const;
+
  private:
   // Sync mode: the summed gradients of one table for the pending step.
   struct StepSums {
@@ -109,9 +149,25 @@ class Shard {
     std::vector<float> sums;  // ids.size() x dim
   };
 
+  // Describes the rows of `keys` of table `table` as they are now into `change`.
+  void DescribeRows(size_t table, absl::Span<const uint64_t> keys, rpc::RowsChange* change) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Adds gradients to the pending step's sums of `table`.
+  void AddToPending(size_t table, absl::Span<const uint64_t> keys, const float* grads)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Hands a record of the change that made applied_sequence_ what it is to the sink, if any.
+  void Emit(rpc::ShardRecord&& record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Checks a RowsChange against the table (`floats_per_key` floats of values per key) and gives
+  // its keys and values, aligned.
+  absl::Status ReadChange(const rpc::RowsChange& change, bool gradients,
+                          std::vector<uint64_t>* keys, std::vector<float>* values) const;
+  // Replaces every table, the window, the dense chunks and the pending sums with empty ones.
+  void ResetLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   // Constant after construction.
   const uint32_t id_;
   const ShardConfig config_;
+  const std::vector<size_t> expected_rows_;
 
   mutable absl::Mutex mu_;
   std::vector<std::unique_ptr<TableShard>> tables_ ABSL_GUARDED_BY(mu_);  // by table index
@@ -120,6 +176,8 @@ class Shard {
   std::vector<StepSums> pending_ ABSL_GUARDED_BY(mu_);  // by table index; sync mode
   int64_t applied_step_ ABSL_GUARDED_BY(mu_) = -1;
   uint64_t applied_sequence_ ABSL_GUARDED_BY(mu_) = 0;
+  bool complete_ ABSL_GUARDED_BY(mu_) = true;
+  RecordSink sink_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace server

@@ -38,13 +38,33 @@ class ApplyWindow {
   // Workers seen so far.
   size_t num_workers() const { return workers_.size(); }
 
+  // The bitmap of a worker's admitted sequences below its highest (see Worker::seen).
+  using Bitmap = std::array<uint64_t, kWindow / 64>;
+
+  // Calls f(worker_id, highest, const Bitmap& seen) for every worker, in no fixed order: what a
+  // copy of the window needs (Restore).
+  template <typename F>
+  void ForEach(F&& f) const {
+    for (const auto& [worker, w] : workers_) f(worker, w.highest, w.seen);
+  }
+
+  // Sets one worker's state as ForEach gave it (replicas, snapshots, restores).
+  void Restore(uint32_t worker_id, uint64_t highest, const Bitmap& seen) {
+    Worker& w = workers_[worker_id];
+    w.highest = highest;
+    w.seen = seen;
+  }
+
+  // Forgets every worker.
+  void Clear() { workers_.clear(); }
+
  private:
   struct Worker {
     // Highest admitted sequence; 0 before the first.
     uint64_t highest = 0;
     // Bit d - 1 (word (d - 1) / 64, bit (d - 1) % 64) is set iff highest - d was admitted,
     // for d in [1, kWindow].
-    std::array<uint64_t, kWindow / 64> seen{};
+    Bitmap seen{};
   };
 
   absl::flat_hash_map<uint32_t, Worker> workers_;

@@ -94,6 +94,29 @@ absl::Status DenseChunkStore::Read(absl::string_view name, uint32_t chunk,
   return absl::OkStatus();
 }
 
+absl::Status DenseChunkStore::ReadWithState(absl::string_view name, uint32_t chunk,
+                                            std::vector<float>* values,
+                                            std::vector<float>* state) const {
+  PS_RETURN_IF_ERROR(Read(name, chunk, values));
+  *state = tensors_.find(name)->second.chunks.find(chunk)->second.state;
+  return absl::OkStatus();
+}
+
+absl::Status DenseChunkStore::Restore(absl::string_view name, uint32_t chunk,
+                                      uint64_t total_floats, absl::Span<const float> values,
+                                      absl::Span<const float> state, const Optimizer& opt) {
+  PS_RETURN_IF_ERROR(CheckWrite(name, chunk, values.size(), total_floats));
+  if (!state.empty() && state.size() != opt.StateFloats(static_cast<uint32_t>(values.size()))) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "dense tensor \"%s\": chunk %d has %d floats of optimizer state, expected %d", name,
+        chunk, state.size(), opt.StateFloats(static_cast<uint32_t>(values.size()))));
+  }
+  Chunk& c = GetOrCreate(name, chunk, total_floats);
+  c.values.assign(values.begin(), values.end());
+  c.state.assign(state.begin(), state.end());
+  return absl::OkStatus();
+}
+
 absl::StatusOr<uint64_t> DenseChunkStore::TotalFloats(absl::string_view name) const {
   const auto it = tensors_.find(name);
   if (it == tensors_.end()) {

@@ -50,6 +50,32 @@ class DenseChunkStore {
   // or the chunk has never been written.
   absl::Status Read(absl::string_view name, uint32_t chunk, std::vector<float>* out) const;
 
+  // Like Read, and also replaces *state with the chunk's optimizer state (empty before a gradient
+  // was applied).
+  absl::Status ReadWithState(absl::string_view name, uint32_t chunk, std::vector<float>* values,
+                             std::vector<float>* state) const;
+
+  // Sets a chunk's values and optimizer state as ReadWithState gave them (replicas, restores).
+  // Errors as Assign, plus INVALID_ARGUMENT for a state of the wrong length (not 0, not
+  // opt.StateFloats(values.size())).
+  absl::Status Restore(absl::string_view name, uint32_t chunk, uint64_t total_floats,
+                       absl::Span<const float> values, absl::Span<const float> state,
+                       const Optimizer& opt);
+
+  // Calls f(name, chunk, total_floats, values, state) for every chunk, in no fixed order.
+  template <typename F>
+  void ForEach(F&& f) const {
+    for (const auto& [name, tensor] : tensors_) {
+      for (const auto& [chunk, c] : tensor.chunks) {
+        f(absl::string_view(name), chunk, tensor.total_floats, absl::MakeConstSpan(c.values),
+          absl::MakeConstSpan(c.state));
+      }
+    }
+  }
+
+  // Drops every tensor.
+  void Clear() { tensors_.clear(); }
+
   // The tensor's total_floats, or NOT_FOUND.
   absl::StatusOr<uint64_t> TotalFloats(absl::string_view name) const;
 
