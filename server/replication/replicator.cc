@@ -1,0 +1,477 @@
+#include "server/replication/replicator.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_format.h"
+#include "common/grpc_status.h"
+#include "proto/ps.grpc.pb.h"
+
+namespace ps {
+namespace server {
+namespace {
+
+class GrpcReplicationTransport : public ReplicationTransport {
+ public:
+  explicit GrpcReplicationTransport(absl::Duration timeout) : timeout_(timeout) {}
+
+  void Send(const std::string& address, const rpc::ReplicateRequest& request,
+            std::function<void(absl::StatusOr<rpc::ReplicateResponse>)> done) override {
+    rpc::ParameterServer::Stub* stub = StubFor(address);
+    struct Call {
+      grpc::ClientContext context;
+      rpc::ReplicateResponse response;
+      std::function<void(absl::StatusOr<rpc::ReplicateResponse>)> done;
+    };
+    auto* call = new Call;
+    call->done = std::move(done);
+    call->context.set_deadline(std::chrono::system_clock::now() +
+                               absl::ToChronoMilliseconds(timeout_));
+    stub->async()->Replicate(&call->context, &request, &call->response,
+                             [call](grpc::Status status) {
+                               std::unique_ptr<Call> owned(call);
+                               if (status.ok()) {
+                                 owned->done(std::move(owned->response));
+                               } else {
+                                 owned->done(FromGrpcStatus(status));
+                               }
+                             });
+  }
+
+ private:
+  rpc::ParameterServer::Stub* StubFor(const std::string& address) {
+    absl::MutexLock lock(&mu_);
+    std::unique_ptr<rpc::ParameterServer::Stub>& stub = stubs_[address];
+    if (stub == nullptr) {
+      grpc::ChannelArguments args;
+      args.SetMaxSendMessageSize(std::numeric_limits<int>::max());
+      args.SetMaxReceiveMessageSize(std::numeric_limits<int>::max());
+      // Reconnect quickly to a restarted server.
+      args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 50);
+      args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
+      stub = rpc::ParameterServer::NewStub(
+          grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+    }
+    return stub.get();
+  }
+
+  const absl::Duration timeout_;
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::unique_ptr<rpc::ParameterServer::Stub>> stubs_
+      ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace
+
+void ApplyReplicateRequest(const rpc::ReplicateRequest& request,
+                           absl::FunctionRef<Shard*(uint32_t shard)> find,
+                           rpc::ReplicateResponse* response) {
+  // Index of each shard's ack in the response.
+  absl::flat_hash_map<uint32_t, int> acks;
+  for (const rpc::ShardRecord& record : request.records()) {
+    auto [it, first] = acks.try_emplace(record.shard(), response->acks_size());
+    rpc::ShardAck* ack;
+    Shard* shard = find(record.shard());
+    if (first) {
+      ack = response->add_acks();
+      ack->set_shard(record.shard());
+      if (shard == nullptr) ack->set_result(rpc::ShardAck::NOT_HELD);
+    } else {
+      ack = response->mutable_acks(it->second);
+    }
+    if (shard == nullptr || ack->result() != rpc::ShardAck::APPLIED) continue;
+    const absl::Status applied = shard->ApplyRecord(record);
+    if (absl::IsAborted(applied)) {
+      ack->set_result(rpc::ShardAck::NEEDS_SNAPSHOT);
+      ack->set_error(std::string(applied.message()));
+    } else if (!applied.ok()) {
+      ack->set_result(rpc::ShardAck::REFUSED);
+      ack->set_error(std::string(applied.message()));
+    }
+  }
+  for (rpc::ShardAck& ack : *response->mutable_acks()) {
+    if (Shard* shard = find(ack.shard())) ack.set_applied_sequence(shard->applied_sequence());
+  }
+}
+
+std::unique_ptr<ReplicationTransport> NewGrpcReplicationTransport(absl::Duration timeout) {
+  return std::make_unique<GrpcReplicationTransport>(timeout);
+}
+
+Replicator::Replicator(Options options, ReplicationTransport* transport)
+    : options_(std::move(options)), transport_(transport) {
+  retry_thread_ = std::thread([this] { RetryLoop(); });
+}
+
+Replicator::~Replicator() { Shutdown(); }
+
+void Replicator::Shutdown() {
+  std::vector<Waiter> waiters;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!shutting_down_) {
+      shutting_down_ = true;
+      waiters.swap(waiters_);
+    }
+  }
+  for (Waiter& w : waiters) w.done(absl::UnavailableError("the server is shutting down"));
+  {
+    absl::MutexLock lock(&mu_);
+    auto idle = [this] { return calls_in_flight_ == 0; };
+    mu_.Await(absl::Condition(&idle));
+  }
+  if (retry_thread_.joinable()) retry_thread_.join();
+}
+
+Replicator::Peer* Replicator::PeerLocked(const ReplicaTarget& target) {
+  std::unique_ptr<Peer>& peer = peers_[target.server_id];
+  if (peer == nullptr) {
+    peer = std::make_unique<Peer>();
+    peer->server_id = target.server_id;
+  }
+  peer->address = target.address;
+  return peer.get();
+}
+
+void Replicator::SetTargets(Shard* shard, std::vector<ReplicaTarget> targets) {
+  const uint32_t id = shard->id();
+  std::vector<ReplicaTarget> added;
+  Completions released;
+  {
+    absl::MutexLock lock(&mu_);
+    ShardTargets& entry = shards_[id];
+    const bool first = entry.shard == nullptr;
+    entry.shard = shard;
+    for (const ReplicaTarget& t : targets) {
+      PeerLocked(t);
+      const bool known = std::any_of(entry.targets.begin(), entry.targets.end(),
+                                     [&](const ReplicaTarget& o) {
+                                       return o.server_id == t.server_id;
+                                     });
+      if (!known) added.push_back(t);
+    }
+    // Targets that are gone stop receiving this shard.
+    std::vector<uint32_t>& attached = attached_[id];
+    attached.erase(std::remove_if(attached.begin(), attached.end(),
+                                  [&](uint32_t server) {
+                                    const bool kept = std::any_of(
+                                        targets.begin(), targets.end(),
+                                        [&](const ReplicaTarget& t) {
+                                          return t.server_id == server;
+                                        });
+                                    if (!kept) {
+                                      Peer* peer = peers_[server].get();
+                                      auto& q = peer->queue;
+                                      q.erase(std::remove_if(q.begin(), q.end(),
+                                                             [&](const Pending& p) {
+                                                               return p.shard == id;
+                                                             }),
+                                              q.end());
+                                    }
+                                    return !kept;
+                                  }),
+                   attached.end());
+    entry.targets = std::move(targets);
+    ReleaseLocked(&released);
+    (void)first;
+  }
+  shard->SetRecordSink(
+      [this, id](rpc::ShardRecord&& record) { Append(id, std::move(record)); });
+  for (const ReplicaTarget& t : added) SendSnapshot(shard, t);
+  for (auto& fn : released) fn();
+}
+
+void Replicator::RemoveShard(Shard* shard) {
+  shard->SetRecordSink(nullptr);
+  Completions released;
+  {
+    absl::MutexLock lock(&mu_);
+    const uint32_t id = shard->id();
+    shards_.erase(id);
+    attached_.erase(id);
+    for (auto& [server, peer] : peers_) {
+      auto& q = peer->queue;
+      q.erase(std::remove_if(q.begin(), q.end(), [&](const Pending& p) { return p.shard == id; }),
+              q.end());
+    }
+    // Pushes not yet safe on the copies must be retried where the shard is now.
+    std::vector<Waiter> waiting;
+    for (Waiter& w : waiters_) {
+      const bool involved =
+          std::any_of(w.sequences.begin(), w.sequences.end(),
+                      [&](const std::pair<uint32_t, uint64_t>& s) { return s.first == id; });
+      if (involved) {
+        released.push_back([done = std::move(w.done), id] {
+          done(absl::UnavailableError(absl::StrFormat(
+              "shard %d moved before its copies acknowledged the push; retry", id)));
+        });
+      } else {
+        waiting.push_back(std::move(w));
+      }
+    }
+    waiters_.swap(waiting);
+    ReleaseLocked(&released);
+  }
+  for (auto& fn : released) fn();
+}
+
+void Replicator::SendSnapshot(Shard* shard, const ReplicaTarget& target) {
+  const uint32_t id = shard->id();
+  shard->Snapshot(
+      options_.snapshot_record_bytes,
+      [&](rpc::ShardRecord&& record) {
+        Completions sends;
+        {
+          absl::MutexLock lock(&mu_);
+          if (shutting_down_) return;
+          AppendLocked(PeerLocked(target), id, std::move(record), &sends);
+        }
+        for (auto& send : sends) send();
+      },
+      [&] {
+        absl::MutexLock lock(&mu_);
+        std::vector<uint32_t>& attached = attached_[id];
+        if (std::find(attached.begin(), attached.end(), target.server_id) == attached.end()) {
+          attached.push_back(target.server_id);
+        }
+      });
+}
+
+void Replicator::Append(uint32_t shard_id, rpc::ShardRecord&& record) {
+  Completions sends;
+  {
+    absl::MutexLock lock(&mu_);
+    if (shutting_down_) return;
+    const auto it = attached_.find(shard_id);
+    if (it == attached_.end() || it->second.empty()) return;
+    const std::vector<uint32_t>& servers = it->second;
+    for (size_t i = 0; i < servers.size(); ++i) {
+      Peer* peer = peers_[servers[i]].get();
+      if (i + 1 == servers.size()) {
+        AppendLocked(peer, shard_id, std::move(record), &sends);
+      } else {
+        AppendLocked(peer, shard_id, record, &sends);
+      }
+    }
+  }
+  for (auto& send : sends) send();
+}
+
+void Replicator::AppendLocked(Peer* peer, uint32_t shard_id, rpc::ShardRecord record,
+                              Completions* sends) {
+  Pending p;
+  p.shard = shard_id;
+  p.sequence = record.sequence();
+  p.bytes = record.ByteSizeLong();
+  p.queued = absl::Now();
+  p.record = std::move(record);
+  peer->queue.push_back(std::move(p));
+  MaybeSendLocked(peer, sends);
+}
+
+void Replicator::MaybeSendLocked(Peer* peer, Completions* sends) {
+  if (peer->busy || peer->queue.empty() || shutting_down_) return;
+  auto request = std::make_shared<rpc::ReplicateRequest>();
+  request->set_from_server(options_.server_id);
+  size_t bytes = 0;
+  while (!peer->queue.empty() &&
+         (bytes == 0 || bytes + peer->queue.front().bytes <= options_.max_batch_bytes)) {
+    Pending& p = peer->queue.front();
+    bytes += p.bytes;
+    *request->add_records() = p.record;
+    peer->in_flight.push_back(std::move(p));
+    peer->queue.pop_front();
+  }
+  peer->busy = true;
+  ++calls_in_flight_;
+  // The transport may answer on the sending thread: the caller sends without the lock.
+  sends->push_back([this, server = peer->server_id, address = peer->address, request] {
+    transport_->Send(address, *request,
+                     [this, server, request](absl::StatusOr<rpc::ReplicateResponse> response) {
+                       OnResponse(server, std::move(response));
+                     });
+  });
+}
+
+void Replicator::OnResponse(uint32_t server_id, absl::StatusOr<rpc::ReplicateResponse> response) {
+  Completions released;
+  Completions sends;
+  std::vector<uint32_t> resnapshot;
+  absl::Status unreachable;
+  {
+    absl::MutexLock lock(&mu_);
+    --calls_in_flight_;
+    Peer* peer = peers_[server_id].get();
+    if (!response.ok()) {
+      // Nothing is known to be applied: send the same records again, after a pause.
+      for (auto it = peer->in_flight.rbegin(); it != peer->in_flight.rend(); ++it) {
+        peer->queue.push_front(std::move(*it));
+      }
+      peer->in_flight.clear();
+      peer->retry_at = absl::Now() + options_.retry_after;
+      unreachable = response.status();
+    } else {
+      absl::flat_hash_map<uint32_t, bool> redo;
+      for (const rpc::ShardAck& ack : response->acks()) {
+        uint64_t& acked = peer->acked[ack.shard()];
+        acked = std::max(acked, ack.applied_sequence());
+        if (ack.result() == rpc::ShardAck::NEEDS_SNAPSHOT ||
+            ack.result() == rpc::ShardAck::REFUSED) {
+          redo[ack.shard()] = true;
+        } else if (ack.result() == rpc::ShardAck::NOT_HELD) {
+          redo[ack.shard()] = false;
+        }
+      }
+      // Records of shards the copy did not take: NOT_HELD go again later (its map is behind),
+      // the others are replaced by a snapshot.
+      std::deque<Pending> again;
+      for (Pending& p : peer->in_flight) {
+        const auto it = redo.find(p.shard);
+        if (it != redo.end() && !it->second) again.push_back(std::move(p));
+      }
+      peer->in_flight.clear();
+      for (auto it = again.rbegin(); it != again.rend(); ++it) {
+        peer->queue.push_front(std::move(*it));
+      }
+      for (const auto& [shard, snapshot] : redo) {
+        if (!snapshot) continue;
+        auto& q = peer->queue;
+        q.erase(std::remove_if(q.begin(), q.end(),
+                               [&](const Pending& p) { return p.shard == shard; }),
+                q.end());
+        std::vector<uint32_t>& attached = attached_[shard];
+        attached.erase(std::remove(attached.begin(), attached.end(), server_id), attached.end());
+        resnapshot.push_back(shard);
+      }
+      peer->retry_at = again.empty() ? absl::InfinitePast() : absl::Now() + options_.retry_after;
+    }
+    peer->busy = false;
+    if (peer->retry_at <= absl::Now()) MaybeSendLocked(peer, &sends);
+    ReleaseLocked(&released);
+  }
+  for (auto& send : sends) send();
+  if (!unreachable.ok() && options_.on_unreachable) {
+    options_.on_unreachable(server_id, unreachable);
+  }
+  for (const uint32_t shard_id : resnapshot) {
+    Shard* shard = nullptr;
+    ReplicaTarget target;
+    {
+      absl::MutexLock lock(&mu_);
+      const auto it = shards_.find(shard_id);
+      if (it == shards_.end() || shutting_down_) continue;
+      for (const ReplicaTarget& t : it->second.targets) {
+        if (t.server_id == server_id) {
+          shard = it->second.shard;
+          target = t;
+        }
+      }
+    }
+    if (shard != nullptr) SendSnapshot(shard, target);
+  }
+  for (auto& fn : released) fn();
+}
+
+void Replicator::RetryLoop() {
+  absl::MutexLock lock(&mu_);
+  while (!shutting_down_) {
+    absl::Time wake = absl::InfiniteFuture();
+    for (auto& [server, peer] : peers_) {
+      if (peer->busy || peer->queue.empty()) continue;
+      wake = std::min(wake, peer->retry_at);
+    }
+    if (wake > absl::Now()) {
+      // Checks again at least every retry_after: a failed call sets a new retry time.
+      mu_.AwaitWithDeadline(absl::Condition(&shutting_down_),
+                            std::min(wake, absl::Now() + options_.retry_after));
+      continue;
+    }
+    Completions sends;
+    for (auto& [server, peer] : peers_) {
+      if (!peer->busy && !peer->queue.empty() && peer->retry_at <= absl::Now()) {
+        MaybeSendLocked(peer.get(), &sends);
+      }
+    }
+    mu_.Unlock();
+    for (auto& send : sends) send();
+    mu_.Lock();
+  }
+}
+
+bool Replicator::ReplicatedLocked(const Waiter& waiter) const {
+  if (!options_.sync) return true;
+  for (const auto& [shard, sequence] : waiter.sequences) {
+    const auto it = shards_.find(shard);
+    if (it == shards_.end()) continue;
+    for (const ReplicaTarget& t : it->second.targets) {
+      if (!t.live) continue;
+      const auto peer = peers_.find(t.server_id);
+      if (peer == peers_.end()) return false;
+      const auto acked = peer->second->acked.find(shard);
+      if (acked == peer->second->acked.end() || acked->second < sequence) return false;
+    }
+  }
+  return true;
+}
+
+void Replicator::ReleaseLocked(Completions* out) {
+  std::vector<Waiter> waiting;
+  for (Waiter& w : waiters_) {
+    if (ReplicatedLocked(w)) {
+      out->push_back([done = std::move(w.done)] { done(absl::OkStatus()); });
+    } else {
+      waiting.push_back(std::move(w));
+    }
+  }
+  waiters_.swap(waiting);
+}
+
+void Replicator::WhenReplicated(std::vector<std::pair<uint32_t, uint64_t>> sequences,
+                                std::function<void(absl::Status)> done) {
+  absl::Status now;
+  {
+    absl::MutexLock lock(&mu_);
+    Waiter waiter{std::move(sequences), std::move(done)};
+    if (shutting_down_) {
+      now = absl::UnavailableError("the server is shutting down");
+    } else if (!ReplicatedLocked(waiter)) {
+      waiters_.push_back(std::move(waiter));
+      return;
+    }
+    done = std::move(waiter.done);
+  }
+  done(now);
+}
+
+std::vector<rpc::ReplicaLag> Replicator::Lags(uint32_t shard_id) const {
+  std::vector<rpc::ReplicaLag> lags;
+  absl::MutexLock lock(&mu_);
+  const auto it = shards_.find(shard_id);
+  if (it == shards_.end()) return lags;
+  const absl::Time now = absl::Now();
+  for (const ReplicaTarget& t : it->second.targets) {
+    rpc::ReplicaLag lag;
+    lag.set_server_id(t.server_id);
+    const auto peer = peers_.find(t.server_id);
+    if (peer != peers_.end()) {
+      absl::Time oldest = now;
+      auto count = [&](const Pending& p) {
+        if (p.shard != shard_id) return;
+        lag.set_records(lag.records() + 1);
+        lag.set_bytes(lag.bytes() + p.bytes);
+        oldest = std::min(oldest, p.queued);
+      };
+      for (const Pending& p : peer->second->in_flight) count(p);
+      for (const Pending& p : peer->second->queue) count(p);
+      lag.set_millis(static_cast<uint64_t>(absl::ToInt64Milliseconds(now - oldest)));
+    }
+    lags.push_back(lag);
+  }
+  return lags;
+}
+
+}  // namespace server
+}  // namespace ps

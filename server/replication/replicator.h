@@ -1,0 +1,185 @@
+// The primary's side of replication: streams the records of the shards this server is primary of
+// to their other copies, in order, and tells pushes when their records are safe.
+//
+// Per destination server there is one queue and at most one Replicate call in flight: records
+// that arrive while a call is out go together in the next one, so a busy shard's records are
+// batched and a quiet one's go at once. A copy that joins gets a snapshot of the shard first, cut
+// under the shard's lock so that the stream continues exactly where the snapshot ends.
+#ifndef PS_SERVER_REPLICATION_REPLICATOR_H_
+#define PS_SERVER_REPLICATION_REPLICATOR_H_
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "proto/coordinator.pb.h"
+#include "proto/ps.pb.h"
+#include "server/shard/shard.h"
+
+namespace ps {
+namespace server {
+
+// Sends one batch of records to a server. Implementations must be thread-safe; `done` is called
+// exactly once, on any thread, and may call back into the Replicator.
+class ReplicationTransport {
+ public:
+  virtual ~ReplicationTransport() = default;
+  virtual void Send(const std::string& address, const rpc::ReplicateRequest& request,
+                    std::function<void(absl::StatusOr<rpc::ReplicateResponse>)> done) = 0;
+};
+
+// The copy's side of a Replicate call: applies the batch's records, in order, to the copies that
+// `find(shard)` returns (nullptr: this server holds no copy of it) and answers one ShardAck per
+// shard of the batch. After a record of a shard fails, the shard's later records of the batch are
+// skipped.
+void ApplyReplicateRequest(const rpc::ReplicateRequest& request,
+                           absl::FunctionRef<Shard*(uint32_t shard)> find,
+                           rpc::ReplicateResponse* response);
+
+// A ReplicationTransport over gRPC: one channel per address, kept.
+std::unique_ptr<ReplicationTransport> NewGrpcReplicationTransport(absl::Duration timeout);
+
+// One copy of a shard that receives its records.
+struct ReplicaTarget {
+  uint32_t server_id = 0;
+  std::string address;
+  // Live replicas hold back pushes under SYNC replication; copies catching up do not.
+  bool live = true;
+
+  bool operator==(const ReplicaTarget& o) const {
+    return server_id == o.server_id && address == o.address && live == o.live;
+  }
+};
+
+// A Replicator streams shard records to copies. Thread-safe.
+class Replicator {
+ public:
+  struct Options {
+    // This server's id, sent with every batch.
+    uint32_t server_id = 0;
+    // SYNC replication: WhenReplicated waits for every live copy. False (ASYNC): it answers at
+    // once.
+    bool sync = true;
+    // A batch is closed at about this many bytes of records (it may hold one larger record).
+    size_t max_batch_bytes = 16 << 20;
+    // Records of a snapshot are cut at about this many bytes.
+    size_t snapshot_record_bytes = 4 << 20;
+    // After a failed call, the next try waits this long.
+    absl::Duration retry_after = absl::Milliseconds(20);
+    // Called (without the Replicator's lock) when a destination cannot be reached, so that the
+    // coordinator can check it at once. May be empty.
+    std::function<void(uint32_t server_id, const absl::Status& error)> on_unreachable;
+  };
+
+  // `transport` is not owned and must outlive the Replicator.
+  Replicator(Options options, ReplicationTransport* transport);
+  ~Replicator();
+
+  Replicator(const Replicator&) = delete;
+  Replicator& operator=(const Replicator&) = delete;
+
+  // Makes `targets` the copies of `shard` (this server is its primary; not owned, must stay alive
+  // until RemoveShard or destruction). Copies not targeted before get a snapshot, then the
+  // stream; copies no longer named stop receiving, and pushes waiting on them only are released.
+  // Sets the shard's record sink. An empty `targets` keeps the shard without records.
+  void SetTargets(Shard* shard, std::vector<ReplicaTarget> targets);
+
+  // Stops replicating `shard` (this server is no longer its primary) and clears its sink. Pushes
+  // still waiting for its copies get UNAVAILABLE: the client retries them where the shard is now.
+  void RemoveShard(Shard* shard);
+
+  // Calls done(OK) once every live target of each (shard, sequence) has acknowledged that
+  // sequence (at once under ASYNC, or for a shard without live targets); done(UNAVAILABLE) if the
+  // Replicator shuts down first. `done` runs without the lock, on the calling thread or a
+  // transport thread, and must not block.
+  void WhenReplicated(std::vector<std::pair<uint32_t, uint64_t>> sequences,
+                      std::function<void(absl::Status)> done);
+
+  // The lag of each target of `shard_id` (records and bytes queued or in flight, age of the
+  // oldest); empty when it has none.
+  std::vector<rpc::ReplicaLag> Lags(uint32_t shard_id) const;
+
+  // Fails every wait with UNAVAILABLE, sends nothing more, waits for calls in flight. Idempotent.
+  void Shutdown();
+
+ private:
+  struct Pending {
+    uint32_t shard;
+    uint64_t sequence;
+    size_t bytes;
+    absl::Time queued;
+    rpc::ShardRecord record;
+  };
+
+  // One destination server.
+  struct Peer {
+    uint32_t server_id = 0;
+    std::string address;
+    std::deque<Pending> queue;  // not yet sent
+    std::vector<Pending> in_flight;
+    bool busy = false;  // a call is out or a retry is scheduled
+    absl::Time retry_at = absl::InfinitePast();
+    // By shard: the newest sequence the copy acknowledged.
+    absl::flat_hash_map<uint32_t, uint64_t> acked;
+  };
+
+  struct ShardTargets {
+    Shard* shard = nullptr;
+    std::vector<ReplicaTarget> targets;
+  };
+
+  struct Waiter {
+    std::vector<std::pair<uint32_t, uint64_t>> sequences;
+    std::function<void(absl::Status)> done;
+  };
+
+  using Completions = std::vector<std::function<void()>>;
+
+  // The sink of `shard_id` (called under the shard's lock).
+  void Append(uint32_t shard_id, rpc::ShardRecord&& record);
+  // Queues a record for `peer`; a call to start is added to `sends`, run after the lock.
+  void AppendLocked(Peer* peer, uint32_t shard_id, rpc::ShardRecord record, Completions* sends)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Peer* PeerLocked(const ReplicaTarget& target) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes the peer's next batch if it is idle and has one; the call that sends it is added to
+  // `sends`, to be run without the lock.
+  void MaybeSendLocked(Peer* peer, Completions* sends) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OnResponse(uint32_t server_id, absl::StatusOr<rpc::ReplicateResponse> response);
+  // Snapshots `shard` to `server_id` and makes it a target (the shard's lock is taken).
+  void SendSnapshot(Shard* shard, const ReplicaTarget& target);
+  bool ReplicatedLocked(const Waiter& waiter) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReleaseLocked(Completions* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RetryLoop();
+
+  // Constant after construction.
+  const Options options_;
+  ReplicationTransport* const transport_;
+
+  mutable absl::Mutex mu_;
+  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+  int calls_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<uint32_t, std::unique_ptr<Peer>> peers_ ABSL_GUARDED_BY(mu_);  // by server_id
+  absl::flat_hash_map<uint32_t, ShardTargets> shards_ ABSL_GUARDED_BY(mu_);
+  // Targets of each shard that receive its live records (after their snapshot).
+  absl::flat_hash_map<uint32_t, std::vector<uint32_t>> attached_ ABSL_GUARDED_BY(mu_);
+  std::vector<Waiter> waiters_ ABSL_GUARDED_BY(mu_);
+  std::thread retry_thread_;
+};
+
+}  // namespace server
+}  // namespace ps
+
+#endif  // PS_SERVER_REPLICATION_REPLICATOR_H_
