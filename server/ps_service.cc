@@ -183,11 +183,18 @@ grpc::ServerUnaryReactor* ParameterServerService::Push(grpc::CallbackServerConte
   if (store == nullptr) return Done(context, status);
   uint32_t duplicates = 0;
   uint32_t late = 0;
-  status = store->Push(*request, &duplicates, &late);
+  std::vector<std::pair<uint32_t, uint64_t>> replicated_at;
+  status = store->Push(*request, &duplicates, &late, &replicated_at);
   response->set_duplicate_keys(duplicates);
   response->set_late_keys(late);
   if (late > 0) ReportLatePush(request->header(), late);
-  return Done(context, status);
+  if (!status.ok() || replicated_at.empty()) return Done(context, status);
+  // Acknowledged once the shards' copies hold it (SYNC replication; at once otherwise).
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  store->WhenReplicated(std::move(replicated_at), [reactor](absl::Status replicated) {
+    reactor->Finish(ToGrpcStatus(replicated));
+  });
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* ParameterServerService::PullDense(grpc::CallbackServerContext* context,
@@ -207,7 +214,30 @@ grpc::ServerUnaryReactor* ParameterServerService::PushDense(grpc::CallbackServer
   absl::Status status;
   ShardedStore* store = Ready(request->header(), &status);
   if (store == nullptr) return Done(context, status);
-  return Done(context, store->PushDense(*request));
+  std::vector<std::pair<uint32_t, uint64_t>> replicated_at;
+  status = store->PushDense(*request, &replicated_at);
+  if (!status.ok() || replicated_at.empty()) return Done(context, status);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  store->WhenReplicated(std::move(replicated_at), [reactor](absl::Status replicated) {
+    reactor->Finish(ToGrpcStatus(replicated));
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* ParameterServerService::Replicate(
+    grpc::CallbackServerContext* context, const rpc::ReplicateRequest* request,
+    rpc::ReplicateResponse* response) {
+  ShardedStore* store = store_.load(std::memory_order_acquire);
+  if (store == nullptr) return Done(context, absl::UnavailableError("the server is starting"));
+  store->ApplyReplicated(*request, response);
+  // A copy this server does not know of yet is in a newer map: fetch it.
+  for (const rpc::ShardAck& ack : response->acks()) {
+    if (ack.result() == rpc::ShardAck::NOT_HELD) {
+      on_newer_map_(store->map_version() + 1);
+      break;
+    }
+  }
+  return Done(context, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* ParameterServerService::GetStatus(grpc::CallbackServerContext* context,

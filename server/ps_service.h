@@ -52,6 +52,10 @@ class ParameterServerService final : public rpc::ParameterServer::WithRawCallbac
   grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* context,
                                       const rpc::ServerStatusRequest* request,
                                       rpc::ServerStatus* response) override;
+  // A primary's records for the copies this server holds; answered per shard in the response.
+  grpc::ServerUnaryReactor* Replicate(grpc::CallbackServerContext* context,
+                                      const rpc::ReplicateRequest* request,
+                                      rpc::ReplicateResponse* response) override;
 
  private:
   // The store if serving and the request's map is not newer than the store's; otherwise null and

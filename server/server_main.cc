@@ -140,8 +140,13 @@ int Main() {
     return 1;
   }
   const uint32_t server_id = static_cast<uint32_t>(registration->rank());
+  // Records of the shards this server is primary of go to their copies on other servers.
+  std::unique_ptr<server::ReplicationTransport> replication =
+      server::NewGrpcReplicationTransport(absl::Seconds(30));
   server::ShardedStore::Options options;
   options.empty_handler = absl::GetFlag(FLAGS_empty_handler);
+  options.replication_transport = replication.get();
+  options.server_id = server_id;
   absl::StatusOr<std::unique_ptr<server::ShardedStore>> store =
       server::ShardedStore::Create(registration->job(), options);
   if (!store.ok()) {

@@ -36,6 +36,10 @@ absl::StatusOr<std::unique_ptr<ShardedStore>> ShardedStore::Create(const config:
     tables.push_back(std::move(spec));
   }
   PS_ASSIGN_OR_RETURN(auto dense_optimizer, Optimizer::Create(job.training().dense_optimizer()));
+  if (job.cluster().replication_factor() > 1 && options.replication_transport == nullptr) {
+    return absl::InvalidArgumentError(
+        "replication_factor > 1 needs a replication transport (ShardedStore::Options)");
+  }
   return std::unique_ptr<ShardedStore>(
       new ShardedStore(job, options, std::move(tables), std::move(dense_optimizer)));
 }
@@ -59,7 +63,17 @@ ShardedStore::ShardedStore(const config::Job& job, const Options& options,
       quorum_timeout_(job.training().sync_quorum() < 1.0f
                           ? absl::Milliseconds(job.training().sync_timeout_ms())
                           : absl::InfiniteDuration()),
-      shards_(num_shards_) {
+      shards_(num_shards_),
+      roles_(num_shards_, Role::kNone),
+      lost_(num_shards_, false) {
+  if (job.cluster().replication_factor() > 1) {
+    Replicator::Options replication;
+    replication.server_id = options.server_id;
+    replication.sync = job.cluster().replication_mode() != config::Cluster::ASYNC;
+    replication.on_unreachable = options.on_unreachable;
+    replicator_ = std::make_unique<Replicator>(std::move(replication),
+                                               options.replication_transport);
+  }
   if (sync_ && quorum_timeout_ != absl::InfiniteDuration()) {
     quorum_timer_ = std::thread([this] { QuorumTimerLoop(); });
   }
@@ -76,6 +90,7 @@ void ShardedStore::Shutdown() {
   }
   for (auto& [step, fn] : waits) fn(absl::UnavailableError("the server is shutting down"));
   if (quorum_timer_.joinable()) quorum_timer_.join();
+  if (replicator_ != nullptr) replicator_->Shutdown();
 }
 
 void ShardedStore::QuorumTimerLoop() {
@@ -98,8 +113,9 @@ void ShardedStore::QuorumTimerLoop() {
 std::vector<std::function<void(absl::Status)>> ShardedStore::ApplyPendingStep() {
   {
     absl::ReaderMutexLock map_lock(&map_mu_);
-    for (const std::unique_ptr<Shard>& shard : shards_) {
-      if (shard != nullptr) shard->ApplyStep(applied_step_ + 1);
+    for (uint32_t s = 0; s < num_shards_; ++s) {
+      // Copies take the step's result from their primary's records.
+      if (roles_[s] == Role::kPrimary) shards_[s]->ApplyStep(applied_step_ + 1);
     }
   }
   ++applied_step_;
@@ -192,25 +208,73 @@ void ShardedStore::RunWhenApplied(int64_t step, std::function<void(absl::Status)
   fn(now);
 }
 
+std::vector<size_t> ShardedStore::ExpectedRows() const {
+  std::vector<size_t> expected(tables_.size());
+  for (size_t t = 0; t < tables_.size(); ++t) {
+    // The hint spread evenly, plus four standard deviations of a shard's share of random keys,
+    // so that a shard a little fuller than average does not rehash its index at the end.
+    const double mean = static_cast<double>(job_.tables(t).capacity_hint()) / num_shards_;
+    expected[t] = mean == 0 ? 0 : static_cast<size_t>(mean + 4 * std::sqrt(mean) + 16);
+  }
+  return expected;
+}
+
 void ShardedStore::SetShardMap(const rpc::ShardMap& map, uint32_t server_id) {
+  // Sync mode: a promoted copy may have to apply the step its primary did not send.
+  absl::ReaderMutexLock step_lock(&step_mu_);
   absl::MutexLock lock(&map_mu_);
   if (map.version() <= map_version_.load()) return;
+  absl::flat_hash_map<uint32_t, std::string> addresses;
+  for (const rpc::ServerInfo& server : map.servers()) {
+    addresses[server.server_id()] = server.address();
+  }
   for (const rpc::ShardAssignment& a : map.shards()) {
-    if (a.shard() >= num_shards_) continue;
-    std::unique_ptr<Shard>& shard = shards_[a.shard()];
-    if (a.primary() != server_id) {
+    const uint32_t s = a.shard();
+    if (s >= num_shards_) continue;
+    Role role = Role::kNone;
+    if (!a.lost()) {
+      if (a.primary() == server_id) {
+        role = Role::kPrimary;
+      } else if (std::find(a.replicas().begin(), a.replicas().end(), server_id) !=
+                 a.replicas().end()) {
+        role = Role::kReplica;
+      } else if (std::find(a.catching_up().begin(), a.catching_up().end(), server_id) !=
+                 a.catching_up().end()) {
+        role = Role::kCatchingUp;
+      }
+    }
+    lost_[s] = a.lost();
+    std::unique_ptr<Shard>& shard = shards_[s];
+    const Role was = roles_[s];
+    if (was == Role::kPrimary && role != Role::kPrimary && replicator_ != nullptr) {
+      replicator_->RemoveShard(shard.get());
+    }
+    if (role == Role::kNone) {
       shard.reset();
-      continue;
+    } else if (shard == nullptr) {
+      // Only the primary placed when the map was built starts the shard empty; a later primary
+      // was a copy, and one that holds none must not serve an empty shard as if it were the data.
+      const bool fresh = role == Role::kPrimary && a.primary_term() == 0;
+      if (role == Role::kPrimary && !fresh) {
+        std::fprintf(stderr,
+                     "server %u: map %llu makes it primary of shard %u (term %llu) but it holds no "
+                     "copy; the shard is unavailable here\n",
+                     server_id, static_cast<unsigned long long>(map.version()), s,
+                     static_cast<unsigned long long>(a.primary_term()));
+      }
+      shard = std::make_unique<Shard>(s, shard_config_, ExpectedRows(), fresh);
+    } else if (role == Role::kPrimary && was != Role::kPrimary) {
+      // Promoted: a copy that had not received its old primary's result of the step the
+      // cluster applied applies the pending sums itself (the same sums, in the same order).
+      if (sync_ && shard->applied_step() < applied_step_) shard->ApplyStep(applied_step_);
     }
-    if (shard != nullptr) continue;
-    std::vector<size_t> expected(tables_.size());
-    for (size_t t = 0; t < tables_.size(); ++t) {
-      // The hint spread evenly, plus four standard deviations of a shard's share of random keys,
-      // so that a shard a little fuller than average does not rehash its index at the end.
-      const double mean = static_cast<double>(job_.tables(t).capacity_hint()) / num_shards_;
-      expected[t] = mean == 0 ? 0 : static_cast<size_t>(mean + 4 * std::sqrt(mean) + 16);
+    roles_[s] = role;
+    if (role == Role::kPrimary && replicator_ != nullptr) {
+      std::vector<ReplicaTarget> targets;
+      for (const uint32_t r : a.replicas()) targets.push_back({r, addresses[r], true});
+      for (const uint32_t r : a.catching_up()) targets.push_back({r, addresses[r], false});
+      replicator_->SetTargets(shard.get(), std::move(targets));
     }
-    shard = std::make_unique<Shard>(a.shard(), shard_config_, expected);
   }
   map_version_.store(map.version(), std::memory_order_release);
 }
@@ -228,9 +292,20 @@ absl::Status ShardedStore::CheckServed(uint32_t shard) const {
     return absl::InvalidArgumentError(
         absl::StrFormat("shard %d out of range (the job has %d shards)", shard, num_shards_));
   }
-  if (shards_[shard] == nullptr) {
+  if (lost_[shard]) {
+    return absl::DataLossError(absl::StrFormat(
+        "shard %d lost every copy (shard map version %d); its rows come back only from a "
+        "checkpoint",
+        shard, map_version_.load()));
+  }
+  if (roles_[shard] != Role::kPrimary) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "shard %d is not served here (shard map version %d)", shard, map_version_.load()));
+  }
+  if (!shards_[shard]->complete()) {
+    return absl::UnavailableError(absl::StrFormat(
+        "shard %d: this server is its primary in map version %d but holds no copy of its data",
+        shard, map_version_.load()));
   }
   return absl::OkStatus();
 }
@@ -320,7 +395,8 @@ absl::Status ShardedStore::Pull(const rpc::PullRequest& request,
 }
 
 absl::Status ShardedStore::Push(const rpc::PushRequest& request, uint32_t* duplicate_keys,
-                                uint32_t* late_keys) {
+                                uint32_t* late_keys,
+                                std::vector<std::pair<uint32_t, uint64_t>>* replicated_at) {
   *duplicate_keys = 0;
   if (late_keys != nullptr) *late_keys = 0;
   PS_ASSIGN_OR_RETURN(const size_t t, FindTable(request.table()));
@@ -391,6 +467,10 @@ absl::Status ShardedStore::Push(const rpc::PushRequest& request, uint32_t* dupli
             sequence, worker, run.shard()));
         break;
     }
+    // The shard's newest sequence covers this push's record (or, for a retry, its first try's).
+    if (replicated_at != nullptr) {
+      replicated_at->emplace_back(run.shard(), shards_[run.shard()]->applied_sequence());
+    }
     at += run.count();
   }
   return status;
@@ -426,7 +506,9 @@ absl::Status ShardedStore::PullDense(const rpc::PullDenseRequest& request,
   return absl::OkStatus();
 }
 
-absl::Status ShardedStore::PushDense(const rpc::PushDenseRequest& request) {
+absl::Status ShardedStore::PushDense(
+    const rpc::PushDenseRequest& request,
+    std::vector<std::pair<uint32_t, uint64_t>>* replicated_at) {
   if (map_version_.load() == 0) {
     return absl::UnavailableError("no shard map yet: the server is starting");
   }
@@ -452,9 +534,14 @@ absl::Status ShardedStore::PushDense(const rpc::PushDenseRequest& request) {
     Shard& shard = *shards_[ShardOf(name_hash, chunk.chunk(), num_shards_)];
     std::vector<float> values(chunk.values().size() / sizeof(float));
     std::memcpy(values.data(), chunk.values().data(), chunk.values().size());
+    if (replicated_at != nullptr) {
+      // Taken after the write below: the chunk's record is at or before the shard's newest.
+      replicated_at->emplace_back(ShardOf(name_hash, chunk.chunk(), num_shards_), 0);
+    }
     if (request.kind() == rpc::PushDenseRequest::ASSIGN) {
       PS_RETURN_IF_ERROR(
           shard.AssignDense(request.name(), chunk.chunk(), values, request.total_floats()));
+      if (replicated_at != nullptr) replicated_at->back().second = shard.applied_sequence();
       continue;
     }
     PS_ASSIGN_OR_RETURN(
@@ -469,8 +556,49 @@ absl::Status ShardedStore::PushDense(const rpc::PushDenseRequest& request) {
           "dense push %d of worker %d is older than the exactly-once window",
           request.header().sequence(), request.header().worker_id()));
     }
+    if (replicated_at != nullptr) replicated_at->back().second = shard.applied_sequence();
   }
   return absl::OkStatus();
+}
+
+void ShardedStore::WhenReplicated(std::vector<std::pair<uint32_t, uint64_t>> sequences,
+                                  std::function<void(absl::Status)> done) {
+  if (replicator_ == nullptr || sequences.empty()) {
+    done(absl::OkStatus());
+    return;
+  }
+  replicator_->WhenReplicated(std::move(sequences), std::move(done));
+}
+
+void ShardedStore::ApplyReplicated(const rpc::ReplicateRequest& request,
+                                   rpc::ReplicateResponse* response) {
+  absl::ReaderMutexLock map_lock(&map_mu_);
+  ApplyReplicateRequest(
+      request,
+      [this](uint32_t shard) -> Shard* {
+        if (shard >= num_shards_) return nullptr;
+        const Role role = roles_[shard];
+        return role == Role::kReplica || role == Role::kCatchingUp ? shards_[shard].get()
+                                                                    : nullptr;
+      },
+      response);
+}
+
+std::vector<rpc::ShardProgress> ShardedStore::Progress() const {
+  std::vector<rpc::ShardProgress> progress;
+  absl::ReaderMutexLock map_lock(&map_mu_);
+  for (uint32_t s = 0; s < num_shards_; ++s) {
+    if (roles_[s] == Role::kNone) continue;
+    rpc::ShardProgress p;
+    p.set_shard(s);
+    p.set_applied_sequence(shards_[s]->applied_sequence());
+    p.set_caught_up(roles_[s] == Role::kCatchingUp && shards_[s]->complete());
+    if (roles_[s] == Role::kPrimary && replicator_ != nullptr) {
+      for (rpc::ReplicaLag& lag : replicator_->Lags(s)) *p.add_replica_lags() = std::move(lag);
+    }
+    progress.push_back(std::move(p));
+  }
+  return progress;
 }
 
 void ShardedStore::FillStatus(rpc::ServerStatus* status) {
@@ -492,8 +620,12 @@ void ShardedStore::FillStatus(rpc::ServerStatus* status) {
   std::vector<uint64_t> rows(tables_.size(), 0);
   std::vector<uint64_t> bytes(tables_.size(), 0);
   for (uint32_t s = 0; s < num_shards_; ++s) {
-    if (shards_[s] == nullptr) continue;
-    status->add_primary_shards(s);
+    if (roles_[s] == Role::kNone) continue;
+    if (roles_[s] == Role::kPrimary) {
+      status->add_primary_shards(s);
+    } else {
+      status->add_replica_shards(s);
+    }
     shards_[s]->AddSizes(&rows, &bytes);
   }
   for (size_t t = 0; t < tables_.size(); ++t) {

@@ -24,6 +24,7 @@
 #include "proto/coordinator.pb.h"
 #include "proto/job.pb.h"
 #include "proto/ps.pb.h"
+#include "server/replication/replicator.h"
 #include "server/shard/shard.h"
 #include "server/storage/embedding_table.h"
 #include "common/optimizer.h"
@@ -39,6 +40,14 @@ class ShardedStore {
     // Serve requests without touching storage: pulls answer zeros, pushes are validated and
     // dropped. Only for measuring the transport's ceiling (ps_bench --empty_handler).
     bool empty_handler = false;
+    // Carries the records of the shards this server is primary of to their copies when the job's
+    // replication_factor is above 1. Not owned; must outlive the store. Required then
+    // (INVALID_ARGUMENT from Create without it).
+    ReplicationTransport* replication_transport = nullptr;
+    // This server's id, sent with its records.
+    uint32_t server_id = 0;
+    // Called when a copy cannot be reached (see Replicator::Options::on_unreachable).
+    std::function<void(uint32_t server_id, const absl::Status& error)> on_unreachable;
   };
 
   // INVALID_ARGUMENT if the job fails validation (tables, optimizers).
@@ -48,9 +57,14 @@ class ShardedStore {
   ShardedStore(const ShardedStore&) = delete;
   ShardedStore& operator=(const ShardedStore&) = delete;
 
-  // Installs the shard map: this server (`server_id`) serves the shards whose primary it is.
-  // Shards it gains are created empty (presized from the tables' capacity hints). Maps older than
-  // the installed one are ignored.
+  // Installs the shard map: this server (`server_id`) serves the shards whose primary it is and
+  // keeps the copies the map gives it (replicas, copies catching up), which apply their
+  // primary's records and serve nothing. Maps older than the installed one are ignored.
+  //  - A shard it becomes primary of in the job's first map is created empty (presized from the
+  //    tables' capacity hints); a copy it newly holds waits for its primary's snapshot.
+  //  - A replica promoted to primary carries on from its state; in sync mode it applies the
+  //    pending step itself if its old primary died before sending the step's result.
+  //  - A lost shard (no copy left) answers DATA_LOSS; shards it no longer holds are dropped.
   void SetShardMap(const rpc::ShardMap& map, uint32_t server_id);
 
   // Version of the installed shard map; 0 before the first.
@@ -87,8 +101,26 @@ class ShardedStore {
   // (EndStep). A push for a step already applied (a straggler outside the quorum) is dropped and
   // counted in `late_keys`; one for a step after the pending one is UNAVAILABLE (retryable: this
   // server has not yet seen the previous step end, which it will).
+  //
+  // Replication: `replicated_at` (if not null) receives, per shard of the push, the sequence
+  // that must reach the shard's copies before the push may be acknowledged (see WhenReplicated);
+  // a retry waits for the shard's newest, since its first try may not be there yet.
   absl::Status Push(const rpc::PushRequest& request, uint32_t* duplicate_keys,
-                    uint32_t* late_keys = nullptr);
+                    uint32_t* late_keys = nullptr,
+                    std::vector<std::pair<uint32_t, uint64_t>>* replicated_at = nullptr);
+
+  // Calls done(OK) once the copies hold the given (shard, sequence)s as the job's replication
+  // mode requires (at once without replication or in ASYNC mode); done(UNAVAILABLE) when a shard
+  // moved first or the store shuts down. See Replicator::WhenReplicated.
+  void WhenReplicated(std::vector<std::pair<uint32_t, uint64_t>> sequences,
+                      std::function<void(absl::Status)> done);
+
+  // Applies a primary's records to the copies this server holds (ApplyReplicateRequest).
+  void ApplyReplicated(const rpc::ReplicateRequest& request, rpc::ReplicateResponse* response);
+
+  // Every copy of a shard this server holds, for its heartbeats: applied sequence, whether a copy
+  // catching up is complete, and (primaries) the lag of each replica.
+  std::vector<rpc::ShardProgress> Progress() const;
 
   // Sync mode: `worker_id` has pushed all of `step`. When sync_quorum of the job's workers have
   // ended the pending step (or, with a quorum below 1, sync_timeout_ms after the first did), its
@@ -120,7 +152,9 @@ class ShardedStore {
 
   // Assigns or applies gradients to chunks of a dense tensor (created by its first push).
   // INVALID_ARGUMENT for a length that disagrees with the chunking or total, NaN or Inf values.
-  absl::Status PushDense(const rpc::PushDenseRequest& request);
+  // `replicated_at` as for Push.
+  absl::Status PushDense(const rpc::PushDenseRequest& request,
+                         std::vector<std::pair<uint32_t, uint64_t>>* replicated_at = nullptr);
 
   // Shards served, table sizes and bytes.
   void FillStatus(rpc::ServerStatus* status);
@@ -129,6 +163,9 @@ class ShardedStore {
   ShardedStore(const config::Job& job, const Options& options,
                std::vector<std::unique_ptr<TableSpec>> tables,
                std::unique_ptr<Optimizer> dense_optimizer);
+
+  // The capacity hints of a new shard's tables.
+  std::vector<size_t> ExpectedRows() const;
 
   // The table's index, or NOT_FOUND.
   absl::StatusOr<size_t> FindTable(const std::string& name) const;
@@ -141,7 +178,11 @@ class ShardedStore {
                          const uint64_t** key_data, size_t* num_keys) const
       ABSL_SHARED_LOCKS_REQUIRED(map_mu_);
 
-  // OK if this server serves `shard`; FAILED_PRECONDITION naming the map version otherwise.
+  // How this server holds a shard.
+  enum class Role { kNone, kPrimary, kReplica, kCatchingUp };
+
+  // OK if this server is the primary of `shard`; DATA_LOSS for a lost shard; FAILED_PRECONDITION
+  // naming the map version otherwise.
   absl::Status CheckServed(uint32_t shard) const ABSL_SHARED_LOCKS_REQUIRED(map_mu_);
   // ABORTED for a sync pull of a step that is already applied; OK otherwise.
   absl::Status CheckPullStepLocked(int64_t step) const ABSL_SHARED_LOCKS_REQUIRED(step_mu_);
@@ -192,10 +233,15 @@ class ShardedStore {
   void RecordPushStep(uint32_t worker_id, int64_t step);
   void RecordPullStep(int64_t step);
 
+  // Null without replication.
+  std::unique_ptr<Replicator> replicator_;
+
   mutable absl::Mutex map_mu_;
   std::atomic<uint64_t> map_version_{0};
-  // By shard; null for shards this server does not serve.
+  // By shard; null for shards this server holds no copy of.
   std::vector<std::unique_ptr<Shard>> shards_ ABSL_GUARDED_BY(map_mu_);
+  std::vector<Role> roles_ ABSL_GUARDED_BY(map_mu_);
+  std::vector<bool> lost_ ABSL_GUARDED_BY(map_mu_);
 };
 
 }  // namespace server

@@ -3,12 +3,15 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
+#include <deque>
+#include <thread>
 #include <limits>
 #include <map>
 #include <random>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
 #include "common/hash.h"
@@ -474,6 +477,191 @@ TEST_CASE("waits for a step end with UNAVAILABLE when the store shuts down",
   store->RunWhenApplied(3, [&](absl::Status s) { seen = s; });
   store->Shutdown();
   CHECK(seen.code() == absl::StatusCode::kUnavailable);
+}
+
+// Delivers a primary's records, on a thread of its own as gRPC would, to the stores registered
+// by address.
+class LoopbackTransport : public ReplicationTransport {
+ public:
+  LoopbackTransport() : thread_([this] { Run(); }) {}
+  ~LoopbackTransport() override {
+    {
+      absl::MutexLock lock(&mu_);
+      stop_ = true;
+    }
+    thread_.join();
+  }
+
+  void Send(const std::string& address, const rpc::ReplicateRequest& request,
+            std::function<void(absl::StatusOr<rpc::ReplicateResponse>)> done) override {
+    absl::MutexLock lock(&mu_);
+    calls_.push_back({address, request, std::move(done)});
+  }
+
+  void Set(const std::string& address, ShardedStore* store) {
+    absl::MutexLock lock(&mu_);
+    if (store == nullptr) {
+      stores_.erase(address);
+    } else {
+      stores_[address] = store;
+    }
+  }
+
+ private:
+  struct Call {
+    std::string address;
+    rpc::ReplicateRequest request;
+    std::function<void(absl::StatusOr<rpc::ReplicateResponse>)> done;
+  };
+
+  void Run() {
+    while (true) {
+      Call call;
+      ShardedStore* store = nullptr;
+      {
+        absl::MutexLock lock(&mu_);
+        auto ready = [this] { return stop_ || !calls_.empty(); };
+        mu_.Await(absl::Condition(&ready));
+        if (calls_.empty()) return;
+        call = std::move(calls_.front());
+        calls_.pop_front();
+        const auto it = stores_.find(call.address);
+        if (it != stores_.end()) store = it->second;
+      }
+      if (store == nullptr) {
+        call.done(absl::UnavailableError(absl::StrCat(call.address, " is down")));
+        continue;
+      }
+      rpc::ReplicateResponse response;
+      store->ApplyReplicated(call.request, &response);
+      call.done(std::move(response));
+    }
+  }
+
+  absl::Mutex mu_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::deque<Call> calls_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, ShardedStore*> stores_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;
+};
+
+// Servers 0 and 1 ("s0", "s1"); shard s has its primary on s % 2 and a replica on the other,
+// except the shards whose primary `dead` was: promoted to the replica (term 1), without copies.
+rpc::ShardMap ReplicatedMap(uint64_t version, int dead = -1) {
+  rpc::ShardMap map;
+  map.set_version(version);
+  map.set_num_shards(kShards);
+  for (uint32_t id = 0; id < 2; ++id) {
+    rpc::ServerInfo* server = map.add_servers();
+    server->set_server_id(id);
+    server->set_address(absl::StrCat("s", id));
+    server->set_alive(static_cast<int>(id) != dead);
+  }
+  for (uint32_t shard = 0; shard < kShards; ++shard) {
+    rpc::ShardAssignment* a = map.add_shards();
+    a->set_shard(shard);
+    const uint32_t primary = shard % 2;
+    if (static_cast<int>(primary) == dead) {
+      a->set_primary(1 - primary);
+      a->set_primary_term(1);
+    } else {
+      a->set_primary(primary);
+      if (dead < 0) a->add_replicas(1 - primary);
+    }
+  }
+  return map;
+}
+
+struct ReplicatedPair {
+  explicit ReplicatedPair(config::Job job) {
+    job.mutable_cluster()->set_replication_factor(2);
+    for (uint32_t id = 0; id < 2; ++id) {
+      ShardedStore::Options options;
+      options.replication_transport = &transport;
+      options.server_id = id;
+      auto store = ShardedStore::Create(job, options);
+      REQUIRE(store.ok());
+      stores[id] = std::move(*store);
+      transport.Set(absl::StrCat("s", id), stores[id].get());
+    }
+    for (uint32_t id = 0; id < 2; ++id) stores[id]->SetShardMap(ReplicatedMap(1), id);
+  }
+
+  // Pushes to server `id` and waits until the push may be acknowledged.
+  void Push(uint32_t id, const rpc::PushRequest& push) {
+    uint32_t duplicates = 0;
+    std::vector<std::pair<uint32_t, uint64_t>> at;
+    REQUIRE(stores[id]->Push(push, &duplicates, nullptr, &at).ok());
+    absl::Notification replicated;
+    stores[id]->WhenReplicated(at, [&](absl::Status s) {
+      CHECK(s.ok());
+      replicated.Notify();
+    });
+    REQUIRE(replicated.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  }
+
+  ~ReplicatedPair() {
+    for (uint32_t id = 0; id < 2; ++id) transport.Set(absl::StrCat("s", id), nullptr);
+    for (auto& store : stores) store->Shutdown();
+  }
+
+  // Server 0 dies: server 1 takes over its shards.
+  void KillServer0() {
+    transport.Set("s0", nullptr);
+    stores[1]->SetShardMap(ReplicatedMap(2, /*dead=*/0), 1);
+  }
+
+  LoopbackTransport transport;
+  std::unique_ptr<ShardedStore> stores[2];
+};
+
+TEST_CASE("a replica holds its primary's rows and takes over with them", "[server][store][replication]") {
+  ReplicatedPair pair(TestJob());
+  const std::vector<uint64_t> keys = EvenShardKeys(40);
+  pair.Push(0, MakePush(keys, 1.0f, 1));
+  pair.Push(0, MakePush(keys, -0.25f, 2));
+  const auto rows = PullRows(*pair.stores[0], keys);
+  // The replica serves nothing while it is one.
+  rpc::PullRequest pull;
+  pull.set_table("emb");
+  SetKeys(keys, &pull);
+  rpc::PullResponse response;
+  CHECK(pair.stores[1]->Pull(pull, &response).code() == absl::StatusCode::kFailedPrecondition);
+  // Its heartbeats report the primary's sequence for the even shards.
+  for (const rpc::ShardProgress& p : pair.stores[1]->Progress()) {
+    if (p.shard() % 2 == 0) CHECK(p.applied_sequence() > 0);
+  }
+  pair.KillServer0();
+  CHECK(PullRows(*pair.stores[1], keys) == rows);
+  // A retry of a push the old primary applied is recognised by the new one.
+  uint32_t duplicates = 0;
+  REQUIRE(pair.stores[1]->Push(MakePush(keys, 1.0f, 2), &duplicates).ok());
+  CHECK(duplicates == keys.size());
+  CHECK(PullRows(*pair.stores[1], keys) == rows);
+}
+
+TEST_CASE("a promoted replica completes the sync step its primary did not send",
+          "[server][store][replication][sync]") {
+  ReplicatedPair pair(SyncJob(1.0f));
+  // The reference: one store that sees every push and step end.
+  auto reference = ServingSyncStore(SyncJob(1.0f));
+  const std::vector<uint64_t> keys = EvenShardKeys(25);
+  uint32_t duplicates = 0;
+  for (int64_t step = 0; step < 2; ++step) {
+    for (uint32_t worker : {1u, 2u}) {
+      const rpc::PushRequest push = StepPush(keys, 0.5f * worker + step, worker, step);
+      pair.Push(0, push);
+      REQUIRE(reference->Push(push, &duplicates).ok());
+    }
+    for (uint32_t worker : {1u, 2u}) {
+      REQUIRE(reference->EndStep(worker, step).ok());
+      REQUIRE(pair.stores[1]->EndStep(worker, step).ok());
+      // Server 0 dies before the workers end step 1 there: it never applies it.
+      if (step == 0) REQUIRE(pair.stores[0]->EndStep(worker, step).ok());
+    }
+  }
+  pair.KillServer0();
+  CHECK(PullRows(*pair.stores[1], keys) == PullRows(*reference, keys));
 }
 
 }  // namespace

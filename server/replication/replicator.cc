@@ -312,7 +312,7 @@ void Replicator::OnResponse(uint32_t server_id, absl::StatusOr<rpc::ReplicateRes
       }
       peer->in_flight.clear();
       peer->retry_at = absl::Now() + options_.retry_after;
-      unreachable = response.status();
+      if (absl::IsUnavailable(response.status())) unreachable = response.status();
     } else {
       absl::flat_hash_map<uint32_t, bool> redo;
       for (const rpc::ShardAck& ack : response->acks()) {
