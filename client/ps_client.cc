@@ -481,6 +481,18 @@ class ClientImpl final : public Client {
     for (auto& owned : requests) {
       SparseCall::Request* request = owned.release();
       request->routed_version = routing->version;
+      // A shard without a live copy: its rows are gone, and no server may make them up.
+      const auto lost = std::find_if(
+          request->part.segments.begin(), request->part.segments.end(),
+          [&](const Segment& seg) { return routing->map.shards(seg.shard).lost(); });
+      if (lost != request->part.segments.end()) {
+        OnDone(call, request,
+               ToGrpcStatus(absl::DataLossError(absl::StrFormat(
+                   "shard %d of table \"%s\" lost every copy (shard map version %d); its rows "
+                   "come back only from a checkpoint",
+                   lost->shard, call->table->name, routing->version))));
+        continue;
+      }
       request->context = std::make_unique<grpc::ClientContext>();
       request->context->set_deadline(absl::ToChronoTime(absl::Now() + options_.request_timeout));
       Encode(*call, *routing, request);
@@ -689,6 +701,12 @@ absl::StatusOr<int64_t> ClientImpl::EndStep(int64_t step) {
   int64_t applied = -1;
   PS_RETURN_IF_ERROR(RetryDense([&](const Routing& routing) -> absl::Status {
     for (const auto& [server_id, connection] : routing.servers) {
+      // A dead server's shards have moved to the others, which count the steps it would have.
+      const auto& servers = routing.map.servers();
+      const bool dead = std::any_of(servers.begin(), servers.end(), [&](const rpc::ServerInfo& s) {
+        return s.server_id() == server_id && !s.alive();
+      });
+      if (dead) continue;
       rpc::EndStepRequest request;
       FillHeader(routing, request.mutable_header());
       request.mutable_header()->set_clock(step);
