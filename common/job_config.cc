@@ -343,6 +343,15 @@ absl::Status CheckJob(const Checker& c, const Where& root, const config::Job& jo
                    absl::StrFormat("must be between 1 and num_servers (%d), got %d",
                                    cl.num_servers(), cl.replication_factor()));
   }
+  if (cl.read_from_replicas()) {
+    return c.Error(wc, cl, "read_from_replicas",
+                   "reads from replicas are not implemented yet: pulls go to the primaries");
+  }
+  if (cl.has_replication_mode() && cl.replication_factor() == 1 &&
+      cl.replication_mode() == config::Cluster::ASYNC) {
+    return c.Error(wc, cl, "replication_mode",
+                   "ASYNC replication needs replication_factor > 1 (there are no replicas)");
+  }
   if (cl.checkpoint_every_steps() > 0 && cl.checkpoint_dir().empty()) {
     return c.Error(wc, cl, "checkpoint_every_steps", "checkpoints need a checkpoint_dir");
   }
