@@ -61,6 +61,8 @@ ABSL_FLAG(int, channels, 2, "gRPC channels per server in each worker");
 ABSL_FLAG(int, inflight, 1,
           "calls each worker keeps in flight with the asynchronous API (1: blocking calls)");
 ABSL_FLAG(int, max_keys_per_request, 32768, "client's split size");
+ABSL_FLAG(int, replication_factor, 1, "copies of each shard (needs that many --servers)");
+ABSL_FLAG(std::string, replication_mode, "SYNC", "SYNC or ASYNC (with --replication_factor > 1)");
 ABSL_FLAG(std::string, bin_dir, "", "folder holding server/ and server/coordinator/ binaries");
 // Internal: how the parent starts its workers.
 ABSL_FLAG(std::string, role, "", "internal: 'worker'");
@@ -115,10 +117,15 @@ cluster {
   num_servers: %d
   num_workers: %d
   max_message_bytes: 268435456
+  replication_factor: %d
+  %s
 }
 )pb",
                          absl::GetFlag(FLAGS_dim), absl::GetFlag(FLAGS_optimizer), capacity_hint,
-                         servers, workers);
+                         servers, workers, absl::GetFlag(FLAGS_replication_factor),
+                         absl::GetFlag(FLAGS_replication_factor) > 1
+                             ? "replication_mode: " + absl::GetFlag(FLAGS_replication_mode)
+                             : std::string());
   return path;
 }
 
@@ -350,11 +357,13 @@ int RunThroughput() {
     absl::PrintF(
         "{\"op\":\"%s\",\"servers\":%d,\"workers\":%d,\"keys\":%d,\"dim\":%d,\"optimizer\":\"%s\","
         "\"handler\":\"%s\",\"inflight\":%d,\"iters\":%d,\"mkeys_per_s\":%.3f,\"value_mb_per_s\":%.1f,"
-        "\"p50_ms\":%.3f,\"p99_ms\":%.3f}\n",
+        "\"p50_ms\":%.3f,\"p99_ms\":%.3f,\"replication_factor\":%d,\"replication_mode\":\"%s\"}\n",
         op, servers, workers, k, dim, absl::GetFlag(FLAGS_optimizer),
         absl::GetFlag(FLAGS_empty_handler) ? "empty" : "store", absl::GetFlag(FLAGS_inflight), iters, keys_per_s / 1e6,
         keys_per_s * dim * sizeof(float) / 1e6, Percentile(latencies[op], 0.5),
-        Percentile(latencies[op], 0.99));
+        Percentile(latencies[op], 0.99), absl::GetFlag(FLAGS_replication_factor),
+        absl::GetFlag(FLAGS_replication_factor) > 1 ? absl::GetFlag(FLAGS_replication_mode)
+                                                    : std::string("none"));
   }
   std::fflush(stdout);
   (void)(*cluster)->Terminate(absl::Seconds(10));
