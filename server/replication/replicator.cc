@@ -281,10 +281,12 @@ void Replicator::MaybeSendLocked(Peer* peer, Completions* sends) {
          (bytes == 0 || bytes + peer->queue.front().bytes <= options_.max_batch_bytes)) {
     Pending& p = peer->queue.front();
     bytes += p.bytes;
-    *request->add_records() = p.record;
+    // Moved, not copied: records are megabytes. They come back if the call fails.
+    *request->add_records() = std::move(p.record);
     peer->in_flight.push_back(std::move(p));
     peer->queue.pop_front();
   }
+  peer->in_flight_request = request;
   peer->busy = true;
   ++calls_in_flight_;
   // The transport may answer on the sending thread: the caller sends without the lock.
@@ -305,6 +307,11 @@ void Replicator::OnResponse(uint32_t server_id, absl::StatusOr<rpc::ReplicateRes
     absl::MutexLock lock(&mu_);
     --calls_in_flight_;
     Peer* peer = peers_[server_id].get();
+    // The records go back to their entries, in case they are sent again.
+    for (size_t i = 0; i < peer->in_flight.size(); ++i) {
+      peer->in_flight[i].record = std::move(*peer->in_flight_request->mutable_records(i));
+    }
+    peer->in_flight_request.reset();
     if (!response.ok()) {
       // Nothing is known to be applied: send the same records again, after a pause.
       for (auto it = peer->in_flight.rbegin(); it != peer->in_flight.rend(); ++it) {

@@ -129,7 +129,10 @@ class Replicator {
     uint32_t server_id = 0;
     std::string address;
     std::deque<Pending> queue;  // not yet sent
+    // Sent, not yet answered; their records were moved into in_flight_request, and go back into
+    // them when they must be sent again.
     std::vector<Pending> in_flight;
+    std::shared_ptr<rpc::ReplicateRequest> in_flight_request;
     bool busy = false;  // a call is out or a retry is scheduled
     absl::Time retry_at = absl::InfinitePast();
     // By shard: the newest sequence the copy acknowledged.

@@ -310,7 +310,9 @@ void Shard::Snapshot(size_t max_record_bytes, absl::FunctionRef<void(rpc::ShardR
 }
 
 absl::Status Shard::ReadChange(const rpc::RowsChange& change, bool gradients,
-                               std::vector<uint64_t>* keys, std::vector<float>* values) const {
+                               std::vector<uint64_t>* aligned_keys,
+                               std::vector<float>* aligned_values, const uint64_t** keys,
+                               const float** values, size_t* n) const {
   if (change.table() >= config_.tables->size()) {
     return absl::InvalidArgumentError(
         absl::StrFormat("shard %d: record of table %d, the job has %d tables", id_,
@@ -325,8 +327,18 @@ absl::Status Shard::ReadChange(const rpc::RowsChange& change, bool gradients,
         "floats a key",
         id_, spec.name, change.keys().size(), change.values().size(), floats));
   }
-  *keys = Unpack<uint64_t>(change.keys());
-  *values = Unpack<float>(change.values());
+  *n = change.keys().size() / sizeof(uint64_t);
+  // Parsed strings are malloc'ed, so aligned: read them in place, else from a copy.
+  *keys = reinterpret_cast<const uint64_t*>(change.keys().data());
+  if (reinterpret_cast<uintptr_t>(*keys) % alignof(uint64_t) != 0) {
+    *aligned_keys = Unpack<uint64_t>(change.keys());
+    *keys = aligned_keys->data();
+  }
+  *values = reinterpret_cast<const float*>(change.values().data());
+  if (reinterpret_cast<uintptr_t>(*values) % alignof(float) != 0) {
+    *aligned_values = Unpack<float>(change.values());
+    *values = aligned_values->data();
+  }
   return absl::OkStatus();
 }
 
@@ -355,15 +367,19 @@ absl::Status Shard::ApplyRecord(const rpc::ShardRecord& record) {
                                               record.sequence(), applied_sequence_));
   }
 
-  std::vector<uint64_t> keys;
-  std::vector<float> values;
+  std::vector<uint64_t> aligned_keys;
+  std::vector<float> aligned_values;
+  const uint64_t* keys = nullptr;
+  const float* values = nullptr;
+  size_t n = 0;
   switch (record.change_case()) {
     case rpc::ShardRecord::kRows: {
-      absl::Status read = ReadChange(record.rows(), /*gradients=*/false, &keys, &values);
+      absl::Status read = ReadChange(record.rows(), /*gradients=*/false, &aligned_keys,
+                                     &aligned_values, &keys, &values, &n);
       if (!read.ok()) return read;
       TableShard& table = *tables_[record.rows().table()];
       const uint32_t row_floats = table.spec().row_floats();
-      for (size_t i = 0; i < keys.size(); ++i) table.Assign(keys[i], &values[i * row_floats]);
+      for (size_t i = 0; i < n; ++i) table.Assign(keys[i], values + i * row_floats);
       break;
     }
     case rpc::ShardRecord::kPending: {
@@ -371,26 +387,25 @@ absl::Status Shard::ApplyRecord(const rpc::ShardRecord& record) {
         return absl::InvalidArgumentError(
             absl::StrFormat("shard %d: a sync step record in a job that is not sync", id_));
       }
-      absl::Status read = ReadChange(record.pending(), /*gradients=*/true, &keys, &values);
+      absl::Status read = ReadChange(record.pending(), /*gradients=*/true, &aligned_keys,
+                                     &aligned_values, &keys, &values, &n);
       if (!read.ok()) return read;
-      AddToPending(record.pending().table(), keys, values.data());
+      AddToPending(record.pending().table(), absl::MakeConstSpan(keys, n), values);
       break;
     }
     case rpc::ShardRecord::kStep: {
       // Check everything before changing anything.
-      std::vector<std::vector<uint64_t>> all_keys(record.step().rows_size());
-      std::vector<std::vector<float>> all_values(record.step().rows_size());
-      for (int i = 0; i < record.step().rows_size(); ++i) {
-        absl::Status read =
-            ReadChange(record.step().rows(i), /*gradients=*/false, &all_keys[i], &all_values[i]);
+      for (const rpc::RowsChange& change : record.step().rows()) {
+        absl::Status read = ReadChange(change, /*gradients=*/false, &aligned_keys,
+                                       &aligned_values, &keys, &values, &n);
         if (!read.ok()) return read;
       }
-      for (int i = 0; i < record.step().rows_size(); ++i) {
-        TableShard& table = *tables_[record.step().rows(i).table()];
+      for (const rpc::RowsChange& change : record.step().rows()) {
+        (void)ReadChange(change, /*gradients=*/false, &aligned_keys, &aligned_values, &keys,
+                         &values, &n);
+        TableShard& table = *tables_[change.table()];
         const uint32_t row_floats = table.spec().row_floats();
-        for (size_t k = 0; k < all_keys[i].size(); ++k) {
-          table.Assign(all_keys[i][k], &all_values[i][k * row_floats]);
-        }
+        for (size_t k = 0; k < n; ++k) table.Assign(keys[k], values + k * row_floats);
       }
       for (StepSums& sums : pending_) sums = StepSums();
       applied_step_ = record.step().step();

@@ -157,10 +157,12 @@ class Shard {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Hands a record of the change that made applied_sequence_ what it is to the sink, if any.
   void Emit(rpc::ShardRecord&& record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Checks a RowsChange against the table (`floats_per_key` floats of values per key) and gives
-  // its keys and values, aligned.
+  // Checks a RowsChange against its table (dim floats a key of gradients, or whole rows) and
+  // points *keys and *values at its *n keys and their floats, in place when the bytes are
+  // aligned, else in the aligned_ copies.
   absl::Status ReadChange(const rpc::RowsChange& change, bool gradients,
-                          std::vector<uint64_t>* keys, std::vector<float>* values) const;
+                          std::vector<uint64_t>* aligned_keys, std::vector<float>* aligned_values,
+                          const uint64_t** keys, const float** values, size_t* n) const;
   // Replaces every table, the window, the dense chunks and the pending sums with empty ones.
   void ResetLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
