@@ -95,24 +95,30 @@ ApplyWindow::Verdict Shard::Push(size_t table, uint32_t worker, uint64_t sequenc
   absl::MutexLock lock(&mu_);
   const ApplyWindow::Verdict verdict = window_.Admit(worker, sequence);
   if (verdict != ApplyWindow::Verdict::kApply) return verdict;
+  rpc::ShardRecord record;
   if (config_.sync) {
     AddToPending(table, keys, grads);
+    if (sink_) {
+      rpc::RowsChange* pending = record.mutable_pending();
+      pending->set_table(static_cast<uint32_t>(table));
+      AppendPacked(keys.data(), keys.size(), pending->mutable_keys());
+      AppendPacked(grads, keys.size() * tables_[table]->spec().dim, pending->mutable_values());
+    }
+  } else if (sink_) {
+    // The rows after the update go straight into the record.
+    rpc::RowsChange* rows = record.mutable_rows();
+    rows->set_table(static_cast<uint32_t>(table));
+    AppendPacked(keys.data(), keys.size(), rows->mutable_keys());
+    std::string* values = rows->mutable_values();
+    values->resize(keys.size() * tables_[table]->spec().row_floats() * sizeof(float));
+    tables_[table]->Push(keys, grads, reinterpret_cast<float*>(values->data()));
   } else {
     tables_[table]->Push(keys, grads);
   }
   ++applied_sequence_;
   if (sink_) {
-    rpc::ShardRecord record;
     record.set_worker_id(worker);
     record.set_push_sequence(sequence);
-    if (config_.sync) {
-      rpc::RowsChange* pending = record.mutable_pending();
-      pending->set_table(static_cast<uint32_t>(table));
-      AppendPacked(keys.data(), keys.size(), pending->mutable_keys());
-      AppendPacked(grads, keys.size() * tables_[table]->spec().dim, pending->mutable_values());
-    } else {
-      DescribeRows(table, keys, record.mutable_rows());
-    }
     Emit(std::move(record));
   }
   return verdict;
@@ -377,9 +383,7 @@ absl::Status Shard::ApplyRecord(const rpc::ShardRecord& record) {
       absl::Status read = ReadChange(record.rows(), /*gradients=*/false, &aligned_keys,
                                      &aligned_values, &keys, &values, &n);
       if (!read.ok()) return read;
-      TableShard& table = *tables_[record.rows().table()];
-      const uint32_t row_floats = table.spec().row_floats();
-      for (size_t i = 0; i < n; ++i) table.Assign(keys[i], values + i * row_floats);
+      tables_[record.rows().table()]->AssignRows(absl::MakeConstSpan(keys, n), values);
       break;
     }
     case rpc::ShardRecord::kPending: {
@@ -403,9 +407,7 @@ absl::Status Shard::ApplyRecord(const rpc::ShardRecord& record) {
       for (const rpc::RowsChange& change : record.step().rows()) {
         (void)ReadChange(change, /*gradients=*/false, &aligned_keys, &aligned_values, &keys,
                          &values, &n);
-        TableShard& table = *tables_[change.table()];
-        const uint32_t row_floats = table.spec().row_floats();
-        for (size_t k = 0; k < n; ++k) table.Assign(keys[k], values + k * row_floats);
+        tables_[change.table()]->AssignRows(absl::MakeConstSpan(keys, n), values);
       }
       for (StepSums& sums : pending_) sums = StepSums();
       applied_step_ = record.step().step();

@@ -247,7 +247,7 @@ void TableShard::Pull(absl::Span<const uint64_t> ids, float* out) {
   }
 }
 
-void TableShard::Push(absl::Span<const uint64_t> ids, const float* grads) {
+void TableShard::Push(absl::Span<const uint64_t> ids, const float* grads, float* rows_after) {
   const size_t n = ids.size();
   Scratch& s = ThreadScratch();
   s.hashes.resize(n);
@@ -273,11 +273,25 @@ void TableShard::Push(absl::Span<const uint64_t> ids, const float* grads) {
     float* row = Row(s.unique_slots[u]);
     optimizer.Apply(dim_, g + u * dim_, row, row + dim_);
   }
+  if (rows_after != nullptr) {
+    const size_t bytes = size_t{row_floats_} * sizeof(float);
+    for (size_t i = 0; i < n; ++i) std::memcpy(rows_after + i * row_floats_, Row(s.slots[i]), bytes);
+  }
 }
 
 void TableShard::Assign(uint64_t id, const float* row) {
   const uint32_t slot = FindOrCreate(id, IndexHash(id));
   std::memcpy(Row(slot), row, size_t{row_floats_} * sizeof(float));
+}
+
+void TableShard::AssignRows(absl::Span<const uint64_t> ids, const float* rows) {
+  const size_t n = ids.size();
+  Scratch& s = ThreadScratch();
+  s.hashes.resize(n);
+  s.slots.resize(n);
+  ResolveSlots(ids, s.hashes.data(), s.slots.data());
+  const size_t bytes = size_t{row_floats_} * sizeof(float);
+  for (size_t i = 0; i < n; ++i) std::memcpy(Row(s.slots[i]), rows + i * row_floats_, bytes);
 }
 
 size_t TableShard::MemoryBytes() const {

@@ -73,7 +73,15 @@ class TableShard {
   // Applies gradients (dim floats per id, in ids order) with the optimizer. Duplicate ids are
   // summed first (in ids order) and the optimizer applied once per unique id. Missing rows are
   // created first. The caller has checked the gradients are finite.
-  void Push(absl::Span<const uint64_t> ids, const float* grads);
+  //
+  // `rows_after` (if not null) receives the whole row of every id after the update (row_floats()
+  // floats each, in ids order), as Find would give them: what a replica needs, without looking
+  // the ids up again.
+  void Push(absl::Span<const uint64_t> ids, const float* grads, float* rows_after = nullptr);
+
+  // Assign for many rows (row_floats() floats each, in ids order), looking the ids up together
+  // as Pull and Push do.
+  void AssignRows(absl::Span<const uint64_t> ids, const float* rows);
 
   // Overwrites the whole row of `id` (row_floats() floats: embedding then optimizer state, as
   // Find and ForEach give them), creating it if missing. For replicas and checkpoint restores.

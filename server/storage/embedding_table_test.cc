@@ -235,6 +235,30 @@ TEST_CASE("Assign overwrites whole rows", "[storage][embedding_table]") {
   });
 }
 
+TEST_CASE("a push hands out the rows it leaves, and AssignRows copies them", "[storage][embedding_table]") {
+  const auto spec = Spec("adagrad", 5);
+  TableShard source(spec.get(), 0);
+  std::mt19937_64 rng(6);
+  const uint32_t row_floats = spec->row_floats();
+  TableShard copy(spec.get(), 0);
+  for (int round = 0; round < 5; ++round) {
+    // Repeated ids: each position gets its id's row after the whole push.
+    const std::vector<uint64_t> ids = RandomIds(rng, 300, 400);
+    std::vector<float> rows(ids.size() * row_floats);
+    source.Push(ids, RandomGrads(rng, ids.size() * 5).data(), rows.data());
+    for (size_t i = 0; i < ids.size(); ++i) {
+      REQUIRE(source.Find(ids[i]) != nullptr);
+      CHECK(std::memcmp(source.Find(ids[i]), &rows[i * row_floats], row_floats * 4) == 0);
+    }
+    copy.AssignRows(ids, rows.data());
+  }
+  REQUIRE(copy.size() == source.size());
+  source.ForEach([&](uint64_t id, const float* row) {
+    REQUIRE(copy.Find(id) != nullptr);
+    CHECK(std::memcmp(copy.Find(id), row, row_floats * sizeof(float)) == 0);
+  });
+}
+
 // The design target: 10M rows of dim 16 with adagrad (128 bytes raw per row) over 64 shards, each
 // presized, within 15% of the raw bytes.
 TEST_CASE("memory per row stays within 1.15x of the raw row", "[storage][embedding_table]") {
