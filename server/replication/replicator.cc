@@ -52,6 +52,9 @@ class GrpcReplicationTransport : public ReplicationTransport {
       // Reconnect quickly to a restarted server.
       args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 50);
       args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
+      // Batches are megabytes: large windows and write buffers, as the client library uses.
+      args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 << 20);
+      args.SetInt(GRPC_ARG_HTTP2_WRITE_BUFFER_SIZE, 8 << 20);
       stub = rpc::ParameterServer::NewStub(
           grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
     }
@@ -126,10 +129,11 @@ void Replicator::Shutdown() {
   if (retry_thread_.joinable()) retry_thread_.join();
 }
 
-Replicator::Peer* Replicator::PeerLocked(const ReplicaTarget& target) {
-  std::unique_ptr<Peer>& peer = peers_[target.server_id];
+Replicator::Peer* Replicator::PeerLocked(const ReplicaTarget& target, uint32_t shard) {
+  std::unique_ptr<Peer>& peer = peers_[LaneKey(target.server_id, shard)];
   if (peer == nullptr) {
     peer = std::make_unique<Peer>();
+    peer->key = LaneKey(target.server_id, shard);
     peer->server_id = target.server_id;
   }
   peer->address = target.address;
@@ -146,7 +150,7 @@ void Replicator::SetTargets(Shard* shard, std::vector<ReplicaTarget> targets) {
     const bool first = entry.shard == nullptr;
     entry.shard = shard;
     for (const ReplicaTarget& t : targets) {
-      PeerLocked(t);
+      PeerLocked(t, id);
       const bool known = std::any_of(entry.targets.begin(), entry.targets.end(),
                                      [&](const ReplicaTarget& o) {
                                        return o.server_id == t.server_id;
@@ -163,7 +167,7 @@ void Replicator::SetTargets(Shard* shard, std::vector<ReplicaTarget> targets) {
                                           return t.server_id == server;
                                         });
                                     if (!kept) {
-                                      Peer* peer = peers_[server].get();
+                                      Peer* peer = peers_[LaneKey(server, id)].get();
                                       auto& q = peer->queue;
                                       q.erase(std::remove_if(q.begin(), q.end(),
                                                              [&](const Pending& p) {
@@ -227,7 +231,7 @@ void Replicator::SendSnapshot(Shard* shard, const ReplicaTarget& target) {
         {
           absl::MutexLock lock(&mu_);
           if (shutting_down_) return;
-          AppendLocked(PeerLocked(target), id, std::move(record), &sends);
+          AppendLocked(PeerLocked(target, id), id, std::move(record), &sends);
         }
         for (auto& send : sends) send();
       },
@@ -249,7 +253,7 @@ void Replicator::Append(uint32_t shard_id, rpc::ShardRecord&& record) {
     if (it == attached_.end() || it->second.empty()) return;
     const std::vector<uint32_t>& servers = it->second;
     for (size_t i = 0; i < servers.size(); ++i) {
-      Peer* peer = peers_[servers[i]].get();
+      Peer* peer = peers_[LaneKey(servers[i], shard_id)].get();
       if (i + 1 == servers.size()) {
         AppendLocked(peer, shard_id, std::move(record), &sends);
       } else {
@@ -290,23 +294,25 @@ void Replicator::MaybeSendLocked(Peer* peer, Completions* sends) {
   peer->busy = true;
   ++calls_in_flight_;
   // The transport may answer on the sending thread: the caller sends without the lock.
-  sends->push_back([this, server = peer->server_id, address = peer->address, request] {
+  sends->push_back([this, lane = peer->key, address = peer->address, request] {
     transport_->Send(address, *request,
-                     [this, server, request](absl::StatusOr<rpc::ReplicateResponse> response) {
-                       OnResponse(server, std::move(response));
+                     [this, lane, request](absl::StatusOr<rpc::ReplicateResponse> response) {
+                       OnResponse(lane, std::move(response));
                      });
   });
 }
 
-void Replicator::OnResponse(uint32_t server_id, absl::StatusOr<rpc::ReplicateResponse> response) {
+void Replicator::OnResponse(uint64_t lane, absl::StatusOr<rpc::ReplicateResponse> response) {
   Completions released;
   Completions sends;
+  uint32_t server_id = 0;
   std::vector<uint32_t> resnapshot;
   absl::Status unreachable;
   {
     absl::MutexLock lock(&mu_);
     --calls_in_flight_;
-    Peer* peer = peers_[server_id].get();
+    Peer* peer = peers_[lane].get();
+    server_id = peer->server_id;
     // The records go back to their entries, in case they are sent again.
     for (size_t i = 0; i < peer->in_flight.size(); ++i) {
       peer->in_flight[i].record = std::move(*peer->in_flight_request->mutable_records(i));
@@ -415,7 +421,7 @@ bool Replicator::ReplicatedLocked(const Waiter& waiter) const {
     if (it == shards_.end()) continue;
     for (const ReplicaTarget& t : it->second.targets) {
       if (!t.live) continue;
-      const auto peer = peers_.find(t.server_id);
+      const auto peer = peers_.find(LaneKey(t.server_id, shard));
       if (peer == peers_.end()) return false;
       const auto acked = peer->second->acked.find(shard);
       if (acked == peer->second->acked.end() || acked->second < sequence) return false;
@@ -462,7 +468,7 @@ std::vector<rpc::ReplicaLag> Replicator::Lags(uint32_t shard_id) const {
   for (const ReplicaTarget& t : it->second.targets) {
     rpc::ReplicaLag lag;
     lag.set_server_id(t.server_id);
-    const auto peer = peers_.find(t.server_id);
+    const auto peer = peers_.find(LaneKey(t.server_id, shard_id));
     if (peer != peers_.end()) {
       absl::Time oldest = now;
       auto count = [&](const Pending& p) {

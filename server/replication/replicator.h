@@ -75,6 +75,9 @@ class Replicator {
     bool sync = true;
     // A batch is closed at about this many bytes of records (it may hold one larger record).
     size_t max_batch_bytes = 16 << 20;
+    // Calls in flight per destination: a shard's records always take the same lane (a hash of
+    // the shard), one call at a time, so they arrive in order while other shards' records overlap.
+    uint32_t lanes = 4;
     // Records of a snapshot are cut at about this many bytes.
     size_t snapshot_record_bytes = 4 << 20;
     // After a failed call, the next try waits this long.
@@ -124,8 +127,9 @@ class Replicator {
     rpc::ShardRecord record;
   };
 
-  // One destination server.
+  // One lane to a destination server (see Options::lanes).
   struct Peer {
+    uint64_t key = 0;  // in peers_
     uint32_t server_id = 0;
     std::string address;
     std::deque<Pending> queue;  // not yet sent
@@ -156,11 +160,16 @@ class Replicator {
   // Queues a record for `peer`; a call to start is added to `sends`, run after the lock.
   void AppendLocked(Peer* peer, uint32_t shard_id, rpc::ShardRecord record, Completions* sends)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  Peer* PeerLocked(const ReplicaTarget& target) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The key of the lane of `shard`'s records to `server_id` in peers_.
+  uint64_t LaneKey(uint32_t server_id, uint32_t shard) const {
+    // Mixed: a server's primaries are often every num_servers-th shard.
+    return (uint64_t{server_id} << 32) | ((shard * 2654435761u) >> 16) % options_.lanes;
+  }
+  Peer* PeerLocked(const ReplicaTarget& target, uint32_t shard) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Takes the peer's next batch if it is idle and has one; the call that sends it is added to
   // `sends`, to be run without the lock.
   void MaybeSendLocked(Peer* peer, Completions* sends) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void OnResponse(uint32_t server_id, absl::StatusOr<rpc::ReplicateResponse> response);
+  void OnResponse(uint64_t lane, absl::StatusOr<rpc::ReplicateResponse> response);
   // Snapshots `shard` to `server_id` and makes it a target (the shard's lock is taken).
   void SendSnapshot(Shard* shard, const ReplicaTarget& target);
   bool ReplicatedLocked(const Waiter& waiter) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -174,7 +183,7 @@ class Replicator {
   mutable absl::Mutex mu_;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   int calls_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
-  std::map<uint32_t, std::unique_ptr<Peer>> peers_ ABSL_GUARDED_BY(mu_);  // by server_id
+  std::map<uint64_t, std::unique_ptr<Peer>> peers_ ABSL_GUARDED_BY(mu_);  // by LaneKey
   absl::flat_hash_map<uint32_t, ShardTargets> shards_ ABSL_GUARDED_BY(mu_);
   // Targets of each shard that receive its live records (after their snapshot).
   absl::flat_hash_map<uint32_t, std::vector<uint32_t>> attached_ ABSL_GUARDED_BY(mu_);
