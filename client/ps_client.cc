@@ -550,6 +550,11 @@ class ClientImpl final : public Client {
     // here, before the call can finish: once it has, the caller may destroy this client, and
     // with it the channels that the request's ClientContext refers to.
     const bool retry = !status.ok() && IsRetryable(status);
+    if (absl::IsUnavailable(status)) {
+      // Perhaps the server is gone: the coordinator checks at once and fails it over.
+      coordinator_->ReportFailureAsync(worker_id_, request->part.server,
+                                       std::string(status.message()));
+    }
     if (!retry) request.reset();
     bool round_over = false;
     {

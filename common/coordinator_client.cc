@@ -97,11 +97,48 @@ void CoordinatorClient::StopHeartbeats() {
   heartbeat_thread_.join();
 }
 
+void CoordinatorClient::SetShardProgressSource(
+    std::function<std::vector<rpc::ShardProgress>()> source) {
+  absl::MutexLock lock(&mu_);
+  progress_source_ = std::move(source);
+}
+
+void CoordinatorClient::ReportFailureAsync(uint32_t reporter, uint32_t server_id,
+                                           const std::string& reason) {
+  {
+    absl::MutexLock lock(&mu_);
+    absl::Time& last = last_report_[server_id];
+    const absl::Time now = absl::Now();
+    if (now - last < kReportInterval) return;
+    last = now;
+  }
+  struct Call {
+    grpc::ClientContext context;
+    rpc::ReportFailureRequest request;
+    rpc::ReportFailureResponse response;
+  };
+  auto* call = new Call;
+  call->request.set_reporter(reporter);
+  call->request.set_server_id(server_id);
+  call->request.set_reason(reason);
+  SetTimeout(&call->context, absl::Seconds(5));
+  stub_->async()->ReportFailure(&call->context, &call->request, &call->response,
+                                [call](grpc::Status) { delete call; });
+}
+
 void CoordinatorClient::HeartbeatLoop(uint32_t member_id, absl::Duration interval) {
   rpc::HeartbeatRequest request;
   request.set_member_id(member_id);
   absl::MutexLock lock(&mu_);
   while (!stop_heartbeats_) {
+    if (progress_source_) {
+      std::function<std::vector<rpc::ShardProgress>()> source = progress_source_;
+      mu_.Unlock();
+      std::vector<rpc::ShardProgress> progress = source();
+      mu_.Lock();
+      request.clear_shards();
+      for (rpc::ShardProgress& p : progress) *request.add_shards() = std::move(p);
+    }
     grpc::ClientContext context;
     // A slow answer is still worth having for up to a second even with shorter intervals.
     SetTimeout(&context, std::min(std::max(interval, absl::Seconds(1)), kRpcTimeout));

@@ -6,12 +6,14 @@
 #include <grpcpp/grpcpp.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -68,6 +70,18 @@ class CoordinatorClient {
   // none runs.
   void StopHeartbeats();
 
+  // Servers: called by the heartbeat thread before each heartbeat (without any lock of this
+  // client); what it returns goes with the heartbeat (HeartbeatRequest.shards). Set it before
+  // StartHeartbeats.
+  void SetShardProgressSource(std::function<std::vector<rpc::ShardProgress>()> source);
+
+  // Tells the coordinator that `reporter` could not reach server `server_id`, so that it checks
+  // the server at once rather than wait for its heartbeats to stop. Returns at once; the
+  // outcome is not reported (the map follows). At most one report per server every
+  // kReportInterval.
+  void ReportFailureAsync(uint32_t reporter, uint32_t server_id, const std::string& reason);
+  static constexpr absl::Duration kReportInterval = absl::Milliseconds(50);
+
   // The map version from the latest successful heartbeat of the thread (0 before any).
   uint64_t last_map_version() const;
   // The outcome of the thread's latest heartbeat (OK before any).
@@ -110,6 +124,8 @@ class CoordinatorClient {
   std::thread heartbeat_thread_ ABSL_GUARDED_BY(thread_mu_);
 
   mutable absl::Mutex mu_;
+  std::function<std::vector<rpc::ShardProgress>()> progress_source_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint32_t, absl::Time> last_report_ ABSL_GUARDED_BY(mu_);
   bool stop_heartbeats_ ABSL_GUARDED_BY(mu_) = false;
   grpc::ClientContext* heartbeat_call_ ABSL_GUARDED_BY(mu_) = nullptr;  // in flight, or null
   uint64_t last_map_version_ ABSL_GUARDED_BY(mu_) = 0;

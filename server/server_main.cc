@@ -147,12 +147,22 @@ int Main() {
   options.empty_handler = absl::GetFlag(FLAGS_empty_handler);
   options.replication_transport = replication.get();
   options.server_id = server_id;
+  // A copy that cannot be reached is reported, so that the coordinator fails it over at once.
+  CoordinatorClient* const coordinator_client = coordinator->get();
+  const uint32_t member_id = registration->member_id();
+  options.on_unreachable = [coordinator_client, member_id](uint32_t server,
+                                                           const absl::Status& error) {
+    coordinator_client->ReportFailureAsync(member_id, server, std::string(error.message()));
+  };
   absl::StatusOr<std::unique_ptr<server::ShardedStore>> store =
       server::ShardedStore::Create(registration->job(), options);
   if (!store.ok()) {
     std::fprintf(stderr, "ps_server: %s\n", store.status().ToString().c_str());
     return 1;
   }
+  // Heartbeats carry the progress of every shard copy: failovers promote the most advanced.
+  server::ShardedStore* const store_ptr = store->get();
+  (*coordinator)->SetShardProgressSource([store_ptr] { return store_ptr->Progress(); });
   const absl::Status heartbeats = (*coordinator)->StartHeartbeats(
       registration->member_id(), absl::Milliseconds(registration->heartbeat_interval_ms()));
   if (!heartbeats.ok()) {

@@ -125,7 +125,8 @@ Coordinator::Coordinator(CoordinatorOptions options)
       heartbeat_interval_(options.heartbeat_interval),
       dead_after_(options.dead_after),
       clock_(options.clock != nullptr ? options.clock : Clock::Real()),
-      workers_(num_workers_) {}
+      workers_(num_workers_),
+      progress_(num_servers_) {}
 
 Coordinator::~Coordinator() { Shutdown(); }
 
@@ -230,10 +231,18 @@ void Coordinator::SweepLocked(absl::Time now, Completions* out) {
     if (member.alive && now - member.last_seen >= dead_after_) {
       member.alive = false;
       any_changed = true;
-      if (member.role == rpc::SERVER) server_changed = true;
+      if (member.role == rpc::SERVER) {
+        server_changed = true;
+        std::fprintf(stderr, "coordinator: server %d (%s) missed its heartbeats: failing it over\n",
+                     member.rank, member.address.c_str());
+        if (has_map_) FailOverLocked(static_cast<uint32_t>(member.rank));
+      }
     }
   }
-  if (server_changed) MapChangedLocked();
+  if (server_changed) {
+    if (has_map_) HealLocked();
+    MapChangedLocked();
+  }
   if (any_changed) PollWaitersLocked(out);
   for (auto it = waiters_.begin(); it != waiters_.end();) {
     if (it->second.deadline <= now) {
@@ -356,13 +365,22 @@ absl::StatusOr<rpc::RegisterResponse> Coordinator::RegisterLocked(rpc::Role role
       server_id = static_cast<int32_t>(servers_.size());
       servers_.push_back(ServerSlot{std::string(address), 0});
     } else {
-      members_.erase(servers_[server_id].member_id);  // a restart replaces the old process
+      // A restart replaces the old process, and what it held is gone with it.
+      const auto old = members_.find(servers_[server_id].member_id);
+      if (old != members_.end() && old->second.alive && has_map_) {
+        std::fprintf(stderr, "coordinator: server %d (%s) restarted: failing it over\n", server_id,
+                     std::string(address).c_str());
+        FailOverLocked(static_cast<uint32_t>(server_id));
+      }
+      members_.erase(servers_[server_id].member_id);
+      progress_[server_id].clear();
     }
     member.rank = server_id;
     member.member_id = next_member_id_++;
     servers_[server_id].member_id = member.member_id;
     members_.emplace(member.member_id, member);
     if (has_map_) {
+      HealLocked();  // the (re)joined server can take copies
       MapChangedLocked();
     } else {
       MaybeBuildMapLocked();
@@ -414,10 +432,15 @@ void Coordinator::TouchLocked(Member* member, absl::Time now) {
   member->last_seen = now;
   if (member->alive) return;
   member->alive = true;
-  if (member->role == rpc::SERVER) MapChangedLocked();
+  if (member->role == rpc::SERVER) {
+    // Back after it was failed over: it holds nothing of the map any more, and may take copies.
+    if (has_map_) HealLocked();
+    MapChangedLocked();
+  }
 }
 
-absl::StatusOr<uint64_t> Coordinator::Heartbeat(uint32_t member_id) {
+absl::StatusOr<uint64_t> Coordinator::Heartbeat(uint32_t member_id,
+                                                 const std::vector<rpc::ShardProgress>& shards) {
   Completions out;
   uint64_t version = 0;
   {
@@ -430,11 +453,153 @@ absl::StatusOr<uint64_t> Coordinator::Heartbeat(uint32_t member_id) {
     }
     const bool was_alive = it->second.alive;
     TouchLocked(&it->second, clock_->Now());
-    if (!was_alive) PollWaitersLocked(&out);
+    bool changed = false;
+    if (it->second.role == rpc::SERVER && !shards.empty()) {
+      const uint32_t server = static_cast<uint32_t>(it->second.rank);
+      for (const rpc::ShardProgress& p : shards) {
+        if (!has_map_ || p.shard() >= static_cast<uint32_t>(map_.shards_size())) continue;
+        progress_[server][p.shard()] = p;
+        if (!p.caught_up()) continue;
+        // A copy that caught up becomes a replica.
+        rpc::ShardAssignment* a = map_.mutable_shards(p.shard());
+        auto* catching = a->mutable_catching_up();
+        const auto pos = std::find(catching->begin(), catching->end(), server);
+        if (pos == catching->end()) continue;
+        catching->erase(pos);
+        a->add_replicas(server);
+        changed = true;
+      }
+    }
+    if (changed) MapChangedLocked();
+    if (!was_alive || changed) PollWaitersLocked(&out);
     version = has_map_ ? map_.version() : 0;
   }
   Run(&out);
   return version;
+}
+
+std::optional<std::string> Coordinator::AddressToCheck(uint32_t server_id) {
+  absl::MutexLock lock(&mu_);
+  if (server_id >= servers_.size() || !ServerAliveLocked(server_id)) return std::nullopt;
+  return servers_[server_id].address;
+}
+
+uint64_t Coordinator::DeclareDead(uint32_t server_id) {
+  Completions out;
+  uint64_t version = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (server_id < servers_.size() && ServerAliveLocked(server_id)) {
+      std::fprintf(stderr, "coordinator: server %d (%s) is unreachable: failing it over\n",
+                   server_id, servers_[server_id].address.c_str());
+      // Marked as not heard from for dead_after: the sweep fails it over, as a missed heartbeat
+      // would.
+      members_.at(servers_[server_id].member_id).last_seen = clock_->Now() - dead_after_;
+      SweepLocked(clock_->Now(), &out);
+    }
+    version = has_map_ ? map_.version() : 0;
+  }
+  Run(&out);
+  return version;
+}
+
+bool Coordinator::ServerAliveLocked(uint32_t server_id) const {
+  if (server_id >= servers_.size()) return false;
+  const auto it = members_.find(servers_[server_id].member_id);
+  return it != members_.end() && it->second.alive;
+}
+
+std::string Coordinator::HostLocked(uint32_t server_id) const {
+  const std::string& address = servers_[server_id].address;
+  const size_t colon = address.rfind(':');
+  return colon == std::string::npos ? address : address.substr(0, colon);
+}
+
+bool Coordinator::FailOverLocked(uint32_t server_id) {
+  bool changed = false;
+  auto drop = [&](google::protobuf::RepeatedField<uint32_t>* copies) {
+    const auto pos = std::find(copies->begin(), copies->end(), server_id);
+    if (pos == copies->end()) return;
+    copies->erase(pos);
+    changed = true;
+  };
+  for (rpc::ShardAssignment& a : *map_.mutable_shards()) {
+    if (a.lost()) continue;
+    drop(a.mutable_replicas());
+    drop(a.mutable_catching_up());
+    if (a.primary() != server_id) continue;
+    changed = true;
+    // The live replica that applied the most: under SYNC replication every live replica holds
+    // every acknowledged push; under ASYNC this one loses the least.
+    int best = -1;
+    uint64_t best_sequence = 0;
+    for (const uint32_t r : a.replicas()) {
+      if (!ServerAliveLocked(r)) continue;
+      const auto p = progress_[r].find(a.shard());
+      const uint64_t sequence = p == progress_[r].end() ? 0 : p->second.applied_sequence();
+      if (best < 0 || sequence > best_sequence) {
+        best = static_cast<int>(r);
+        best_sequence = sequence;
+      }
+    }
+    if (best < 0) {
+      a.set_lost(true);
+      a.clear_replicas();
+      a.clear_catching_up();  // copies that never completed hold nothing to serve
+      std::fprintf(stderr, "coordinator: shard %d lost its last copy (server %d)\n", a.shard(),
+                   server_id);
+      continue;
+    }
+    a.set_primary(static_cast<uint32_t>(best));
+    auto* replicas = a.mutable_replicas();
+    replicas->erase(std::find(replicas->begin(), replicas->end(), static_cast<uint32_t>(best)));
+    a.set_primary_term(a.primary_term() + 1);
+    ++failovers_;
+  }
+  return changed;
+}
+
+bool Coordinator::HealLocked() {
+  const uint32_t wanted = job_.cluster().replication_factor();
+  std::vector<int> load(servers_.size(), 0);
+  for (const rpc::ShardAssignment& a : map_.shards()) {
+    if (a.lost()) continue;
+    ++load[a.primary()];
+    for (const uint32_t r : a.replicas()) ++load[r];
+    for (const uint32_t r : a.catching_up()) ++load[r];
+  }
+  bool changed = false;
+  for (rpc::ShardAssignment& a : *map_.mutable_shards()) {
+    if (a.lost()) continue;
+    std::vector<uint32_t> holders = {a.primary()};
+    holders.insert(holders.end(), a.replicas().begin(), a.replicas().end());
+    holders.insert(holders.end(), a.catching_up().begin(), a.catching_up().end());
+    while (holders.size() < wanted) {
+      int best = -1;
+      bool best_new_host = false;
+      for (uint32_t s = 0; s < servers_.size(); ++s) {
+        if (!ServerAliveLocked(s) ||
+            std::find(holders.begin(), holders.end(), s) != holders.end()) {
+          continue;
+        }
+        const std::string host = HostLocked(s);
+        const bool new_host = std::none_of(holders.begin(), holders.end(), [&](uint32_t h) {
+          return HostLocked(h) == host;
+        });
+        if (best < 0 || (new_host && !best_new_host) ||
+            (new_host == best_new_host && load[s] < load[best])) {
+          best = static_cast<int>(s);
+          best_new_host = new_host;
+        }
+      }
+      if (best < 0) break;  // no live server without a copy: wait for one
+      a.add_catching_up(static_cast<uint32_t>(best));
+      holders.push_back(static_cast<uint32_t>(best));
+      ++load[best];
+      changed = true;
+    }
+  }
+  return changed;
 }
 
 // --- Shard map ---
@@ -451,8 +616,24 @@ void Coordinator::MaybeBuildMapLocked() {
   for (uint32_t shard = 0; shard < num_shards; ++shard) {
     rpc::ShardAssignment* a = map_.add_shards();
     a->set_shard(shard);
-    a->set_primary(shard % num_servers_);
-    for (uint32_t r = 1; r < replicas; ++r) a->add_replicas((shard + r) % num_servers_);
+    const uint32_t primary = shard % num_servers_;
+    a->set_primary(primary);
+    // Replicas on the next servers round the ring, first those on hosts without a copy yet.
+    std::vector<uint32_t> hosts_used = {primary};
+    for (int pass = 0; pass < 2; ++pass) {
+      for (uint32_t r = 1; r < num_servers_ && a->replicas_size() + 1u < replicas; ++r) {
+        const uint32_t s = (shard + r) % num_servers_;
+        if (std::find(a->replicas().begin(), a->replicas().end(), s) != a->replicas().end()) {
+          continue;
+        }
+        const bool new_host = std::none_of(hosts_used.begin(), hosts_used.end(), [&](uint32_t h) {
+          return HostLocked(h) == HostLocked(s);
+        });
+        if (pass == 0 && !new_host) continue;
+        a->add_replicas(s);
+        hosts_used.push_back(s);
+      }
+    }
   }
   MapChangedLocked();
 }
@@ -466,6 +647,7 @@ void Coordinator::MapChangedLocked() {
     info->set_server_id(static_cast<uint32_t>(id));
     info->set_address(servers_[id].address);
     info->set_alive(members_.at(servers_[id].member_id).alive);
+    info->set_host(HostLocked(static_cast<uint32_t>(id)));
   }
 }
 
@@ -679,7 +861,42 @@ rpc::ClusterStatus Coordinator::Status() {
       m->set_last_seen_ms(static_cast<uint64_t>(
           std::max<int64_t>(0, absl::ToInt64Milliseconds(now - member.last_seen))));
     }
-    if (has_map_) *status.mutable_shard_map() = map_;
+    if (has_map_) {
+      *status.mutable_shard_map() = map_;
+      for (const rpc::ShardAssignment& a : map_.shards()) {
+        rpc::ShardStatus* shard = status.add_shards();
+        shard->set_shard(a.shard());
+        shard->set_lost(a.lost());
+        if (a.lost()) continue;
+        const auto sequence = [&](uint32_t server) -> uint64_t {
+          const auto p = progress_[server].find(a.shard());
+          return p == progress_[server].end() ? 0 : p->second.applied_sequence();
+        };
+        const auto lag_of = [&](uint32_t server) {
+          rpc::ReplicaLag lag;
+          const auto p = progress_[a.primary()].find(a.shard());
+          if (p == progress_[a.primary()].end()) return lag;
+          for (const rpc::ReplicaLag& l : p->second.replica_lags()) {
+            if (l.server_id() == server) lag = l;
+          }
+          return lag;
+        };
+        rpc::ShardCopyStatus* primary = shard->add_copies();
+        primary->set_server_id(a.primary());
+        primary->set_primary(true);
+        primary->set_applied_sequence(sequence(a.primary()));
+        for (int kind = 0; kind < 2; ++kind) {
+          for (const uint32_t r : kind == 0 ? a.replicas() : a.catching_up()) {
+            rpc::ShardCopyStatus* copy = shard->add_copies();
+            copy->set_server_id(r);
+            copy->set_catching_up(kind == 1);
+            copy->set_applied_sequence(sequence(r));
+            *copy->mutable_lag() = lag_of(r);
+          }
+        }
+      }
+    }
+    status.set_failovers(failovers_);
     *status.mutable_clocks() = ClocksLocked();
     status.set_job_name(job_.name());
   }

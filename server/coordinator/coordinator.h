@@ -96,7 +96,8 @@ class Coordinator {
   //  - SERVER: `address` (host:port) is required, else INVALID_ARGUMENT; `rank` is ignored. Gets
   //    server_id 0..num_servers-1 in registration order. A server registering with the address of
   //    a known server is a restart: it takes that server_id (and replaces the old member, whose
-  //    member_id becomes unknown), is alive, and bumps the map version if the map exists. A new
+  //    member_id becomes unknown). It has lost its memory, so it is first failed over as if it had
+  //    died (if that did not happen yet), then joins empty and is given copies to catch up. A new
   //    address when num_servers servers are known: FAILED_PRECONDITION.
   //  - WORKER: `rank` in [0, num_workers) asks for that rank, -1 for the lowest rank never taken
   //    (else the lowest held by a dead worker). Out of range: INVALID_ARGUMENT; held by an alive
@@ -109,11 +110,28 @@ class Coordinator {
                                                  int32_t rank);
 
   // Records that `member_id` is alive (again). Returns the shard map's version (0 before the map
-  // exists); NOT_FOUND for an unknown member.
-  absl::StatusOr<uint64_t> Heartbeat(uint32_t member_id);
+  // exists); NOT_FOUND for an unknown member. A server's heartbeat carries the progress of every
+  // shard copy it holds: the applied sequences decide which replica a failover promotes, and a
+  // copy catching up that reports itself caught up becomes a replica (a new map version).
+  absl::StatusOr<uint64_t> Heartbeat(uint32_t member_id,
+                                     const std::vector<rpc::ShardProgress>& shards = {});
 
-  // Marks members not heard from for dead_after as not alive (bumping the map version when a
-  // server's liveness changes) and ends waits whose deadline has passed. The timer thread calls
+  // --- Failover ---
+
+  // A member could not reach server `server_id`: the host:port to check, if that server is a live
+  // member; nullopt otherwise (unknown or already dead: nothing to check).
+  std::optional<std::string> AddressToCheck(uint32_t server_id);
+
+  // Server `server_id` is gone (its check failed): fails it over at once, as a missed heartbeat
+  // would (see Sweep). Returns the map version after. Does nothing for an unknown or dead server.
+  uint64_t DeclareDead(uint32_t server_id);
+
+  // Marks members not heard from for dead_after as not alive and ends waits whose deadline has
+  // passed. A server that dies is failed over, in one new map version: each shard it was primary
+  // of gets the live replica with the highest applied sequence as primary (its primary_term goes
+  // up), or is marked lost when none is left; it is dropped from every shard's copies; and every
+  // shard left with fewer than replication_factor copies gets a copy catching up on a live server
+  // that holds none of it (other hosts first, then the least loaded). The timer thread calls
   // this every heartbeat_interval; tests with a fake clock call it after advancing time.
   void Sweep();
 
@@ -239,6 +257,14 @@ class Coordinator {
   void TouchLocked(Member* member, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Builds the map once every server slot is taken.
   void MaybeBuildMapLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fails server `server_id` over in the map (see Sweep); returns whether the map changed.
+  bool FailOverLocked(uint32_t server_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Gives every shard with fewer than replication_factor copies a copy catching up on a live
+  // server; returns whether the map changed.
+  bool HealLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool ServerAliveLocked(uint32_t server_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The host part of a server's address.
+  std::string HostLocked(uint32_t server_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Bumps the map's version and refreshes its server list (no-op before the map exists).
   void MapChangedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   rpc::ClockState ClocksLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -266,6 +292,10 @@ class Coordinator {
   std::vector<WorkerSlot> workers_ ABSL_GUARDED_BY(mu_);  // index: rank
   bool has_map_ ABSL_GUARDED_BY(mu_) = false;
   rpc::ShardMap map_ ABSL_GUARDED_BY(mu_);
+  // By server_id, then shard: the latest progress its heartbeats reported.
+  std::vector<absl::flat_hash_map<uint32_t, rpc::ShardProgress>> progress_ ABSL_GUARDED_BY(mu_);
+  // Replicas promoted to primary so far.
+  uint64_t failovers_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_map<std::string, std::string> kv_ ABSL_GUARDED_BY(mu_);
   WaitId next_wait_id_ ABSL_GUARDED_BY(mu_) = 1;
   std::map<WaitId, Waiter> waiters_ ABSL_GUARDED_BY(mu_);

@@ -1,5 +1,13 @@
 #include "server/coordinator/coordinator_service.h"
 
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <optional>
+
 #include <algorithm>
 #include <chrono>
 #include <string>
@@ -82,10 +90,92 @@ grpc::ServerUnaryReactor* CoordinatorService::Register(grpc::CallbackServerConte
   return Done(context, registered.status());
 }
 
+namespace {
+
+// Opens (and closes) a TCP connection to host:port within CoordinatorService::kReachableTimeout.
+bool TcpReachable(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos) return false;
+  std::string host = address.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  const std::string port = address.substr(colon + 1);
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), port.c_str(), &hints, &found) != 0) return false;
+  bool reachable = false;
+  for (addrinfo* ai = found; ai != nullptr && !reachable; ai = ai->ai_next) {
+    const int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
+      reachable = true;
+    } else if (errno == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      const int timeout_ms =
+          static_cast<int>(absl::ToInt64Milliseconds(CoordinatorService::kReachableTimeout));
+      if (poll(&p, 1, timeout_ms) == 1) {
+        int error = 0;
+        socklen_t len = sizeof(error);
+        reachable = getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len) == 0 && error == 0;
+      }
+    }
+    close(fd);
+  }
+  freeaddrinfo(found);
+  return reachable;
+}
+
+}  // namespace
+
+CoordinatorService::CoordinatorService(Coordinator* coordinator, ReachableFn reachable)
+    : coordinator_(coordinator),
+      reachable_(reachable != nullptr ? std::move(reachable) : ReachableFn(TcpReachable)) {
+  checker_ = std::thread([this] { CheckLoop(); });
+}
+
+CoordinatorService::~CoordinatorService() {
+  {
+    absl::MutexLock lock(&check_mu_);
+    stop_checks_ = true;
+  }
+  checker_.join();
+}
+
+void CoordinatorService::CheckLoop() {
+  absl::MutexLock lock(&check_mu_);
+  while (true) {
+    auto ready = [this] { return stop_checks_ || !to_check_.empty(); };
+    check_mu_.Await(absl::Condition(&ready));
+    if (stop_checks_) return;
+    const uint32_t server = *to_check_.begin();
+    to_check_.erase(to_check_.begin());
+    check_mu_.Unlock();
+    const std::optional<std::string> address = coordinator_->AddressToCheck(server);
+    if (address.has_value() && !reachable_(*address)) coordinator_->DeclareDead(server);
+    check_mu_.Lock();
+  }
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::ReportFailure(
+    grpc::CallbackServerContext* context, const rpc::ReportFailureRequest* request,
+    rpc::ReportFailureResponse* response) {
+  {
+    absl::MutexLock lock(&check_mu_);
+    to_check_.insert(request->server_id());
+  }
+  response->set_map_version(coordinator_->Status().shard_map().version());
+  return Done(context, absl::OkStatus());
+}
+
 grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(grpc::CallbackServerContext* context,
                                                         const rpc::HeartbeatRequest* request,
                                                         rpc::HeartbeatResponse* response) {
-  const absl::StatusOr<uint64_t> version = coordinator_->Heartbeat(request->member_id());
+  const std::vector<rpc::ShardProgress> shards(request->shards().begin(),
+                                               request->shards().end());
+  const absl::StatusOr<uint64_t> version =
+      coordinator_->Heartbeat(request->member_id(), shards);
   if (version.ok()) response->set_map_version(*version);
   return Done(context, version.status());
 }

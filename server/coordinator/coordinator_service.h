@@ -4,6 +4,14 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <cstdint>
+#include <functional>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "proto/coordinator.grpc.pb.h"
 #include "server/coordinator/coordinator.h"
@@ -28,8 +36,16 @@ class CoordinatorService final : public rpc::Coordinator::CallbackService {
  public:
   static constexpr absl::Duration kReplyMargin = absl::Milliseconds(100);
 
-  // `coordinator` is not owned and must outlive every call of the service.
-  explicit CoordinatorService(Coordinator* coordinator) : coordinator_(coordinator) {}
+  // Whether a server at host:port can be reached now; must return within about
+  // kReachableTimeout.
+  using ReachableFn = std::function<bool(const std::string& address)>;
+  static constexpr absl::Duration kReachableTimeout = absl::Milliseconds(200);
+
+  // `coordinator` is not owned and must outlive every call of the service. `reachable` checks a
+  // server reported unreachable (ReportFailure); the default opens a TCP connection to it.
+  explicit CoordinatorService(Coordinator* coordinator, ReachableFn reachable = nullptr);
+  // Stops the thread that checks reported servers.
+  ~CoordinatorService() override;
 
   CoordinatorService(const CoordinatorService&) = delete;
   CoordinatorService& operator=(const CoordinatorService&) = delete;
@@ -58,6 +74,11 @@ class CoordinatorService final : public rpc::Coordinator::CallbackService {
   grpc::ServerUnaryReactor* KvWait(grpc::CallbackServerContext* context,
                                    const rpc::KvGetRequest* request,
                                    rpc::KvGetResponse* response) override;
+  // Answers at once with the current map version; the reported server is checked on the
+  // service's own thread and failed over when it cannot be reached.
+  grpc::ServerUnaryReactor* ReportFailure(grpc::CallbackServerContext* context,
+                                          const rpc::ReportFailureRequest* request,
+                                          rpc::ReportFailureResponse* response) override;
   grpc::ServerUnaryReactor* StartCheckpoint(grpc::CallbackServerContext* context,
                                             const rpc::CheckpointRequest* request,
                                             rpc::CheckpointResponse* response) override;
@@ -66,7 +87,16 @@ class CoordinatorService final : public rpc::Coordinator::CallbackService {
                                       rpc::ClusterStatus* response) override;
 
  private:
+  // Checks the servers reported unreachable, one at a time, until the service is destroyed.
+  void CheckLoop();
+
   Coordinator* const coordinator_;
+  const ReachableFn reachable_;
+
+  absl::Mutex check_mu_;
+  bool stop_checks_ ABSL_GUARDED_BY(check_mu_) = false;
+  std::set<uint32_t> to_check_ ABSL_GUARDED_BY(check_mu_);  // server_ids
+  std::thread checker_;
 };
 
 }  // namespace coordinator
