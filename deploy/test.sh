@@ -1,17 +1,42 @@
 #!/usr/bin/env bash
 # Builds the whole tree and runs every test. Prints Bazel's results, then, as its last line,
-# `N passed, M failed` counted over the test targets. Exits non-zero when anything failed or
-# nothing was tested.
+# `N passed, M failed, K skipped` counted over the test targets: K is the tests that need a GPU
+# (tagged "gpu"), which run only with --gpu, on a machine that has one. Exits non-zero when
+# anything failed or nothing was tested.
+#
+#   ./deploy/test.sh          every test that runs without a GPU
+#   ./deploy/test.sh --gpu    those and the GPU tests (they fail, saying so, without a GPU)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-./deploy/setup.sh || { echo "0 passed, 1 failed"; exit 1; }
+gpu=0
+for arg in "$@"; do
+  case "$arg" in
+    --gpu) gpu=1 ;;
+    *) echo "usage: $0 [--gpu]" >&2; exit 2 ;;
+  esac
+done
+
+./deploy/setup.sh || { echo "0 passed, 1 failed, 0 skipped"; exit 1; }
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 
-bazel test --keep_going //... 2>&1 | tee "$log"
-rc=${PIPESTATUS[0]}
+# The GPU tests are tagged "gpu" and "manual": `//...` leaves them out, naming them adds them.
+gpu_tests=$(bazel query 'attr(tags, "\bgpu\b", tests(//...))' 2>/dev/null)
+if [[ -z "$gpu_tests" ]]; then
+  echo "bazel query for the GPU tests failed or found none" >&2
+fi
+if ((gpu)); then
+  # shellcheck disable=SC2086
+  bazel test --keep_going //... $gpu_tests 2>&1 | tee "$log"
+  rc=${PIPESTATUS[0]}
+  skipped=0
+else
+  bazel test --keep_going //... 2>&1 | tee "$log"
+  rc=${PIPESTATUS[0]}
+  skipped=$(printf '%s\n' "$gpu_tests" | grep -c '^//')
+fi
 
 # Bazel's summary has one line per test target: `//pkg:name   (cached) PASSED in 0.1s`.
 passed=$(grep -cE '^//[^ ]+ +(\(cached\) +)?PASSED' "$log")
@@ -21,7 +46,10 @@ if ((rc != 0 && failed == 0)); then
   echo "bazel exited with $rc although no test failed: the build of a non-test target broke"
   failed=1
 fi
-echo "${passed} passed, ${failed} failed"
+if ((skipped > 0)); then
+  echo "skipped (they need a GPU; ./deploy/test.sh --gpu on a machine with one):" $gpu_tests
+fi
+echo "${passed} passed, ${failed} failed, ${skipped} skipped"
 if ((failed > 0 || passed == 0)); then
   exit 1
 fi

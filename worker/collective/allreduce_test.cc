@@ -201,44 +201,15 @@ TEST_CASE("Gloo AllReduce times out when a peer stops taking part, then stays br
   CHECK(absl::IsFailedPrecondition(again));
 }
 
-TEST_CASE("NCCL AllReduce runs on a GPU and refuses without one", "[collective][nccl]") {
+TEST_CASE("NCCL AllReduce refuses without a GPU", "[collective][nccl]") {
+  if (cuda::DeviceCount() > 0) return;  // nccl_allreduce_gpu_test runs it there
   std::unique_ptr<Daemon> daemon = StartCoordinator();
   auto client = CoordinatorClient::Connect(daemon->address(), absl::Seconds(10));
   REQUIRE(client.ok());
-
-  if (cuda::DeviceCount() == 0) {
-    auto allreduce = AllReduce::CreateNccl(client->get(), "nccl", 0, 2, 0, absl::Seconds(1));
-    INFO(allreduce.status().ToString());
-    CHECK(absl::IsFailedPrecondition(allreduce.status()));
-    CHECK(allreduce.status().message() == "no CUDA device");
-    std::printf("no CUDA device: skipping the real NCCL run\n");
-    return;
-  }
-
-  // One GPU: a group of one rank (NCCL refuses two ranks on one device) runs the real path.
-  auto allreduce = AllReduce::CreateNccl(client->get(), "nccl", 0, 1, 0, absl::Seconds(30));
+  auto allreduce = AllReduce::CreateNccl(client->get(), "nccl", 0, 2, 0, absl::Seconds(1));
   INFO(allreduce.status().ToString());
-  REQUIRE(allreduce.ok());
-  constexpr size_t kElements = 1 << 20;
-  std::vector<float> host(kElements);
-  for (size_t i = 0; i < kElements; ++i) host[i] = Value(0, i, 0);
-  auto device = internal::DeviceFloats::Create(kElements, 0);
-  REQUIRE(device.ok());
-  REQUIRE((*device)->CopyFromHost(host).ok());
-  const absl::Status summed = (*allreduce)->SumInPlace((*device)->span());
-  INFO(summed.ToString());
-  REQUIRE(summed.ok());
-  std::vector<float> result(kElements);
-  REQUIRE((*device)->CopyToHost(absl::MakeSpan(result)).ok());
-  CHECK(result == host);
-  // Host memory goes through the group's device buffer: smaller, then larger than before.
-  std::vector<float> small(host.begin(), host.begin() + 1000);
-  CHECK((*allreduce)->SumInPlace(absl::MakeSpan(small)).ok());
-  CHECK(std::equal(small.begin(), small.end(), host.begin()));
-  std::vector<float> large(2 * kElements, 3.0f);
-  CHECK((*allreduce)->SumInPlace(absl::MakeSpan(large)).ok());
-  CHECK(large == std::vector<float>(2 * kElements, 3.0f));
-  CHECK((*allreduce)->SumInPlace((*device)->span()).ok());
+  CHECK(absl::IsFailedPrecondition(allreduce.status()));
+  CHECK(allreduce.status().message() == "no CUDA device");
 }
 
 }  // namespace

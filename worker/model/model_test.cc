@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "cuda_kernels/device.h"
+#include "worker/model/dlrm_gpu.h"
 
 namespace ps {
 namespace worker {
@@ -26,6 +27,16 @@ TEST_CASE("the backend is chosen at run time", "[worker][model]") {
   }
   CHECK(ParseBackend("tpu").status().code() == absl::StatusCode::kInvalidArgument);
   CHECK(*ParseBackend("gpu") == Backend::kGpu);
+}
+
+// On a GPU, dlrm_gpu_test compares the backends; here there is none to compare.
+TEST_CASE("without a GPU, DlrmGpu::Create fails with FAILED_PRECONDITION", "[worker][model]") {
+  if (cuda::DeviceCount() > 0) return;
+  CHECK_FALSE(DlrmGpu::Available());
+  const absl::StatusOr<std::unique_ptr<DlrmGpu>> model = DlrmGpu::Create(DlrmShape(), 1);
+  REQUIRE_FALSE(model.ok());
+  CHECK(model.status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(model.status().message() == "no CUDA device");
 }
 
 }  // namespace

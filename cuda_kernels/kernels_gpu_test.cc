@@ -1,0 +1,262 @@
+// The kernels against host references, on a GPU (cuda_kernels:gpu_test_main fails the test on a
+// machine without one).
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "cuda_kernels/blas.h"
+#include "cuda_kernels/dense.h"
+#include "cuda_kernels/device.h"
+#include "cuda_kernels/embedding.h"
+#include "cuda_kernels/memory.h"
+
+namespace ps {
+namespace cuda {
+namespace {
+
+#define REQUIRE_OK(expr)       \
+  do {                         \
+    const Error err_ = (expr); \
+    INFO(err_.message);        \
+    REQUIRE(err_.ok());        \
+  } while (0)
+
+template <typename T>
+DeviceArray<T> Upload(const std::vector<T>& host) {
+  DeviceArray<T> d;
+  REQUIRE_OK(d.Resize(host.size()));
+  REQUIRE_OK(Copy(d.data(), host.data(), d.bytes(), nullptr));
+  return d;
+}
+
+template <typename T>
+std::vector<T> Download(const DeviceArray<T>& d) {
+  std::vector<T> host(d.size());
+  REQUIRE_OK(StreamSynchronize(nullptr));
+  REQUIRE_OK(Copy(host.data(), d.data(), d.bytes(), nullptr));
+  REQUIRE_OK(StreamSynchronize(nullptr));
+  return host;
+}
+
+std::vector<float> RandomFloats(size_t n, std::mt19937_64* rng, float scale = 1.0f) {
+  std::normal_distribution<float> normal(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = normal(*rng);
+  return v;
+}
+
+// batch x fields x slots row numbers; about a third of the slots are empty (-1), and rows repeat.
+std::vector<int32_t> RandomIndex(int64_t bags, int slots, int num_rows, std::mt19937_64* rng) {
+  std::vector<int32_t> index(bags * slots);
+  for (int32_t& r : index) {
+    r = (*rng)() % 3 == 0 ? -1 : static_cast<int32_t>((*rng)() % num_rows);
+  }
+  return index;
+}
+
+void CheckClose(const std::vector<float>& got, const std::vector<float>& want, double rel,
+                double abs) {
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    INFO("element " << i);
+    CHECK(got[i] == Approx(want[i]).epsilon(rel).margin(abs));
+  }
+}
+
+TEST_CASE("GatherPooled pools the slots of every bag", "[cuda][embedding]") {
+  const Pooling pooling = GENERATE(Pooling::kSum, Pooling::kMean);
+  const int dim = GENERATE(1, 16, 33);
+  const int batch = 37, fields = 5, slots = 3, num_rows = 50;
+  const int64_t stride = fields * dim + 7;  // pooled rows inside wider rows
+  std::mt19937_64 rng(dim);
+  const std::vector<float> rows = RandomFloats(size_t(num_rows) * dim, &rng);
+  const std::vector<int32_t> index = RandomIndex(int64_t(batch) * fields, slots, num_rows, &rng);
+  std::vector<float> want(batch * stride, 42.0f);
+  for (int s = 0; s < batch; ++s) {
+    for (int f = 0; f < fields; ++f) {
+      for (int d = 0; d < dim; ++d) {
+        float sum = 0.0f;
+        int count = 0;
+        for (int k = 0; k < slots; ++k) {
+          const int32_t r = index[(s * fields + f) * slots + k];
+          if (r < 0) continue;
+          sum += rows[size_t(r) * dim + d];
+          ++count;
+        }
+        if (pooling == Pooling::kMean && count > 0) sum /= static_cast<float>(count);
+        want[s * stride + f * dim + d] = sum;
+      }
+    }
+  }
+  DeviceArray<float> d_rows = Upload(rows);
+  DeviceArray<int32_t> d_index = Upload(index);
+  DeviceArray<float> d_out = Upload(std::vector<float>(batch * stride, 42.0f));
+  REQUIRE_OK(GatherPooled(d_rows.data(), num_rows, dim, d_index.data(), batch, fields, slots,
+                          pooling, d_out.data(), stride, nullptr));
+  // The same additions in the same order: only division rounding may differ.
+  CheckClose(Download(d_out), want, 1e-6, 0.0);
+}
+
+TEST_CASE("ScatterRows sums the gradients of every row's bags, the same on every run",
+          "[cuda][embedding]") {
+  const Pooling pooling = GENERATE(Pooling::kSum, Pooling::kMean);
+  const int dim = GENERATE(1, 16, 33);
+  const int batch = 300, fields = 4, slots = 2, num_rows = 40;  // hot rows: ~45 bags each
+  const int64_t stride = fields * dim + dim;                    // bag gradients inside wider rows
+  std::mt19937_64 rng(dim + 100);
+  const std::vector<int32_t> index = RandomIndex(int64_t(batch) * fields, slots, num_rows, &rng);
+  const std::vector<float> bag_grad = RandomFloats(batch * stride, &rng, 0.01f);
+  RowCsr csr;
+  REQUIRE_OK(BuildRowCsr(index.data(), int64_t(batch) * fields, slots, num_rows, pooling, &csr));
+  std::vector<float> want(size_t(num_rows) * dim, 0.0f);
+  for (int r = 0; r < num_rows; ++r) {
+    for (int d = 0; d < dim; ++d) {
+      float acc = 0.0f;
+      for (int j = csr.offsets[r]; j < csr.offsets[r + 1]; ++j) {
+        const int b = csr.bags[j];
+        acc += csr.bag_weight[b] * bag_grad[(b / fields) * stride + (b % fields) * dim + d];
+      }
+      want[size_t(r) * dim + d] = acc;
+    }
+  }
+  DeviceArray<float> d_grad = Upload(bag_grad);
+  DeviceArray<int32_t> d_offsets = Upload(csr.offsets);
+  DeviceArray<int32_t> d_bags = Upload(csr.bags);
+  DeviceArray<float> d_weight = Upload(csr.bag_weight);
+  DeviceArray<float> d_out;
+  REQUIRE_OK(d_out.Resize(want.size()));
+  std::vector<std::vector<float>> runs;
+  for (int run = 0; run < 3; ++run) {
+    REQUIRE_OK(Zero(d_out.data(), d_out.bytes(), nullptr));
+    REQUIRE_OK(ScatterRows(d_grad.data(), fields, stride, dim, d_offsets.data(), d_bags.data(),
+                           d_weight.data(), num_rows, d_out.data(), nullptr));
+    runs.push_back(Download(d_out));
+  }
+  // Same order of additions as the host; fused multiply-adds round differently.
+  CheckClose(runs[0], want, 1e-5, 1e-6);
+  CHECK(runs[1] == runs[0]);
+  CHECK(runs[2] == runs[0]);
+}
+
+TEST_CASE("BiasRelu and its backward", "[cuda][dense]") {
+  const bool relu = GENERATE(true, false);
+  const int rows = GENERATE(1, 100, 4096);
+  const int cols = GENERATE(1, 16, 70);
+  std::mt19937_64 rng(rows * 131 + cols);
+  const std::vector<float> pre = RandomFloats(size_t(rows) * cols, &rng);
+  const std::vector<float> bias = RandomFloats(cols, &rng);
+  const std::vector<float> grad = RandomFloats(size_t(rows) * cols, &rng, 1e-3f);
+  std::vector<float> y(pre.size()), masked(grad.size()), db(cols, 0.0f);
+  for (int r = 0; r < rows; ++r) {
+    for (int c = 0; c < cols; ++c) {
+      const size_t i = size_t(r) * cols + c;
+      const float v = pre[i] + bias[c];
+      y[i] = relu ? std::max(v, 0.0f) : v;
+      masked[i] = relu && y[i] <= 0.0f ? 0.0f : grad[i];
+    }
+  }
+  std::vector<double> db_exact(cols, 0.0);
+  for (size_t i = 0; i < masked.size(); ++i) db_exact[i % cols] += masked[i];
+  for (int c = 0; c < cols; ++c) db[c] = static_cast<float>(db_exact[c]);
+
+  DeviceArray<float> d_y = Upload(pre);
+  DeviceArray<float> d_bias = Upload(bias);
+  REQUIRE_OK(BiasRelu(d_y.data(), d_bias.data(), rows, cols, relu, nullptr));
+  CHECK(Download(d_y) == y);  // one addition and a max: exact
+
+  DeviceArray<float> d_grad = Upload(grad);
+  DeviceArray<float> d_db;
+  REQUIRE_OK(d_db.Resize(cols));
+  REQUIRE_OK(BiasReluBackward(d_grad.data(), d_y.data(), rows, cols, relu, d_db.data(), nullptr));
+  CHECK(Download(d_grad) == masked);
+  // A float sum of up to 4096 terms against a double one: ~sqrt(rows) ulps of the terms.
+  CheckClose(Download(d_db), db, 1e-4, 1e-6);
+}
+
+TEST_CASE("SigmoidBce matches the stable host formulas", "[cuda][dense]") {
+  const int n = GENERATE(0, 1, 1000, 5000);
+  std::mt19937_64 rng(n);
+  std::vector<float> logits = RandomFloats(n, &rng, 4.0f);
+  if (n > 2) {
+    logits[0] = 80.0f;  // saturated in both directions: no inf, no nan
+    logits[1] = -80.0f;
+  }
+  std::vector<float> labels(n);
+  for (float& y : labels) y = static_cast<float>(rng() % 2);
+  const float scale = 0.5f;
+  std::vector<float> probs(n), grad(n);
+  double loss = 0;
+  for (int r = 0; r < n; ++r) {
+    const float z = logits[r];
+    probs[r] = z >= 0 ? 1.0f / (1.0f + std::exp(-z)) : std::exp(z) / (1.0f + std::exp(z));
+    loss += std::max(z, 0.0f) + std::log1p(std::exp(-std::fabs(z))) - labels[r] * z;
+    grad[r] = (probs[r] - labels[r]) * scale / n;
+  }
+  DeviceArray<float> d_logits = Upload(logits);
+  DeviceArray<float> d_labels = Upload(labels);
+  DeviceArray<float> d_probs, d_grad;
+  DeviceArray<double> d_loss;
+  REQUIRE_OK(d_probs.Resize(n));
+  REQUIRE_OK(d_grad.Resize(n));
+  REQUIRE_OK(d_loss.Resize(1));
+  REQUIRE_OK(SigmoidBce(d_logits.data(), d_labels.data(), n, scale, d_probs.data(), d_grad.data(),
+                        d_loss.data(), nullptr));
+  // expf/log1pf on the device are within 2 ulps of the host's.
+  CheckClose(Download(d_probs), probs, 1e-6, 1e-7);
+  // Near p == y the difference cancels: allow the probability's rounding, scaled like grad.
+  CheckClose(Download(d_grad), grad, 1e-5, 1e-6 * scale / std::max(n, 1));
+  CHECK(Download(d_loss)[0] == Approx(loss).epsilon(1e-6).margin(1e-9));
+  for (float p : Download(d_probs)) REQUIRE(std::isfinite(p));
+
+  DeviceArray<float> d_p2;
+  REQUIRE_OK(d_p2.Resize(n));
+  REQUIRE_OK(Sigmoid(d_logits.data(), n, d_p2.data(), nullptr));
+  CHECK(Download(d_p2) == Download(d_probs));
+}
+
+TEST_CASE("Blas::Gemm multiplies row-major matrices", "[cuda][blas]") {
+  const bool ta = GENERATE(false, true);
+  const bool tb = GENERATE(false, true);
+  const int m = 37, n = 19, k = 53, pad = 3;
+  const int lda = (ta ? m : k) + pad, ldb = (tb ? k : n) + pad, ldc = n + pad;
+  std::mt19937_64 rng(ta * 2 + tb);
+  const std::vector<float> a = RandomFloats(size_t(ta ? k : m) * lda, &rng);
+  const std::vector<float> b = RandomFloats(size_t(tb ? n : k) * ldb, &rng);
+  const std::vector<float> c0 = RandomFloats(size_t(m) * ldc, &rng);
+  const float alpha = 0.75f, beta = 0.5f;
+  std::vector<float> want = c0;
+  for (int i = 0; i < m; ++i) {
+    for (int j = 0; j < n; ++j) {
+      double acc = 0;
+      for (int p = 0; p < k; ++p) {
+        const float av = ta ? a[size_t(p) * lda + i] : a[size_t(i) * lda + p];
+        const float bv = tb ? b[size_t(j) * ldb + p] : b[size_t(p) * ldb + j];
+        acc += double(av) * bv;
+      }
+      want[size_t(i) * ldc + j] = static_cast<float>(alpha * acc + beta * c0[size_t(i) * ldc + j]);
+    }
+  }
+  void* stream = nullptr;
+  REQUIRE_OK(StreamCreate(&stream));
+  std::unique_ptr<Blas> blas;
+  REQUIRE_OK(Blas::Create(stream, &blas));
+  DeviceArray<float> d_a = Upload(a), d_b = Upload(b), d_c = Upload(c0);
+  REQUIRE_OK(
+      blas->Gemm(ta, tb, m, n, k, alpha, d_a.data(), lda, d_b.data(), ldb, beta, d_c.data(), ldc));
+  REQUIRE_OK(StreamSynchronize(stream));
+  // Products of N(0,1) values summed over k = 53: float against double, no TF32.
+  CheckClose(Download(d_c), want, 1e-4, 1e-4);
+  CHECK(blas->Gemm(ta, tb, m, n, k, alpha, d_a.data(), 1, d_b.data(), ldb, beta, d_c.data(), ldc)
+            .kind == Error::kInvalidArgument);
+  blas.reset();
+  REQUIRE_OK(StreamDestroy(stream));
+}
+
+}  // namespace
+}  // namespace cuda
+}  // namespace ps
