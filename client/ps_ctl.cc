@@ -15,6 +15,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "common/coordinator_client.h"
@@ -105,12 +106,53 @@ int Status(const std::string& address) {
         if (r < replicas.size()) ++replicas[r];
       }
     }
+    std::vector<int> catching_up(map.servers_size());
+    int lost = 0;
+    for (const auto& shard : map.shards()) {
+      lost += shard.lost() ? 1 : 0;
+      for (const uint32_t r : shard.catching_up()) {
+        if (r < catching_up.size()) ++catching_up[r];
+      }
+    }
     for (const auto& server : map.servers()) {
       const uint32_t id = server.server_id();
-      std::printf("  server %-3u %-24s %-5s primary %d, replica %d shards\n", id,
+      std::printf("  server %-3u %-24s %-5s primary %d, replica %d shards", id,
                   server.address().c_str(), server.alive() ? "alive" : "DEAD",
                   id < primaries.size() ? primaries[id] : 0,
                   id < replicas.size() ? replicas[id] : 0);
+      if (id < catching_up.size() && catching_up[id] > 0) {
+        std::printf(", catching up %d", catching_up[id]);
+      }
+      std::printf("\n");
+    }
+    std::printf("failovers: %llu, lost shards: %d\n",
+                static_cast<unsigned long long>(status->failovers()), lost);
+    // Every shard's copies: server:sequence, a replica's lag as its primary sees it.
+    std::printf("  %-6s %-22s %s\n", "shard", "primary (sequence)", "replicas (sequence, lag)");
+    for (const auto& shard : status->shards()) {
+      if (shard.lost()) {
+        std::printf("  %-6u LOST: no copy left (DATA_LOSS until a checkpoint restores it)\n",
+                    shard.shard());
+        continue;
+      }
+      std::string primary;
+      std::string others;
+      for (const auto& copy : shard.copies()) {
+        if (copy.primary()) {
+          primary = absl::StrFormat("%u (%llu)", copy.server_id(),
+                                    static_cast<unsigned long long>(copy.applied_sequence()));
+          continue;
+        }
+        absl::StrAppendFormat(&others, "%s%u (%llu, %llu records / %llu bytes / %llu ms behind)%s",
+                              others.empty() ? "" : ", ", copy.server_id(),
+                              static_cast<unsigned long long>(copy.applied_sequence()),
+                              static_cast<unsigned long long>(copy.lag().records()),
+                              static_cast<unsigned long long>(copy.lag().bytes()),
+                              static_cast<unsigned long long>(copy.lag().millis()),
+                              copy.catching_up() ? " catching up" : "");
+      }
+      std::printf("  %-6u %-22s %s\n", shard.shard(), primary.c_str(),
+                  others.empty() ? "-" : others.c_str());
     }
   }
   std::printf("clocks: min %lld, max %lld\n", static_cast<long long>(status->clocks().min_clock()),

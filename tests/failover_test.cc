@@ -15,7 +15,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "client/ps_client.h"
+#include "common/coordinator_client.h"
 #include "tests/testing/daemon.h"
+#include "tests/testing/eventually.h"
 
 namespace ps {
 namespace {
@@ -177,6 +179,56 @@ TEST_CASE("a primary killed in a storm of pushes loses no acknowledged push (SYN
   for (int i = 0; i < 3; ++i) {
     if (i != victim) CHECK(cluster.servers[i]->Terminate(absl::Seconds(10)).ok());
   }
+  CHECK(cluster.coordinator->Terminate(absl::Seconds(10)).ok());
+}
+
+// Every shard has replication_factor live copies, none catching up.
+bool Healed(const std::string& coordinator, int replication) {
+  auto client = CoordinatorClient::Connect(coordinator, absl::Seconds(5));
+  if (!client.ok()) return false;
+  absl::StatusOr<rpc::ClusterStatus> status = (*client)->GetStatus();
+  if (!status.ok() || status->shards_size() == 0) return false;
+  for (const rpc::ShardAssignment& a : status->shard_map().shards()) {
+    if (a.lost() || a.catching_up_size() > 0 || a.replicas_size() + 1 != replication) return false;
+  }
+  return true;
+}
+
+TEST_CASE("kill, restart, catch up, kill another: no acknowledged push is lost",
+          "[integration][failover]") {
+  Cluster cluster = StartCluster(Job(2, "SYNC"));
+  {
+    Storm storm(cluster, /*threads=*/3, /*seed=*/77);
+    storm.WaitForAcked(300);
+    const int port = cluster.servers[0]->port();
+    cluster.servers[0]->Kill();
+    storm.WaitForAcked(storm.total() + 500);
+    REQUIRE(storm.error().ok());
+    // The server comes back at its address, empty: it fills copies from snapshots, under load.
+    auto restarted = testing::Daemon::Start(
+        "server/ps_server", {absl::StrCat("--coordinator=", cluster.coordinator->address()),
+                             absl::StrCat("--port=", port)});
+    INFO(restarted.status().ToString());
+    REQUIRE(restarted.ok());
+    cluster.servers[0] = std::move(*restarted);
+    CHECK(testing::Eventually([&] { return Healed(cluster.coordinator->address(), 2); },
+                              absl::Seconds(30)));
+    storm.WaitForAcked(storm.total() + 300);
+    cluster.servers[1]->Kill();
+    storm.WaitForAcked(storm.total() + 500);
+    storm.Stop();
+    INFO(storm.error().ToString());
+    REQUIRE(storm.error().ok());
+    std::unique_ptr<Client> reader = Connect(cluster);
+    const std::vector<float> values = PullProbes(*reader);
+    const std::vector<int64_t> acked = storm.acked();
+    for (int i = 0; i < kProbes; ++i) {
+      INFO("probe " << i);
+      CHECK(static_cast<int64_t>(values[i]) == acked[i]);
+    }
+  }
+  CHECK(cluster.servers[0]->Terminate(absl::Seconds(10)).ok());
+  CHECK(cluster.servers[2]->Terminate(absl::Seconds(10)).ok());
   CHECK(cluster.coordinator->Terminate(absl::Seconds(10)).ok());
 }
 

@@ -1,5 +1,6 @@
 #include "server/coordinator/coordinator.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <map>
 #include <optional>
@@ -490,6 +491,137 @@ TEST_CASE("status lists members, map, clocks and the job", "[coordinator]") {
   CHECK(s.members(2).role() == rpc::CLIENT);
   CHECK(s.shard_map().version() == 1);
   CHECK(s.clocks().min_clock() == -1);
+}
+
+// --- Failover and healing ---
+
+rpc::ShardProgress Progress(uint32_t shard, uint64_t sequence, bool caught_up = false) {
+  rpc::ShardProgress p;
+  p.set_shard(shard);
+  p.set_applied_sequence(sequence);
+  p.set_caught_up(caught_up);
+  return p;
+}
+
+bool Holds(const google::protobuf::RepeatedField<uint32_t>& servers, uint32_t server) {
+  return std::find(servers.begin(), servers.end(), server) != servers.end();
+}
+
+// `servers` servers at h<i>:1; returns their member ids.
+std::vector<uint32_t> RegisterServers(Fixture& f, int servers) {
+  std::vector<uint32_t> ids;
+  for (int s = 0; s < servers; ++s) {
+    ids.push_back(f.MustRegister(rpc::SERVER, absl::StrCat("h", s, ":1"), -1).member_id());
+  }
+  return ids;
+}
+
+TEST_CASE("a dead primary's shards go to the live replica with the highest applied sequence",
+          "[coordinator][failover]") {
+  Fixture f(/*servers=*/3, /*workers=*/1, /*shards=*/6, /*replication=*/3);
+  const std::vector<uint32_t> ids = RegisterServers(f, 3);
+  // Shard 0: primary 0, replicas 1 and 2. Server 2 applied more of it than server 1.
+  REQUIRE(f.coordinator->Heartbeat(ids[1], {Progress(0, 5)}).ok());
+  REQUIRE(f.coordinator->Heartbeat(ids[2], {Progress(0, 9)}).ok());
+  f.clock.Advance(absl::Seconds(2));
+  REQUIRE(f.coordinator->Heartbeat(ids[1]).ok());
+  REQUIRE(f.coordinator->Heartbeat(ids[2]).ok());
+  f.clock.Advance(absl::Seconds(1));  // server 0 silent for 3 s
+  f.coordinator->Sweep();
+  const rpc::ShardMap map = *f.coordinator->GetShardMap(2, f.clock.Now());
+  CHECK(map.version() == 2);  // one version for the whole failover
+  for (const rpc::ShardAssignment& a : map.shards()) {
+    CAPTURE(a.shard());
+    CHECK(a.primary() != 0);
+    CHECK_FALSE(Holds(a.replicas(), 0));
+    CHECK_FALSE(a.lost());
+    // Two servers left: no third copy can be made.
+    CHECK(a.replicas_size() + a.catching_up_size() == 1);
+  }
+  CHECK(map.shards(0).primary() == 2);
+  CHECK(map.shards(0).primary_term() == 1);
+  CHECK(map.shards(1).primary() == 1);  // not primary on server 0: unchanged
+  CHECK(map.shards(1).primary_term() == 0);
+  const rpc::ClusterStatus status = f.coordinator->Status();
+  CHECK(status.failovers() == 2);  // shards 0 and 3
+  REQUIRE(status.shards_size() == 6);
+  CHECK(status.shards(0).copies(0).server_id() == 2);
+  CHECK(status.shards(0).copies(0).applied_sequence() == 9);
+}
+
+TEST_CASE("healing gives a shard short of copies one catching up, a replica once caught up",
+          "[coordinator][failover]") {
+  Fixture f(/*servers=*/3, /*workers=*/1, /*shards=*/6, /*replication=*/2);
+  const std::vector<uint32_t> ids = RegisterServers(f, 3);
+  CHECK(f.coordinator->DeclareDead(0) == 2);
+  CHECK_FALSE(f.coordinator->AddressToCheck(0).has_value());
+  CHECK(f.coordinator->AddressToCheck(1).value() == "h1:1");
+  rpc::ShardMap map = *f.coordinator->GetShardMap(2, f.clock.Now());
+  // Shard 0 (0, then 1) lost its primary: 1 is primary, 2 fills a copy. Shard 2 (2, then 0)
+  // lost its replica: 1 fills it.
+  CHECK(map.shards(0).primary() == 1);
+  CHECK(map.shards(0).replicas_size() == 0);
+  REQUIRE(map.shards(0).catching_up_size() == 1);
+  CHECK(map.shards(0).catching_up(0) == 2);
+  CHECK(map.shards(2).primary() == 2);
+  REQUIRE(map.shards(2).catching_up_size() == 1);
+  CHECK(map.shards(2).catching_up(0) == 1);
+  // Server 2 reports shard 0 caught up: a replica, in a new version.
+  CHECK(f.coordinator->Heartbeat(ids[2], {Progress(0, 7, /*caught_up=*/true)}).value() == 3);
+  map = *f.coordinator->GetShardMap(3, f.clock.Now());
+  CHECK(map.shards(0).catching_up_size() == 0);
+  REQUIRE(map.shards(0).replicas_size() == 1);
+  CHECK(map.shards(0).replicas(0) == 2);
+  // Declaring a dead server dead again changes nothing.
+  CHECK(f.coordinator->DeclareDead(0) == 3);
+}
+
+TEST_CASE("a restarted server is failed over, then given copies to fill", "[coordinator][failover]") {
+  Fixture f(/*servers=*/3, /*workers=*/1, /*shards=*/6, /*replication=*/2);
+  RegisterServers(f, 3);
+  // Server 1 restarts before its heartbeats stop: it lost what it held.
+  f.MustRegister(rpc::SERVER, "h1:1", -1);
+  const rpc::ShardMap map = *f.coordinator->GetShardMap(2, f.clock.Now());
+  for (const rpc::ShardAssignment& a : map.shards()) {
+    CAPTURE(a.shard());
+    CHECK(a.primary() != 1);
+    CHECK_FALSE(Holds(a.replicas(), 1));
+    CHECK(a.replicas_size() + a.catching_up_size() == 1);
+  }
+  // Shard 1 (primary 1, replica 2) is on 2 now, and 1 fills the copy again.
+  CHECK(map.shards(1).primary() == 2);
+  CHECK(map.shards(1).primary_term() == 1);
+  CHECK(Holds(map.shards(1).catching_up(), 1));
+}
+
+TEST_CASE("with replication 1 a dead server's shards are lost, and stay lost when it returns",
+          "[coordinator][failover]") {
+  Fixture f(/*servers=*/2, /*workers=*/1, /*shards=*/4, /*replication=*/1);
+  RegisterServers(f, 2);
+  f.coordinator->DeclareDead(1);
+  f.MustRegister(rpc::SERVER, "h1:1", -1);  // it comes back, empty
+  const rpc::ShardMap map = *f.coordinator->GetShardMap(2, f.clock.Now());
+  for (const rpc::ShardAssignment& a : map.shards()) {
+    CAPTURE(a.shard());
+    CHECK(a.lost() == (a.shard() % 2 == 1));
+    CHECK(a.catching_up_size() == 0);
+  }
+  const rpc::ClusterStatus status = f.coordinator->Status();
+  CHECK(status.shards(1).lost());
+  CHECK(status.failovers() == 0);
+}
+
+TEST_CASE("replicas go to other hosts first", "[coordinator][map]") {
+  Fixture f(/*servers=*/4, /*workers=*/1, /*shards=*/8, /*replication=*/2);
+  // Servers 0 and 1 share host a, 2 and 3 share host b.
+  for (const char* address : {"a:1", "a:2", "b:1", "b:2"}) f.MustRegister(rpc::SERVER, address, -1);
+  const rpc::ShardMap map = *f.coordinator->GetShardMap(1, f.clock.Now());
+  for (const rpc::ShardAssignment& a : map.shards()) {
+    CAPTURE(a.shard());
+    REQUIRE(a.replicas_size() == 1);
+    CHECK((a.primary() < 2) != (a.replicas(0) < 2));
+  }
+  CHECK(map.servers(0).host() == "a");
 }
 
 }  // namespace
