@@ -459,15 +459,19 @@ absl::StatusOr<uint64_t> Coordinator::Heartbeat(uint32_t member_id,
       for (const rpc::ShardProgress& p : shards) {
         if (!has_map_ || p.shard() >= static_cast<uint32_t>(map_.shards_size())) continue;
         progress_[server][p.shard()] = p;
-        if (!p.caught_up()) continue;
-        // A copy that caught up becomes a replica.
         rpc::ShardAssignment* a = map_.mutable_shards(p.shard());
-        auto* catching = a->mutable_catching_up();
-        const auto pos = std::find(catching->begin(), catching->end(), server);
-        if (pos == catching->end()) continue;
-        catching->erase(pos);
-        a->add_replicas(server);
-        changed = true;
+        if (a->lost() || a->primary() != server) continue;
+        // A copy becomes a replica on its primary's word that it holds every push the primary
+        // acknowledged (its own word would not say whether acknowledged pushes are missing).
+        for (const rpc::ReplicaLag& lag : p.replica_lags()) {
+          if (!lag.caught_up()) continue;
+          auto* catching = a->mutable_catching_up();
+          const auto pos = std::find(catching->begin(), catching->end(), lag.server_id());
+          if (pos == catching->end()) continue;
+          catching->erase(pos);
+          a->add_replicas(lag.server_id());
+          changed = true;
+        }
       }
     }
     if (changed) MapChangedLocked();

@@ -112,7 +112,8 @@ class Coordinator {
   // Records that `member_id` is alive (again). Returns the shard map's version (0 before the map
   // exists); NOT_FOUND for an unknown member. A server's heartbeat carries the progress of every
   // shard copy it holds: the applied sequences decide which replica a failover promotes, and a
-  // copy catching up that reports itself caught up becomes a replica (a new map version).
+  // copy catching up that its primary reports caught up (ReplicaLag.caught_up) becomes a replica
+  // (a new map version).
   absl::StatusOr<uint64_t> Heartbeat(uint32_t member_id,
                                      const std::vector<rpc::ShardProgress>& shards = {});
 

@@ -566,8 +566,15 @@ TEST_CASE("healing gives a shard short of copies one catching up, a replica once
   CHECK(map.shards(2).primary() == 2);
   REQUIRE(map.shards(2).catching_up_size() == 1);
   CHECK(map.shards(2).catching_up(0) == 1);
-  // Server 2 reports shard 0 caught up: a replica, in a new version.
-  CHECK(f.coordinator->Heartbeat(ids[2], {Progress(0, 7, /*caught_up=*/true)}).value() == 3);
+  // The copy's own word is not enough: its primary must say it holds what it acknowledged.
+  CHECK(f.coordinator->Heartbeat(ids[2], {Progress(0, 7, /*caught_up=*/true)}).value() == 2);
+  rpc::ShardProgress primary = Progress(0, 7);
+  rpc::ReplicaLag* lag = primary.add_replica_lags();
+  lag->set_server_id(2);
+  lag->set_caught_up(false);
+  CHECK(f.coordinator->Heartbeat(ids[1], {primary}).value() == 2);
+  lag->set_caught_up(true);
+  CHECK(f.coordinator->Heartbeat(ids[1], {primary}).value() == 3);
   map = *f.coordinator->GetShardMap(3, f.clock.Now());
   CHECK(map.shards(0).catching_up_size() == 0);
   REQUIRE(map.shards(0).replicas_size() == 1);

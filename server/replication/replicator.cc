@@ -96,7 +96,11 @@ void ApplyReplicateRequest(const rpc::ReplicateRequest& request,
     }
   }
   for (rpc::ShardAck& ack : *response->mutable_acks()) {
-    if (Shard* shard = find(ack.shard())) ack.set_applied_sequence(shard->applied_sequence());
+    if (Shard* shard = find(ack.shard())) {
+      ack.set_applied_sequence(shard->applied_sequence());
+      ack.set_snapshot_id(shard->snapshot_id());
+      ack.set_complete(shard->complete());
+    }
   }
 }
 
@@ -140,6 +144,15 @@ Replicator::Peer* Replicator::PeerLocked(const ReplicaTarget& target, uint32_t s
   return peer.get();
 }
 
+Replicator::TargetState* Replicator::FindTargetLocked(uint32_t shard, uint32_t server_id) {
+  const auto it = shards_.find(shard);
+  if (it == shards_.end()) return nullptr;
+  for (TargetState& t : it->second.targets) {
+    if (t.target.server_id == server_id) return &t;
+  }
+  return nullptr;
+}
+
 void Replicator::SetTargets(Shard* shard, std::vector<ReplicaTarget> targets) {
   const uint32_t id = shard->id();
   std::vector<ReplicaTarget> added;
@@ -147,40 +160,52 @@ void Replicator::SetTargets(Shard* shard, std::vector<ReplicaTarget> targets) {
   {
     absl::MutexLock lock(&mu_);
     ShardTargets& entry = shards_[id];
-    const bool first = entry.shard == nullptr;
     entry.shard = shard;
+    std::vector<TargetState> next;
     for (const ReplicaTarget& t : targets) {
       PeerLocked(t, id);
-      const bool known = std::any_of(entry.targets.begin(), entry.targets.end(),
-                                     [&](const ReplicaTarget& o) {
-                                       return o.server_id == t.server_id;
-                                     });
-      if (!known) added.push_back(t);
+      const auto old = std::find_if(entry.targets.begin(), entry.targets.end(),
+                                    [&](const TargetState& o) {
+                                      return o.target.server_id == t.server_id;
+                                    });
+      // A copy that was live and is now catching up, or moved, is a new copy (a server that
+      // restarted): it starts from a snapshot.
+      const bool same = old != entry.targets.end() && old->target.address == t.address &&
+                        !(old->target.live && !t.live);
+      TargetState state = same ? *old : TargetState();
+      state.target = t;
+      if (t.live && !state.waited) {
+        state.waited = true;
+        state.waited_from = entry.last_sequence;
+      }
+      if (!same) added.push_back(t);
+      next.push_back(state);
     }
-    // Targets that are gone stop receiving this shard.
+    // Copies that are gone, or start again, stop receiving this shard's records.
     std::vector<uint32_t>& attached = attached_[id];
-    attached.erase(std::remove_if(attached.begin(), attached.end(),
-                                  [&](uint32_t server) {
-                                    const bool kept = std::any_of(
-                                        targets.begin(), targets.end(),
-                                        [&](const ReplicaTarget& t) {
-                                          return t.server_id == server;
-                                        });
-                                    if (!kept) {
-                                      Peer* peer = peers_[LaneKey(server, id)].get();
-                                      auto& q = peer->queue;
-                                      q.erase(std::remove_if(q.begin(), q.end(),
-                                                             [&](const Pending& p) {
-                                                               return p.shard == id;
-                                                             }),
-                                              q.end());
-                                    }
-                                    return !kept;
-                                  }),
-                   attached.end());
-    entry.targets = std::move(targets);
+    attached.erase(
+        std::remove_if(attached.begin(), attached.end(),
+                       [&](uint32_t server) {
+                         const bool kept =
+                             std::none_of(added.begin(), added.end(),
+                                          [&](const ReplicaTarget& a) {
+                                            return a.server_id == server;
+                                          }) &&
+                             std::any_of(targets.begin(), targets.end(),
+                                         [&](const ReplicaTarget& t) {
+                                           return t.server_id == server;
+                                         });
+                         if (!kept) {
+                           auto& q = peers_[LaneKey(server, id)]->queue;
+                           q.erase(std::remove_if(q.begin(), q.end(),
+                                                  [&](const Pending& p) { return p.shard == id; }),
+                                   q.end());
+                         }
+                         return !kept;
+                       }),
+        attached.end());
+    entry.targets = std::move(next);
     ReleaseLocked(&released);
-    (void)first;
   }
   shard->SetRecordSink(
       [this, id](rpc::ShardRecord&& record) { Append(id, std::move(record)); });
@@ -224,13 +249,28 @@ void Replicator::RemoveShard(Shard* shard) {
 
 void Replicator::SendSnapshot(Shard* shard, const ReplicaTarget& target) {
   const uint32_t id = shard->id();
+  uint64_t snapshot_id = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    snapshot_id = next_snapshot_id_++;
+  }
   shard->Snapshot(
-      options_.snapshot_record_bytes,
+      snapshot_id, options_.snapshot_record_bytes,
       [&](rpc::ShardRecord&& record) {
         Completions sends;
         {
           absl::MutexLock lock(&mu_);
           if (shutting_down_) return;
+          if (record.has_snapshot_begin()) {
+            // From now on only acknowledgements of this snapshot's copy count.
+            if (TargetState* state = FindTargetLocked(id, target.server_id)) {
+              state->snapshot_id = snapshot_id;
+              state->snapshot_sequence = record.sequence();
+              state->acked = 0;
+              // Until it applied the snapshot, it is waited for only if it is a live replica.
+              if (!state->target.live) state->waited = false;
+            }
+          }
           AppendLocked(PeerLocked(target, id), id, std::move(record), &sends);
         }
         for (auto& send : sends) send();
@@ -249,6 +289,8 @@ void Replicator::Append(uint32_t shard_id, rpc::ShardRecord&& record) {
   {
     absl::MutexLock lock(&mu_);
     if (shutting_down_) return;
+    const auto entry = shards_.find(shard_id);
+    if (entry != shards_.end()) entry->second.last_sequence = record.sequence();
     const auto it = attached_.find(shard_id);
     if (it == attached_.end() || it->second.empty()) return;
     const std::vector<uint32_t>& servers = it->second;
@@ -329,8 +371,16 @@ void Replicator::OnResponse(uint64_t lane, absl::StatusOr<rpc::ReplicateResponse
     } else {
       absl::flat_hash_map<uint32_t, bool> redo;
       for (const rpc::ShardAck& ack : response->acks()) {
-        uint64_t& acked = peer->acked[ack.shard()];
-        acked = std::max(acked, ack.applied_sequence());
+        TargetState* state = FindTargetLocked(ack.shard(), server_id);
+        if (state != nullptr && state->snapshot_id != 0 &&
+            ack.snapshot_id() == state->snapshot_id) {
+          state->acked = std::max(state->acked, ack.applied_sequence());
+          if (!state->waited && ack.complete() && state->acked >= state->snapshot_sequence) {
+            // It applied its snapshot: from now on pushes wait for it too.
+            state->waited = true;
+            state->waited_from = shards_[ack.shard()].last_sequence;
+          }
+        }
         if (ack.result() == rpc::ShardAck::NEEDS_SNAPSHOT ||
             ack.result() == rpc::ShardAck::REFUSED) {
           redo[ack.shard()] = true;
@@ -357,6 +407,7 @@ void Replicator::OnResponse(uint64_t lane, absl::StatusOr<rpc::ReplicateResponse
                 q.end());
         std::vector<uint32_t>& attached = attached_[shard];
         attached.erase(std::remove(attached.begin(), attached.end(), server_id), attached.end());
+        if (TargetState* state = FindTargetLocked(shard, server_id)) state->snapshot_id = 0;
         resnapshot.push_back(shard);
       }
       peer->retry_at = again.empty() ? absl::InfinitePast() : absl::Now() + options_.retry_after;
@@ -376,10 +427,10 @@ void Replicator::OnResponse(uint64_t lane, absl::StatusOr<rpc::ReplicateResponse
       absl::MutexLock lock(&mu_);
       const auto it = shards_.find(shard_id);
       if (it == shards_.end() || shutting_down_) continue;
-      for (const ReplicaTarget& t : it->second.targets) {
-        if (t.server_id == server_id) {
+      for (const TargetState& t : it->second.targets) {
+        if (t.target.server_id == server_id) {
           shard = it->second.shard;
-          target = t;
+          target = t.target;
         }
       }
     }
@@ -419,12 +470,9 @@ bool Replicator::ReplicatedLocked(const Waiter& waiter) const {
   for (const auto& [shard, sequence] : waiter.sequences) {
     const auto it = shards_.find(shard);
     if (it == shards_.end()) continue;
-    for (const ReplicaTarget& t : it->second.targets) {
-      if (!t.live) continue;
-      const auto peer = peers_.find(LaneKey(t.server_id, shard));
-      if (peer == peers_.end()) return false;
-      const auto acked = peer->second->acked.find(shard);
-      if (acked == peer->second->acked.end() || acked->second < sequence) return false;
+    for (const TargetState& t : it->second.targets) {
+      if (!t.waited) continue;
+      if (t.snapshot_id == 0 || t.acked < sequence) return false;
     }
   }
   return true;
@@ -465,10 +513,11 @@ std::vector<rpc::ReplicaLag> Replicator::Lags(uint32_t shard_id) const {
   const auto it = shards_.find(shard_id);
   if (it == shards_.end()) return lags;
   const absl::Time now = absl::Now();
-  for (const ReplicaTarget& t : it->second.targets) {
+  for (const TargetState& t : it->second.targets) {
     rpc::ReplicaLag lag;
-    lag.set_server_id(t.server_id);
-    const auto peer = peers_.find(LaneKey(t.server_id, shard_id));
+    lag.set_server_id(t.target.server_id);
+    lag.set_caught_up(t.waited && t.snapshot_id != 0 && t.acked >= t.waited_from);
+    const auto peer = peers_.find(LaneKey(t.target.server_id, shard_id));
     if (peer != peers_.end()) {
       absl::Time oldest = now;
       auto count = [&](const Pending& p) {

@@ -104,15 +104,17 @@ class Replicator {
   // still waiting for its copies get UNAVAILABLE: the client retries them where the shard is now.
   void RemoveShard(Shard* shard);
 
-  // Calls done(OK) once every live target of each (shard, sequence) has acknowledged that
-  // sequence (at once under ASYNC, or for a shard without live targets); done(UNAVAILABLE) if the
+  // Calls done(OK) once every copy of each shard that pushes wait for (live replicas, and copies
+  // catching up that applied their snapshot) has acknowledged that sequence (at once under ASYNC,
+  // or for a shard without such copies); done(UNAVAILABLE) if the
   // Replicator shuts down first. `done` runs without the lock, on the calling thread or a
   // transport thread, and must not block.
   void WhenReplicated(std::vector<std::pair<uint32_t, uint64_t>> sequences,
                       std::function<void(absl::Status)> done);
 
   // The lag of each target of `shard_id` (records and bytes queued or in flight, age of the
-  // oldest); empty when it has none.
+  // oldest), and whether it is caught up (holds every push acknowledged to a client: the
+  // coordinator makes a copy catching up a replica only then); empty when it has none.
   std::vector<rpc::ReplicaLag> Lags(uint32_t shard_id) const;
 
   // Fails every wait with UNAVAILABLE, sends nothing more, waits for calls in flight. Idempotent.
@@ -139,14 +141,34 @@ class Replicator {
     std::shared_ptr<rpc::ReplicateRequest> in_flight_request;
     bool busy = false;  // a call is out or a retry is scheduled
     absl::Time retry_at = absl::InfinitePast();
-    // By shard: the newest sequence the copy acknowledged.
-    absl::flat_hash_map<uint32_t, uint64_t> acked;
+  };
+
+  // What the primary knows of one copy of one shard.
+  struct TargetState {
+    ReplicaTarget target;
+    // The snapshot sent to the copy (0: none yet) and the sequence it was cut at.
+    uint64_t snapshot_id = 0;
+    uint64_t snapshot_sequence = 0;
+    // The newest sequence the copy acknowledged, counted only from acknowledgements that name
+    // snapshot_id (a restarted server's earlier copy does not count).
+    uint64_t acked = 0;
+    // Pushes wait for this copy (SYNC): a live replica always; a copy catching up once it applied
+    // its snapshot. waited_from: the shard's newest sequence when that began; once the copy
+    // acknowledged it, it holds every push the primary acknowledged (caught up).
+    bool waited = false;
+    uint64_t waited_from = 0;
   };
 
   struct ShardTargets {
     Shard* shard = nullptr;
-    std::vector<ReplicaTarget> targets;
+    std::vector<TargetState> targets;
+    // The sequence of the shard's newest record.
+    uint64_t last_sequence = 0;
   };
+
+  // The state of `server_id`'s copy of `shard`, or null.
+  TargetState* FindTargetLocked(uint32_t shard, uint32_t server_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   struct Waiter {
     std::vector<std::pair<uint32_t, uint64_t>> sequences;
@@ -188,6 +210,7 @@ class Replicator {
   // Targets of each shard that receive its live records (after their snapshot).
   absl::flat_hash_map<uint32_t, std::vector<uint32_t>> attached_ ABSL_GUARDED_BY(mu_);
   std::vector<Waiter> waiters_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_snapshot_id_ ABSL_GUARDED_BY(mu_) = 1;
   std::thread retry_thread_;
 };
 

@@ -239,7 +239,13 @@ void Shard::SetRecordSink(RecordSink sink) {
   sink_ = std::move(sink);
 }
 
-void Shard::Snapshot(size_t max_record_bytes, absl::FunctionRef<void(rpc::ShardRecord&&)> emit,
+uint64_t Shard::snapshot_id() const {
+  absl::MutexLock lock(&mu_);
+  return snapshot_id_;
+}
+
+void Shard::Snapshot(uint64_t snapshot_id, size_t max_record_bytes,
+                     absl::FunctionRef<void(rpc::ShardRecord&&)> emit,
                      absl::FunctionRef<void()> then) {
   absl::MutexLock lock(&mu_);
   auto numbered = [this](rpc::ShardRecord* record) {
@@ -250,6 +256,7 @@ void Shard::Snapshot(size_t max_record_bytes, absl::FunctionRef<void(rpc::ShardR
     rpc::ShardRecord begin;
     numbered(&begin);
     begin.mutable_snapshot_begin()->set_applied_step(applied_step_);
+    begin.mutable_snapshot_begin()->set_snapshot_id(snapshot_id);
     emit(std::move(begin));
   }
   for (size_t t = 0; t < tables_.size(); ++t) {
@@ -355,6 +362,7 @@ absl::Status Shard::ApplyRecord(const rpc::ShardRecord& record) {
     ResetLocked();
     complete_ = false;
     applied_step_ = record.snapshot_begin().applied_step();
+    snapshot_id_ = record.snapshot_begin().snapshot_id();
     applied_sequence_ = record.sequence();
     return absl::OkStatus();
   }

@@ -126,8 +126,12 @@ class Shard {
   // a snapshot_end record, all numbered with the current applied sequence; then calls `then`,
   // still under the lock, so that nothing changes between the snapshot and what the caller
   // arranges in `then` (typically: add the copy to the sink's targets).
-  void Snapshot(size_t max_record_bytes, absl::FunctionRef<void(rpc::ShardRecord&&)> emit,
-                absl::FunctionRef<void()> then);
+  // `snapshot_id` names the snapshot (SnapshotBegin.snapshot_id).
+  void Snapshot(uint64_t snapshot_id, size_t max_record_bytes,
+                absl::FunctionRef<void(rpc::ShardRecord&&)> emit, absl::FunctionRef<void()> then);
+
+  // The snapshot this copy was built from; 0 for a shard never restored from one.
+  uint64_t snapshot_id() const;
 
   // Applies a record of this shard's primary. Records after a snapshot_begin (up to its
   // snapshot_end) must carry its sequence; any other must carry applied_sequence() + 1.
@@ -179,6 +183,7 @@ class Shard {
   int64_t applied_step_ ABSL_GUARDED_BY(mu_) = -1;
   uint64_t applied_sequence_ ABSL_GUARDED_BY(mu_) = 0;
   bool complete_ ABSL_GUARDED_BY(mu_) = true;
+  uint64_t snapshot_id_ ABSL_GUARDED_BY(mu_) = 0;
   RecordSink sink_ ABSL_GUARDED_BY(mu_);
 };
 

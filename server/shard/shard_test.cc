@@ -154,7 +154,7 @@ struct Dump {
 std::vector<rpc::ShardRecord> SnapshotOf(Shard& shard, size_t max_bytes = 1 << 20) {
   std::vector<rpc::ShardRecord> records;
   shard.Snapshot(
-      max_bytes, [&](rpc::ShardRecord&& r) { records.push_back(std::move(r)); }, [] {});
+      /*snapshot_id=*/1, max_bytes, [&](rpc::ShardRecord&& r) { records.push_back(std::move(r)); }, [] {});
   return records;
 }
 
@@ -253,7 +253,7 @@ TEST_CASE("a new copy catches up from a snapshot, then the stream's tail", "[sha
     if (attached) stream.push_back(std::move(r));
   });
   primary.Snapshot(
-      /*max_record_bytes=*/512, [&](rpc::ShardRecord&& r) { stream.push_back(std::move(r)); },
+      /*snapshot_id=*/7, /*max_record_bytes=*/512, [&](rpc::ShardRecord&& r) { stream.push_back(std::move(r)); },
       [&] { attached = true; });
   REQUIRE(stream.size() > 3);  // small records: the rows come in several
   RandomChanges(primary, sync, &rng, 100);
@@ -263,6 +263,7 @@ TEST_CASE("a new copy catches up from a snapshot, then the stream's tail", "[sha
     REQUIRE(applied.ok());
   }
   CHECK(copy.complete());
+  CHECK(copy.snapshot_id() == 7);
   CHECK(DumpOf(copy, f) == DumpOf(primary, f));
 }
 
