@@ -97,6 +97,11 @@ void CoordinatorClient::StopHeartbeats() {
   heartbeat_thread_.join();
 }
 
+void CoordinatorClient::HeartbeatSoon() {
+  absl::MutexLock lock(&mu_);
+  heartbeat_soon_ = true;
+}
+
 void CoordinatorClient::SetShardProgressSource(
     std::function<std::vector<rpc::ShardProgress>()> source) {
   absl::MutexLock lock(&mu_);
@@ -151,7 +156,9 @@ void CoordinatorClient::HeartbeatLoop(uint32_t member_id, absl::Duration interva
     if (stop_heartbeats_) break;
     last_heartbeat_status_ = FromGrpcStatus(status);
     if (status.ok()) last_map_version_ = response.map_version();
-    mu_.AwaitWithTimeout(absl::Condition(&stop_heartbeats_), interval);
+    auto wake = [this] { return stop_heartbeats_ || heartbeat_soon_; };
+    mu_.AwaitWithTimeout(absl::Condition(&wake), interval);
+    heartbeat_soon_ = false;
   }
 }
 

@@ -70,6 +70,11 @@ class CoordinatorClient {
   // none runs.
   void StopHeartbeats();
 
+  // Makes the heartbeat thread send its next heartbeat now rather than at the end of its
+  // interval (a server whose copies just caught up says so at once). Does nothing without the
+  // thread.
+  void HeartbeatSoon();
+
   // Servers: called by the heartbeat thread before each heartbeat (without any lock of this
   // client); what it returns goes with the heartbeat (HeartbeatRequest.shards). Set it before
   // StartHeartbeats.
@@ -127,6 +132,7 @@ class CoordinatorClient {
   std::function<std::vector<rpc::ShardProgress>()> progress_source_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint32_t, absl::Time> last_report_ ABSL_GUARDED_BY(mu_);
   bool stop_heartbeats_ ABSL_GUARDED_BY(mu_) = false;
+  bool heartbeat_soon_ ABSL_GUARDED_BY(mu_) = false;
   grpc::ClientContext* heartbeat_call_ ABSL_GUARDED_BY(mu_) = nullptr;  // in flight, or null
   uint64_t last_map_version_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status last_heartbeat_status_ ABSL_GUARDED_BY(mu_);

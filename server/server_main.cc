@@ -154,6 +154,8 @@ int Main() {
                                                            const absl::Status& error) {
     coordinator_client->ReportFailureAsync(member_id, server, std::string(error.message()));
   };
+  // A copy that caught up becomes a replica on this primary's word: say it at once.
+  options.on_caught_up = [coordinator_client] { coordinator_client->HeartbeatSoon(); };
   absl::StatusOr<std::unique_ptr<server::ShardedStore>> store =
       server::ShardedStore::Create(registration->job(), options);
   if (!store.ok()) {

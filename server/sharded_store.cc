@@ -71,6 +71,7 @@ ShardedStore::ShardedStore(const config::Job& job, const Options& options,
     replication.server_id = options.server_id;
     replication.sync = job.cluster().replication_mode() != config::Cluster::ASYNC;
     replication.on_unreachable = options.on_unreachable;
+    replication.on_caught_up = options.on_caught_up;
     replicator_ = std::make_unique<Replicator>(std::move(replication),
                                                options.replication_transport);
   }

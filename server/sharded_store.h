@@ -48,6 +48,9 @@ class ShardedStore {
     uint32_t server_id = 0;
     // Called when a copy cannot be reached (see Replicator::Options::on_unreachable).
     std::function<void(uint32_t server_id, const absl::Status& error)> on_unreachable;
+    // Called when a copy catching up of one of its shards has caught up
+    // (see Replicator::Options::on_caught_up).
+    std::function<void()> on_caught_up;
   };
 
   // INVALID_ARGUMENT if the job fails validation (tables, optimizers).

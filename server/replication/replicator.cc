@@ -348,6 +348,7 @@ void Replicator::OnResponse(uint64_t lane, absl::StatusOr<rpc::ReplicateResponse
   Completions released;
   Completions sends;
   uint32_t server_id = 0;
+  bool caught_up = false;
   std::vector<uint32_t> resnapshot;
   absl::Status unreachable;
   {
@@ -374,11 +375,16 @@ void Replicator::OnResponse(uint64_t lane, absl::StatusOr<rpc::ReplicateResponse
         TargetState* state = FindTargetLocked(ack.shard(), server_id);
         if (state != nullptr && state->snapshot_id != 0 &&
             ack.snapshot_id() == state->snapshot_id) {
+          const bool was_caught_up = state->waited && state->acked >= state->waited_from;
           state->acked = std::max(state->acked, ack.applied_sequence());
           if (!state->waited && ack.complete() && state->acked >= state->snapshot_sequence) {
             // It applied its snapshot: from now on pushes wait for it too.
             state->waited = true;
             state->waited_from = shards_[ack.shard()].last_sequence;
+          }
+          if (!was_caught_up && !state->target.live && state->waited &&
+              state->acked >= state->waited_from) {
+            caught_up = true;
           }
         }
         if (ack.result() == rpc::ShardAck::NEEDS_SNAPSHOT ||
@@ -420,6 +426,7 @@ void Replicator::OnResponse(uint64_t lane, absl::StatusOr<rpc::ReplicateResponse
   if (!unreachable.ok() && options_.on_unreachable) {
     options_.on_unreachable(server_id, unreachable);
   }
+  if (caught_up && options_.on_caught_up) options_.on_caught_up();
   for (const uint32_t shard_id : resnapshot) {
     Shard* shard = nullptr;
     ReplicaTarget target;

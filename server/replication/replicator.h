@@ -74,17 +74,20 @@ class Replicator {
     // once.
     bool sync = true;
     // A batch is closed at about this many bytes of records (it may hold one larger record).
-    size_t max_batch_bytes = 16 << 20;
+    size_t max_batch_bytes = 4 << 20;
     // Calls in flight per destination: a shard's records always take the same lane (a hash of
     // the shard), one call at a time, so they arrive in order while other shards' records overlap.
     uint32_t lanes = 4;
     // Records of a snapshot are cut at about this many bytes.
-    size_t snapshot_record_bytes = 4 << 20;
+    size_t snapshot_record_bytes = 1 << 20;
     // After a failed call, the next try waits this long.
     absl::Duration retry_after = absl::Milliseconds(20);
     // Called (without the Replicator's lock) when a destination cannot be reached, so that the
     // coordinator can check it at once. May be empty.
     std::function<void(uint32_t server_id, const absl::Status& error)> on_unreachable;
+    // Called (without the lock) when a copy catching up has become caught up (see Lags), so
+    // that the coordinator can hear of it at once. May be empty.
+    std::function<void()> on_caught_up;
   };
 
   // `transport` is not owned and must outlive the Replicator.

@@ -274,7 +274,12 @@ void Shard::Snapshot(uint64_t snapshot_id, size_t max_record_bytes,
     };
     tables_[t]->ForEach([&](uint64_t id, const float* row) {
       rpc::RowsChange* rows = record.mutable_rows();
-      rows->set_table(static_cast<uint32_t>(t));
+      if (in_record == 0) {
+        rows->set_table(static_cast<uint32_t>(t));
+        const size_t n = std::min(keys_per_record, tables_[t]->size());
+        rows->mutable_keys()->reserve(n * sizeof(uint64_t));
+        rows->mutable_values()->reserve(n * row_floats * sizeof(float));
+      }
       AppendPacked(&id, 1, rows->mutable_keys());
       AppendPacked(row, row_floats, rows->mutable_values());
       if (++in_record == keys_per_record) flush();

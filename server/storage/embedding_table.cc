@@ -126,7 +126,7 @@ const float* TableShard::Find(uint64_t id) const {
   }
 }
 
-uint32_t TableShard::FindOrCreate(uint64_t id, uint32_t hash) {
+uint32_t TableShard::FindOrCreate(uint64_t id, uint32_t hash, bool initialize) {
   size_t b = HomeBucket(hash);
   while (true) {
     const uint32_t slot = slots_[b];
@@ -142,19 +142,21 @@ uint32_t TableShard::FindOrCreate(uint64_t id, uint32_t hash) {
       if (++b == capacity_) b = 0;
     }
   }
-  const uint32_t slot = NewRow(id);
+  const uint32_t slot = NewRow(id, initialize);
   ids_[b] = id;
   slots_[b] = slot;
   return slot;
 }
 
-uint32_t TableShard::NewRow(uint64_t id) {
+uint32_t TableShard::NewRow(uint64_t id, bool initialize) {
   // max_size_ < 0.85 * 2^32 keeps slots below kEmpty.
   const uint32_t slot = static_cast<uint32_t>(size_);
   ReserveSlot(slot);
-  float* row = Row(slot);
-  spec_->initializer->Fill(id, dim_, row);
-  spec_->optimizer->InitState(dim_, row + dim_);
+  if (initialize) {
+    float* row = Row(slot);
+    spec_->initializer->Fill(id, dim_, row);
+    spec_->optimizer->InitState(dim_, row + dim_);
+  }
   ++size_;
   return slot;
 }
@@ -210,7 +212,8 @@ void TableShard::Rehash(size_t capacity) {
   max_size_ = MaxSizeFor(capacity);
 }
 
-void TableShard::ResolveSlots(absl::Span<const uint64_t> ids, uint32_t* hashes, uint32_t* slots) {
+void TableShard::ResolveSlots(absl::Span<const uint64_t> ids, uint32_t* hashes, uint32_t* slots,
+                              bool initialize) {
   const size_t n = ids.size();
   for (size_t i = 0; i < n; ++i) hashes[i] = IndexHash(ids[i]);
   // Lookups are cache misses at random places; with the buckets of the next ids already on their
@@ -226,7 +229,7 @@ void TableShard::ResolveSlots(absl::Span<const uint64_t> ids, uint32_t* hashes, 
       __builtin_prefetch(&ids_[b]);
       __builtin_prefetch(&slots_[b]);
     }
-    slots[i] = FindOrCreate(ids[i], hashes[i]);
+    slots[i] = FindOrCreate(ids[i], hashes[i], initialize);
   }
 }
 
@@ -280,7 +283,7 @@ void TableShard::Push(absl::Span<const uint64_t> ids, const float* grads, float*
 }
 
 void TableShard::Assign(uint64_t id, const float* row) {
-  const uint32_t slot = FindOrCreate(id, IndexHash(id));
+  const uint32_t slot = FindOrCreate(id, IndexHash(id), /*initialize=*/false);
   std::memcpy(Row(slot), row, size_t{row_floats_} * sizeof(float));
 }
 
@@ -289,7 +292,8 @@ void TableShard::AssignRows(absl::Span<const uint64_t> ids, const float* rows) {
   Scratch& s = ThreadScratch();
   s.hashes.resize(n);
   s.slots.resize(n);
-  ResolveSlots(ids, s.hashes.data(), s.slots.data());
+  // New rows are overwritten at once: no initializer.
+  ResolveSlots(ids, s.hashes.data(), s.slots.data(), /*initialize=*/false);
   const size_t bytes = size_t{row_floats_} * sizeof(float);
   for (size_t i = 0; i < n; ++i) std::memcpy(Row(s.slots[i]), rows + i * row_floats_, bytes);
 }

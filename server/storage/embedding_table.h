@@ -140,12 +140,14 @@ class TableShard {
            size_t{slot & (kBlockRows - 1)} * row_floats_;
   }
 
-  // The slot of `id` (whose IndexHash is `hash`), creating the row if it is missing.
-  uint32_t FindOrCreate(uint64_t id, uint32_t hash);
+  // The slot of `id` (whose IndexHash is `hash`), creating the row if it is missing (with its
+  // initial values unless `initialize` is false: the caller overwrites it).
+  uint32_t FindOrCreate(uint64_t id, uint32_t hash, bool initialize = true);
   // Slots of `ids` into `slots`, creating missing rows; `hashes` is scratch of ids.size().
-  void ResolveSlots(absl::Span<const uint64_t> ids, uint32_t* hashes, uint32_t* slots);
-  // Takes the next slot for `id` and writes its initial row.
-  uint32_t NewRow(uint64_t id);
+  void ResolveSlots(absl::Span<const uint64_t> ids, uint32_t* hashes, uint32_t* slots,
+                    bool initialize = true);
+  // Takes the next slot for `id` and, if `initialize`, writes its initial row.
+  uint32_t NewRow(uint64_t id, bool initialize = true);
   // Makes room in the slabs for `slot`.
   void ReserveSlot(uint32_t slot);
   // Replaces the index with one of `capacity` buckets holding the same entries.
