@@ -672,6 +672,15 @@ class ClientImpl final : public Client {
     }
   }
 
+  // Returns `status`; an UNAVAILABLE one is first reported to the coordinator, which checks
+  // whether server `server_id` is gone and fails it over at once.
+  absl::Status Reported(uint32_t server_id, absl::Status status) {
+    if (absl::IsUnavailable(status)) {
+      coordinator_->ReportFailureAsync(worker_id_, server_id, std::string(status.message()));
+    }
+    return status;
+  }
+
   void FillHeader(const Routing& routing, rpc::RequestHeader* header) {
     header->set_map_version(routing.version);
     header->set_worker_id(worker_id_);
@@ -718,8 +727,8 @@ absl::StatusOr<int64_t> ClientImpl::EndStep(int64_t step) {
       rpc::EndStepResponse response;
       grpc::ClientContext context;
       context.set_deadline(absl::ToChronoTime(absl::Now() + options_.request_timeout));
-      PS_RETURN_IF_ERROR(
-          FromGrpcStatus(connection->Stub()->EndStep(&context, request, &response)));
+      PS_RETURN_IF_ERROR(Reported(
+          server_id, FromGrpcStatus(connection->Stub()->EndStep(&context, request, &response))));
       applied = std::max(applied, response.applied_step());
     }
     return absl::OkStatus();
@@ -738,8 +747,10 @@ absl::Status ClientImpl::PullDense(absl::string_view name, absl::Span<float> val
       rpc::PullDenseResponse response;
       grpc::ClientContext context;
       context.set_deadline(absl::ToChronoTime(absl::Now() + options_.request_timeout));
-      PS_RETURN_IF_ERROR(FromGrpcStatus(
-          routing.servers.at(route.server)->Stub()->PullDense(&context, request, &response)));
+      PS_RETURN_IF_ERROR(Reported(route.server, FromGrpcStatus(routing.servers.at(route.server)
+                                                                   ->Stub()
+                                                                   ->PullDense(&context, request,
+                                                                               &response))));
       PS_RETURN_IF_ERROR(
           client_internal::CopyDenseChunks(name, response, chunk_floats, values));
     }
@@ -774,8 +785,10 @@ absl::Status ClientImpl::PushDense(absl::string_view name, absl::Span<const floa
       rpc::PushDenseResponse response;
       grpc::ClientContext context;
       context.set_deadline(absl::ToChronoTime(absl::Now() + options_.request_timeout));
-      PS_RETURN_IF_ERROR(FromGrpcStatus(
-          routing.servers.at(route.server)->Stub()->PushDense(&context, request, &response)));
+      PS_RETURN_IF_ERROR(Reported(route.server, FromGrpcStatus(routing.servers.at(route.server)
+                                                                   ->Stub()
+                                                                   ->PushDense(&context, request,
+                                                                               &response))));
     }
     return absl::OkStatus();
   });
