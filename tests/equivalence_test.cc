@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "client/ps_client.h"
 #include "tests/testing/local_cluster.h"
+#include "tests/testing/model_parameters.h"
 #include "tests/testing/temp_dir.h"
 #include "worker/data/criteo_reader.h"
 #include "worker/data/synthetic.h"
@@ -21,16 +22,11 @@
 namespace ps {
 namespace {
 
-struct Parameters {
-  std::vector<float> dense;
-  std::vector<float> rows;
-};
-
 // Trains `steps` steps with `workers` workers of batch `batch` on a fresh cluster; returns the
 // dense master copy and the rows of `keys`.
-Parameters Train(const std::string& optimizer, int workers, int batch, int steps,
-                 const std::string& data, const std::vector<uint64_t>& keys,
-                 const std::string& name) {
+testing::ModelParameters Train(const std::string& optimizer, int workers, int batch, int steps,
+                               const std::string& data, const std::vector<uint64_t>& keys,
+                               const std::string& name) {
   const std::string job_path = absl::StrCat(testing::TempDir(), "/", name, ".pbtxt");
   {
     std::ofstream job(job_path);
@@ -65,29 +61,11 @@ cluster { num_shards: 8 num_servers: 2 num_workers: %d }
     INFO(results.status().ToString());
     REQUIRE(results.ok());
   }
-  ClientOptions options;
-  options.coordinator = address;
-  auto client = Client::Connect(options);
-  REQUIRE(client.ok());
-  auto shape = worker::DlrmShape::FromJob((*client)->job());
-  REQUIRE(shape.ok());
-  auto model = worker::Dlrm::Create(*shape, 3);
-  REQUIRE(model.ok());
-  Parameters p;
-  p.dense.resize((*model)->num_params());
-  REQUIRE((*client)->PullDense("dense/model", absl::MakeSpan(p.dense)).ok());
-  p.rows.resize(keys.size() * 4);
-  REQUIRE((*client)->Pull("emb", keys, absl::MakeSpan(p.rows)).ok());
-  return p;
-}
-
-double MaxRelativeDifference(const std::vector<float>& a, const std::vector<float>& b) {
-  double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const double scale = std::max({std::fabs(double{a[i]}), std::fabs(double{b[i]}), 1e-3});
-    worst = std::max(worst, std::fabs(double{a[i]} - b[i]) / scale);
-  }
-  return worst;
+  absl::StatusOr<testing::ModelParameters> parameters =
+      testing::PullModelParameters(address, "emb", keys);
+  INFO(parameters.status().ToString());
+  REQUIRE(parameters.ok());
+  return *parameters;
 }
 
 TEST_CASE("sync: 2 workers with batch B end where 1 worker with batch 2B does",
@@ -104,28 +82,20 @@ TEST_CASE("sync: 2 workers with batch B end where 1 worker with batch 2B does",
   REQUIRE(worker::WriteSyntheticFile(**data, worker::SyntheticData::kTrainStream,
                                      2 * kBatch * kSteps, path, false)
               .ok());
-  std::vector<uint64_t> keys;
-  {
-    auto reader = worker::CriteoReader::Open({path}, 0, 1);
-    REQUIRE(reader.ok());
-    worker::Batch batch;
-    while (*(*reader)->Next(1024, &batch) > 0) {
-      keys.insert(keys.end(), batch.keys.begin(), batch.keys.begin() + batch.size * 26);
-    }
-    std::sort(keys.begin(), keys.end());
-    keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
-  }
-  const Parameters one = Train(optimizer, 1, 2 * kBatch, kSteps, path, keys, "one_" + optimizer);
-  const Parameters two = Train(optimizer, 2, kBatch, kSteps, path, keys, "two_" + optimizer);
-  const double dense = MaxRelativeDifference(one.dense, two.dense);
-  const double rows = MaxRelativeDifference(one.rows, two.rows);
+  absl::StatusOr<std::vector<uint64_t>> keys_or = testing::KeysOfFile(path);
+  REQUIRE(keys_or.ok());
+  const std::vector<uint64_t> keys = *keys_or;
+  const testing::ModelParameters one = Train(optimizer, 1, 2 * kBatch, kSteps, path, keys, "one_" + optimizer);
+  const testing::ModelParameters two = Train(optimizer, 2, kBatch, kSteps, path, keys, "two_" + optimizer);
+  const double dense = testing::MaxRelativeDifference(one.dense, two.dense);
+  const double rows = testing::MaxRelativeDifference(one.rows, two.rows);
   std::printf("%s: max relative difference dense %.3g, embeddings %.3g (%zu rows)\n",
               optimizer.c_str(), dense, rows, keys.size());
   CHECK(dense <= 1e-4);
   CHECK(rows <= 1e-4);
   // The runs did train: the parameters moved away from their initial values.
   auto fresh = Train(optimizer, 1, 2 * kBatch, 1, path, keys, "fresh_" + optimizer);
-  CHECK(MaxRelativeDifference(fresh.rows, one.rows) > 1e-3);
+  CHECK(testing::MaxRelativeDifference(fresh.rows, one.rows) > 1e-3);
 }
 
 }  // namespace

@@ -1,8 +1,8 @@
 // Replication and failover across real processes: a coordinator and three servers on loopback,
 // client threads pushing +1 to probe keys while a server is killed with SIGKILL. Every
 // acknowledged push must be there afterwards, exactly once.
-#include <catch2/catch.hpp>
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <cstdint>
 #include <memory>
 #include <random>
@@ -27,22 +27,19 @@ constexpr int kProbes = 64;
 // One dim-1 table of zeros with sgd at rate 1: a push of -1 adds 1, so a probe's value counts
 // the pushes applied to it.
 std::string Job(int replication, const std::string& mode) {
-  return absl::StrFormat(R"pb(
-    name: "failover"
-    tables {
-      name: "probe"
-      dim: 1
-      initializer { kind: ZEROS }
-      optimizer { type: "sgd" learning_rate: 1 }
-    }
-    training { mode: ASYNC }
-    cluster {
-      num_shards: 12
-      num_servers: 3
-      replication_factor: %d
-      replication_mode: %s
-    }
-  )pb", replication, mode);
+  return absl::StrFormat(
+      R"pb(
+        name: "failover"
+        tables {
+          name: "probe"
+          dim: 1
+          initializer { kind: ZEROS }
+          optimizer { type: "sgd" learning_rate: 1 }
+        }
+        training { mode: ASYNC }
+        cluster { num_shards: 12 num_servers: 3 replication_factor: %d replication_mode: %s }
+      )pb",
+      replication, mode);
 }
 
 struct Cluster {
@@ -151,6 +148,16 @@ std::vector<float> PullProbes(Client& client) {
   return values;
 }
 
+// Every probe holds exactly the pushes acknowledged to it: none lost, none applied twice.
+void CheckProbes(const Cluster& cluster, const std::vector<int64_t>& acked) {
+  std::unique_ptr<Client> reader = Connect(cluster);
+  const std::vector<float> values = PullProbes(*reader);
+  for (int i = 0; i < kProbes; ++i) {
+    INFO("probe " << i);
+    CHECK(static_cast<int64_t>(values[i]) == acked[i]);
+  }
+}
+
 TEST_CASE("a primary killed in a storm of pushes loses no acknowledged push (SYNC replication)",
           "[integration][failover]") {
   const int victim = GENERATE(0, 1, 2);
@@ -168,13 +175,7 @@ TEST_CASE("a primary killed in a storm of pushes loses no acknowledged push (SYN
     storm.Stop();
     INFO(storm.error().ToString());
     REQUIRE(storm.error().ok());
-    std::unique_ptr<Client> reader = Connect(cluster);
-    const std::vector<float> values = PullProbes(*reader);
-    const std::vector<int64_t> acked = storm.acked();
-    for (int i = 0; i < kProbes; ++i) {
-      INFO("probe " << i);
-      CHECK(static_cast<int64_t>(values[i]) == acked[i]);
-    }
+    CheckProbes(cluster, storm.acked());
   }
   for (int i = 0; i < 3; ++i) {
     if (i != victim) CHECK(cluster.servers[i]->Terminate(absl::Seconds(10)).ok());
@@ -219,13 +220,7 @@ TEST_CASE("kill, restart, catch up, kill another: no acknowledged push is lost",
     storm.Stop();
     INFO(storm.error().ToString());
     REQUIRE(storm.error().ok());
-    std::unique_ptr<Client> reader = Connect(cluster);
-    const std::vector<float> values = PullProbes(*reader);
-    const std::vector<int64_t> acked = storm.acked();
-    for (int i = 0; i < kProbes; ++i) {
-      INFO("probe " << i);
-      CHECK(static_cast<int64_t>(values[i]) == acked[i]);
-    }
+    CheckProbes(cluster, storm.acked());
   }
   CHECK(cluster.servers[0]->Terminate(absl::Seconds(10)).ok());
   CHECK(cluster.servers[2]->Terminate(absl::Seconds(10)).ok());

@@ -164,10 +164,9 @@ void Replicator::SetTargets(Shard* shard, std::vector<ReplicaTarget> targets) {
     std::vector<TargetState> next;
     for (const ReplicaTarget& t : targets) {
       PeerLocked(t, id);
-      const auto old = std::find_if(entry.targets.begin(), entry.targets.end(),
-                                    [&](const TargetState& o) {
-                                      return o.target.server_id == t.server_id;
-                                    });
+      const auto old =
+          std::find_if(entry.targets.begin(), entry.targets.end(),
+                       [&](const TargetState& o) { return o.target.server_id == t.server_id; });
       // A copy that was live and is now catching up, or moved, is a new copy (a server that
       // restarted): it starts from a snapshot.
       const bool same = old != entry.targets.end() && old->target.address == t.address &&
@@ -184,31 +183,27 @@ void Replicator::SetTargets(Shard* shard, std::vector<ReplicaTarget> targets) {
     // Copies that are gone, or start again, stop receiving this shard's records.
     std::vector<uint32_t>& attached = attached_[id];
     attached.erase(
-        std::remove_if(attached.begin(), attached.end(),
-                       [&](uint32_t server) {
-                         const bool kept =
-                             std::none_of(added.begin(), added.end(),
-                                          [&](const ReplicaTarget& a) {
-                                            return a.server_id == server;
-                                          }) &&
-                             std::any_of(targets.begin(), targets.end(),
-                                         [&](const ReplicaTarget& t) {
-                                           return t.server_id == server;
-                                         });
-                         if (!kept) {
-                           auto& q = peers_[LaneKey(server, id)]->queue;
-                           q.erase(std::remove_if(q.begin(), q.end(),
-                                                  [&](const Pending& p) { return p.shard == id; }),
-                                   q.end());
-                         }
-                         return !kept;
-                       }),
+        std::remove_if(
+            attached.begin(), attached.end(),
+            [&](uint32_t server) {
+              const bool kept =
+                  std::none_of(added.begin(), added.end(),
+                               [&](const ReplicaTarget& a) { return a.server_id == server; }) &&
+                  std::any_of(targets.begin(), targets.end(),
+                              [&](const ReplicaTarget& t) { return t.server_id == server; });
+              if (!kept) {
+                auto& q = peers_[LaneKey(server, id)]->queue;
+                q.erase(std::remove_if(q.begin(), q.end(),
+                                       [&](const Pending& p) { return p.shard == id; }),
+                        q.end());
+              }
+              return !kept;
+            }),
         attached.end());
     entry.targets = std::move(next);
     ReleaseLocked(&released);
   }
-  shard->SetRecordSink(
-      [this, id](rpc::ShardRecord&& record) { Append(id, std::move(record)); });
+  shard->SetRecordSink([this, id](rpc::ShardRecord&& record) { Append(id, std::move(record)); });
   for (const ReplicaTarget& t : added) SendSnapshot(shard, t);
   for (auto& fn : released) fn();
 }
@@ -408,9 +403,9 @@ void Replicator::OnResponse(uint64_t lane, absl::StatusOr<rpc::ReplicateResponse
       for (const auto& [shard, snapshot] : redo) {
         if (!snapshot) continue;
         auto& q = peer->queue;
-        q.erase(std::remove_if(q.begin(), q.end(),
-                               [&](const Pending& p) { return p.shard == shard; }),
-                q.end());
+        q.erase(
+            std::remove_if(q.begin(), q.end(), [&](const Pending& p) { return p.shard == shard; }),
+            q.end());
         std::vector<uint32_t>& attached = attached_[shard];
         attached.erase(std::remove(attached.begin(), attached.end(), server_id), attached.end());
         if (TargetState* state = FindTargetLocked(shard, server_id)) state->snapshot_id = 0;

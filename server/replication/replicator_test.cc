@@ -242,7 +242,8 @@ TEST_CASE("a copy that lost the stream gets a new snapshot", "[replication]") {
   CHECK(Rows(copy, keys) == Rows(primary, keys));
 }
 
-TEST_CASE("pushes waiting on a shard that moves are told to retry; after Shutdown every wait fails", "[replication]") {
+TEST_CASE("pushes waiting on a shard that moves are told to retry; after Shutdown every wait fails",
+          "[replication]") {
   Tables t;
   FakeTransport transport;
   transport.servers["r1"][0] = std::make_unique<Shard>(0, t.config, std::vector<size_t>{}, false);
@@ -258,7 +259,8 @@ TEST_CASE("pushes waiting on a shard that moves are told to retry; after Shutdow
   transport.Pump();  // Shutdown waits for the calls in flight
   bool later = false;
   replicator->Shutdown();
-  replicator->WhenReplicated({{0, sequence}}, [&](absl::Status s) { later = absl::IsUnavailable(s); });
+  replicator->WhenReplicated({{0, sequence}},
+                             [&](absl::Status s) { later = absl::IsUnavailable(s); });
   CHECK(later);
 }
 

@@ -69,6 +69,17 @@ void Shard::DescribeRows(size_t table, absl::Span<const uint64_t> keys,
   }
 }
 
+void Shard::DescribeDense(absl::string_view name, uint32_t chunk, uint64_t total_floats,
+                          rpc::DenseChange* change) const {
+  std::vector<float> values, state;
+  (void)dense_.ReadWithState(name, chunk, &values, &state);
+  change->set_name(std::string(name));
+  change->set_chunk(chunk);
+  change->set_total_floats(total_floats);
+  AppendPacked(values.data(), values.size(), change->mutable_values());
+  AppendPacked(state.data(), state.size(), change->mutable_state());
+}
+
 void Shard::AddToPending(size_t table, absl::Span<const uint64_t> keys, const float* grads) {
   StepSums& sums = pending_[table];
   const uint32_t dim = tables_[table]->spec().dim;
@@ -166,14 +177,7 @@ absl::Status Shard::AssignDense(absl::string_view name, uint32_t chunk,
   ++applied_sequence_;
   if (sink_) {
     rpc::ShardRecord record;
-    rpc::DenseChange* dense = record.mutable_dense();
-    std::vector<float> now, state;
-    (void)dense_.ReadWithState(name, chunk, &now, &state);
-    dense->set_name(std::string(name));
-    dense->set_chunk(chunk);
-    dense->set_total_floats(total_floats);
-    AppendPacked(now.data(), now.size(), dense->mutable_values());
-    AppendPacked(state.data(), state.size(), dense->mutable_state());
+    DescribeDense(name, chunk, total_floats, record.mutable_dense());
     Emit(std::move(record));
   }
   return absl::OkStatus();
@@ -183,8 +187,7 @@ absl::StatusOr<ApplyWindow::Verdict> Shard::ApplyDenseGradient(absl::string_view
                                                                uint32_t chunk,
                                                                absl::Span<const float> grads,
                                                                uint64_t total_floats,
-                                                               uint32_t worker,
-                                                               uint64_t sequence) {
+                                                               uint32_t worker, uint64_t sequence) {
   absl::MutexLock lock(&mu_);
   if (sequence != 0) {
     // Admit records the sequence: a write that would be refused must not be.
@@ -203,14 +206,7 @@ absl::StatusOr<ApplyWindow::Verdict> Shard::ApplyDenseGradient(absl::string_view
       record.set_worker_id(worker);
       record.set_push_sequence(sequence);
     }
-    rpc::DenseChange* dense = record.mutable_dense();
-    std::vector<float> now, state;
-    (void)dense_.ReadWithState(name, chunk, &now, &state);
-    dense->set_name(std::string(name));
-    dense->set_chunk(chunk);
-    dense->set_total_floats(total_floats);
-    AppendPacked(now.data(), now.size(), dense->mutable_values());
-    AppendPacked(state.data(), state.size(), dense->mutable_state());
+    DescribeDense(name, chunk, total_floats, record.mutable_dense());
     Emit(std::move(record));
   }
   return ApplyWindow::Verdict::kApply;
@@ -287,15 +283,10 @@ void Shard::Snapshot(uint64_t snapshot_id, size_t max_record_bytes,
     flush();
   }
   dense_.ForEach([&](absl::string_view name, uint32_t chunk, uint64_t total,
-                     absl::Span<const float> values, absl::Span<const float> state) {
+                     absl::Span<const float>, absl::Span<const float>) {
     rpc::ShardRecord record;
     numbered(&record);
-    rpc::DenseChange* dense = record.mutable_dense();
-    dense->set_name(std::string(name));
-    dense->set_chunk(chunk);
-    dense->set_total_floats(total);
-    AppendPacked(values.data(), values.size(), dense->mutable_values());
-    AppendPacked(state.data(), state.size(), dense->mutable_state());
+    DescribeDense(name, chunk, total, record.mutable_dense());
     emit(std::move(record));
   });
   window_.ForEach([&](uint32_t worker, uint64_t highest, const ApplyWindow::Bitmap& seen) {
@@ -333,8 +324,8 @@ absl::Status Shard::ReadChange(const rpc::RowsChange& change, bool gradients,
                                const float** values, size_t* n) const {
   if (change.table() >= config_.tables->size()) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("shard %d: record of table %d, the job has %d tables", id_,
-                        change.table(), config_.tables->size()));
+        absl::StrFormat("shard %d: record of table %d, the job has %d tables", id_, change.table(),
+                        config_.tables->size()));
   }
   const TableSpec& spec = *(*config_.tables)[change.table()];
   const size_t floats = gradients ? spec.dim : spec.row_floats();
@@ -375,9 +366,9 @@ absl::Status Shard::ApplyRecord(const rpc::ShardRecord& record) {
     // Inside a snapshot (or a copy waiting for one): only its parts, at its sequence.
     if (record.sequence() != applied_sequence_ ||
         !(snapshot_part || record.has_rows() || record.has_dense() || record.has_pending())) {
-      return absl::AbortedError(absl::StrFormat(
-          "shard %d: record %d while waiting for a snapshot (at %d)", id_, record.sequence(),
-          applied_sequence_));
+      return absl::AbortedError(
+          absl::StrFormat("shard %d: record %d while waiting for a snapshot (at %d)", id_,
+                          record.sequence(), applied_sequence_));
     }
   } else if (record.sequence() <= applied_sequence_) {
     return absl::OkStatus();  // applied before: a batch sent again
@@ -413,8 +404,8 @@ absl::Status Shard::ApplyRecord(const rpc::ShardRecord& record) {
     case rpc::ShardRecord::kStep: {
       // Check everything before changing anything.
       for (const rpc::RowsChange& change : record.step().rows()) {
-        absl::Status read = ReadChange(change, /*gradients=*/false, &aligned_keys,
-                                       &aligned_values, &keys, &values, &n);
+        absl::Status read = ReadChange(change, /*gradients=*/false, &aligned_keys, &aligned_values,
+                                       &keys, &values, &n);
         if (!read.ok()) return read;
       }
       for (const rpc::RowsChange& change : record.step().rows()) {
@@ -443,9 +434,9 @@ absl::Status Shard::ApplyRecord(const rpc::ShardRecord& record) {
       const rpc::WindowEntry& w = record.window();
       ApplyWindow::Bitmap seen{};
       if (w.seen().size() != sizeof(seen)) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "shard %d: window entry of worker %d has %d bytes, not %d", id_, w.worker_id(),
-            w.seen().size(), sizeof(seen)));
+        return absl::InvalidArgumentError(
+            absl::StrFormat("shard %d: window entry of worker %d has %d bytes, not %d", id_,
+                            w.worker_id(), w.seen().size(), sizeof(seen)));
       }
       std::memcpy(seen.data(), w.seen().data(), sizeof(seen));
       window_.Restore(w.worker_id(), w.highest(), seen);

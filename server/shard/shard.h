@@ -15,10 +15,10 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "absl/functional/function_ref.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "common/optimizer.h"
@@ -156,6 +156,9 @@ class Shard {
   // Describes the rows of `keys` of table `table` as they are now into `change`.
   void DescribeRows(size_t table, absl::Span<const uint64_t> keys, rpc::RowsChange* change) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Describes a dense chunk (written before) as it is now into `change`.
+  void DescribeDense(absl::string_view name, uint32_t chunk, uint64_t total_floats,
+                     rpc::DenseChange* change) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Adds gradients to the pending step's sums of `table`.
   void AddToPending(size_t table, absl::Span<const uint64_t> keys, const float* grads)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -4,10 +4,10 @@
 #include <cstdint>
 #include <cstring>
 #include <map>
-#include <tuple>
 #include <memory>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "common/optimizer.h"
@@ -57,8 +57,7 @@ std::vector<float> PullRows(Shard& shard, size_t table, const std::vector<uint64
   return out;
 }
 
-TEST_CASE("a push is applied once per (worker, sequence) and counted in the sequence",
-          "[shard]") {
+TEST_CASE("a push is applied once per (worker, sequence) and counted in the sequence", "[shard]") {
   Fixture f(/*sync=*/false);
   Shard shard(3, f.config, {16, 0});
   CHECK(shard.id() == 3);
@@ -141,7 +140,7 @@ TEST_CASE("dense chunks: assign, gradients once per sequence, refused writes rec
 struct Dump {
   uint64_t sequence = 0;
   int64_t step = -1;
-  std::map<std::pair<uint32_t, uint64_t>, std::string> rows;     // (table, id) -> row bytes
+  std::map<std::pair<uint32_t, uint64_t>, std::string> rows;      // (table, id) -> row bytes
   std::map<std::pair<std::string, uint32_t>, std::string> dense;  // (name, chunk) -> values+state
   std::map<uint32_t, std::string> window;                         // worker -> highest+bitmap
   std::map<std::pair<uint32_t, uint64_t>, std::string> pending;   // (table, id) -> sums
@@ -154,7 +153,8 @@ struct Dump {
 std::vector<rpc::ShardRecord> SnapshotOf(Shard& shard, size_t max_bytes = 1 << 20) {
   std::vector<rpc::ShardRecord> records;
   shard.Snapshot(
-      /*snapshot_id=*/1, max_bytes, [&](rpc::ShardRecord&& r) { records.push_back(std::move(r)); }, [] {});
+      /*snapshot_id=*/1, max_bytes, [&](rpc::ShardRecord&& r) { records.push_back(std::move(r)); },
+      [] {});
   return records;
 }
 
@@ -164,7 +164,8 @@ void AddRows(const rpc::RowsChange& change, size_t floats_per_key,
   for (size_t i = 0; i < n; ++i) {
     uint64_t id;
     std::memcpy(&id, change.keys().data() + 8 * i, 8);
-    (*out)[{change.table(), id}] = change.values().substr(i * floats_per_key * 4, floats_per_key * 4);
+    (*out)[{change.table(), id}] =
+        change.values().substr(i * floats_per_key * 4, floats_per_key * 4);
   }
 }
 
@@ -195,8 +196,9 @@ void RandomChanges(Shard& shard, bool sync, std::mt19937_64* rng, int n) {
       std::vector<float> grad(8);
       for (float& g : grad) g = static_cast<float>((*rng)() % 100) / 100.0f;
       const uint64_t sequence = 1000 + (*rng)() % 50;
-      REQUIRE(shard.ApplyDenseGradient("w", static_cast<uint32_t>((*rng)() % 2), grad, 16, 9,
-                                       sequence).ok());
+      REQUIRE(
+          shard.ApplyDenseGradient("w", static_cast<uint32_t>((*rng)() % 2), grad, 16, 9, sequence)
+              .ok());
     } else if (what == 1 && sync) {
       shard.ApplyStep(shard.applied_step() + 1);
     } else {
@@ -253,8 +255,8 @@ TEST_CASE("a new copy catches up from a snapshot, then the stream's tail", "[sha
     if (attached) stream.push_back(std::move(r));
   });
   primary.Snapshot(
-      /*snapshot_id=*/7, /*max_record_bytes=*/512, [&](rpc::ShardRecord&& r) { stream.push_back(std::move(r)); },
-      [&] { attached = true; });
+      /*snapshot_id=*/7, /*max_record_bytes=*/512,
+      [&](rpc::ShardRecord&& r) { stream.push_back(std::move(r)); }, [&] { attached = true; });
   REQUIRE(stream.size() > 3);  // small records: the rows come in several
   RandomChanges(primary, sync, &rng, 100);
   for (size_t i = 0; i < stream.size(); ++i) {

@@ -54,8 +54,7 @@ constexpr int kShards = 12;
 constexpr int kProbes = 240;
 
 std::string BinDir() {
-  return testing::FindBinDir(absl::GetFlag(FLAGS_bin_dir), g_self, "server/ps_server",
-                             "bazel-bin");
+  return testing::FindBinDir(absl::GetFlag(FLAGS_bin_dir), g_self, "server/ps_server", "bazel-bin");
 }
 
 void Fail(const std::string& what) {
@@ -78,9 +77,9 @@ class Cluster {
     dir_ = dir;
     const std::string job = dir_ + "/job.pbtxt";
     std::ofstream(job) << job_text;
-    coordinator_ = Must(testing::Daemon::Start(BinDir() + "/server/coordinator/ps_coordinator",
-                                               {"--job=" + job}),
-                        "coordinator");
+    coordinator_ = Must(
+        testing::Daemon::Start(BinDir() + "/server/coordinator/ps_coordinator", {"--job=" + job}),
+        "coordinator");
     for (int i = 0; i < servers; ++i) servers_.push_back(StartServer(0));
   }
   ~Cluster() {
@@ -90,9 +89,9 @@ class Cluster {
   }
 
   std::unique_ptr<testing::Daemon> StartServer(int port) {
-    return Must(testing::Daemon::Start(BinDir() + "/server/ps_server",
-                                       {"--coordinator=" + coordinator_->address(),
-                                        absl::StrCat("--port=", port)}),
+    return Must(testing::Daemon::Start(
+                    BinDir() + "/server/ps_server",
+                    {"--coordinator=" + coordinator_->address(), absl::StrCat("--port=", port)}),
                 "server");
   }
   void Restart(int i) { servers_[i] = StartServer(servers_[i]->port()); }
@@ -137,12 +136,21 @@ double Percentile(std::vector<double> v, double q) {
 
 void Failover() {
   const int kills = absl::GetFlag(FLAGS_kills);
-  Cluster cluster(absl::StrFormat(R"pb(
-    name: "failover_bench"
-    tables { name: "probe" dim: 1 initializer { kind: ZEROS } optimizer { type: "sgd" learning_rate: 1 } }
-    training { mode: ASYNC }
-    cluster { num_shards: %d num_servers: 3 replication_factor: 2 replication_mode: SYNC }
-  )pb", kShards), 3);
+  Cluster cluster(
+      absl::StrFormat(
+          R"pb(
+            name: "failover_bench"
+            tables {
+              name: "probe"
+              dim: 1
+              initializer { kind: ZEROS }
+              optimizer { type: "sgd" learning_rate: 1 }
+            }
+            training { mode: ASYNC }
+            cluster { num_shards: %d num_servers: 3 replication_factor: 2 replication_mode: SYNC }
+          )pb",
+          kShards),
+      3);
   // Probe keys by shard, so that a push can aim at a victim's shard.
   const uint64_t table = NameHash("probe");
   std::vector<std::vector<uint64_t>> by_shard(kShards);
@@ -230,14 +238,24 @@ void Catchup() {
   const int64_t rows = absl::GetFlag(FLAGS_catchup_rows);
   if (rows <= 0) return;
   Cluster cluster(absl::StrFormat(R"pb(
-    name: "catchup_bench"
-    tables {
-      name: "emb" dim: 16 initializer { kind: UNIFORM low: -0.01 high: 0.01 }
-      optimizer { type: "adagrad" learning_rate: 0.01 } capacity_hint: %d
-    }
-    training { mode: ASYNC }
-    cluster { num_shards: 64 num_servers: 2 replication_factor: 2 max_message_bytes: 268435456 }
-  )pb", rows), 2);
+                                    name: "catchup_bench"
+                                    tables {
+                                      name: "emb"
+                                      dim: 16
+                                      initializer { kind: UNIFORM low: -0.01 high: 0.01 }
+                                      optimizer { type: "adagrad" learning_rate: 0.01 }
+                                      capacity_hint: %d
+                                    }
+                                    training { mode: ASYNC }
+                                    cluster {
+                                      num_shards: 64
+                                      num_servers: 2
+                                      replication_factor: 2
+                                      max_message_bytes: 268435456
+                                    }
+                                  )pb",
+                                  rows),
+                  2);
   std::unique_ptr<Client> client = cluster.Connect();
   constexpr int64_t kBatch = 100000;
   std::vector<uint64_t> keys(kBatch);
@@ -285,13 +303,14 @@ void Catchup() {
 // ps_bench's push and pull M keys/s for one configuration.
 std::map<std::string, double> PsBench(int replication, const std::string& mode) {
   const std::string bin = BinDir();
-  testing::ProcessResult r = Must(
-      testing::RunProcess(bin + "/tests/bench/ps_bench",
-                          {"--bin_dir=" + bin, "--servers=2", "--workers=1", "--keys=100000",
-                           "--dim=16", "--iters=20", absl::StrCat("--replication_factor=", replication),
-                           "--replication_mode=" + mode},
-                          absl::Minutes(5)),
-      "ps_bench");
+  testing::ProcessResult r =
+      Must(testing::RunProcess(
+               bin + "/tests/bench/ps_bench",
+               {"--bin_dir=" + bin, "--servers=2", "--workers=1", "--keys=100000", "--dim=16",
+                "--iters=20", absl::StrCat("--replication_factor=", replication),
+                "--replication_mode=" + mode},
+               absl::Minutes(5)),
+           "ps_bench");
   if (r.exit_code != 0) Fail("ps_bench failed: " + r.stderr_text);
   std::map<std::string, double> rate;
   for (absl::string_view line : absl::StrSplit(r.stdout_text, '\n')) {
@@ -334,8 +353,8 @@ void Throughput() {
         "\"replication_factor\":%d,\"replication_mode\":\"%s\",\"runs\":%d,"
         "\"pull_mkeys_per_s\":%.3f,\"push_mkeys_per_s\":%.3f,\"pull_ratio_vs_rf1\":%.3f,"
         "\"push_ratio_vs_rf1\":%.3f,\"push_runs\":\"%s\"}\n",
-        c.replication, c.replication == 1 ? "none" : c.mode.c_str(), runs, pull, push,
-        pull / pull1, push / push1, absl::StrJoin(c.push, " ", [](std::string* out, double v) {
+        c.replication, c.replication == 1 ? "none" : c.mode.c_str(), runs, pull, push, pull / pull1,
+        push / push1, absl::StrJoin(c.push, " ", [](std::string* out, double v) {
           absl::StrAppendFormat(out, "%.2f", v);
         }));
   }

@@ -1,8 +1,6 @@
 // NCCL AllReduce on a GPU: device buffers in place, host buffers through the group's device
 // buffer (cuda_kernels:gpu_test_main fails the test on a machine without a GPU; allreduce_test
 // checks the refusal there).
-#include "worker/collective/allreduce.h"
-
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdio>
@@ -18,6 +16,7 @@
 #include "common/coordinator_client.h"
 #include "cuda_kernels/device.h"
 #include "tests/testing/daemon.h"
+#include "worker/collective/allreduce.h"
 #include "worker/collective/internal/nccl_comm.h"
 
 namespace ps {
