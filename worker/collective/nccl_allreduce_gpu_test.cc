@@ -23,28 +23,14 @@ namespace ps {
 namespace worker {
 namespace {
 
-using testing::Daemon;
-
-constexpr char kJob[] = R"pb(name: "allreduce_test"
-                             tables { name: "emb" dim: 8 }
-                             cluster { num_shards: 8 num_servers: 1 num_workers: 3 }
-)pb";
-
-std::unique_ptr<Daemon> StartCoordinator() {
-  auto daemon = testing::StartCoordinator(kJob, "allreduce_test_job");
+TEST_CASE("NCCL AllReduce sums device and host buffers on a GPU", "[collective][nccl]") {
+  // NCCL's rendezvous goes through the coordinator's store.
+  auto daemon = testing::StartCoordinator(
+      R"pb(name: "nccl_gpu_test" tables { name: "emb" dim: 8 } cluster { num_workers: 1 })pb",
+      "nccl_gpu_test_job");
   INFO(daemon.status().ToString());
   REQUIRE(daemon.ok());
-  return std::move(*daemon);
-}
-
-// Integer values small enough that every sum is exact in float, whatever the order of additions.
-float Value(int rank, size_t i, int round) {
-  return static_cast<float>(static_cast<int>((i * 7 + rank * 13 + round * 5) % 1001) - 500);
-}
-
-TEST_CASE("NCCL AllReduce sums device and host buffers on a GPU", "[collective][nccl]") {
-  std::unique_ptr<Daemon> daemon = StartCoordinator();
-  auto client = CoordinatorClient::Connect(daemon->address(), absl::Seconds(10));
+  auto client = CoordinatorClient::Connect((*daemon)->address(), absl::Seconds(10));
   REQUIRE(client.ok());
 
   // One GPU: a group of one rank (NCCL refuses two ranks on one device) runs the real path.
@@ -53,7 +39,8 @@ TEST_CASE("NCCL AllReduce sums device and host buffers on a GPU", "[collective][
   REQUIRE(allreduce.ok());
   constexpr size_t kElements = 1 << 20;
   std::vector<float> host(kElements);
-  for (size_t i = 0; i < kElements; ++i) host[i] = Value(0, i, 0);
+  // Integers: every sum is exact in float.
+  for (size_t i = 0; i < kElements; ++i) host[i] = static_cast<float>(i % 1001) - 500.0f;
   auto device = internal::DeviceFloats::Create(kElements, 0);
   REQUIRE(device.ok());
   REQUIRE((*device)->CopyFromHost(host).ok());
