@@ -91,6 +91,9 @@ struct ServerConnection {
 struct Routing {
   uint64_t version = 0;
   std::vector<uint32_t> shard_to_server;
+  // cluster.read_from_replicas: by shard, the servers a pull may go to (the primary, then the
+  // live replicas); empty otherwise.
+  std::vector<std::vector<uint32_t>> readers;
   absl::flat_hash_map<uint32_t, std::shared_ptr<ServerConnection>> servers;
   rpc::ShardMap map;
 };
@@ -327,6 +330,14 @@ class ClientImpl final : public Client {
       if (a.shard() >= map.num_shards()) return absl::InternalError("shard out of range in map");
       routing->shard_to_server[a.shard()] = a.primary();
     }
+    if (job_.cluster().read_from_replicas()) {
+      routing->readers.resize(map.num_shards());
+      for (const rpc::ShardAssignment& a : map.shards()) {
+        std::vector<uint32_t>& readers = routing->readers[a.shard()];
+        readers.push_back(a.primary());
+        readers.insert(readers.end(), a.replicas().begin(), a.replicas().end());
+      }
+    }
     absl::MutexLock lock(&routing_mu_);
     if (routing_ != nullptr && routing_->version >= map.version()) return absl::OkStatus();
     for (const rpc::ServerInfo& server : map.servers()) {
@@ -390,8 +401,20 @@ class ClientImpl final : public Client {
     call->deadline = absl::Now() + options_.retry_timeout;
     const std::shared_ptr<const Routing> routing = CurrentRouting();
     const uint32_t dim = call->table->dim;
-    call->plan = client_internal::PlanKeys(call->keys, call->table->name_hash,
-                                           routing->shard_to_server, MaxKeysPerRequest(dim));
+    const std::vector<uint32_t>* owners = &routing->shard_to_server;
+    std::vector<uint32_t> readers;
+    if (call->kind == SparseCall::Kind::kPull && !routing->readers.empty()) {
+      // Pulls spread over every live copy, a different one each call (retries go to primaries).
+      const uint64_t turn = next_read_.fetch_add(1, std::memory_order_relaxed);
+      readers.resize(routing->readers.size());
+      for (size_t s = 0; s < readers.size(); ++s) {
+        const std::vector<uint32_t>& copies = routing->readers[s];
+        readers[s] = copies[(turn + s) % copies.size()];
+      }
+      owners = &readers;
+    }
+    call->plan = client_internal::PlanKeys(call->keys, call->table->name_hash, *owners,
+                                           MaxKeysPerRequest(dim));
     if (call->kind == SparseCall::Kind::kPush && call->plan.unique.size() < call->keys.size()) {
       // Repeated keys: sum their gradients first. Without repeats, unique[j] is
       // keys[plan.order[j]] and Send gathers the caller's gradients directly.
@@ -696,6 +719,7 @@ class ClientImpl final : public Client {
   std::vector<TableInfo> tables_;
   absl::flat_hash_map<std::string, size_t> table_index_;
 
+  std::atomic<uint64_t> next_read_{0};
   std::atomic<uint64_t> next_sequence_{1};
   std::atomic<int64_t> clock_{-1};
 

@@ -344,8 +344,20 @@ absl::Status CheckJob(const Checker& c, const Where& root, const config::Job& jo
                                    cl.num_servers(), cl.replication_factor()));
   }
   if (cl.read_from_replicas()) {
-    return c.Error(wc, cl, "read_from_replicas",
-                   "reads from replicas are not implemented yet: pulls go to the primaries");
+    if (cl.replication_factor() < 2) {
+      return c.Error(wc, cl, "read_from_replicas", "needs replication_factor > 1");
+    }
+    if (job.training().mode() == config::Training::SYNC) {
+      return c.Error(wc, cl, "read_from_replicas",
+                     "not in SYNC training: a sync pull must see its step applied, which only the "
+                     "primary knows");
+    }
+    if (job.training().mode() == config::Training::BOUNDED_STALENESS &&
+        cl.replication_mode() == config::Cluster::ASYNC) {
+      return c.Error(wc, cl, "read_from_replicas",
+                     "BOUNDED_STALENESS reads from replicas need SYNC replication (an ASYNC "
+                     "replica may miss pushes the staleness bound promises)");
+    }
   }
   if (cl.has_replication_mode() && cl.replication_factor() == 1 &&
       cl.replication_mode() == config::Cluster::ASYNC) {

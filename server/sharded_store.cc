@@ -57,6 +57,7 @@ ShardedStore::ShardedStore(const config::Job& job, const Options& options,
       shard_config_{&tables_, dense_optimizer_.get(), job.cluster().dense_chunk_floats(),
                     job.training().mode() == config::Training::SYNC},
       sync_(job.training().mode() == config::Training::SYNC),
+      read_from_replicas_(job.cluster().read_from_replicas()),
       // The nearest whole number of workers (0.67 of 3 is 2), at least 1.
       quorum_workers_(static_cast<size_t>(std::max<long long>(
           1, std::llround(job.training().sync_quorum() * job.cluster().num_workers())))),
@@ -288,7 +289,7 @@ absl::StatusOr<size_t> ShardedStore::FindTable(const std::string& name) const {
   return it->second;
 }
 
-absl::Status ShardedStore::CheckServed(uint32_t shard) const {
+absl::Status ShardedStore::CheckServed(uint32_t shard, bool read) const {
   if (shard >= num_shards_) {
     return absl::InvalidArgumentError(
         absl::StrFormat("shard %d out of range (the job has %d shards)", shard, num_shards_));
@@ -299,22 +300,24 @@ absl::Status ShardedStore::CheckServed(uint32_t shard) const {
         "checkpoint",
         shard, map_version_.load()));
   }
-  if (roles_[shard] != Role::kPrimary) {
+  const bool replica_read = read && read_from_replicas_ && roles_[shard] == Role::kReplica;
+  if (roles_[shard] != Role::kPrimary && !replica_read) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "shard %d is not served here (shard map version %d)", shard, map_version_.load()));
   }
   if (!shards_[shard]->complete()) {
     return absl::UnavailableError(absl::StrFormat(
-        "shard %d: this server is its primary in map version %d but holds no copy of its data",
-        shard, map_version_.load()));
+        "shard %d: this server holds no complete copy of it (shard map version %d)", shard,
+        map_version_.load()));
   }
   return absl::OkStatus();
 }
 
 absl::Status ShardedStore::CheckKeys(const std::string& keys,
                                      const google::protobuf::RepeatedPtrField<rpc::ShardRun>& runs,
-                                     const TableSpec& table, std::vector<uint64_t>* aligned,
-                                     const uint64_t** key_data, size_t* num_keys) const {
+                                     const TableSpec& table, bool read,
+                                     std::vector<uint64_t>* aligned, const uint64_t** key_data,
+                                     size_t* num_keys) const {
   if (map_version_.load() == 0) {
     return absl::UnavailableError("no shard map yet: the server is starting");
   }
@@ -343,7 +346,7 @@ absl::Status ShardedStore::CheckKeys(const std::string& keys,
   }
   size_t at = 0;
   for (const rpc::ShardRun& run : runs) {
-    PS_RETURN_IF_ERROR(CheckServed(run.shard()));
+    PS_RETURN_IF_ERROR(CheckServed(run.shard(), read));
     for (size_t i = at; i < at + run.count(); ++i) {
       const uint32_t shard = ShardOf(table.name_hash, data[i], num_shards_);
       if (shard != run.shard()) {
@@ -379,7 +382,8 @@ absl::Status ShardedStore::Pull(const rpc::PullRequest& request,
   std::vector<uint64_t> aligned;
   const uint64_t* keys = nullptr;
   size_t n = 0;
-  PS_RETURN_IF_ERROR(CheckKeys(request.keys(), request.runs(), table, &aligned, &keys, &n));
+  PS_RETURN_IF_ERROR(
+      CheckKeys(request.keys(), request.runs(), table, /*read=*/true, &aligned, &keys, &n));
   RecordPullStep(request.header().clock());
   float* out = allocate(n, table.dim);
   if (options_.empty_handler) {
@@ -387,11 +391,20 @@ absl::Status ShardedStore::Pull(const rpc::PullRequest& request,
     return absl::OkStatus();
   }
   size_t at = 0;
+  bool from_replica = false;
   for (const rpc::ShardRun& run : request.runs()) {
-    shards_[run.shard()]->Pull(t, absl::MakeConstSpan(keys + at, run.count()),
-                               out + at * table.dim);
+    if (roles_[run.shard()] == Role::kPrimary) {
+      shards_[run.shard()]->Pull(t, absl::MakeConstSpan(keys + at, run.count()),
+                                 out + at * table.dim);
+    } else {
+      // A replica holds only what its primary sent: it creates no row.
+      shards_[run.shard()]->Read(t, absl::MakeConstSpan(keys + at, run.count()),
+                                 out + at * table.dim);
+      from_replica = true;
+    }
     at += run.count();
   }
+  if (from_replica) replica_pulls_.fetch_add(1, std::memory_order_relaxed);
   return absl::OkStatus();
 }
 
@@ -415,7 +428,8 @@ absl::Status ShardedStore::Push(const rpc::PushRequest& request, uint32_t* dupli
   std::vector<uint64_t> aligned;
   const uint64_t* keys = nullptr;
   size_t n = 0;
-  PS_RETURN_IF_ERROR(CheckKeys(request.keys(), request.runs(), table, &aligned, &keys, &n));
+  PS_RETURN_IF_ERROR(
+      CheckKeys(request.keys(), request.runs(), table, /*read=*/false, &aligned, &keys, &n));
   const std::string& grad_bytes = request.grads();
   if (grad_bytes.size() != n * table.dim * sizeof(float)) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -615,6 +629,7 @@ void ShardedStore::FillStatus(rpc::ServerStatus* status) {
     status->set_applied_step(applied_step_);
     status->set_late_pushes_dropped(late_pushes_.load());
     status->set_late_keys_dropped(late_keys_.load());
+    status->set_replica_pulls(replica_pulls_.load());
   }
   absl::ReaderMutexLock map_lock(&map_mu_);
   status->set_map_version(map_version_.load());

@@ -175,18 +175,21 @@ class ShardedStore {
 
   // Checks keys and runs of a sparse request against the table and the map; on success the keys
   // are a view of `keys` (8-byte aligned copy made if needed into `aligned`).
+  // `read`: a pull, which a replica serves too when the job reads from replicas.
   absl::Status CheckKeys(const std::string& keys,
                          const google::protobuf::RepeatedPtrField<rpc::ShardRun>& runs,
-                         const TableSpec& table, std::vector<uint64_t>* aligned,
+                         const TableSpec& table, bool read, std::vector<uint64_t>* aligned,
                          const uint64_t** key_data, size_t* num_keys) const
       ABSL_SHARED_LOCKS_REQUIRED(map_mu_);
 
   // How this server holds a shard.
   enum class Role { kNone, kPrimary, kReplica, kCatchingUp };
 
-  // OK if this server is the primary of `shard`; DATA_LOSS for a lost shard; FAILED_PRECONDITION
-  // naming the map version otherwise.
-  absl::Status CheckServed(uint32_t shard) const ABSL_SHARED_LOCKS_REQUIRED(map_mu_);
+  // OK if this server is the primary of `shard`, or (`read`, when the job reads from replicas)
+  // holds a complete replica of it; DATA_LOSS for a lost shard; FAILED_PRECONDITION naming the
+  // map version otherwise.
+  absl::Status CheckServed(uint32_t shard, bool read = false) const
+      ABSL_SHARED_LOCKS_REQUIRED(map_mu_);
   // ABORTED for a sync pull of a step that is already applied; OK otherwise.
   absl::Status CheckPullStepLocked(int64_t step) const ABSL_SHARED_LOCKS_REQUIRED(step_mu_);
 
@@ -209,6 +212,7 @@ class ShardedStore {
   const ShardConfig shard_config_;
 
   const bool sync_;                // job.training.mode == SYNC
+  const bool read_from_replicas_;  // job.cluster.read_from_replicas
   const size_t quorum_workers_;    // workers whose EndStep applies a step
   const absl::Duration quorum_timeout_;  // infinite when the quorum is every worker
 
@@ -219,6 +223,7 @@ class ShardedStore {
   absl::Time first_end_ ABSL_GUARDED_BY(step_mu_);
   std::vector<std::pair<int64_t, std::function<void(absl::Status)>>> waits_
       ABSL_GUARDED_BY(step_mu_);
+  std::atomic<uint64_t> replica_pulls_{0};  // pulls (requests) answered from replicas
   std::atomic<uint64_t> late_pushes_{0};
   std::atomic<uint64_t> late_keys_{0};
   bool shutting_down_ ABSL_GUARDED_BY(step_mu_) = false;

@@ -640,6 +640,34 @@ TEST_CASE("a replica holds its primary's rows and takes over with them", "[serve
   CHECK(PullRows(*pair.stores[1], keys) == rows);
 }
 
+TEST_CASE("with read_from_replicas a replica answers pulls, creating no row, and takes no push",
+          "[server][store][replication]") {
+  config::Job job = TestJob();
+  job.mutable_cluster()->set_read_from_replicas(true);
+  ReplicatedPair pair(job);
+  const std::vector<uint64_t> keys = EvenShardKeys(30);
+  pair.Push(0, MakePush(keys, 0.5f, 1));
+  const auto rows = PullRows(*pair.stores[0], keys);
+  const auto rows_held = [&](ShardedStore& store) {
+    rpc::ServerStatus status;
+    store.FillStatus(&status);
+    return status.tables(0).rows();
+  };
+  const uint64_t held = rows_held(*pair.stores[1]);
+  CHECK(PullRows(*pair.stores[1], keys) == rows);
+  // Keys never pushed read as their initial rows, which the replica does not create.
+  const std::vector<uint64_t> fresh = testing::KeysOnShards(0, 60);
+  const std::vector<uint64_t> unseen(fresh.begin() + 30, fresh.end());
+  CHECK(PullRows(*pair.stores[1], unseen) == PullRows(*pair.stores[0], unseen));
+  CHECK(rows_held(*pair.stores[1]) == held);
+  rpc::ServerStatus status;
+  pair.stores[1]->FillStatus(&status);
+  CHECK(status.replica_pulls() == 2);
+  uint32_t duplicates = 0;
+  CHECK(pair.stores[1]->Push(MakePush(keys, 1.0f, 2), &duplicates).code() ==
+        absl::StatusCode::kFailedPrecondition);
+}
+
 TEST_CASE("a promoted replica completes the sync step its primary did not send",
           "[server][store][replication][sync]") {
   ReplicatedPair pair(SyncJob(1.0f));

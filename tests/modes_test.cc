@@ -67,11 +67,14 @@ struct ModeCase {
   int staleness;
   float quorum;
   uint32_t timeout_ms;
+  // Replication 2 (SYNC), pulls spread over both copies (cluster.read_from_replicas).
+  bool read_from_replicas = false;
 };
 
 std::string Describe(const ModeCase& c) {
-  return absl::StrFormat("%s (staleness %d, sync_quorum %g, sync_timeout_ms %d)", c.name,
-                         c.staleness, c.quorum, c.timeout_ms);
+  return absl::StrFormat("%s (staleness %d, sync_quorum %g, sync_timeout_ms %d%s)", c.name,
+                         c.staleness, c.quorum, c.timeout_ms,
+                         c.read_from_replicas ? ", reads from replicas" : "");
 }
 
 std::string WriteProbeJob(const ModeCase& c, int id) {
@@ -86,10 +89,10 @@ std::string WriteProbeJob(const ModeCase& c, int id) {
              optimizer { type: "sgd" learning_rate: 1 }
            }
            training { mode: %s staleness: %d sync_quorum: %f sync_timeout_ms: %d }
-           cluster { num_shards: 16 num_servers: 2 num_workers: %d }
+           cluster { num_shards: 16 num_servers: 2 num_workers: %d %s }
       )pb",
       id, kTable, config::Training::Mode_Name(c.mode), c.staleness, c.quorum, c.timeout_ms,
-      kWorkers);
+      kWorkers, c.read_from_replicas ? "replication_factor: 2 read_from_replicas: true" : "");
   return path;
 }
 
@@ -255,6 +258,8 @@ TEST_CASE("every mode's pulls see what the mode promises, with a straggler",
       {"BOUNDED_STALENESS", config::Training::BOUNDED_STALENESS, 1, 1.0f, 10000},
       {"BOUNDED_STALENESS", config::Training::BOUNDED_STALENESS, kMaxStaleness, 1.0f, 10000},
       {"ASYNC", config::Training::ASYNC, 0, 1.0f, 10000},
+      {"BOUNDED_STALENESS", config::Training::BOUNDED_STALENESS, 1, 1.0f, 10000, true},
+      {"ASYNC", config::Training::ASYNC, 0, 1.0f, 10000, true},
   }));
   static int next_id = 0;
   const int id = next_id++;
@@ -345,6 +350,19 @@ TEST_CASE("every mode's pulls see what the mode promises, with a straggler",
   }
   INFO("first violation: " << violations.first);
   CHECK(violations.count == 0);
+  if (c.read_from_replicas) {
+    // The replicas did answer some of those pulls.
+    uint64_t replica_pulls = 0;
+    for (const auto& server : (*cluster)->servers()) {
+      auto stub = rpc::ParameterServer::NewStub(
+          grpc::CreateChannel(server->address(), grpc::InsecureChannelCredentials()));
+      grpc::ClientContext context;
+      rpc::ServerStatus status;
+      REQUIRE(stub->GetStatus(&context, rpc::ServerStatusRequest(), &status).ok());
+      replica_pulls += status.replica_pulls();
+    }
+    CHECK(replica_pulls > 0);
+  }
 
   // Progress, in steps.
   const int64_t max_lead = progress.max_lead();

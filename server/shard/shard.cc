@@ -54,6 +54,11 @@ void Shard::Pull(size_t table, absl::Span<const uint64_t> keys, float* out) {
   tables_[table]->Pull(keys, out);
 }
 
+void Shard::Read(size_t table, absl::Span<const uint64_t> keys, float* out) const {
+  absl::MutexLock lock(&mu_);
+  tables_[table]->Peek(keys, out);
+}
+
 void Shard::DescribeRows(size_t table, absl::Span<const uint64_t> keys,
                          rpc::RowsChange* change) const {
   const TableShard& rows = *tables_[table];

@@ -73,6 +73,9 @@ class Shard {
   // creating missing rows with the table's initializer.
   void Pull(size_t table, absl::Span<const uint64_t> keys, float* out);
 
+  // Like Pull without creating rows (TableShard::Peek): how a replica answers a pull.
+  void Read(size_t table, absl::Span<const uint64_t> keys, float* out) const;
+
   // Applies a push of `grads` (dim floats per key, in keys order; duplicates summed) to table
   // `table`, exactly once per (worker, sequence): the window's verdict is returned, and only
   // kApply changes anything. Sync mode: the gradients are added to the pending step's sums,

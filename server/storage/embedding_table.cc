@@ -250,6 +250,18 @@ void TableShard::Pull(absl::Span<const uint64_t> ids, float* out) {
   }
 }
 
+void TableShard::Peek(absl::Span<const uint64_t> ids, float* out) const {
+  const size_t bytes = size_t{dim_} * sizeof(float);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const float* row = Find(ids[i]);
+    if (row != nullptr) {
+      std::memcpy(out + i * dim_, row, bytes);
+    } else {
+      spec_->initializer->Fill(ids[i], dim_, out + i * dim_);
+    }
+  }
+}
+
 void TableShard::Push(absl::Span<const uint64_t> ids, const float* grads, float* rows_after) {
   const size_t n = ids.size();
   Scratch& s = ThreadScratch();

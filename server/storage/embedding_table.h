@@ -70,6 +70,10 @@ class TableShard {
   // with the initializer and the optimizer's initial state.
   void Pull(absl::Span<const uint64_t> ids, float* out);
 
+  // Like Pull, but a missing row is not created: its initial embedding (what Pull would create)
+  // is written instead. For replicas, which hold only what their primary sends.
+  void Peek(absl::Span<const uint64_t> ids, float* out) const;
+
   // Applies gradients (dim floats per id, in ids order) with the optimizer. Duplicate ids are
   // summed first (in ids order) and the optimizer applied once per unique id. Missing rows are
   // created first. The caller has checked the gradients are finite.

@@ -235,6 +235,30 @@ TEST_CASE("Assign overwrites whole rows", "[storage][embedding_table]") {
   });
 }
 
+TEST_CASE("Peek reads rows, and the initial rows of missing ids without creating them",
+          "[storage][embedding_table]") {
+  const auto spec = Spec("adam", 6);
+  TableShard shard(spec.get(), 0);
+  TableShard fresh(spec.get(), 0);
+  std::mt19937_64 rng(8);
+  const std::vector<uint64_t> pushed = RandomIds(rng, 50, 1000);
+  shard.Push(pushed, RandomGrads(rng, pushed.size() * 6).data());
+  const size_t rows = shard.size();
+  const std::vector<uint64_t> ids = RandomIds(rng, 200, 1000);
+  std::vector<float> peeked(ids.size() * 6), pulled(ids.size() * 6), created(ids.size() * 6);
+  shard.Peek(ids, peeked.data());
+  CHECK(shard.size() == rows);
+  shard.Pull(ids, pulled.data());
+  CHECK(peeked == pulled);
+  // A missing id reads as the row a pull would create.
+  fresh.Peek(ids, created.data());
+  CHECK(fresh.size() == 0);
+  TableShard other(spec.get(), 0);
+  std::vector<float> initial(ids.size() * 6);
+  other.Pull(ids, initial.data());
+  CHECK(created == initial);
+}
+
 TEST_CASE("a push hands out the rows it leaves, and AssignRows copies them", "[storage][embedding_table]") {
   const auto spec = Spec("adagrad", 5);
   TableShard source(spec.get(), 0);
