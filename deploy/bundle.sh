@@ -48,7 +48,7 @@ if ((${#binaries[@]} == 0)); then
     # Every test, the GPU ones (tagged manual) included.
     while read -r label; do
       binaries+=("$(echo "${label#//}" | tr ':' '/')")
-    done < <(bazel query 'tests(//...) union attr(tags, "\bgpu\b", tests(//...))' 2>/dev/null)
+    done < <(bazel query 'tests(//...) union attr(tags, "[\[ ]gpu[,\]]", tests(//...))' 2>/dev/null)
   fi
 fi
 

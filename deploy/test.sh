@@ -23,7 +23,7 @@ log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 
 # The GPU tests are tagged "gpu" and "manual": `//...` leaves them out, naming them adds them.
-gpu_tests=$(bazel query 'attr(tags, "\bgpu\b", tests(//...))' 2>/dev/null)
+gpu_tests=$(bazel query 'attr(tags, "[\[ ]gpu[,\]]", tests(//...))' 2>/dev/null)
 if [[ -z "$gpu_tests" ]]; then
   echo "bazel query for the GPU tests failed or found none" >&2
 fi
