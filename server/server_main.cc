@@ -6,13 +6,13 @@
 // registers with the coordinator, which hands it the job and, once every server of the job has
 // registered, the shard map; then serves the shards whose primary it is. SIGTERM or SIGINT stops it
 // cleanly (exit 0).
+#include <grpcpp/grpcpp.h>
+
 #include <cstdio>
 #include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -60,18 +60,28 @@ class MapFollower {
   }
 
  private:
+  // Always waiting on the coordinator for the next version, so that a change (a dead replica
+  // dropped, a promotion) arrives at once. A call that fails fast (the coordinator is away) is
+  // tried again after a pause, or at once when poked.
   void Run() {
+    constexpr absl::Duration kPoll = absl::Seconds(1);
     while (true) {
       {
         absl::MutexLock lock(&mu_);
-        auto wake = [this] { return stop_ || poked_; };
-        mu_.AwaitWithTimeout(absl::Condition(&wake), absl::Seconds(1));
         if (stop_) return;
         poked_ = false;
       }
       const uint64_t have = store_->map_version();
-      absl::StatusOr<rpc::ShardMap> map = coordinator_->GetShardMap(have + 1, absl::Seconds(1));
-      if (map.ok()) store_->SetShardMap(*map, server_id_);
+      const absl::Time started = absl::Now();
+      absl::StatusOr<rpc::ShardMap> map = coordinator_->GetShardMap(have + 1, kPoll);
+      if (map.ok()) {
+        store_->SetShardMap(*map, server_id_);
+        continue;
+      }
+      if (absl::Now() - started >= kPoll / 2) continue;  // the wait ran out: nothing new
+      absl::MutexLock lock(&mu_);
+      auto wake = [this] { return stop_ || poked_; };
+      mu_.AwaitWithTimeout(absl::Condition(&wake), absl::Milliseconds(200));
     }
   }
 
@@ -165,8 +175,10 @@ int Main() {
   // Heartbeats carry the progress of every shard copy: failovers promote the most advanced.
   server::ShardedStore* const store_ptr = store->get();
   (*coordinator)->SetShardProgressSource([store_ptr] { return store_ptr->Progress(); });
-  const absl::Status heartbeats = (*coordinator)->StartHeartbeats(
-      registration->member_id(), absl::Milliseconds(registration->heartbeat_interval_ms()));
+  const absl::Status heartbeats =
+      (*coordinator)
+          ->StartHeartbeats(registration->member_id(),
+                            absl::Milliseconds(registration->heartbeat_interval_ms()));
   if (!heartbeats.ok()) {
     std::fprintf(stderr, "ps_server: %s\n", heartbeats.ToString().c_str());
     return 1;

@@ -617,6 +617,7 @@ std::vector<rpc::ShardProgress> ShardedStore::Progress() const {
 }
 
 void ShardedStore::FillStatus(rpc::ServerStatus* status) {
+  for (rpc::ShardProgress& p : Progress()) *status->add_shards() = std::move(p);
   {
     absl::MutexLock lock(&clocks_mu_);
     status->set_step_pulls(step_pulls_);

@@ -159,7 +159,7 @@ class ShardedStore {
   absl::Status PushDense(const rpc::PushDenseRequest& request,
                          std::vector<std::pair<uint32_t, uint64_t>>* replicated_at = nullptr);
 
-  // Shards served, table sizes and bytes.
+  // Shards served, table sizes and bytes, and every copy's progress (with its replicas' lag).
   void FillStatus(rpc::ServerStatus* status);
 
  private:
