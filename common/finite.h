@@ -6,13 +6,31 @@
 #include <cstdint>
 #include <cstring>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 namespace ps {
 
-// True iff none of data[0..n) is NaN or +-Inf (exponent bits all ones). Integer operations only,
-// so the compiler vectorises the loop without fast-math.
+// True iff none of data[0..n) is NaN or +-Inf (exponent bits all ones). Integer operations only
+// (no fast-math needed), 16 floats a round with SSE2: GCC at -O2 does not vectorise the plain
+// loop, which then cost 5% of a server's time on pushes.
 inline bool AllFinite(const float* data, size_t n) {
+  size_t i = 0;
+#if defined(__SSE2__)
+  const __m128i exponent = _mm_set1_epi32(0x7f800000);
+  __m128i bad4 = _mm_setzero_si128();
+  for (; i + 16 <= n; i += 16) {
+    for (size_t j = 0; j < 16; j += 4) {
+      const __m128i v =
+          _mm_and_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(data + i + j)), exponent);
+      bad4 = _mm_or_si128(bad4, _mm_cmpeq_epi32(v, exponent));
+    }
+  }
+  if (_mm_movemask_epi8(bad4) != 0) return false;
+#endif
   uint32_t bad = 0;
-  for (size_t i = 0; i < n; ++i) {
+  for (; i < n; ++i) {
     uint32_t bits;
     std::memcpy(&bits, data + i, sizeof(bits));
     bad |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
