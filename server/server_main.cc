@@ -38,8 +38,8 @@ ABSL_FLAG(int, connect_timeout_s, 60, "how long to wait for the coordinator");
 namespace ps {
 namespace {
 
-// Fetches newer shard maps in the background: whenever a request shows one exists, and
-// otherwise by waiting on the coordinator for the next version.
+// Fetches newer shard maps in the background by always waiting on the coordinator for the next
+// version; a request that shows a newer one exists cuts short the pause after a failed call.
 class MapFollower {
  public:
   MapFollower(CoordinatorClient* coordinator, server::ShardedStore* store, uint32_t server_id)
