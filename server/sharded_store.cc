@@ -222,6 +222,17 @@ std::vector<size_t> ShardedStore::ExpectedRows() const {
 }
 
 void ShardedStore::SetShardMap(const rpc::ShardMap& map, uint32_t server_id) {
+  // New copies' snapshots are cut after the map lock is released, so that only the pushes of the
+  // shard being cut wait, not every request. Shards are destroyed only here, under set_map_mu_,
+  // so the shards stay alive.
+  absl::MutexLock serial(&set_map_mu_);
+  std::vector<std::function<void()>> snapshots;
+  ApplyShardMap(map, server_id, &snapshots);
+  for (auto& snapshot : snapshots) snapshot();
+}
+
+void ShardedStore::ApplyShardMap(const rpc::ShardMap& map, uint32_t server_id,
+                                 std::vector<std::function<void()>>* snapshots) {
   // Sync mode: a promoted copy may have to apply the step its primary did not send.
   absl::ReaderMutexLock step_lock(&step_mu_);
   absl::MutexLock lock(&map_mu_);
@@ -275,7 +286,7 @@ void ShardedStore::SetShardMap(const rpc::ShardMap& map, uint32_t server_id) {
       std::vector<ReplicaTarget> targets;
       for (const uint32_t r : a.replicas()) targets.push_back({r, addresses[r], true});
       for (const uint32_t r : a.catching_up()) targets.push_back({r, addresses[r], false});
-      replicator_->SetTargets(shard.get(), std::move(targets));
+      replicator_->SetTargets(shard.get(), std::move(targets), snapshots);
     }
   }
   map_version_.store(map.version(), std::memory_order_release);

@@ -68,7 +68,10 @@ class ShardedStore {
   //  - A replica promoted to primary carries on from its state; in sync mode it applies the
   //    pending step itself if its old primary died before sending the step's result.
   //  - A lost shard (no copy left) answers DATA_LOSS; shards it no longer holds are dropped.
-  void SetShardMap(const rpc::ShardMap& map, uint32_t server_id);
+  // Calls are serialised. New copies' snapshots are cut once the new map is installed, each
+  // holding back only its own shard's pushes meanwhile.
+  void SetShardMap(const rpc::ShardMap& map, uint32_t server_id)
+      ABSL_LOCKS_EXCLUDED(set_map_mu_, map_mu_);
 
   // Version of the installed shard map; 0 before the first.
   uint64_t map_version() const { return map_version_.load(std::memory_order_acquire); }
@@ -167,6 +170,11 @@ class ShardedStore {
                std::vector<std::unique_ptr<TableSpec>> tables,
                std::unique_ptr<Optimizer> dense_optimizer);
 
+  // SetShardMap's work under the map lock; the snapshots for new copies are added to `snapshots`.
+  void ApplyShardMap(const rpc::ShardMap& map, uint32_t server_id,
+                     std::vector<std::function<void()>>* snapshots)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(set_map_mu_);
+
   // The capacity hints of a new shard's tables.
   std::vector<size_t> ExpectedRows() const;
 
@@ -244,6 +252,8 @@ class ShardedStore {
   // Null without replication.
   std::unique_ptr<Replicator> replicator_;
 
+  // Held through a SetShardMap, snapshots included: only it destroys shards.
+  absl::Mutex set_map_mu_ ABSL_ACQUIRED_BEFORE(map_mu_);
   mutable absl::Mutex map_mu_;
   std::atomic<uint64_t> map_version_{0};
   // By shard; null for shards this server holds no copy of.

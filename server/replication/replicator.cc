@@ -153,7 +153,8 @@ Replicator::TargetState* Replicator::FindTargetLocked(uint32_t shard, uint32_t s
   return nullptr;
 }
 
-void Replicator::SetTargets(Shard* shard, std::vector<ReplicaTarget> targets) {
+void Replicator::SetTargets(Shard* shard, std::vector<ReplicaTarget> targets,
+                            std::vector<std::function<void()>>* snapshots) {
   const uint32_t id = shard->id();
   std::vector<ReplicaTarget> added;
   Completions released;
@@ -204,7 +205,13 @@ void Replicator::SetTargets(Shard* shard, std::vector<ReplicaTarget> targets) {
     ReleaseLocked(&released);
   }
   shard->SetRecordSink([this, id](rpc::ShardRecord&& record) { Append(id, std::move(record)); });
-  for (const ReplicaTarget& t : added) SendSnapshot(shard, t);
+  for (const ReplicaTarget& t : added) {
+    if (snapshots != nullptr) {
+      snapshots->push_back([this, shard, t] { SendSnapshot(shard, t); });
+    } else {
+      SendSnapshot(shard, t);
+    }
+  }
   for (auto& fn : released) fn();
 }
 

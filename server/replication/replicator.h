@@ -101,7 +101,11 @@ class Replicator {
   // until RemoveShard or destruction). Copies not targeted before get a snapshot, then the
   // stream; copies no longer named stop receiving, and pushes waiting on them only are released.
   // Sets the shard's record sink. An empty `targets` keeps the shard without records.
-  void SetTargets(Shard* shard, std::vector<ReplicaTarget> targets);
+  // The new copies' snapshots are cut under the shard's lock, which holds back its pushes for as
+  // long: with `snapshots`, that work is added there instead, for the caller to run once it has
+  // released locks of its own that other requests need (the shard must stay alive until then).
+  void SetTargets(Shard* shard, std::vector<ReplicaTarget> targets,
+                  std::vector<std::function<void()>>* snapshots = nullptr);
 
   // Stops replicating `shard` (this server is no longer its primary) and clears its sink. Pushes
   // still waiting for its copies get UNAVAILABLE: the client retries them where the shard is now.
