@@ -17,7 +17,6 @@ namespace ps {
 namespace server {
 namespace {
 
-
 absl::flat_hash_map<std::string, size_t> IndexTables(
     const std::vector<std::unique_ptr<TableSpec>>& tables) {
   absl::flat_hash_map<std::string, size_t> index;
@@ -73,8 +72,8 @@ ShardedStore::ShardedStore(const config::Job& job, const Options& options,
     replication.sync = job.cluster().replication_mode() != config::Cluster::ASYNC;
     replication.on_unreachable = options.on_unreachable;
     replication.on_caught_up = options.on_caught_up;
-    replicator_ = std::make_unique<Replicator>(std::move(replication),
-                                               options.replication_transport);
+    replicator_ =
+        std::make_unique<Replicator>(std::move(replication), options.replication_transport);
   }
   if (sync_ && quorum_timeout_ != absl::InfiniteDuration()) {
     quorum_timer_ = std::thread([this] { QuorumTimerLoop(); });
@@ -317,9 +316,9 @@ absl::Status ShardedStore::CheckServed(uint32_t shard, bool read) const {
         "shard %d is not served here (shard map version %d)", shard, map_version_.load()));
   }
   if (!shards_[shard]->complete()) {
-    return absl::UnavailableError(absl::StrFormat(
-        "shard %d: this server holds no complete copy of it (shard map version %d)", shard,
-        map_version_.load()));
+    return absl::UnavailableError(
+        absl::StrFormat("shard %d: this server holds no complete copy of it (shard map version %d)",
+                        shard, map_version_.load()));
   }
   return absl::OkStatus();
 }
@@ -339,9 +338,9 @@ absl::Status ShardedStore::CheckKeys(const std::string& keys,
   const size_t n = keys.size() / sizeof(uint64_t);
   const uint64_t row_bytes = uint64_t{table.dim} * sizeof(float);
   if (n * row_bytes > max_message_bytes_) {
-    return absl::ResourceExhaustedError(absl::StrFormat(
-        "%d keys of dim %d need %d bytes, above the message limit of %d bytes", n, table.dim,
-        n * row_bytes, max_message_bytes_));
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("%d keys of dim %d need %d bytes, above the message limit of %d bytes", n,
+                        table.dim, n * row_bytes, max_message_bytes_));
   }
   uint64_t total = 0;
   for (const rpc::ShardRun& run : runs) total += run.count();
@@ -361,9 +360,9 @@ absl::Status ShardedStore::CheckKeys(const std::string& keys,
     for (size_t i = at; i < at + run.count(); ++i) {
       const uint32_t shard = ShardOf(table.name_hash, data[i], num_shards_);
       if (shard != run.shard()) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "key %d of table \"%s\" belongs to shard %d, not %d", data[i], table.name, shard,
-            run.shard()));
+        return absl::InvalidArgumentError(
+            absl::StrFormat("key %d of table \"%s\" belongs to shard %d, not %d", data[i],
+                            table.name, shard, run.shard()));
       }
     }
     at += run.count();
@@ -443,9 +442,9 @@ absl::Status ShardedStore::Push(const rpc::PushRequest& request, uint32_t* dupli
       CheckKeys(request.keys(), request.runs(), table, /*read=*/false, &aligned, &keys, &n));
   const std::string& grad_bytes = request.grads();
   if (grad_bytes.size() != n * table.dim * sizeof(float)) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "gradients are %d bytes, %d keys of dim %d need %d", grad_bytes.size(), n, table.dim,
-        n * table.dim * sizeof(float)));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("gradients are %d bytes, %d keys of dim %d need %d", grad_bytes.size(), n,
+                        table.dim, n * table.dim * sizeof(float)));
   }
   std::vector<float> aligned_grads;
   const float* grads = reinterpret_cast<const float*>(grad_bytes.data());
@@ -478,9 +477,8 @@ absl::Status ShardedStore::Push(const rpc::PushRequest& request, uint32_t* dupli
   absl::Status status;
   size_t at = 0;
   for (const rpc::ShardRun& run : request.runs()) {
-    switch (shards_[run.shard()]->Push(t, worker, sequence,
-                                       absl::MakeConstSpan(keys + at, run.count()),
-                                       grads + at * table.dim)) {
+    switch (shards_[run.shard()]->Push(
+        t, worker, sequence, absl::MakeConstSpan(keys + at, run.count()), grads + at * table.dim)) {
       case ApplyWindow::Verdict::kApply:
         break;
       case ApplyWindow::Verdict::kDuplicate:
@@ -532,9 +530,8 @@ absl::Status ShardedStore::PullDense(const rpc::PullDenseRequest& request,
   return absl::OkStatus();
 }
 
-absl::Status ShardedStore::PushDense(
-    const rpc::PushDenseRequest& request,
-    std::vector<std::pair<uint32_t, uint64_t>>* replicated_at) {
+absl::Status ShardedStore::PushDense(const rpc::PushDenseRequest& request,
+                                     std::vector<std::pair<uint32_t, uint64_t>>* replicated_at) {
   if (map_version_.load() == 0) {
     return absl::UnavailableError("no shard map yet: the server is starting");
   }
@@ -544,16 +541,16 @@ absl::Status ShardedStore::PushDense(
   for (const rpc::DenseChunk& chunk : request.chunks()) {
     PS_RETURN_IF_ERROR(CheckServed(ShardOf(name_hash, chunk.chunk(), num_shards_)));
     if (chunk.values().size() % sizeof(float) != 0) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "chunk %d of \"%s\" is %d bytes, not whole floats", chunk.chunk(), request.name(),
-          chunk.values().size()));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("chunk %d of \"%s\" is %d bytes, not whole floats", chunk.chunk(),
+                          request.name(), chunk.values().size()));
     }
     std::vector<float> check(chunk.values().size() / sizeof(float));
     std::memcpy(check.data(), chunk.values().data(), chunk.values().size());
     if (!AllFinite(check.data(), check.size())) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "chunk %d of \"%s\" has a NaN or Inf value; nothing was applied", chunk.chunk(),
-          request.name()));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("chunk %d of \"%s\" has a NaN or Inf value; nothing was applied",
+                          chunk.chunk(), request.name()));
     }
   }
   for (const rpc::DenseChunk& chunk : request.chunks()) {
@@ -572,15 +569,14 @@ absl::Status ShardedStore::PushDense(
     }
     PS_ASSIGN_OR_RETURN(
         const ApplyWindow::Verdict verdict,
-        shard.ApplyDenseGradient(request.name(), chunk.chunk(), values, request.total_floats(),
-                                 request.header().worker_id(),
-                                 request.header().sequence() == 0
-                                     ? 0
-                                     : request.header().sequence() + chunk.chunk()));
+        shard.ApplyDenseGradient(
+            request.name(), chunk.chunk(), values, request.total_floats(),
+            request.header().worker_id(),
+            request.header().sequence() == 0 ? 0 : request.header().sequence() + chunk.chunk()));
     if (verdict == ApplyWindow::Verdict::kTooOld) {
-      return absl::AbortedError(absl::StrFormat(
-          "dense push %d of worker %d is older than the exactly-once window",
-          request.header().sequence(), request.header().worker_id()));
+      return absl::AbortedError(
+          absl::StrFormat("dense push %d of worker %d is older than the exactly-once window",
+                          request.header().sequence(), request.header().worker_id()));
     }
     if (replicated_at != nullptr) replicated_at->back().second = shard.applied_sequence();
   }
@@ -604,8 +600,7 @@ void ShardedStore::ApplyReplicated(const rpc::ReplicateRequest& request,
       [this](uint32_t shard) -> Shard* {
         if (shard >= num_shards_) return nullptr;
         const Role role = roles_[shard];
-        return role == Role::kReplica || role == Role::kCatchingUp ? shards_[shard].get()
-                                                                    : nullptr;
+        return role == Role::kReplica || role == Role::kCatchingUp ? shards_[shard].get() : nullptr;
       },
       response);
 }
