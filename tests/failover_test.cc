@@ -300,25 +300,30 @@ bool Healed(const std::string& coordinator, int replication) {
   return true;
 }
 
+// SIGKILLs server `i` while the storm goes on, starts it again at its address (empty: it fills
+// copies from snapshots, under load) and waits until every shard has `replication` copies again.
+void KillRestartAndHeal(Cluster& cluster, int i, Storm& storm, int replication) {
+  const int port = cluster.servers[i]->port();
+  cluster.servers[i]->Kill();
+  storm.WaitForAcked(storm.total() + 300);
+  REQUIRE(storm.error().ok());
+  auto restarted = testing::Daemon::Start(
+      "server/ps_server", {absl::StrCat("--coordinator=", cluster.coordinator->address()),
+                           absl::StrCat("--port=", port)});
+  INFO(restarted.status().ToString());
+  REQUIRE(restarted.ok());
+  cluster.servers[i] = std::move(*restarted);
+  REQUIRE(testing::Eventually([&] { return Healed(cluster.coordinator->address(), replication); },
+                              absl::Seconds(30)));
+}
+
 TEST_CASE("kill, restart, catch up, kill another: no acknowledged push is lost",
           "[integration][failover]") {
   Cluster cluster = StartCluster(Job(2, "SYNC"));
   {
     Storm storm(cluster, /*threads=*/3, /*seed=*/77);
     storm.WaitForAcked(300);
-    const int port = cluster.servers[0]->port();
-    cluster.servers[0]->Kill();
-    storm.WaitForAcked(storm.total() + 500);
-    REQUIRE(storm.error().ok());
-    // The server comes back at its address, empty: it fills copies from snapshots, under load.
-    auto restarted = testing::Daemon::Start(
-        "server/ps_server", {absl::StrCat("--coordinator=", cluster.coordinator->address()),
-                             absl::StrCat("--port=", port)});
-    INFO(restarted.status().ToString());
-    REQUIRE(restarted.ok());
-    cluster.servers[0] = std::move(*restarted);
-    CHECK(testing::Eventually([&] { return Healed(cluster.coordinator->address(), 2); },
-                              absl::Seconds(30)));
+    KillRestartAndHeal(cluster, 0, storm, 2);
     storm.WaitForAcked(storm.total() + 300);
     cluster.servers[1]->Kill();
     storm.WaitForAcked(storm.total() + 500);
@@ -340,17 +345,7 @@ TEST_CASE("killing a server that holds only replicas moves no primary and loses 
     Storm storm(cluster, /*threads=*/3, /*seed=*/55);
     storm.WaitForAcked(300);
     // A server that died and came back holds only copies: its primaries went to replicas.
-    const int port = cluster.servers[0]->port();
-    cluster.servers[0]->Kill();
-    storm.WaitForAcked(storm.total() + 300);
-    auto restarted = testing::Daemon::Start(
-        "server/ps_server", {absl::StrCat("--coordinator=", cluster.coordinator->address()),
-                             absl::StrCat("--port=", port)});
-    INFO(restarted.status().ToString());
-    REQUIRE(restarted.ok());
-    cluster.servers[0] = std::move(*restarted);
-    REQUIRE(testing::Eventually([&] { return Healed(cluster.coordinator->address(), 3); },
-                                absl::Seconds(30)));
+    KillRestartAndHeal(cluster, 0, storm, 3);
     const rpc::ServerStatus replica = StatusOf(*cluster.servers[0]);
     REQUIRE(replica.primary_shards_size() == 0);
     REQUIRE(replica.replica_shards_size() == 12);
