@@ -245,21 +245,8 @@ uint64_t Shard::snapshot_id() const {
   return snapshot_id_;
 }
 
-void Shard::Snapshot(uint64_t snapshot_id, size_t max_record_bytes,
-                     absl::FunctionRef<void(rpc::ShardRecord&&)> emit,
-                     absl::FunctionRef<void()> then) {
-  absl::MutexLock lock(&mu_);
-  auto numbered = [this](rpc::ShardRecord* record) {
-    record->set_shard(id_);
-    record->set_sequence(applied_sequence_);
-  };
-  {
-    rpc::ShardRecord begin;
-    numbered(&begin);
-    begin.mutable_snapshot_begin()->set_applied_step(applied_step_);
-    begin.mutable_snapshot_begin()->set_snapshot_id(snapshot_id);
-    emit(std::move(begin));
-  }
+void Shard::EmitRowsLocked(size_t max_record_bytes,
+                           absl::FunctionRef<void(rpc::ShardRecord&&)> emit) const {
   for (size_t t = 0; t < tables_.size(); ++t) {
     const uint32_t row_floats = tables_[t]->spec().row_floats();
     const size_t keys_per_record =
@@ -268,7 +255,8 @@ void Shard::Snapshot(uint64_t snapshot_id, size_t max_record_bytes,
     size_t in_record = 0;
     auto flush = [&] {
       if (in_record == 0) return;
-      numbered(&record);
+      record.set_shard(id_);
+      record.set_sequence(applied_sequence_);
       emit(std::move(record));
       record = rpc::ShardRecord();
       in_record = 0;
@@ -287,22 +275,50 @@ void Shard::Snapshot(uint64_t snapshot_id, size_t max_record_bytes,
     });
     flush();
   }
+}
+
+void Shard::EmitDenseLocked(absl::FunctionRef<void(rpc::ShardRecord&&)> emit) const {
   dense_.ForEach([&](absl::string_view name, uint32_t chunk, uint64_t total,
                      absl::Span<const float>, absl::Span<const float>) {
     rpc::ShardRecord record;
-    numbered(&record);
+    record.set_shard(id_);
+    record.set_sequence(applied_sequence_);
     DescribeDense(name, chunk, total, record.mutable_dense());
     emit(std::move(record));
   });
+}
+
+void Shard::EmitWindowLocked(absl::FunctionRef<void(rpc::ShardRecord&&)> emit) const {
   window_.ForEach([&](uint32_t worker, uint64_t highest, const ApplyWindow::Bitmap& seen) {
     rpc::ShardRecord record;
-    numbered(&record);
+    record.set_shard(id_);
+    record.set_sequence(applied_sequence_);
     rpc::WindowEntry* entry = record.mutable_window();
     entry->set_worker_id(worker);
     entry->set_highest(highest);
     AppendPacked(seen.data(), seen.size(), entry->mutable_seen());
     emit(std::move(record));
   });
+}
+
+void Shard::Snapshot(uint64_t snapshot_id, size_t max_record_bytes,
+                     absl::FunctionRef<void(rpc::ShardRecord&&)> emit,
+                     absl::FunctionRef<void()> then) {
+  absl::MutexLock lock(&mu_);
+  auto numbered = [this](rpc::ShardRecord* record) {
+    record->set_shard(id_);
+    record->set_sequence(applied_sequence_);
+  };
+  {
+    rpc::ShardRecord begin;
+    numbered(&begin);
+    begin.mutable_snapshot_begin()->set_applied_step(applied_step_);
+    begin.mutable_snapshot_begin()->set_snapshot_id(snapshot_id);
+    emit(std::move(begin));
+  }
+  EmitRowsLocked(max_record_bytes, emit);
+  EmitDenseLocked(emit);
+  EmitWindowLocked(emit);
   for (size_t t = 0; t < pending_.size(); ++t) {
     const StepSums& sums = pending_[t];
     if (sums.ids.empty()) continue;
@@ -358,6 +374,72 @@ absl::Status Shard::ReadChange(const rpc::RowsChange& change, bool gradients,
 
 absl::Status Shard::ApplyRecord(const rpc::ShardRecord& record) {
   absl::MutexLock lock(&mu_);
+  return ApplyRecordLocked(record);
+}
+
+void Shard::CutState(ShardCut* cut) const {
+  absl::MutexLock lock(&mu_);
+  cut->shard = id_;
+  cut->sequence = applied_sequence_;
+  cut->applied_step = applied_step_;
+  auto add = [cut](rpc::ShardRecord&& r) { cut->records.push_back(std::move(r)); };
+  EmitDenseLocked(add);
+  EmitWindowLocked(add);
+}
+
+void Shard::CutRows(size_t max_record_bytes, ShardCut* cut) const {
+  absl::MutexLock lock(&mu_);
+  EmitRowsLocked(max_record_bytes,
+                 [cut](rpc::ShardRecord&& r) { cut->records.push_back(std::move(r)); });
+}
+
+ShardCut Shard::Cut(size_t max_record_bytes) const {
+  ShardCut cut;
+  absl::MutexLock lock(&mu_);
+  cut.shard = id_;
+  cut.sequence = applied_sequence_;
+  cut.applied_step = applied_step_;
+  auto add = [&cut](rpc::ShardRecord&& r) { cut.records.push_back(std::move(r)); };
+  EmitRowsLocked(max_record_bytes, add);
+  EmitDenseLocked(add);
+  EmitWindowLocked(add);
+  return cut;
+}
+
+absl::Status Shard::Restore(const ShardCut& cut) {
+  absl::MutexLock lock(&mu_);
+  rpc::ShardRecord begin;
+  begin.set_shard(id_);
+  begin.set_sequence(cut.sequence);
+  begin.mutable_snapshot_begin()->set_applied_step(cut.applied_step);
+  absl::Status status = ApplyRecordLocked(begin);
+  for (const rpc::ShardRecord& record : cut.records) {
+    if (!status.ok()) break;
+    if (record.shard() != id_ || record.sequence() != cut.sequence ||
+        !(record.has_rows() || record.has_dense() || record.has_window())) {
+      status = absl::InvalidArgumentError(absl::StrFormat(
+          "shard %d: a checkpoint's record for shard %d at %d is not rows, dense or window of "
+          "shard %d at %d",
+          id_, record.shard(), record.sequence(), id_, cut.sequence));
+      break;
+    }
+    status = ApplyRecordLocked(record);
+  }
+  if (!status.ok()) {
+    ResetLocked();
+    applied_sequence_ = 0;
+    applied_step_ = -1;
+    complete_ = false;
+    return status;
+  }
+  rpc::ShardRecord end;
+  end.set_shard(id_);
+  end.set_sequence(cut.sequence);
+  end.set_snapshot_end(true);
+  return ApplyRecordLocked(end);
+}
+
+absl::Status Shard::ApplyRecordLocked(const rpc::ShardRecord& record) {
   const bool snapshot_part = record.has_window() || record.snapshot_end();
   if (record.has_snapshot_begin()) {
     ResetLocked();

@@ -30,6 +30,17 @@
 namespace ps {
 namespace server {
 
+// A shard's state at one point, as a checkpoint holds it: its rows with their optimizer state, its
+// dense chunks and its exactly-once window (Snapshot's records without the snapshot's bounds and
+// without pending sync sums), numbered with the shard's applied sequence and applied step.
+struct ShardCut {
+  uint32_t shard = 0;
+  uint64_t sequence = 0;
+  int64_t applied_step = -1;
+  // rows, dense and window records, in any order.
+  std::vector<rpc::ShardRecord> records;
+};
+
 // What every shard of a server shares. Constant; the pointed-to objects must outlive the shards.
 struct ShardConfig {
   // The job's tables, by table index. Not owned; must not be null.
@@ -133,6 +144,27 @@ class Shard {
   void Snapshot(uint64_t snapshot_id, size_t max_record_bytes,
                 absl::FunctionRef<void(rpc::ShardRecord&&)> emit, absl::FunctionRef<void()> then);
 
+  // --- Checkpoints ---
+
+  // Adds to `cut` (under the shard's lock) what Cut would, without the rows: sets its shard,
+  // sequence and applied step and appends the dense chunks and the window. With CutRows later,
+  // for a sync step boundary: a step's pushes leave the rows unchanged until the step is applied,
+  // so the rows may be cut after the window until then.
+  void CutState(ShardCut* cut) const;
+
+  // Appends the rows of every table to `cut`, in records of at most about `max_record_bytes`.
+  void CutRows(size_t max_record_bytes, ShardCut* cut) const;
+
+  // CutState and CutRows under one lock: the whole shard at one applied sequence. Pending sync
+  // sums are left out (a sync checkpoint is cut at a step boundary, where there are none).
+  ShardCut Cut(size_t max_record_bytes) const;
+
+  // Replaces the whole shard with `cut` (its rows, dense chunks and window; its applied sequence
+  // and step), atomically. The shard becomes complete. INVALID_ARGUMENT, with the shard left
+  // empty at sequence 0 and not complete, when a record is malformed (see ApplyRecord) or is not
+  // a rows, dense or window record of this shard.
+  absl::Status Restore(const ShardCut& cut);
+
   // The snapshot this copy was built from; 0 for a shard never restored from one.
   uint64_t snapshot_id() const;
 
@@ -173,6 +205,16 @@ class Shard {
   absl::Status ReadChange(const rpc::RowsChange& change, bool gradients,
                           std::vector<uint64_t>* aligned_keys, std::vector<float>* aligned_values,
                           const uint64_t** keys, const float** values, size_t* n) const;
+  absl::Status ApplyRecordLocked(const rpc::ShardRecord& record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Snapshot's parts: the rows of every table, the dense chunks, the window; each record is
+  // numbered with the shard and its applied sequence.
+  void EmitRowsLocked(size_t max_record_bytes,
+                      absl::FunctionRef<void(rpc::ShardRecord&&)> emit) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  void EmitDenseLocked(absl::FunctionRef<void(rpc::ShardRecord&&)> emit) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  void EmitWindowLocked(absl::FunctionRef<void(rpc::ShardRecord&&)> emit) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Replaces every table, the window, the dense chunks and the pending sums with empty ones.
   void ResetLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

@@ -1,0 +1,59 @@
+// One shard of a checkpoint on disk: a RocksDB SST file (written with rocksdb::SstFileWriter, read
+// with rocksdb::SstFileReader) holding a ShardCut.
+//
+// Keys, in the file's bytewise order (names never contain a NUL byte; numbers are big-endian so
+// that they sort as numbers):
+//   "d" name "\0" chunk(4)  -> rpc::DenseChange of the chunk (values and optimizer state)
+//   "m"                     -> rpc::CheckpointShardFile: shard, sequence, applied step, counts
+//   "r" table "\0" id(8)    -> the row: row_floats little-endian float32 (embedding, then the
+//                              optimizer's state)
+//   "t" table               -> rpc::CheckpointTableLayout: dim and row_floats of the table
+//   "w" worker(4)           -> rpc::WindowEntry of the worker
+// The whole file's XXH3-64 goes in the checkpoint's manifest, which is written after the file is
+// synced.
+#ifndef PS_SERVER_CHECKPOINT_SHARD_FILE_H_
+#define PS_SERVER_CHECKPOINT_SHARD_FILE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "proto/checkpoint.pb.h"
+#include "server/shard/shard.h"
+#include "server/storage/embedding_table.h"
+
+namespace ps {
+namespace server {
+
+// Writes `cut` to a new file at `path` (an existing file is replaced), with the tables' names and
+// layouts from `tables` (indexed as the cut's records' table indices), and syncs it to disk.
+// Returns the file's description (file: the path's last component; its bytes and XXH3-64; the
+// cut's shard, sequence, applied step and counts). INVALID_ARGUMENT if a record names a table
+// outside `tables`, or its keys and values disagree with the table; INTERNAL (with RocksDB's or
+// the system's message) if writing fails, in which case the file may be partial.
+absl::StatusOr<rpc::CheckpointShardFile> WriteShardFile(
+    const std::string& path, const ShardCut& cut,
+    const std::vector<std::unique_ptr<TableSpec>>& tables);
+
+// Reads a file WriteShardFile wrote back into a ShardCut whose records name the tables by their
+// index in `tables` (the restoring job's), with rows in records of at most about
+// `max_record_bytes`. Checks RocksDB's block checksums, and, when `expected` is given, the file's
+// size and XXH3-64 against it (the manifest's entry). Every table of the file must be in
+// `tables` with the same dim and row_floats.
+// DATA_LOSS for a file that is missing, truncated, corrupt, or disagrees with `expected` or with
+// itself (counts); FAILED_PRECONDITION, naming the table, when the file's tables do not fit
+// `tables`.
+absl::StatusOr<ShardCut> ReadShardFile(const std::string& path,
+                                       const std::vector<std::unique_ptr<TableSpec>>& tables,
+                                       const rpc::CheckpointShardFile* expected = nullptr,
+                                       size_t max_record_bytes = 1 << 20);
+
+// XXH3-64 of a whole file; NOT_FOUND or INTERNAL when it cannot be read.
+absl::StatusOr<uint64_t> FileXxh3(const std::string& path);
+
+}  // namespace server
+}  // namespace ps
+
+#endif  // PS_SERVER_CHECKPOINT_SHARD_FILE_H_
