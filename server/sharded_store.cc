@@ -17,6 +17,9 @@ namespace ps {
 namespace server {
 namespace {
 
+// Checkpoint cuts hold rows in records of about this size.
+constexpr size_t kCutRecordBytes = 1 << 20;
+
 absl::flat_hash_map<std::string, size_t> IndexTables(
     const std::vector<std::unique_ptr<TableSpec>>& tables) {
   absl::flat_hash_map<std::string, size_t> index;
@@ -90,6 +93,10 @@ void ShardedStore::Shutdown() {
     waits.swap(waits_);
   }
   for (auto& [step, fn] : waits) fn(absl::UnavailableError("the server is shutting down"));
+  {
+    absl::MutexLock lock(&cut_mu_);
+    cuts_closed_ = true;
+  }
   if (quorum_timer_.joinable()) quorum_timer_.join();
   if (replicator_ != nullptr) replicator_->Shutdown();
 }
@@ -113,6 +120,13 @@ void ShardedStore::QuorumTimerLoop() {
 
 std::vector<std::function<void(absl::Status)>> ShardedStore::ApplyPendingStep() {
   {
+    absl::MutexLock cut_lock(&cut_mu_);
+    // The step after a checkpoint's boundary changes the rows: cut those not cut yet first.
+    if (checkpointing_ && boundary_reached_ && applied_step_ + 1 == cut_step_) {
+      CutCheckpointRowsLocked();
+    }
+  }
+  {
     absl::ReaderMutexLock map_lock(&map_mu_);
     for (uint32_t s = 0; s < num_shards_; ++s) {
       // Copies take the step's result from their primary's records.
@@ -121,6 +135,12 @@ std::vector<std::function<void(absl::Status)>> ShardedStore::ApplyPendingStep() 
   }
   ++applied_step_;
   ended_.clear();
+  {
+    absl::MutexLock cut_lock(&cut_mu_);
+    if (checkpointing_ && !boundary_reached_ && applied_step_ + 1 == cut_step_) {
+      CutCheckpointStateLocked();
+    }
+  }
   std::vector<std::function<void(absl::Status)>> released;
   auto keep = waits_.begin();
   for (auto it = waits_.begin(); it != waits_.end(); ++it) {
@@ -658,6 +678,122 @@ void ShardedStore::FillStatus(rpc::ServerStatus* status) {
     ts->set_rows(rows[t]);
     ts->set_bytes(bytes[t]);
   }
+}
+
+absl::Status ShardedStore::BeginCheckpoint(int64_t step, const std::vector<uint32_t>& shards,
+                                           uint64_t map_version) {
+  if (sync_ ? step < 0 : step != -1) {
+    return absl::InvalidArgumentError(
+        sync_ ? absl::StrFormat("a sync checkpoint needs a step boundary >= 0, not %d", step)
+              : absl::StrFormat("checkpoints outside sync mode are not cut at a step (got %d)",
+                                step));
+  }
+  absl::MutexLock step_lock(&step_mu_);
+  absl::MutexLock cut_lock(&cut_mu_);
+  if (cuts_closed_) return absl::UnavailableError("the server is shutting down");
+  if (checkpointing_) return absl::FailedPreconditionError("a checkpoint is under way");
+  {
+    absl::ReaderMutexLock map_lock(&map_mu_);
+    if (map_version != map_version_.load()) {
+      return absl::FailedPreconditionError(
+          absl::StrFormat("checkpoint for map version %d; this server has version %d", map_version,
+                          map_version_.load()));
+    }
+    for (uint32_t s : shards) {
+      if (s >= num_shards_ || roles_[s] != Role::kPrimary) {
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "shard %d is not a primary of this server in map version %d", s, map_version));
+      }
+    }
+    if (sync_ && applied_step_ >= step) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "step boundary %d has passed: step %d is applied here", step, applied_step_));
+    }
+    if (sync_ && applied_step_ + 1 == step) {
+      for (uint32_t s : shards) {
+        if (shards_[s]->has_pending()) {
+          return absl::FailedPreconditionError(absl::StrFormat(
+              "step boundary %d has passed: pushes of step %d have arrived here", step, step));
+        }
+      }
+    }
+  }
+  checkpointing_ = true;
+  cut_step_ = step;
+  boundary_reached_ = false;
+  cuts_.clear();
+  for (uint32_t s : shards) cuts_[s];
+  if (sync_ && applied_step_ + 1 == step) CutCheckpointStateLocked();
+  return absl::OkStatus();
+}
+
+void ShardedStore::CutCheckpointStateLocked() {
+  absl::ReaderMutexLock map_lock(&map_mu_);
+  for (auto& [s, c] : cuts_) {
+    if (shards_[s] == nullptr || roles_[s] != Role::kPrimary) continue;  // TakeCheckpointCut says
+    const absl::Time start = absl::Now();
+    shards_[s]->CutState(&c.cut);
+    c.stall += absl::Now() - start;
+    c.state_cut = true;
+  }
+  boundary_reached_ = true;
+}
+
+void ShardedStore::CutCheckpointRowsLocked() {
+  absl::ReaderMutexLock map_lock(&map_mu_);
+  for (auto& [s, c] : cuts_) {
+    if (c.rows_cut || !c.state_cut || shards_[s] == nullptr) continue;
+    const absl::Time start = absl::Now();
+    shards_[s]->CutRows(kCutRecordBytes, &c.cut);
+    c.stall += absl::Now() - start;
+    c.rows_cut = true;
+  }
+}
+
+absl::StatusOr<ShardCut> ShardedStore::TakeCheckpointCut(uint32_t shard, absl::Time deadline,
+                                                         absl::Duration* stall) {
+  absl::MutexLock cut_lock(&cut_mu_);
+  if (!checkpointing_ || cuts_.find(shard) == cuts_.end()) {
+    return absl::NotFoundError(absl::StrFormat("shard %d is not in the checkpoint", shard));
+  }
+  if (sync_) {
+    auto reached = [this] { return boundary_reached_ || cuts_closed_ || !checkpointing_; };
+    if (!cut_mu_.AwaitWithDeadline(absl::Condition(&reached), deadline)) {
+      return absl::DeadlineExceededError(
+          absl::StrFormat("step boundary %d was not reached in time", cut_step_));
+    }
+    if (cuts_closed_) return absl::UnavailableError("the server is shutting down");
+    if (!checkpointing_) return absl::AbortedError("the checkpoint was ended");
+  }
+  auto it = cuts_.find(shard);
+  if (it == cuts_.end()) {
+    return absl::NotFoundError(absl::StrFormat("shard %d's cut was taken", shard));
+  }
+  CheckpointCut c = std::move(it->second);
+  cuts_.erase(it);
+  {
+    absl::ReaderMutexLock map_lock(&map_mu_);
+    if (shards_[shard] == nullptr || roles_[shard] != Role::kPrimary || (sync_ && !c.state_cut)) {
+      return absl::FailedPreconditionError(
+          absl::StrFormat("shard %d moved to another server during the checkpoint", shard));
+    }
+    const absl::Time start = absl::Now();
+    if (!sync_) {
+      c.cut = shards_[shard]->Cut(kCutRecordBytes);
+    } else if (!c.rows_cut) {
+      // Between the boundary and the next step: the rows are still those of the boundary.
+      shards_[shard]->CutRows(kCutRecordBytes, &c.cut);
+    }
+    c.stall += absl::Now() - start;
+  }
+  *stall = c.stall;
+  return std::move(c.cut);
+}
+
+void ShardedStore::EndCheckpoint() {
+  absl::MutexLock cut_lock(&cut_mu_);
+  checkpointing_ = false;
+  cuts_.clear();
 }
 
 }  // namespace server

@@ -5,12 +5,12 @@
 #define PS_SERVER_SHARDED_STORE_H_
 
 #include <atomic>
-#include <functional>
-#include <thread>
-#include <utility>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -21,13 +21,13 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/optimizer.h"
 #include "proto/coordinator.pb.h"
 #include "proto/job.pb.h"
 #include "proto/ps.pb.h"
 #include "server/replication/replicator.h"
 #include "server/shard/shard.h"
 #include "server/storage/embedding_table.h"
-#include "common/optimizer.h"
 
 namespace ps {
 namespace server {
@@ -165,6 +165,31 @@ class ShardedStore {
   // Shards served, table sizes and bytes, and every copy's progress (with its replicas' lag).
   void FillStatus(rpc::ServerStatus* status);
 
+  // --- Checkpoints ---
+  //
+  // A checkpoint cuts each primary shard at one point: in sync mode at a step boundary t (the
+  // shard holds exactly steps < t, no pending sums), otherwise at the shard's applied sequence of
+  // the moment. A cut copies the shard under its lock (holding back its pushes meanwhile); the
+  // caller writes it out afterwards. One checkpoint at a time.
+
+  // Starts a checkpoint of `shards`, which must be this server's primaries in map `map_version`,
+  // the installed one (else FAILED_PRECONDITION naming it). Sync mode: `step` is the boundary
+  // t >= 0; FAILED_PRECONDITION when it has passed (step t's pushes have begun here). Other modes:
+  // `step` must be -1 (else INVALID_ARGUMENT). FAILED_PRECONDITION while another checkpoint is
+  // under way.
+  absl::Status BeginCheckpoint(int64_t step, const std::vector<uint32_t>& shards,
+                               uint64_t map_version);
+
+  // The cut of `shard` (one of BeginCheckpoint's). Sync mode: waits until the boundary is reached
+  // (DEADLINE_EXCEEDED at `deadline`; UNAVAILABLE if the store shuts down). `*stall` receives how
+  // long the shard's pushes were held back by the cut. NOT_FOUND for a shard not in the
+  // checkpoint or already taken; FAILED_PRECONDITION if the shard moved to another server.
+  absl::StatusOr<ShardCut> TakeCheckpointCut(uint32_t shard, absl::Time deadline,
+                                             absl::Duration* stall);
+
+  // Ends the checkpoint begun last, dropping cuts not taken. Idempotent.
+  void EndCheckpoint();
+
  private:
   ShardedStore(const config::Job& job, const Options& options,
                std::vector<std::unique_ptr<TableSpec>> tables,
@@ -209,6 +234,11 @@ class ShardedStore {
   // Sync mode with a quorum below 1: applies a pending step whose timeout has passed.
   void QuorumTimerLoop();
 
+  // Sync checkpoints: cuts the state (window, dense chunks, sequence) of the checkpoint's shards
+  // at the boundary; then, the rows of those not yet cut, before the step after it is applied.
+  void CutCheckpointStateLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(step_mu_, cut_mu_);
+  void CutCheckpointRowsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(step_mu_, cut_mu_);
+
   // Constant after construction.
   const config::Job job_;
   const Options options_;
@@ -219,9 +249,9 @@ class ShardedStore {
   const std::unique_ptr<Optimizer> dense_optimizer_;
   const ShardConfig shard_config_;
 
-  const bool sync_;                // job.training.mode == SYNC
-  const bool read_from_replicas_;  // job.cluster.read_from_replicas
-  const size_t quorum_workers_;    // workers whose EndStep applies a step
+  const bool sync_;                      // job.training.mode == SYNC
+  const bool read_from_replicas_;        // job.cluster.read_from_replicas
+  const size_t quorum_workers_;          // workers whose EndStep applies a step
   const absl::Duration quorum_timeout_;  // infinite when the quorum is every worker
 
   // Lock order: step_mu_, then map_mu_, then a shard's lock.
@@ -251,6 +281,20 @@ class ShardedStore {
 
   // Null without replication.
   std::unique_ptr<Replicator> replicator_;
+
+  // The checkpoint under way. Lock order: step_mu_, then cut_mu_, then map_mu_.
+  struct CheckpointCut {
+    ShardCut cut;
+    bool state_cut = false;  // sync: CutState done at the boundary
+    bool rows_cut = false;   // sync: CutRows done
+    absl::Duration stall;
+  };
+  absl::Mutex cut_mu_ ABSL_ACQUIRED_AFTER(step_mu_) ABSL_ACQUIRED_BEFORE(map_mu_);
+  bool checkpointing_ ABSL_GUARDED_BY(cut_mu_) = false;
+  int64_t cut_step_ ABSL_GUARDED_BY(cut_mu_) = -1;  // sync: the boundary
+  bool boundary_reached_ ABSL_GUARDED_BY(cut_mu_) = false;
+  absl::flat_hash_map<uint32_t, CheckpointCut> cuts_ ABSL_GUARDED_BY(cut_mu_);
+  bool cuts_closed_ ABSL_GUARDED_BY(cut_mu_) = false;  // shut down
 
   // Held through a SetShardMap, snapshots included: only it destroys shards.
   absl::Mutex set_map_mu_ ABSL_ACQUIRED_BEFORE(map_mu_);

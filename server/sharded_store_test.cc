@@ -4,10 +4,10 @@
 #include <cmath>
 #include <cstring>
 #include <deque>
-#include <thread>
 #include <limits>
 #include <map>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -56,8 +56,8 @@ rpc::PushRequest MakePush(const std::vector<uint64_t>& keys, float grad, uint64_
   request.mutable_header()->set_sequence(sequence);
   SetKeys(keys, &request);
   std::vector<float> grads(keys.size() * 4, grad);
-  request.set_grads(std::string(reinterpret_cast<const char*>(grads.data()),
-                                grads.size() * sizeof(float)));
+  request.set_grads(
+      std::string(reinterpret_cast<const char*>(grads.data()), grads.size() * sizeof(float)));
   return request;
 }
 
@@ -157,9 +157,9 @@ TEST_CASE("bad requests get specific errors and change nothing", "[server][store
     CHECK(absl::StrContains(status.message(), "belongs to shard"));
   }
   SECTION("NaN or Inf anywhere in a push: nothing applied") {
-    const float bad = GENERATE(std::numeric_limits<float>::quiet_NaN(),
-                               std::numeric_limits<float>::infinity(),
-                               -std::numeric_limits<float>::infinity());
+    const float bad =
+        GENERATE(std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                 -std::numeric_limits<float>::infinity());
     rpc::PushRequest push = MakePush(keys, 1.0f, 1);
     float* g = reinterpret_cast<float*>(push.mutable_grads()->data());
     g[push.grads().size() / sizeof(float) - 1] = bad;  // the very last gradient
@@ -295,16 +295,19 @@ TEST_CASE("dense tensors are chunked over the served shards", "[server][store]")
 // A sync job: 2 workers (quorum as given), adagrad so that "summed and applied once" differs from
 // "applied one after the other".
 config::Job SyncJob(float quorum, uint32_t timeout_ms = 10000, uint32_t workers = 2) {
-  absl::StatusOr<config::Job> job = ParseJob(absl::StrFormat(R"pb(
-    tables {
-      name: "emb"
-      dim: 4
-      initializer { kind: UNIFORM low: -1 high: 1 }
-      optimizer { type: "adagrad" learning_rate: 0.5 }
-    }
-    training { mode: SYNC sync_quorum: %f sync_timeout_ms: %d }
-    cluster { num_shards: 8 num_servers: 2 num_workers: %d }
-  )pb", quorum, timeout_ms, workers), "sync.pbtxt");
+  absl::StatusOr<config::Job> job =
+      ParseJob(absl::StrFormat(R"pb(
+                                 tables {
+                                   name: "emb"
+                                   dim: 4
+                                   initializer { kind: UNIFORM low: -1 high: 1 }
+                                   optimizer { type: "adagrad" learning_rate: 0.5 }
+                                 }
+                                 training { mode: SYNC sync_quorum: %f sync_timeout_ms: %d }
+                                 cluster { num_shards: 8 num_servers: 2 num_workers: %d }
+                               )pb",
+                               quorum, timeout_ms, workers),
+               "sync.pbtxt");
   REQUIRE(job.ok());
   return *job;
 }
@@ -615,7 +618,8 @@ struct ReplicatedPair {
   std::unique_ptr<ShardedStore> stores[2];
 };
 
-TEST_CASE("a replica holds its primary's rows and takes over with them", "[server][store][replication]") {
+TEST_CASE("a replica holds its primary's rows and takes over with them",
+          "[server][store][replication]") {
   ReplicatedPair pair(TestJob());
   const std::vector<uint64_t> keys = EvenShardKeys(40);
   pair.Push(0, MakePush(keys, 1.0f, 1));
@@ -690,6 +694,104 @@ TEST_CASE("a promoted replica completes the sync step its primary did not send",
   }
   pair.KillServer0();
   CHECK(PullRows(*pair.stores[1], keys) == PullRows(*reference, keys));
+}
+
+// The rows of table "emb" in cuts, by key.
+std::map<uint64_t, std::vector<float>> CutEmbeddings(const std::vector<ShardCut>& cuts) {
+  std::map<uint64_t, std::vector<float>> rows;
+  for (const ShardCut& cut : cuts) {
+    for (const rpc::ShardRecord& r : cut.records) {
+      if (!r.has_rows()) continue;
+      const size_t n = r.rows().keys().size() / 8;
+      const size_t row_floats = r.rows().values().size() / 4 / n;
+      for (size_t i = 0; i < n; ++i) {
+        uint64_t id;
+        std::memcpy(&id, r.rows().keys().data() + 8 * i, 8);
+        std::vector<float> row(4);
+        std::memcpy(row.data(), r.rows().values().data() + 4 * row_floats * i, 16);
+        rows[id] = row;
+      }
+    }
+  }
+  return rows;
+}
+
+TEST_CASE("a checkpoint cuts each primary shard at its applied sequence", "[server][store]") {
+  auto created = ShardedStore::Create(TestJob(), {});
+  REQUIRE(created.ok());
+  ShardedStore& store = **created;
+  store.SetShardMap(EvenOddMap(3), 0);
+  const std::vector<uint64_t> keys = EvenShardKeys(40);
+  uint32_t duplicates = 0;
+  REQUIRE(store.Push(MakePush(keys, 1.0f, 1), &duplicates).ok());
+  const auto at_cut = PullRows(store, keys);
+
+  // Only this server's primaries, at the installed map version, one checkpoint at a time.
+  CHECK(store.BeginCheckpoint(-1, {0, 1}, 3).code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(store.BeginCheckpoint(-1, {0, 2}, 2).code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(store.BeginCheckpoint(4, {0, 2}, 3).code() == absl::StatusCode::kInvalidArgument);
+  const std::vector<uint32_t> even = {0, 2, 4, 6};
+  REQUIRE(store.BeginCheckpoint(-1, even, 3).ok());
+  CHECK(store.BeginCheckpoint(-1, even, 3).code() == absl::StatusCode::kFailedPrecondition);
+  std::vector<ShardCut> cuts;
+  for (uint32_t s : even) {
+    absl::Duration stall;
+    absl::StatusOr<ShardCut> cut = store.TakeCheckpointCut(s, absl::InfiniteFuture(), &stall);
+    REQUIRE(cut.ok());
+    CHECK(cut->shard == s);
+    CHECK(cut->sequence >= 1);
+    cuts.push_back(std::move(cut).value());
+  }
+  absl::Duration stall;
+  CHECK(store.TakeCheckpointCut(0, absl::InfiniteFuture(), &stall).status().code() ==
+        absl::StatusCode::kNotFound);
+  store.EndCheckpoint();
+  CHECK(CutEmbeddings(cuts) == at_cut);
+  REQUIRE(store.BeginCheckpoint(-1, even, 3).ok());  // the next one may start
+  store.EndCheckpoint();
+}
+
+TEST_CASE("a sync checkpoint cuts every shard at its step boundary", "[server][store][sync]") {
+  auto store = ServingSyncStore(SyncJob(1.0f));
+  const std::vector<uint64_t> keys = EvenShardKeys(30);
+  const std::vector<uint32_t> even = {0, 2, 4, 6};
+  uint32_t duplicates = 0;
+  // Step 0 is pending: boundary 1 (after step 0) is ahead.
+  REQUIRE(store->Push(StepPush(keys, 1.0f, 1, 0), &duplicates).ok());
+  REQUIRE(store->BeginCheckpoint(1, even, 3).ok());
+  absl::Duration stall;
+  // The boundary is not reached yet.
+  CHECK(store->TakeCheckpointCut(0, absl::Now() + absl::Milliseconds(1), &stall).status().code() ==
+        absl::StatusCode::kDeadlineExceeded);
+  REQUIRE(store->Push(StepPush(keys, 3.0f, 2, 0), &duplicates).ok());
+  REQUIRE(*store->EndStep(1, 0) == -1);
+  REQUIRE(*store->EndStep(2, 0) == 0);
+  const auto after_step0 = PullRows(*store, keys);
+  // Step 1's pushes arrive and shard 0's rows are cut after them: still the boundary's.
+  REQUIRE(store->Push(StepPush(keys, 5.0f, 1, 1), &duplicates).ok());
+  std::vector<ShardCut> cuts;
+  absl::StatusOr<ShardCut> first = store->TakeCheckpointCut(0, absl::InfiniteFuture(), &stall);
+  REQUIRE(first.ok());
+  CHECK(first->applied_step == 0);
+  cuts.push_back(std::move(first).value());
+  // Step 1 is applied before the other shards are taken: their rows were cut before it.
+  REQUIRE(store->Push(StepPush(keys, 5.0f, 2, 1), &duplicates).ok());
+  REQUIRE(*store->EndStep(1, 1) == 0);
+  REQUIRE(*store->EndStep(2, 1) == 1);
+  CHECK(PullRows(*store, keys) != after_step0);
+  for (uint32_t s : {2, 4, 6}) {
+    absl::StatusOr<ShardCut> cut = store->TakeCheckpointCut(s, absl::InfiniteFuture(), &stall);
+    REQUIRE(cut.ok());
+    CHECK(cut->applied_step == 0);
+    cuts.push_back(std::move(cut).value());
+  }
+  store->EndCheckpoint();
+  CHECK(CutEmbeddings(cuts) == after_step0);
+
+  // A boundary whose step has begun is refused.
+  REQUIRE(store->Push(StepPush(keys, 1.0f, 1, 2), &duplicates).ok());
+  CHECK(store->BeginCheckpoint(2, even, 3).code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(store->BeginCheckpoint(1, even, 3).code() == absl::StatusCode::kFailedPrecondition);
 }
 
 }  // namespace

@@ -222,6 +222,14 @@ uint64_t Shard::applied_sequence() const {
   return applied_sequence_;
 }
 
+bool Shard::has_pending() const {
+  absl::MutexLock lock(&mu_);
+  for (const StepSums& sums : pending_) {
+    if (!sums.ids.empty()) return true;
+  }
+  return false;
+}
+
 bool Shard::complete() const {
   absl::MutexLock lock(&mu_);
   return complete_;

@@ -102,6 +102,9 @@ class Shard {
   // The newest step ApplyStep applied; -1 before any.
   int64_t applied_step() const;
 
+  // Sync mode: whether the pending step has sums (a push of it was applied).
+  bool has_pending() const;
+
   // Replaces *values with chunk `chunk` of dense tensor `name` and *total_floats with the
   // tensor's size. NOT_FOUND (outputs unchanged) if it was never written.
   absl::Status ReadDense(absl::string_view name, uint32_t chunk, std::vector<float>* values,
