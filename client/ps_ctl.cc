@@ -2,6 +2,8 @@
 //
 //   ps_ctl validate JOB_FILE        check a job file; prints a summary or `file:line:col: error`
 //   ps_ctl status --coordinator=HOST:PORT
+//   ps_ctl checkpoint --coordinator=HOST:PORT [--step=T]   take a checkpoint now
+//   ps_ctl checkpoint list DIR      the complete checkpoints in a checkpoint_dir
 //                                   members, shard map (version, shards per server) and clocks
 //
 // Exit status: 0 on success, 1 when the command failed, 2 on a usage error.
@@ -15,6 +17,8 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "server/coordinator/checkpointer.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
@@ -24,12 +28,16 @@
 
 ABSL_FLAG(std::string, coordinator, "", "status: the coordinator's host:port.");
 ABSL_FLAG(int, timeout_ms, 5000, "status: how long to try to reach the coordinator, in ms.");
+ABSL_FLAG(int64_t, step, -1,
+          "checkpoint: sync jobs' step boundary to cut at (-1: the coordinator picks the next).");
 
 namespace {
 
 constexpr char kUsage[] =
     "usage: ps_ctl validate JOB_FILE\n"
-    "       ps_ctl status --coordinator=HOST:PORT [--timeout_ms=N]";
+    "       ps_ctl status --coordinator=HOST:PORT [--timeout_ms=N]\n"
+    "       ps_ctl checkpoint --coordinator=HOST:PORT [--step=T]\n"
+    "       ps_ctl checkpoint list CHECKPOINT_DIR";
 
 int Validate(const std::string& path) {
   const absl::StatusOr<ps::config::Job> job = ps::LoadJobFile(path);
@@ -184,6 +192,57 @@ int Status(const std::string& address) {
   return 0;
 }
 
+int Checkpoint(const std::string& address) {
+  if (address.empty()) {
+    std::fprintf(stderr, "ps_ctl checkpoint: --coordinator=HOST:PORT is required\n");
+    return 2;
+  }
+  auto stub = ps::rpc::Coordinator::NewStub(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  ps::rpc::CheckpointRequest request;
+  request.set_step(absl::GetFlag(FLAGS_step));
+  ps::rpc::CheckpointResponse response;
+  const grpc::Status rpc = stub->StartCheckpoint(&context, request, &response);
+  if (!rpc.ok()) {
+    std::fprintf(stderr, "ps_ctl checkpoint: %s\n", rpc.error_message().c_str());
+    return 1;
+  }
+  std::printf("checkpoint %llu at %s: step %lld, %.1f MB in %.2f s, longest stall of a shard's "
+              "pushes %.1f ms\n",
+              static_cast<unsigned long long>(response.id()), response.path().c_str(),
+              static_cast<long long>(response.step()), response.bytes() / 1e6, response.seconds(),
+              response.max_stall_ms());
+  return 0;
+}
+
+int ListCheckpoints(const std::string& dir) {
+  std::vector<std::string> partial;
+  absl::StatusOr<std::vector<ps::rpc::CheckpointManifest>> all =
+      ps::coordinator::ListCheckpoints(dir, &partial);
+  if (!all.ok()) {
+    std::fprintf(stderr, "ps_ctl checkpoint list: %s\n", all.status().ToString().c_str());
+    return 1;
+  }
+  std::printf("%-20s %-8s %-8s %-12s %-12s %s\n", "id", "mode", "step", "rows", "MB", "tables");
+  for (const ps::rpc::CheckpointManifest& m : *all) {
+    uint64_t rows = 0, bytes = 0;
+    for (const auto& f : m.shards()) {
+      rows += f.rows();
+      bytes += f.bytes();
+    }
+    std::string tables;
+    for (const auto& t : m.tables()) {
+      absl::StrAppend(&tables, tables.empty() ? "" : ", ", t.name(), " (dim ", t.dim(), ")");
+    }
+    std::printf("%-20llu %-8s %-8lld %-12llu %-12.1f %s\n", static_cast<unsigned long long>(m.id()),
+                m.mode().c_str(), static_cast<long long>(m.step()),
+                static_cast<unsigned long long>(rows), bytes / 1e6, tables.c_str());
+  }
+  for (const std::string& p : partial) std::printf("partial (no manifest, ignored): %s\n", p.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -192,6 +251,12 @@ int main(int argc, char** argv) {
   if (args.size() == 3 && std::string(args[1]) == "validate") return Validate(args[2]);
   if (args.size() == 2 && std::string(args[1]) == "status") {
     return Status(absl::GetFlag(FLAGS_coordinator));
+  }
+  if (args.size() == 2 && std::string(args[1]) == "checkpoint") {
+    return Checkpoint(absl::GetFlag(FLAGS_coordinator));
+  }
+  if (args.size() == 4 && std::string(args[1]) == "checkpoint" && std::string(args[2]) == "list") {
+    return ListCheckpoints(args[3]);
   }
   std::fprintf(stderr, "%s\n", kUsage);
   return 2;

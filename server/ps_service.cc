@@ -1,5 +1,7 @@
 #include "server/ps_service.h"
 
+#include "server/checkpoint/server_checkpoint.h"
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -238,6 +240,43 @@ grpc::ServerUnaryReactor* ParameterServerService::Replicate(
     }
   }
   return Done(context, absl::OkStatus());
+}
+
+ParameterServerService::~ParameterServerService() {
+  absl::MutexLock lock(&checkpoint_mu_);
+  if (checkpoint_writer_.joinable()) checkpoint_writer_.join();
+}
+
+grpc::ServerUnaryReactor* ParameterServerService::WriteCheckpoint(
+    grpc::CallbackServerContext* context, const rpc::WriteCheckpointRequest* request,
+    rpc::WriteCheckpointResponse* response) {
+  absl::Status status;
+  ShardedStore* store = Ready(request->header(), &status);
+  if (store == nullptr) return Done(context, status);
+  absl::MutexLock lock(&checkpoint_mu_);
+  if (writing_checkpoint_) {
+    return Done(context, absl::FailedPreconditionError("a checkpoint is being written"));
+  }
+  if (checkpoint_writer_.joinable()) checkpoint_writer_.join();
+  writing_checkpoint_ = true;
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  // No deadline reads as the end of time, which absl::FromChrono would overflow.
+  absl::Time deadline = absl::InfiniteFuture();
+  if (context->deadline() < std::chrono::system_clock::now() + std::chrono::hours(24 * 365)) {
+    deadline = absl::FromChrono(context->deadline());
+  }
+  // Minutes of disk writes hold no gRPC thread.
+  checkpoint_writer_ = std::thread([this, store, request, response, reactor, deadline] {
+    absl::StatusOr<rpc::WriteCheckpointResponse> written =
+        WriteServerCheckpoint(store, *request, deadline);
+    if (written.ok()) *response = *std::move(written);
+    {
+      absl::MutexLock lock(&checkpoint_mu_);
+      writing_checkpoint_ = false;
+    }
+    reactor->Finish(ToGrpcStatus(written.status()));
+  });
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* ParameterServerService::GetStatus(grpc::CallbackServerContext* context,

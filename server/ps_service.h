@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <thread>
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -26,6 +27,8 @@ class ParameterServerService final : public rpc::ParameterServer::WithRawCallbac
   // `on_newer_map` is called (from a gRPC thread; it must not block) when a request was routed
   // with a newer shard map than the store has, so the owner can fetch it.
   explicit ParameterServerService(std::function<void(uint64_t)> on_newer_map);
+  // Waits for a checkpoint being written.
+  ~ParameterServerService() override;
 
   // Starts serving with `store` (not owned, outlives the service). Before this, every call answers
   // UNAVAILABLE: the server binds its port before it knows its job.
@@ -52,6 +55,11 @@ class ParameterServerService final : public rpc::ParameterServer::WithRawCallbac
   grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* context,
                                       const rpc::ServerStatusRequest* request,
                                       rpc::ServerStatus* response) override;
+  // Writes this server's shards of a checkpoint (WriteServerCheckpoint) on a thread of the
+  // service's, one checkpoint at a time (FAILED_PRECONDITION while one is being written).
+  grpc::ServerUnaryReactor* WriteCheckpoint(grpc::CallbackServerContext* context,
+                                            const rpc::WriteCheckpointRequest* request,
+                                            rpc::WriteCheckpointResponse* response) override;
   // A primary's records for the copies this server holds; answered per shard in the response.
   grpc::ServerUnaryReactor* Replicate(grpc::CallbackServerContext* context,
                                       const rpc::ReplicateRequest* request,
@@ -71,6 +79,9 @@ class ParameterServerService final : public rpc::ParameterServer::WithRawCallbac
   uint64_t late_keys_ ABSL_GUARDED_BY(late_mu_) = 0;
   absl::Time last_late_report_ ABSL_GUARDED_BY(late_mu_) = absl::InfinitePast();
   std::atomic<ShardedStore*> store_{nullptr};
+  absl::Mutex checkpoint_mu_;
+  std::thread checkpoint_writer_ ABSL_GUARDED_BY(checkpoint_mu_);
+  bool writing_checkpoint_ ABSL_GUARDED_BY(checkpoint_mu_) = false;
   std::atomic<uint32_t> server_id_{0};
 };
 

@@ -73,6 +73,9 @@ class ShardedStore {
   void SetShardMap(const rpc::ShardMap& map, uint32_t server_id)
       ABSL_LOCKS_EXCLUDED(set_map_mu_, map_mu_);
 
+  // The job's tables, by table index.
+  const std::vector<std::unique_ptr<TableSpec>>& tables() const { return tables_; }
+
   // Version of the installed shard map; 0 before the first.
   uint64_t map_version() const { return map_version_.load(std::memory_order_acquire); }
 

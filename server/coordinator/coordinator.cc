@@ -844,10 +844,6 @@ absl::StatusOr<std::vector<std::string>> Coordinator::KvWait(std::vector<std::st
 
 // --- Operations ---
 
-absl::StatusOr<rpc::CheckpointResponse> Coordinator::StartCheckpoint(int64_t step) {
-  return absl::UnimplementedError("checkpoints are not implemented yet");
-}
-
 rpc::ClusterStatus Coordinator::Status() {
   Completions out;
   rpc::ClusterStatus status;

@@ -191,9 +191,6 @@ class Coordinator {
 
   // --- Operations ---
 
-  // UNIMPLEMENTED: checkpoints are not implemented yet.
-  absl::StatusOr<rpc::CheckpointResponse> StartCheckpoint(int64_t step);
-
   // Members (by member_id, liveness as of now), the shard map (empty before it exists), clocks and
   // the job's name.
   rpc::ClusterStatus Status();

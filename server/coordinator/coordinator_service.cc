@@ -131,7 +131,8 @@ bool TcpReachable(const std::string& address) {
 
 CoordinatorService::CoordinatorService(Coordinator* coordinator, ReachableFn reachable)
     : coordinator_(coordinator),
-      reachable_(reachable != nullptr ? std::move(reachable) : ReachableFn(TcpReachable)) {
+      reachable_(reachable != nullptr ? std::move(reachable) : ReachableFn(TcpReachable)),
+      checkpointer_(coordinator) {
   checker_ = std::thread([this] { CheckLoop(); });
 }
 
@@ -141,6 +142,8 @@ CoordinatorService::~CoordinatorService() {
     stop_checks_ = true;
   }
   checker_.join();
+  absl::MutexLock lock(&checkpoint_mu_);
+  for (std::thread& t : checkpoint_threads_) t.join();
 }
 
 void CoordinatorService::CheckLoop() {
@@ -253,9 +256,16 @@ grpc::ServerUnaryReactor* CoordinatorService::KvWait(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* CoordinatorService::StartCheckpoint(grpc::CallbackServerContext* context,
                                                               const rpc::CheckpointRequest* request,
                                                               rpc::CheckpointResponse* response) {
-  absl::StatusOr<rpc::CheckpointResponse> started = coordinator_->StartCheckpoint(request->step());
-  if (started.ok()) *response = std::move(*started);
-  return Done(context, started.status());
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  const int64_t step = request->step();
+  absl::MutexLock lock(&checkpoint_mu_);
+  // Threads of finished checkpoints are joined with the service; a refused one ends at once.
+  checkpoint_threads_.emplace_back([this, step, response, reactor] {
+    absl::StatusOr<rpc::CheckpointResponse> taken = checkpointer_.Take(step);
+    if (taken.ok()) *response = *std::move(taken);
+    reactor->Finish(ToGrpcStatus(taken.status()));
+  });
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::GetStatus(grpc::CallbackServerContext* context,

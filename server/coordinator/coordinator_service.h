@@ -9,11 +9,13 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "proto/coordinator.grpc.pb.h"
+#include "server/coordinator/checkpointer.h"
 #include "server/coordinator/coordinator.h"
 
 namespace ps {
@@ -79,6 +81,8 @@ class CoordinatorService final : public rpc::Coordinator::CallbackService {
   grpc::ServerUnaryReactor* ReportFailure(grpc::CallbackServerContext* context,
                                           const rpc::ReportFailureRequest* request,
                                           rpc::ReportFailureResponse* response) override;
+  // Takes the checkpoint (Checkpointer::Take) on a thread of the service's, answering when its
+  // manifest is written.
   grpc::ServerUnaryReactor* StartCheckpoint(grpc::CallbackServerContext* context,
                                             const rpc::CheckpointRequest* request,
                                             rpc::CheckpointResponse* response) override;
@@ -97,6 +101,10 @@ class CoordinatorService final : public rpc::Coordinator::CallbackService {
   bool stop_checks_ ABSL_GUARDED_BY(check_mu_) = false;
   std::set<uint32_t> to_check_ ABSL_GUARDED_BY(check_mu_);  // server_ids
   std::thread checker_;
+
+  Checkpointer checkpointer_;
+  absl::Mutex checkpoint_mu_;
+  std::vector<std::thread> checkpoint_threads_ ABSL_GUARDED_BY(checkpoint_mu_);
 };
 
 }  // namespace coordinator

@@ -144,14 +144,16 @@ TEST_CASE("a wait is answered by another call's change", "[coordinator][service]
   CHECK(wait.response.values(0) == std::string("\0v", 2));
 }
 
-TEST_CASE("checkpoints are UNIMPLEMENTED over the wire", "[coordinator][service]") {
+TEST_CASE("a checkpoint without a checkpoint_dir is refused over the wire",
+          "[coordinator][service]") {
   Fixture f;
   grpc::ClientContext context;
   rpc::CheckpointRequest request;
+  request.set_step(-1);
   rpc::CheckpointResponse response;
   const grpc::Status status = f.stub->StartCheckpoint(&context, request, &response);
-  CHECK(status.error_code() == grpc::StatusCode::UNIMPLEMENTED);
-  CHECK(status.error_message() == "checkpoints are not implemented yet");
+  CHECK(status.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+  CHECK(status.error_message() == "the job has no cluster.checkpoint_dir");
 }
 
 TEST_CASE("the server shuts down at once with waits pending", "[coordinator][service]") {

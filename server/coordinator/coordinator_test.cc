@@ -470,12 +470,6 @@ TEST_CASE("a kv wait is completed by other threads' sets", "[coordinator][kv][wa
   for (int i = 0; i < keys; ++i) CHECK((**got)[i] == names[i] + "!");
 }
 
-TEST_CASE("checkpoints are not implemented yet", "[coordinator]") {
-  Fixture f;
-  CHECK(f.coordinator->StartCheckpoint(-1).status() ==
-        absl::UnimplementedError("checkpoints are not implemented yet"));
-}
-
 TEST_CASE("status lists members, map, clocks and the job", "[coordinator]") {
   Fixture f(1, 1);
   f.MustRegister(rpc::SERVER, "h0:1", -1);

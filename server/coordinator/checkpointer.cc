@@ -1,0 +1,272 @@
+#include "server/coordinator/checkpointer.h"
+
+#include <fcntl.h>
+#include <grpcpp/grpcpp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/grpc_status.h"
+#include "proto/ps.grpc.pb.h"
+#include "xxhash.h"
+
+namespace ps {
+namespace coordinator {
+namespace {
+
+constexpr uint32_t kFormat = 1;
+constexpr char kManifest[] = "MANIFEST";
+
+absl::Status SyncPath(const std::string& path, bool folder) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | (folder ? O_DIRECTORY : 0));
+  if (fd < 0 || ::fsync(fd) != 0) {
+    const int err = errno;
+    if (fd >= 0) ::close(fd);
+    return absl::InternalError(absl::StrCat("fsync ", path, ": ", std::strerror(err)));
+  }
+  ::close(fd);
+  return absl::OkStatus();
+}
+
+// What must agree for a restore to be exact: the tables and the training mode.
+uint64_t JobDigest(const config::Job& job) {
+  std::string bytes;
+  for (const config::Table& t : job.tables()) bytes += t.SerializeAsString();
+  bytes += config::Training::Mode_Name(job.training().mode());
+  return XXH3_64bits(bytes.data(), bytes.size());
+}
+
+Checkpointer::WriteFn GrpcWrite(absl::Duration timeout) {
+  return [timeout](const std::string& address, const rpc::WriteCheckpointRequest& request)
+             -> absl::StatusOr<rpc::WriteCheckpointResponse> {
+    auto stub = rpc::ParameterServer::NewStub(
+        grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    rpc::WriteCheckpointResponse response;
+    absl::Status status = FromGrpcStatus(stub->WriteCheckpoint(&context, request, &response));
+    if (!status.ok()) {
+      return absl::Status(status.code(), absl::StrCat("server ", address, ": ", status.message()));
+    }
+    return response;
+  };
+}
+
+absl::Status WriteManifest(const std::string& folder, const rpc::CheckpointManifest& manifest) {
+  const std::string tmp = folder + "/" + kManifest + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!manifest.SerializeToOstream(&out) || !out.flush()) {
+      return absl::InternalError(absl::StrCat("writing ", tmp, " failed"));
+    }
+  }
+  absl::Status synced = SyncPath(tmp, /*folder=*/false);
+  if (!synced.ok()) return synced;
+  std::error_code ec;
+  std::filesystem::rename(tmp, folder + "/" + kManifest, ec);
+  if (ec) return absl::InternalError(absl::StrCat("rename ", tmp, ": ", ec.message()));
+  return SyncPath(folder, /*folder=*/true);
+}
+
+}  // namespace
+
+std::string CheckpointFolderName(uint64_t id) { return absl::StrFormat("%020d", id); }
+
+absl::StatusOr<std::vector<rpc::CheckpointManifest>> ListCheckpoints(
+    const std::string& dir, std::vector<std::string>* partial) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) {
+    return absl::NotFoundError(absl::StrCat("checkpoint folder ", dir, " does not exist"));
+  }
+  std::map<uint64_t, rpc::CheckpointManifest> complete;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (!entry.is_directory() || name.size() != 20 ||
+        !std::all_of(name.begin(), name.end(), absl::ascii_isdigit)) {
+      continue;
+    }
+    rpc::CheckpointManifest manifest;
+    std::ifstream in(entry.path() / kManifest, std::ios::binary);
+    if (in && manifest.ParseFromIstream(&in) && manifest.format() == kFormat &&
+        CheckpointFolderName(manifest.id()) == name) {
+      complete[manifest.id()] = std::move(manifest);
+    } else if (partial != nullptr) {
+      partial->push_back(entry.path().string());
+    }
+  }
+  if (ec) return absl::InternalError(absl::StrCat("listing ", dir, ": ", ec.message()));
+  std::vector<rpc::CheckpointManifest> out;
+  for (auto& [id, m] : complete) out.push_back(std::move(m));
+  if (partial != nullptr) std::sort(partial->begin(), partial->end());
+  return out;
+}
+
+Checkpointer::Checkpointer(Coordinator* coordinator, WriteFn write, absl::Duration timeout)
+    : coordinator_(coordinator), write_(write ? std::move(write) : GrpcWrite(timeout)) {}
+
+absl::StatusOr<rpc::CheckpointResponse> Checkpointer::Take(int64_t step) {
+  const config::Job& job = coordinator_->job();
+  const std::string dir = job.cluster().checkpoint_dir();
+  if (dir.empty()) {
+    return absl::FailedPreconditionError("the job has no cluster.checkpoint_dir");
+  }
+  const bool sync = job.training().mode() == config::Training::SYNC;
+  if (!sync && step != -1) {
+    return absl::InvalidArgumentError(
+        "only sync jobs are cut at a step; other modes take step -1 (each shard at one instant)");
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    if (taking_) return absl::FailedPreconditionError("a checkpoint is being taken");
+    taking_ = true;
+  }
+  struct Done {
+    Checkpointer* self;
+    ~Done() {
+      absl::MutexLock lock(&self->mu_);
+      self->taking_ = false;
+    }
+  } done{this};
+
+  const absl::Time start = absl::Now();
+  const rpc::ClusterStatus cluster = coordinator_->Status();
+  const rpc::ShardMap& map = cluster.shard_map();
+  if (map.version() == 0 || map.shards_size() == 0) {
+    return absl::FailedPreconditionError("the shard map does not exist yet");
+  }
+  if (sync && step < 0) {
+    bool workers_alive = false;
+    for (const rpc::MemberStatus& m : cluster.members()) {
+      workers_alive |= m.role() == rpc::WORKER && m.alive();
+    }
+    step = std::max<int64_t>(0, cluster.clocks().max_clock() + (workers_alive ? 2 : 1));
+  }
+  std::map<uint32_t, std::vector<uint32_t>> by_server;
+  for (const rpc::ShardAssignment& a : map.shards()) {
+    if (a.lost()) {
+      return absl::FailedPreconditionError(
+          absl::StrFormat("shard %d is lost; restore it before checkpointing", a.shard()));
+    }
+    by_server[a.primary()].push_back(a.shard());
+  }
+  std::map<uint32_t, std::string> address;
+  for (const rpc::ServerInfo& s : map.servers()) address[s.server_id()] = s.address();
+
+  absl::StatusOr<std::vector<rpc::CheckpointManifest>> existing = ListCheckpoints(dir);
+  std::error_code ec;
+  if (existing.status().code() == absl::StatusCode::kNotFound) {
+    std::filesystem::create_directories(dir, ec);
+    if (ec) return absl::InternalError(absl::StrCat("creating ", dir, ": ", ec.message()));
+    existing = std::vector<rpc::CheckpointManifest>();
+  }
+  if (!existing.ok()) return existing.status();
+  uint64_t id = existing->empty() ? 1 : existing->back().id() + 1;
+  // A partial folder (a checkpoint that crashed) may hold a higher id: never reuse it.
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    uint64_t n = 0;
+    const std::string name = entry.path().filename().string();
+    if (name.size() == 20 && absl::SimpleAtoi(name, &n)) id = std::max(id, n + 1);
+  }
+  const std::string folder = dir + "/" + CheckpointFolderName(id);
+  std::filesystem::create_directory(folder, ec);
+  if (ec) return absl::InternalError(absl::StrCat("creating ", folder, ": ", ec.message()));
+  auto fail = [&](absl::Status status) {
+    std::filesystem::remove_all(folder, ec);
+    return status;
+  };
+
+  // Every server writes its primaries at once.
+  std::vector<std::pair<uint32_t, absl::StatusOr<rpc::WriteCheckpointResponse>>> results;
+  for (const auto& [server, shards] : by_server) {
+    results.emplace_back(server, absl::UnknownError("not run"));
+  }
+  {
+    std::vector<std::thread> threads;
+    size_t i = 0;
+    for (const auto& [server, shards] : by_server) {
+      rpc::WriteCheckpointRequest request;
+      request.mutable_header()->set_map_version(map.version());
+      request.set_path(folder);
+      request.set_step(sync ? step : -1);
+      for (uint32_t s : shards) request.add_shards(s);
+      threads.emplace_back([this, &results, i, request, addr = address[server]] {
+        results[i].second = write_(addr, request);
+      });
+      ++i;
+    }
+    for (std::thread& t : threads) t.join();
+  }
+
+  rpc::CheckpointManifest manifest;
+  manifest.set_format(kFormat);
+  manifest.set_id(id);
+  manifest.set_job_name(job.name());
+  manifest.set_job_digest(JobDigest(job));
+  manifest.set_mode(config::Training::Mode_Name(job.training().mode()));
+  manifest.set_step(sync ? step : -1);
+  *manifest.mutable_shard_map() = map;
+  for (const config::Table& t : job.tables()) *manifest.add_tables() = t;
+  std::vector<rpc::CheckpointShardFile> files(map.num_shards());
+  std::vector<bool> have(map.num_shards(), false);
+  double max_stall_ms = 0;
+  uint64_t bytes = 0;
+  for (auto& [server, result] : results) {
+    if (!result.ok()) return fail(result.status());
+    max_stall_ms = std::max(max_stall_ms, result->max_stall_ms());
+    for (const rpc::CheckpointShardFile& f : result->files()) {
+      if (f.shard() >= files.size() || have[f.shard()]) {
+        return fail(absl::InternalError(
+            absl::StrFormat("server %d wrote shard %d, which it was not asked for", server,
+                            f.shard())));
+      }
+      files[f.shard()] = f;
+      have[f.shard()] = true;
+      bytes += f.bytes();
+    }
+  }
+  for (uint32_t s = 0; s < files.size(); ++s) {
+    if (!have[s]) return fail(absl::InternalError(absl::StrFormat("shard %d was not written", s)));
+    *manifest.add_shards() = files[s];
+  }
+  manifest.set_created_unix_ms(absl::ToUnixMillis(absl::Now()));
+  manifest.set_seconds(absl::ToDoubleSeconds(absl::Now() - start));
+  absl::Status written = WriteManifest(folder, manifest);
+  if (!written.ok()) return fail(written);
+
+  // Keep the newest checkpoint_keep; partial folders older than this one are leftovers.
+  std::vector<std::string> partial;
+  absl::StatusOr<std::vector<rpc::CheckpointManifest>> all = ListCheckpoints(dir, &partial);
+  if (all.ok()) {
+    const size_t keep = job.cluster().checkpoint_keep();
+    for (size_t i = 0; i + keep < all->size(); ++i) {
+      std::filesystem::remove_all(dir + "/" + CheckpointFolderName((*all)[i].id()), ec);
+    }
+    for (const std::string& p : partial) {
+      if (std::filesystem::path(p).filename().string() < CheckpointFolderName(id)) {
+        std::filesystem::remove_all(p, ec);
+      }
+    }
+  }
+
+  rpc::CheckpointResponse response;
+  response.set_step(manifest.step());
+  response.set_path(folder);
+  response.set_id(id);
+  response.set_bytes(bytes);
+  response.set_seconds(manifest.seconds());
+  response.set_max_stall_ms(max_stall_ms);
+  return response;
+}
+
+}  // namespace coordinator
+}  // namespace ps

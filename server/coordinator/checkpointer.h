@@ -1,0 +1,61 @@
+// Takes checkpoints of the cluster: picks the cut, has the server of every primary write its
+// shards (WriteCheckpoint), then writes the manifest, last, and keeps the newest checkpoints.
+#ifndef PS_SERVER_COORDINATOR_CHECKPOINTER_H_
+#define PS_SERVER_COORDINATOR_CHECKPOINTER_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "proto/checkpoint.pb.h"
+#include "proto/coordinator.pb.h"
+#include "proto/ps.pb.h"
+#include "server/coordinator/coordinator.h"
+
+namespace ps {
+namespace coordinator {
+
+// The name of a checkpoint's folder within checkpoint_dir: its id in 20 digits.
+std::string CheckpointFolderName(uint64_t id);
+
+// The complete checkpoints in `dir` (a folder whose MANIFEST parses), oldest first. A folder
+// without one is partial: listed in `*partial` when given. NOT_FOUND if `dir` does not exist.
+absl::StatusOr<std::vector<rpc::CheckpointManifest>> ListCheckpoints(
+    const std::string& dir, std::vector<std::string>* partial = nullptr);
+
+// A Checkpointer takes one checkpoint at a time. Thread-safe.
+class Checkpointer {
+ public:
+  // Asks the server at `address` to write its part (ParameterServer.WriteCheckpoint).
+  using WriteFn = std::function<absl::StatusOr<rpc::WriteCheckpointResponse>(
+      const std::string& address, const rpc::WriteCheckpointRequest& request)>;
+
+  // `coordinator` is not owned and must outlive the Checkpointer; `write` defaults to gRPC calls
+  // with a deadline of `timeout`.
+  Checkpointer(Coordinator* coordinator, WriteFn write = nullptr,
+               absl::Duration timeout = absl::Minutes(30));
+
+  // Takes a checkpoint (see CheckpointRequest for `step`) into the job's checkpoint_dir, as
+  // folder <id> (one above the newest there), and removes complete checkpoints beyond
+  // checkpoint_keep and partial folders older than the new one. Errors: FAILED_PRECONDITION
+  // without checkpoint_dir, before the shard map exists, with a lost shard, while another
+  // checkpoint is being taken, or when a server refuses (its message says why); what a server's
+  // write returned otherwise. A failed checkpoint's folder is removed; it never has a manifest.
+  absl::StatusOr<rpc::CheckpointResponse> Take(int64_t step);
+
+ private:
+  Coordinator* const coordinator_;
+  const WriteFn write_;
+
+  absl::Mutex mu_;
+  bool taking_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace coordinator
+}  // namespace ps
+
+#endif  // PS_SERVER_COORDINATOR_CHECKPOINTER_H_
