@@ -7,24 +7,24 @@
 //                                   members, shard map (version, shards per server) and clocks
 //
 // Exit status: 0 on success, 1 when the command failed, 2 on a usage error.
+#include <grpcpp/grpcpp.h>
+
 #include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include <grpcpp/grpcpp.h>
-
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
-#include "server/coordinator/checkpointer.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "common/coordinator_client.h"
-#include "proto/ps.grpc.pb.h"
 #include "common/job_config.h"
+#include "proto/ps.grpc.pb.h"
+#include "server/coordinator/checkpointer.h"
 
 ABSL_FLAG(std::string, coordinator, "", "status: the coordinator's host:port.");
 ABSL_FLAG(int, timeout_ms, 5000, "status: how long to try to reach the coordinator, in ms.");
@@ -177,12 +177,13 @@ int Status(const std::string& address) {
       std::printf("server %u: %s\n", server.server_id(), rpc.error_message().c_str());
       continue;
     }
-    std::printf("server %u: %d primary shards, applied step %lld, late pushes dropped %llu (%llu "
-                "keys), pull staleness mean %.2f max %lld steps\n",
-                s.server_id(), s.primary_shards_size(), static_cast<long long>(s.applied_step()),
-                static_cast<unsigned long long>(s.late_pushes_dropped()),
-                static_cast<unsigned long long>(s.late_keys_dropped()), s.mean_pull_staleness(),
-                static_cast<long long>(s.max_pull_staleness()));
+    std::printf(
+        "server %u: %d primary shards, applied step %lld, late pushes dropped %llu (%llu "
+        "keys), pull staleness mean %.2f max %lld steps\n",
+        s.server_id(), s.primary_shards_size(), static_cast<long long>(s.applied_step()),
+        static_cast<unsigned long long>(s.late_pushes_dropped()),
+        static_cast<unsigned long long>(s.late_keys_dropped()), s.mean_pull_staleness(),
+        static_cast<long long>(s.max_pull_staleness()));
     for (const auto& t : s.tables()) {
       std::printf("  table %-16s dim %-5u rows %-12llu bytes %llu\n", t.name().c_str(), t.dim(),
                   static_cast<unsigned long long>(t.rows()),
@@ -208,11 +209,12 @@ int Checkpoint(const std::string& address) {
     std::fprintf(stderr, "ps_ctl checkpoint: %s\n", rpc.error_message().c_str());
     return 1;
   }
-  std::printf("checkpoint %llu at %s: step %lld, %.1f MB in %.2f s, longest stall of a shard's "
-              "pushes %.1f ms\n",
-              static_cast<unsigned long long>(response.id()), response.path().c_str(),
-              static_cast<long long>(response.step()), response.bytes() / 1e6, response.seconds(),
-              response.max_stall_ms());
+  std::printf(
+      "checkpoint %llu at %s: step %lld, %.1f MB in %.2f s, longest stall of a shard's "
+      "pushes %.1f ms\n",
+      static_cast<unsigned long long>(response.id()), response.path().c_str(),
+      static_cast<long long>(response.step()), response.bytes() / 1e6, response.seconds(),
+      response.max_stall_ms());
   return 0;
 }
 
@@ -239,7 +241,8 @@ int ListCheckpoints(const std::string& dir) {
                 m.mode().c_str(), static_cast<long long>(m.step()),
                 static_cast<unsigned long long>(rows), bytes / 1e6, tables.c_str());
   }
-  for (const std::string& p : partial) std::printf("partial (no manifest, ignored): %s\n", p.c_str());
+  for (const std::string& p : partial)
+    std::printf("partial (no manifest, ignored): %s\n", p.c_str());
   return 0;
 }
 

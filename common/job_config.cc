@@ -1,6 +1,7 @@
 #include "common/job_config.h"
 
-#include "absl/strings/match.h"
+#include <google/protobuf/io/tokenizer.h>
+#include <google/protobuf/text_format.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -10,10 +11,8 @@
 #include <sstream>
 #include <string>
 
-#include <google/protobuf/io/tokenizer.h>
-#include <google/protobuf/text_format.h>
-
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -57,11 +56,12 @@ class FirstErrorCollector : public google::protobuf::io::ErrorCollector {
 };
 
 // Where a message of the job was written in the file: the position of its field in the parent and
-// the parse-info subtree of its own fields. Without a tree (a job built in code) positions are absent.
+// the parse-info subtree of its own fields. Without a tree (a job built in code) positions are
+// absent.
 struct Where {
   const TextFormat::ParseInfoTree* tree = nullptr;
-  int line = -1;    // 0-based, -1: unknown
-  int column = -1;  // 0-based
+  int line = -1;     // 0-based, -1: unknown
+  int column = -1;   // 0-based
   std::string path;  // e.g. `tables[1] "item"`
 };
 
@@ -134,8 +134,8 @@ class Checker {
 };
 
 // Protobuf reports an unknown field or enum value at the token after it, which may be on the next
-// line. When the message quotes the offending name (its last quoted word), move the position back to where that name
-// was written, the last time before the reported position.
+// line. When the message quotes the offending name (its last quoted word), move the position back
+// to where that name was written, the last time before the reported position.
 void PointAtQuotedName(const std::string& text, const std::string& message, int* line,
                        int* column) {
   const size_t close = message.rfind('"');
@@ -241,12 +241,13 @@ bool ValidName(const std::string& name) {
 
 absl::Status CheckJob(const Checker& c, const Where& root, const config::Job& job) {
   // Tables.
-  if (job.tables_size() == 0) return c.Error(root, job, "tables", "the job needs at least one table");
+  if (job.tables_size() == 0)
+    return c.Error(root, job, "tables", "the job needs at least one table");
   absl::flat_hash_set<std::string> names;
   for (int i = 0; i < job.tables_size(); ++i) {
     const config::Table& t = job.tables(i);
-    const std::string label =
-        t.has_name() ? absl::StrFormat("tables[%d] \"%s\"", i, t.name()) : absl::StrFormat("tables[%d]", i);
+    const std::string label = t.has_name() ? absl::StrFormat("tables[%d] \"%s\"", i, t.name())
+                                           : absl::StrFormat("tables[%d]", i);
     const Where w = Nested(root, job, "tables", i, label);
     if (!t.has_name()) return c.Error(w, t, nullptr, "missing name");
     if (!ValidName(t.name())) {
@@ -263,7 +264,8 @@ absl::Status CheckJob(const Checker& c, const Where& root, const config::Job& jo
     }
     PS_RETURN_IF_ERROR(
         CheckInitializer(c, Nested(w, t, "initializer", -1, "initializer"), t.initializer()));
-    PS_RETURN_IF_ERROR(CheckOptimizer(c, Nested(w, t, "optimizer", -1, "optimizer"), t.optimizer()));
+    PS_RETURN_IF_ERROR(
+        CheckOptimizer(c, Nested(w, t, "optimizer", -1, "optimizer"), t.optimizer()));
   }
 
   // Model.
@@ -284,11 +286,11 @@ absl::Status CheckJob(const Checker& c, const Where& root, const config::Job& jo
                        absl::StrFormat("no table named \"%s\"", m.shared_table()));
       }
     } else if (static_cast<uint32_t>(job.tables_size()) < m.num_sparse_features()) {
-      return c.Error(w, m, "num_sparse_features",
-                     absl::StrFormat("%d sparse features need %d tables (or a shared_table), the "
-                                     "job has %d",
-                                     m.num_sparse_features(), m.num_sparse_features(),
-                                     job.tables_size()));
+      return c.Error(
+          w, m, "num_sparse_features",
+          absl::StrFormat("%d sparse features need %d tables (or a shared_table), the "
+                          "job has %d",
+                          m.num_sparse_features(), m.num_sparse_features(), job.tables_size()));
     }
   }
 
@@ -329,8 +331,9 @@ absl::Status CheckJob(const Checker& c, const Where& root, const config::Job& jo
   const config::Cluster& cl = job.cluster();
   const Where wc = Nested(root, job, "cluster", -1, "cluster");
   if (cl.num_shards() < 1 || cl.num_shards() > kMaxShards) {
-    return c.Error(wc, cl, "num_shards",
-                   absl::StrFormat("must be between 1 and %d, got %d", kMaxShards, cl.num_shards()));
+    return c.Error(
+        wc, cl, "num_shards",
+        absl::StrFormat("must be between 1 and %d, got %d", kMaxShards, cl.num_shards()));
   }
   if (cl.num_servers() < 1) return c.Error(wc, cl, "num_servers", "must be >= 1");
   if (cl.num_workers() < 1) return c.Error(wc, cl, "num_workers", "must be >= 1");
@@ -370,8 +373,9 @@ absl::Status CheckJob(const Checker& c, const Where& root, const config::Job& jo
     return c.Error(wc, cl, "checkpoint_every_steps", "checkpoints need a checkpoint_dir");
   }
   if (cl.checkpoint_every_steps() > 0) {
-    return c.Error(wc, cl, "checkpoint_every_steps",
-                   "periodic checkpoints are not implemented yet; take them with ps_ctl checkpoint");
+    return c.Error(
+        wc, cl, "checkpoint_every_steps",
+        "periodic checkpoints are not implemented yet; take them with ps_ctl checkpoint");
   }
   if (cl.checkpoint_keep() < 1) return c.Error(wc, cl, "checkpoint_keep", "must be >= 1");
   if (cl.has_checkpoint_dir() && !absl::StartsWith(cl.checkpoint_dir(), "/")) {
@@ -426,7 +430,8 @@ absl::StatusOr<config::Job> LoadJobFile(const std::string& path) {
   if (!in) {
     const int err = errno;
     if (err == ENOENT) return absl::NotFoundError(absl::StrCat(path, ": no such job file"));
-    if (err == EACCES) return absl::PermissionDeniedError(absl::StrCat(path, ": permission denied"));
+    if (err == EACCES)
+      return absl::PermissionDeniedError(absl::StrCat(path, ": permission denied"));
     return absl::FailedPreconditionError(absl::StrCat(path, ": cannot open: ", std::strerror(err)));
   }
   std::ostringstream buf;
@@ -435,8 +440,6 @@ absl::StatusOr<config::Job> LoadJobFile(const std::string& path) {
   return ParseJob(buf.str(), path);
 }
 
-absl::Status ValidateJob(const config::Job& job) {
-  return CheckJob(Checker(""), Where{}, job);
-}
+absl::Status ValidateJob(const config::Job& job) { return CheckJob(Checker(""), Where{}, job); }
 
 }  // namespace ps

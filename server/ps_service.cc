@@ -1,6 +1,6 @@
 #include "server/ps_service.h"
 
-#include "server/checkpoint/server_checkpoint.h"
+#include <grpcpp/support/proto_buffer_reader.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -8,10 +8,9 @@
 #include <memory>
 #include <utility>
 
-#include <grpcpp/support/proto_buffer_reader.h>
-
 #include "absl/strings/str_format.h"
 #include "common/grpc_status.h"
+#include "server/checkpoint/server_checkpoint.h"
 
 namespace ps {
 namespace server {
@@ -226,9 +225,9 @@ grpc::ServerUnaryReactor* ParameterServerService::PushDense(grpc::CallbackServer
   return reactor;
 }
 
-grpc::ServerUnaryReactor* ParameterServerService::Replicate(
-    grpc::CallbackServerContext* context, const rpc::ReplicateRequest* request,
-    rpc::ReplicateResponse* response) {
+grpc::ServerUnaryReactor* ParameterServerService::Replicate(grpc::CallbackServerContext* context,
+                                                            const rpc::ReplicateRequest* request,
+                                                            rpc::ReplicateResponse* response) {
   ShardedStore* store = store_.load(std::memory_order_acquire);
   if (store == nullptr) return Done(context, absl::UnavailableError("the server is starting"));
   store->ApplyReplicated(*request, response);

@@ -22,8 +22,8 @@ absl::StatusOr<rpc::WriteCheckpointResponse> WriteServerCheckpoint(
   const std::filesystem::path folder(request.path());
   std::error_code ec;
   if (!folder.is_absolute() || !std::filesystem::is_directory(folder, ec)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("checkpoint folder \"", request.path(), "\" is not an existing absolute path"));
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint folder \"", request.path(),
+                                                   "\" is not an existing absolute path"));
   }
   const std::vector<uint32_t> shards(request.shards().begin(), request.shards().end());
   absl::Status begun =

@@ -225,9 +225,8 @@ absl::StatusOr<rpc::CheckpointResponse> Checkpointer::Take(int64_t step) {
     max_stall_ms = std::max(max_stall_ms, result->max_stall_ms());
     for (const rpc::CheckpointShardFile& f : result->files()) {
       if (f.shard() >= files.size() || have[f.shard()]) {
-        return fail(absl::InternalError(
-            absl::StrFormat("server %d wrote shard %d, which it was not asked for", server,
-                            f.shard())));
+        return fail(absl::InternalError(absl::StrFormat(
+            "server %d wrote shard %d, which it was not asked for", server, f.shard())));
       }
       files[f.shard()] = f;
       have[f.shard()] = true;

@@ -5,11 +5,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <cerrno>
-#include <optional>
-
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -175,10 +174,8 @@ grpc::ServerUnaryReactor* CoordinatorService::ReportFailure(
 grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(grpc::CallbackServerContext* context,
                                                         const rpc::HeartbeatRequest* request,
                                                         rpc::HeartbeatResponse* response) {
-  const std::vector<rpc::ShardProgress> shards(request->shards().begin(),
-                                               request->shards().end());
-  const absl::StatusOr<uint64_t> version =
-      coordinator_->Heartbeat(request->member_id(), shards);
+  const std::vector<rpc::ShardProgress> shards(request->shards().begin(), request->shards().end());
+  const absl::StatusOr<uint64_t> version = coordinator_->Heartbeat(request->member_id(), shards);
   if (version.ok()) response->set_map_version(*version);
   return Done(context, version.status());
 }
