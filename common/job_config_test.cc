@@ -14,14 +14,24 @@ namespace {
 
 // A small valid job; the bad jobs below are this with one mistake.
 constexpr char kGoodJob[] = R"pb(name: "t"
-                                 tables {
-                                   name: "user"
-                                   dim: 8
-                                   optimizer { type: "adagrad" learning_rate: 0.1 }
-                                 }
-                                 tables { name: "item" dim: 4 }
-                                 training { mode: BOUNDED_STALENESS staleness: 2 }
-                                 cluster { num_shards: 16 num_servers: 2 replication_factor: 2 }
+tables {
+  name: "user"
+  dim: 8
+  optimizer { type: "adagrad" learning_rate: 0.1 }
+}
+tables {
+  name: "item"
+  dim: 4
+}
+training {
+  mode: BOUNDED_STALENESS
+  staleness: 2
+}
+cluster {
+  num_shards: 16
+  num_servers: 2
+  replication_factor: 2
+}
 )pb";
 
 std::string Replace(std::string text, const std::string& from, const std::string& to) {
@@ -92,47 +102,47 @@ struct BadJob {
 
 TEST_CASE("semantic errors name the field and what is wrong", "[common][job]") {
   const BadJob bad = GENERATE(
-      BadJob{"dim 0", "dim: 4", "dim: 0",
-             "job.pbtxt:9:3: ", "tables[1] \"item\".dim: dim must be between 1 and 4096, got 0"},
-      BadJob{"dim too large", "dim: 8", "dim: 5000",
-             "job.pbtxt:4:3: ", "tables[0] \"user\".dim: dim must be between 1 and 4096, got 5000"},
+      BadJob{"dim 0", "dim: 4", "dim: 0", "job.pbtxt:9:3: ",
+             "tables[1] \"item\".dim: dim must be between 1 and 4096, got 0"},
+      BadJob{"dim too large", "dim: 8", "dim: 5000", "job.pbtxt:4:3: ",
+             "tables[0] \"user\".dim: dim must be between 1 and 4096, got 5000"},
       BadJob{"missing dim", "  dim: 4\n", "", "job.pbtxt:7:1: ", "tables[1] \"item\": missing dim"},
-      BadJob{"missing name", "  name: \"item\"\n", "",
-             "job.pbtxt:7:1: ", "tables[1]: missing name"},
-      BadJob{"duplicate table", "name: \"item\"", "name: \"user\"",
-             "job.pbtxt:8:3: ", "duplicate table name \"user\""},
-      BadJob{"bad table name", "name: \"item\"", "name: \"it em\"",
-             "job.pbtxt:8:3: ", "name must be 1 to 128 characters"},
-      BadJob{"unknown optimizer", "type: \"adagrad\"", "type: \"adamw\"",
-             "job.pbtxt:5:15: ", "tables[0] \"user\".optimizer.type: unknown optimizer \"adamw\""},
-      BadJob{"zero learning rate", "learning_rate: 0.1", "learning_rate: 0",
-             "job.pbtxt:5:31: ", "optimizer.learning_rate: must be a positive number, got 0"},
-      BadJob{"adam beta1 of 1", "type: \"adagrad\"", "type: \"adam\" beta1: 1",
-             "job.pbtxt:5:28: ", "optimizer.beta1: must be in [0, 1), got 1"},
+      BadJob{"missing name", "  name: \"item\"\n", "", "job.pbtxt:7:1: ",
+             "tables[1]: missing name"},
+      BadJob{"duplicate table", "name: \"item\"", "name: \"user\"", "job.pbtxt:8:3: ",
+             "duplicate table name \"user\""},
+      BadJob{"bad table name", "name: \"item\"", "name: \"it em\"", "job.pbtxt:8:3: ",
+             "name must be 1 to 128 characters"},
+      BadJob{"unknown optimizer", "type: \"adagrad\"", "type: \"adamw\"", "job.pbtxt:5:15: ",
+             "tables[0] \"user\".optimizer.type: unknown optimizer \"adamw\""},
+      BadJob{"zero learning rate", "learning_rate: 0.1", "learning_rate: 0", "job.pbtxt:5:31: ",
+             "optimizer.learning_rate: must be a positive number, got 0"},
+      BadJob{"adam beta1 of 1", "type: \"adagrad\"", "type: \"adam\" beta1: 1", "job.pbtxt:5:28: ",
+             "optimizer.beta1: must be in [0, 1), got 1"},
       BadJob{"ftrl positive power", "type: \"adagrad\"", "type: \"ftrl\" lr_power: 0.5",
              "job.pbtxt:5:28: ", "optimizer.lr_power: must be <= 0, got 0.5"},
       BadJob{"uniform low >= high", "dim: 4", "dim: 4 initializer { low: 1 high: 1 }",
              "job.pbtxt:9:31: ", "uniform needs low < high"},
       BadJob{"normal stddev 0", "dim: 4", "dim: 4 initializer { kind: NORMAL stddev: 0 }",
              "job.pbtxt:9:37: ", "initializer.stddev: must be > 0, got 0"},
-      BadJob{"negative staleness", "staleness: 2", "staleness: -1",
-             "job.pbtxt:13:3: ", "training.staleness: must be >= 0, got -1"},
-      BadJob{"quorum 0", "staleness: 2", "sync_quorum: 0",
-             "job.pbtxt:13:3: ", "training.sync_quorum: must be in (0, 1], got 0"},
-      BadJob{"quorum above 1", "staleness: 2", "sync_quorum: 1.5",
-             "job.pbtxt:13:3: ", "training.sync_quorum: must be in (0, 1], got 1.5"},
-      BadJob{"batch 0", "staleness: 2", "batch_size: 0",
-             "job.pbtxt:13:3: ", "training.batch_size: must be > 0"},
-      BadJob{"steps and epochs", "staleness: 2", "steps: 10 epochs: 1",
-             "job.pbtxt:13:13: ", "set steps or epochs, not both"},
+      BadJob{"negative staleness", "staleness: 2", "staleness: -1", "job.pbtxt:13:3: ",
+             "training.staleness: must be >= 0, got -1"},
+      BadJob{"quorum 0", "staleness: 2", "sync_quorum: 0", "job.pbtxt:13:3: ",
+             "training.sync_quorum: must be in (0, 1], got 0"},
+      BadJob{"quorum above 1", "staleness: 2", "sync_quorum: 1.5", "job.pbtxt:13:3: ",
+             "training.sync_quorum: must be in (0, 1], got 1.5"},
+      BadJob{"batch 0", "staleness: 2", "batch_size: 0", "job.pbtxt:13:3: ",
+             "training.batch_size: must be > 0"},
+      BadJob{"steps and epochs", "staleness: 2", "steps: 10 epochs: 1", "job.pbtxt:13:13: ",
+             "set steps or epochs, not both"},
       BadJob{"replication above servers", "replication_factor: 2", "replication_factor: 3",
              "job.pbtxt:18:3: ",
              "cluster.replication_factor: must be between 1 and num_servers (2), got 3"},
       BadJob{"replication 0", "replication_factor: 2", "replication_factor: 0", "job.pbtxt:18:3: ",
              "cluster.replication_factor: must be between 1 and num_servers (2), got 0"},
       BadJob{"reads from the only copy", "replication_factor: 2",
-             "replication_factor: 1 read_from_replicas: true",
-             "job.pbtxt:18:25: ", "cluster.read_from_replicas: needs replication_factor > 1"},
+             "replication_factor: 1 read_from_replicas: true", "job.pbtxt:18:25: ",
+             "cluster.read_from_replicas: needs replication_factor > 1"},
       BadJob{"bounded staleness reads from async replicas", "replication_factor: 2",
              "replication_factor: 2 replication_mode: ASYNC read_from_replicas: true",
              "job.pbtxt:18:49: ",
@@ -140,10 +150,10 @@ TEST_CASE("semantic errors name the field and what is wrong", "[common][job]") {
       BadJob{"async replication without replicas", "replication_factor: 2",
              "replication_factor: 1 replication_mode: ASYNC", "job.pbtxt:18:25: ",
              "cluster.replication_mode: ASYNC replication needs replication_factor > 1"},
-      BadJob{"zero shards", "num_shards: 16", "num_shards: 0",
-             "job.pbtxt:16:3: ", "cluster.num_shards: must be between 1 and 65536, got 0"},
-      BadJob{"more servers than shards", "num_shards: 16", "num_shards: 1",
-             "job.pbtxt:17:3: ", "need num_shards >= num_servers"},
+      BadJob{"zero shards", "num_shards: 16", "num_shards: 0", "job.pbtxt:16:3: ",
+             "cluster.num_shards: must be between 1 and 65536, got 0"},
+      BadJob{"more servers than shards", "num_shards: 16", "num_shards: 1", "job.pbtxt:17:3: ",
+             "need num_shards >= num_servers"},
       BadJob{"checkpoint without dir", "num_shards: 16", "num_shards: 16 checkpoint_every_steps: 5",
              "job.pbtxt:16:18: ", "checkpoints need a checkpoint_dir"},
       BadJob{"periodic checkpoint", "num_shards: 16",
@@ -154,13 +164,11 @@ TEST_CASE("semantic errors name the field and what is wrong", "[common][job]") {
       BadJob{"tiny messages", "num_shards: 16", "num_shards: 16 max_message_bytes: 1000",
              "job.pbtxt:16:18: ", "cluster.max_message_bytes: must be between"},
       BadJob{"model with unknown shared table", "training {",
-             "model { shared_table: \"nope\" }\ntraining {",
-             "job.pbtxt:11:9: ", "model.shared_table: no table named \"nope\""},
-      BadJob{
-          "model with too few tables", "training {", "model { num_sparse_features: 3 }\ntraining {",
-          "job.pbtxt:11:9: ", "3 sparse features need 3 tables (or a shared_table), the job has 2"},
-      BadJob{"zero layer", "training {",
-             "model { shared_table: \"user\" top_mlp: [8, 0] }\ntraining {",
+             "model { shared_table: \"nope\" }\ntraining {", "job.pbtxt:11:9: ",
+             "model.shared_table: no table named \"nope\""},
+      BadJob{"model with too few tables", "training {", "model { num_sparse_features: 3 }\ntraining {",
+             "job.pbtxt:11:9: ", "3 sparse features need 3 tables (or a shared_table), the job has 2"},
+      BadJob{"zero layer", "training {", "model { shared_table: \"user\" top_mlp: [8, 0] }\ntraining {",
              "job.pbtxt:11:30: ", "model.top_mlp: layer sizes must be > 0"});
   INFO(bad.what);
   const std::string msg = ErrorOf(Replace(kGoodJob, bad.from, bad.to));
