@@ -21,10 +21,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "common/checkpoint_catalog.h"
 #include "common/coordinator_client.h"
 #include "common/job_config.h"
 #include "proto/ps.grpc.pb.h"
-#include "server/coordinator/checkpointer.h"
 
 ABSL_FLAG(std::string, coordinator, "", "status: the coordinator's host:port.");
 ABSL_FLAG(int, timeout_ms, 5000, "status: how long to try to reach the coordinator, in ms.");
@@ -220,8 +220,7 @@ int Checkpoint(const std::string& address) {
 
 int ListCheckpoints(const std::string& dir) {
   std::vector<std::string> partial;
-  absl::StatusOr<std::vector<ps::rpc::CheckpointManifest>> all =
-      ps::coordinator::ListCheckpoints(dir, &partial);
+  absl::StatusOr<std::vector<ps::rpc::CheckpointManifest>> all = ps::ListCheckpoints(dir, &partial);
   if (!all.ok()) {
     std::fprintf(stderr, "ps_ctl checkpoint list: %s\n", all.status().ToString().c_str());
     return 1;

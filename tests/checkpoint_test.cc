@@ -17,10 +17,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/ps_client.h"
+#include "common/checkpoint_catalog.h"
 #include "common/job_config.h"
 #include "proto/coordinator.grpc.pb.h"
 #include "server/checkpoint/shard_file.h"
-#include "server/coordinator/checkpointer.h"
 #include "server/storage/embedding_table.h"
 #include "tests/testing/local_cluster.h"
 #include "tests/testing/temp_dir.h"
@@ -103,7 +103,7 @@ TEST_CASE("a checkpoint of a running cluster holds every row exactly, and the ne
 
   // The manifest names a file for every shard; read back, they hold the served rows and the
   // optimizer's state, bit for bit.
-  absl::StatusOr<std::vector<rpc::CheckpointManifest>> list = coordinator::ListCheckpoints(dir);
+  absl::StatusOr<std::vector<rpc::CheckpointManifest>> list = ListCheckpoints(dir);
   REQUIRE(list.ok());
   REQUIRE(list->size() == 1);
   const rpc::CheckpointManifest& manifest = list->front();
@@ -146,17 +146,17 @@ TEST_CASE("a checkpoint of a running cluster holds every row exactly, and the ne
 
   // checkpoint_keep: 2. A folder without a manifest (a checkpoint that crashed) is not listed,
   // and removed by the next checkpoint after it.
-  std::filesystem::create_directory(dir + "/" + coordinator::CheckpointFolderName(2));
+  std::filesystem::create_directory(dir + "/" + CheckpointFolderName(2));
   REQUIRE(TakeCheckpoint(coordinator).ok());
   REQUIRE(TakeCheckpoint(coordinator).ok());
   std::vector<std::string> partial;
-  list = coordinator::ListCheckpoints(dir, &partial);
+  list = ListCheckpoints(dir, &partial);
   REQUIRE(list.ok());
   REQUIRE(list->size() == 2);
   CHECK(list->at(0).id() == 3);
   CHECK(list->at(1).id() == 4);
   CHECK(partial.empty());
-  CHECK_FALSE(std::filesystem::exists(dir + "/" + coordinator::CheckpointFolderName(1)));
+  CHECK_FALSE(std::filesystem::exists(dir + "/" + CheckpointFolderName(1)));
   REQUIRE((*cluster)->Terminate(absl::Seconds(20)).ok());
 }
 

@@ -1,17 +1,13 @@
 #include "server/checkpoint/server_checkpoint.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/checkpoint_catalog.h"
 #include "server/checkpoint/shard_file.h"
 
 namespace ps {
@@ -53,13 +49,8 @@ absl::StatusOr<rpc::WriteCheckpointResponse> WriteServerCheckpoint(
   if (!status.ok()) return status;
 
   // The files' names must be on disk too before the manifest names them.
-  const int fd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0 || ::fsync(fd) != 0) {
-    const int err = errno;
-    if (fd >= 0) ::close(fd);
-    return absl::InternalError(absl::StrCat("fsync ", folder.string(), ": ", std::strerror(err)));
-  }
-  ::close(fd);
+  absl::Status synced = SyncPath(folder.string(), /*folder=*/true);
+  if (!synced.ok()) return synced;
   response.set_max_stall_ms(max_stall_ms);
   return response;
 }

@@ -1,8 +1,5 @@
 #include "server/checkpoint/shard_file.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -15,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
+#include "common/checkpoint_catalog.h"
 #include "rocksdb/options.h"
 #include "rocksdb/sst_file_reader.h"
 #include "rocksdb/sst_file_writer.h"
@@ -63,17 +61,6 @@ absl::Status Internal(const std::string& path, const rocksdb::Status& s) {
 
 absl::Status DataLoss(const std::string& path, absl::string_view what) {
   return absl::DataLossError(absl::StrCat("checkpoint file ", path, ": ", what));
-}
-
-// fsync of a file by name.
-absl::Status SyncFile(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return absl::InternalError(absl::StrCat("open ", path, ": ", std::strerror(errno)));
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  if (rc != 0) return absl::InternalError(absl::StrCat("fsync ", path, ": ", std::strerror(err)));
-  return absl::OkStatus();
 }
 
 }  // namespace
@@ -221,7 +208,7 @@ absl::StatusOr<rpc::CheckpointShardFile> WriteShardFile(
   }
 
   if (!(s = writer.Finish()).ok()) return Internal(path, s);
-  absl::Status synced = SyncFile(path);
+  absl::Status synced = SyncPath(path, /*folder=*/false);
   if (!synced.ok()) return synced;
 
   std::error_code ec;

@@ -1,21 +1,17 @@
 #include "server/coordinator/checkpointer.h"
 
-#include <fcntl.h>
 #include <grpcpp/grpcpp.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <thread>
 #include <utility>
 
-#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/checkpoint_catalog.h"
 #include "common/grpc_status.h"
 #include "proto/ps.grpc.pb.h"
 #include "xxhash.h"
@@ -23,20 +19,6 @@
 namespace ps {
 namespace coordinator {
 namespace {
-
-constexpr uint32_t kFormat = 1;
-constexpr char kManifest[] = "MANIFEST";
-
-absl::Status SyncPath(const std::string& path, bool folder) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | (folder ? O_DIRECTORY : 0));
-  if (fd < 0 || ::fsync(fd) != 0) {
-    const int err = errno;
-    if (fd >= 0) ::close(fd);
-    return absl::InternalError(absl::StrCat("fsync ", path, ": ", std::strerror(err)));
-  }
-  ::close(fd);
-  return absl::OkStatus();
-}
 
 // What must agree for a restore to be exact: the tables and the training mode.
 uint64_t JobDigest(const config::Job& job) {
@@ -62,54 +44,7 @@ Checkpointer::WriteFn GrpcWrite(absl::Duration timeout) {
   };
 }
 
-absl::Status WriteManifest(const std::string& folder, const rpc::CheckpointManifest& manifest) {
-  const std::string tmp = folder + "/" + kManifest + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!manifest.SerializeToOstream(&out) || !out.flush()) {
-      return absl::InternalError(absl::StrCat("writing ", tmp, " failed"));
-    }
-  }
-  absl::Status synced = SyncPath(tmp, /*folder=*/false);
-  if (!synced.ok()) return synced;
-  std::error_code ec;
-  std::filesystem::rename(tmp, folder + "/" + kManifest, ec);
-  if (ec) return absl::InternalError(absl::StrCat("rename ", tmp, ": ", ec.message()));
-  return SyncPath(folder, /*folder=*/true);
-}
-
 }  // namespace
-
-std::string CheckpointFolderName(uint64_t id) { return absl::StrFormat("%020d", id); }
-
-absl::StatusOr<std::vector<rpc::CheckpointManifest>> ListCheckpoints(
-    const std::string& dir, std::vector<std::string>* partial) {
-  std::error_code ec;
-  if (!std::filesystem::is_directory(dir, ec)) {
-    return absl::NotFoundError(absl::StrCat("checkpoint folder ", dir, " does not exist"));
-  }
-  std::map<uint64_t, rpc::CheckpointManifest> complete;
-  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (!entry.is_directory() || name.size() != 20 ||
-        !std::all_of(name.begin(), name.end(), absl::ascii_isdigit)) {
-      continue;
-    }
-    rpc::CheckpointManifest manifest;
-    std::ifstream in(entry.path() / kManifest, std::ios::binary);
-    if (in && manifest.ParseFromIstream(&in) && manifest.format() == kFormat &&
-        CheckpointFolderName(manifest.id()) == name) {
-      complete[manifest.id()] = std::move(manifest);
-    } else if (partial != nullptr) {
-      partial->push_back(entry.path().string());
-    }
-  }
-  if (ec) return absl::InternalError(absl::StrCat("listing ", dir, ": ", ec.message()));
-  std::vector<rpc::CheckpointManifest> out;
-  for (auto& [id, m] : complete) out.push_back(std::move(m));
-  if (partial != nullptr) std::sort(partial->begin(), partial->end());
-  return out;
-}
 
 Checkpointer::Checkpointer(Coordinator* coordinator, WriteFn write, absl::Duration timeout)
     : coordinator_(coordinator), write_(write ? std::move(write) : GrpcWrite(timeout)) {}
@@ -162,20 +97,22 @@ absl::StatusOr<rpc::CheckpointResponse> Checkpointer::Take(int64_t step) {
   std::map<uint32_t, std::string> address;
   for (const rpc::ServerInfo& s : map.servers()) address[s.server_id()] = s.address();
 
-  absl::StatusOr<std::vector<rpc::CheckpointManifest>> existing = ListCheckpoints(dir);
   std::error_code ec;
+  std::vector<std::string> partial;
+  absl::StatusOr<std::vector<rpc::CheckpointManifest>> existing = ListCheckpoints(dir, &partial);
   if (existing.status().code() == absl::StatusCode::kNotFound) {
     std::filesystem::create_directories(dir, ec);
     if (ec) return absl::InternalError(absl::StrCat("creating ", dir, ": ", ec.message()));
     existing = std::vector<rpc::CheckpointManifest>();
   }
   if (!existing.ok()) return existing.status();
+  // One above every numbered folder: a partial one (a checkpoint that crashed) is never reused.
   uint64_t id = existing->empty() ? 1 : existing->back().id() + 1;
-  // A partial folder (a checkpoint that crashed) may hold a higher id: never reuse it.
-  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+  for (const std::string& p : partial) {
     uint64_t n = 0;
-    const std::string name = entry.path().filename().string();
-    if (name.size() == 20 && absl::SimpleAtoi(name, &n)) id = std::max(id, n + 1);
+    if (absl::SimpleAtoi(std::filesystem::path(p).filename().string(), &n)) {
+      id = std::max(id, n + 1);
+    }
   }
   const std::string folder = dir + "/" + CheckpointFolderName(id);
   std::filesystem::create_directory(folder, ec);
@@ -208,7 +145,7 @@ absl::StatusOr<rpc::CheckpointResponse> Checkpointer::Take(int64_t step) {
   }
 
   rpc::CheckpointManifest manifest;
-  manifest.set_format(kFormat);
+  manifest.set_format(kCheckpointFormat);
   manifest.set_id(id);
   manifest.set_job_name(job.name());
   manifest.set_job_digest(JobDigest(job));
@@ -239,11 +176,11 @@ absl::StatusOr<rpc::CheckpointResponse> Checkpointer::Take(int64_t step) {
   }
   manifest.set_created_unix_ms(absl::ToUnixMillis(absl::Now()));
   manifest.set_seconds(absl::ToDoubleSeconds(absl::Now() - start));
-  absl::Status written = WriteManifest(folder, manifest);
+  absl::Status written = WriteCheckpointManifest(folder, manifest);
   if (!written.ok()) return fail(written);
 
   // Keep the newest checkpoint_keep; partial folders older than this one are leftovers.
-  std::vector<std::string> partial;
+  partial.clear();
   absl::StatusOr<std::vector<rpc::CheckpointManifest>> all = ListCheckpoints(dir, &partial);
   if (all.ok()) {
     const size_t keep = job.cluster().checkpoint_keep();

@@ -19,14 +19,6 @@
 namespace ps {
 namespace coordinator {
 
-// The name of a checkpoint's folder within checkpoint_dir: its id in 20 digits.
-std::string CheckpointFolderName(uint64_t id);
-
-// The complete checkpoints in `dir` (a folder whose MANIFEST parses), oldest first. A folder
-// without one is partial: listed in `*partial` when given. NOT_FOUND if `dir` does not exist.
-absl::StatusOr<std::vector<rpc::CheckpointManifest>> ListCheckpoints(
-    const std::string& dir, std::vector<std::string>* partial = nullptr);
-
 // A Checkpointer takes one checkpoint at a time. Thread-safe.
 class Checkpointer {
  public:

@@ -1,0 +1,84 @@
+#include "common/checkpoint_catalog.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace ps {
+namespace {
+
+constexpr char kManifest[] = "MANIFEST";
+
+}  // namespace
+
+std::string CheckpointFolderName(uint64_t id) { return absl::StrFormat("%020d", id); }
+
+absl::Status SyncPath(const std::string& path, bool folder) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | (folder ? O_DIRECTORY : 0));
+  if (fd < 0 || ::fsync(fd) != 0) {
+    const int err = errno;
+    if (fd >= 0) ::close(fd);
+    return absl::InternalError(absl::StrCat("fsync ", path, ": ", std::strerror(err)));
+  }
+  ::close(fd);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<rpc::CheckpointManifest>> ListCheckpoints(
+    const std::string& dir, std::vector<std::string>* partial) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) {
+    return absl::NotFoundError(absl::StrCat("checkpoint folder ", dir, " does not exist"));
+  }
+  std::map<uint64_t, rpc::CheckpointManifest> complete;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (!entry.is_directory() || name.size() != 20 ||
+        !std::all_of(name.begin(), name.end(), absl::ascii_isdigit)) {
+      continue;
+    }
+    rpc::CheckpointManifest manifest;
+    std::ifstream in(entry.path() / kManifest, std::ios::binary);
+    if (in && manifest.ParseFromIstream(&in) && manifest.format() == kCheckpointFormat &&
+        CheckpointFolderName(manifest.id()) == name) {
+      complete[manifest.id()] = std::move(manifest);
+    } else if (partial != nullptr) {
+      partial->push_back(entry.path().string());
+    }
+  }
+  if (ec) return absl::InternalError(absl::StrCat("listing ", dir, ": ", ec.message()));
+  std::vector<rpc::CheckpointManifest> out;
+  for (auto& [id, m] : complete) out.push_back(std::move(m));
+  if (partial != nullptr) std::sort(partial->begin(), partial->end());
+  return out;
+}
+
+absl::Status WriteCheckpointManifest(const std::string& folder,
+                                     const rpc::CheckpointManifest& manifest) {
+  const std::string tmp = absl::StrCat(folder, "/", kManifest, ".tmp");
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!manifest.SerializeToOstream(&out) || !out.flush()) {
+      return absl::InternalError(absl::StrCat("writing ", tmp, " failed"));
+    }
+  }
+  absl::Status synced = SyncPath(tmp, /*folder=*/false);
+  if (!synced.ok()) return synced;
+  std::error_code ec;
+  std::filesystem::rename(tmp, absl::StrCat(folder, "/", kManifest), ec);
+  if (ec) return absl::InternalError(absl::StrCat("rename ", tmp, ": ", ec.message()));
+  return SyncPath(folder, /*folder=*/true);
+}
+
+}  // namespace ps

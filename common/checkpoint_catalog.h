@@ -1,0 +1,40 @@
+// The checkpoint folders of a checkpoint_dir, as the coordinator writes them and operators' tools
+// read them: `<checkpoint_dir>/<id in 20 digits>/`, holding the shard files and, written last,
+// MANIFEST (rpc::CheckpointManifest). A folder without a valid MANIFEST is not a checkpoint.
+#ifndef PS_COMMON_CHECKPOINT_CATALOG_H_
+#define PS_COMMON_CHECKPOINT_CATALOG_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "proto/checkpoint.pb.h"
+
+namespace ps {
+
+// The manifest format this build writes and reads.
+inline constexpr uint32_t kCheckpointFormat = 1;
+
+// The name of checkpoint `id`'s folder within checkpoint_dir: its id in 20 digits.
+std::string CheckpointFolderName(uint64_t id);
+
+// The complete checkpoints in `dir` (a numbered folder whose MANIFEST parses, has this format and
+// names the folder's id), oldest first. Other numbered folders are partial: listed, sorted, in
+// `*partial` when given. NOT_FOUND if `dir` does not exist; INTERNAL if it cannot be listed.
+absl::StatusOr<std::vector<rpc::CheckpointManifest>> ListCheckpoints(
+    const std::string& dir, std::vector<std::string>* partial = nullptr);
+
+// Writes `manifest` as `folder`/MANIFEST: to a temporary name, synced, renamed, and the folder
+// synced, so that the manifest is either whole on disk or absent. INTERNAL on a failure.
+absl::Status WriteCheckpointManifest(const std::string& folder,
+                                     const rpc::CheckpointManifest& manifest);
+
+// fsync of a file, or of a folder (its entries) when `folder`. INTERNAL naming the path and the
+// system's error.
+absl::Status SyncPath(const std::string& path, bool folder);
+
+}  // namespace ps
+
+#endif  // PS_COMMON_CHECKPOINT_CATALOG_H_
