@@ -242,8 +242,13 @@ grpc::ServerUnaryReactor* ParameterServerService::Replicate(grpc::CallbackServer
 }
 
 ParameterServerService::~ParameterServerService() {
-  absl::MutexLock lock(&checkpoint_mu_);
-  if (checkpoint_writer_.joinable()) checkpoint_writer_.join();
+  std::thread writer;
+  {
+    // Not joined under the lock: the writer takes it to say it is done.
+    absl::MutexLock lock(&checkpoint_mu_);
+    writer = std::move(checkpoint_writer_);
+  }
+  if (writer.joinable()) writer.join();
 }
 
 grpc::ServerUnaryReactor* ParameterServerService::WriteCheckpoint(

@@ -141,8 +141,13 @@ CoordinatorService::~CoordinatorService() {
     stop_checks_ = true;
   }
   checker_.join();
-  absl::MutexLock lock(&checkpoint_mu_);
-  for (std::thread& t : checkpoint_threads_) t.join();
+  std::thread taking;
+  {
+    // Not joined under the lock: the thread takes it to say it is done.
+    absl::MutexLock lock(&checkpoint_mu_);
+    taking = std::move(checkpoint_thread_);
+  }
+  if (taking.joinable()) taking.join();
 }
 
 void CoordinatorService::CheckLoop() {
@@ -253,13 +258,21 @@ grpc::ServerUnaryReactor* CoordinatorService::KvWait(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* CoordinatorService::StartCheckpoint(grpc::CallbackServerContext* context,
                                                               const rpc::CheckpointRequest* request,
                                                               rpc::CheckpointResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   const int64_t step = request->step();
   absl::MutexLock lock(&checkpoint_mu_);
-  // Threads of finished checkpoints are joined with the service; a refused one ends at once.
-  checkpoint_threads_.emplace_back([this, step, response, reactor] {
+  if (taking_checkpoint_) {
+    return Done(context, absl::FailedPreconditionError("a checkpoint is being taken"));
+  }
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (checkpoint_thread_.joinable()) checkpoint_thread_.join();  // finished: it cleared the flag
+  taking_checkpoint_ = true;
+  checkpoint_thread_ = std::thread([this, step, response, reactor] {
     absl::StatusOr<rpc::CheckpointResponse> taken = checkpointer_.Take(step);
     if (taken.ok()) *response = *std::move(taken);
+    {
+      absl::MutexLock lock(&checkpoint_mu_);
+      taking_checkpoint_ = false;
+    }
     reactor->Finish(ToGrpcStatus(taken.status()));
   });
   return reactor;

@@ -82,7 +82,7 @@ class CoordinatorService final : public rpc::Coordinator::CallbackService {
                                           const rpc::ReportFailureRequest* request,
                                           rpc::ReportFailureResponse* response) override;
   // Takes the checkpoint (Checkpointer::Take) on a thread of the service's, answering when its
-  // manifest is written.
+  // manifest is written; FAILED_PRECONDITION at once while one is being taken.
   grpc::ServerUnaryReactor* StartCheckpoint(grpc::CallbackServerContext* context,
                                             const rpc::CheckpointRequest* request,
                                             rpc::CheckpointResponse* response) override;
@@ -104,7 +104,8 @@ class CoordinatorService final : public rpc::Coordinator::CallbackService {
 
   Checkpointer checkpointer_;
   absl::Mutex checkpoint_mu_;
-  std::vector<std::thread> checkpoint_threads_ ABSL_GUARDED_BY(checkpoint_mu_);
+  std::thread checkpoint_thread_ ABSL_GUARDED_BY(checkpoint_mu_);
+  bool taking_checkpoint_ ABSL_GUARDED_BY(checkpoint_mu_) = false;
 };
 
 }  // namespace coordinator
