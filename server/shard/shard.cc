@@ -385,14 +385,18 @@ absl::Status Shard::ApplyRecord(const rpc::ShardRecord& record) {
   return ApplyRecordLocked(record);
 }
 
-void Shard::CutState(ShardCut* cut) const {
-  absl::MutexLock lock(&mu_);
+void Shard::CutStateLocked(ShardCut* cut) const {
   cut->shard = id_;
   cut->sequence = applied_sequence_;
   cut->applied_step = applied_step_;
   auto add = [cut](rpc::ShardRecord&& r) { cut->records.push_back(std::move(r)); };
   EmitDenseLocked(add);
   EmitWindowLocked(add);
+}
+
+void Shard::CutState(ShardCut* cut) const {
+  absl::MutexLock lock(&mu_);
+  CutStateLocked(cut);
 }
 
 void Shard::CutRows(size_t max_record_bytes, ShardCut* cut) const {
@@ -404,13 +408,9 @@ void Shard::CutRows(size_t max_record_bytes, ShardCut* cut) const {
 ShardCut Shard::Cut(size_t max_record_bytes) const {
   ShardCut cut;
   absl::MutexLock lock(&mu_);
-  cut.shard = id_;
-  cut.sequence = applied_sequence_;
-  cut.applied_step = applied_step_;
-  auto add = [&cut](rpc::ShardRecord&& r) { cut.records.push_back(std::move(r)); };
-  EmitRowsLocked(max_record_bytes, add);
-  EmitDenseLocked(add);
-  EmitWindowLocked(add);
+  CutStateLocked(&cut);
+  EmitRowsLocked(max_record_bytes,
+                 [&cut](rpc::ShardRecord&& r) { cut.records.push_back(std::move(r)); });
   return cut;
 }
 

@@ -218,6 +218,8 @@ class Shard {
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void EmitWindowLocked(absl::FunctionRef<void(rpc::ShardRecord&&)> emit) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // CutState's work under the lock.
+  void CutStateLocked(ShardCut* cut) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Replaces every table, the window, the dense chunks and the pending sums with empty ones.
   void ResetLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
