@@ -35,6 +35,55 @@ absl::Status SyncPath(const std::string& path, bool folder) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<rpc::CheckpointManifest> ReadCheckpointManifest(const std::string& folder) {
+  const std::string path = absl::StrCat(folder, "/", kManifest);
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) {
+    return absl::NotFoundError(
+        absl::StrCat(folder, " is not a complete checkpoint: it has no ", kManifest));
+  }
+  rpc::CheckpointManifest manifest;
+  std::ifstream in(path, std::ios::binary);
+  if (!in || !manifest.ParseFromIstream(&in)) {
+    return absl::DataLossError(absl::StrCat(path, " does not parse"));
+  }
+  if (manifest.format() != kCheckpointFormat) {
+    return absl::DataLossError(absl::StrFormat("%s has format %d; this build reads format %d", path,
+                                               manifest.format(), kCheckpointFormat));
+  }
+  const std::string name = std::filesystem::path(folder).filename().string();
+  if (CheckpointFolderName(manifest.id()) != name) {
+    return absl::DataLossError(
+        absl::StrFormat("%s names checkpoint %d, but its folder is %s", path, manifest.id(), name));
+  }
+  return manifest;
+}
+
+absl::StatusOr<std::string> ResolveCheckpoint(const std::string& path,
+                                              rpc::CheckpointManifest* manifest) {
+  std::error_code ec;
+  std::string folder = path;
+  while (folder.size() > 1 && folder.back() == '/') folder.pop_back();
+  if (!std::filesystem::is_directory(folder, ec)) {
+    return absl::NotFoundError(absl::StrCat("checkpoint ", path, " does not exist"));
+  }
+  if (!std::filesystem::exists(absl::StrCat(folder, "/", kManifest), ec)) {
+    std::vector<std::string> partial;
+    absl::StatusOr<std::vector<rpc::CheckpointManifest>> all = ListCheckpoints(folder, &partial);
+    if (!all.ok()) return all.status();
+    if (all->empty()) {
+      return absl::NotFoundError(absl::StrFormat(
+          "%s holds no complete checkpoint (%d partial folder(s) without a valid MANIFEST)", folder,
+          partial.size()));
+    }
+    folder = absl::StrCat(folder, "/", CheckpointFolderName(all->back().id()));
+  }
+  absl::StatusOr<rpc::CheckpointManifest> read = ReadCheckpointManifest(folder);
+  if (!read.ok()) return read.status();
+  *manifest = *std::move(read);
+  return folder;
+}
+
 absl::StatusOr<std::vector<rpc::CheckpointManifest>> ListCheckpoints(
     const std::string& dir, std::vector<std::string>* partial) {
   std::error_code ec;
@@ -48,11 +97,9 @@ absl::StatusOr<std::vector<rpc::CheckpointManifest>> ListCheckpoints(
         !std::all_of(name.begin(), name.end(), absl::ascii_isdigit)) {
       continue;
     }
-    rpc::CheckpointManifest manifest;
-    std::ifstream in(entry.path() / kManifest, std::ios::binary);
-    if (in && manifest.ParseFromIstream(&in) && manifest.format() == kCheckpointFormat &&
-        CheckpointFolderName(manifest.id()) == name) {
-      complete[manifest.id()] = std::move(manifest);
+    absl::StatusOr<rpc::CheckpointManifest> manifest = ReadCheckpointManifest(entry.path());
+    if (manifest.ok()) {
+      complete[manifest->id()] = *std::move(manifest);
     } else if (partial != nullptr) {
       partial->push_back(entry.path().string());
     }

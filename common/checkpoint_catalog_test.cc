@@ -68,6 +68,36 @@ TEST_CASE("only folders with a valid manifest are checkpoints", "[checkpoint]") 
   CHECK(partial == std::vector<std::string>{none, garbage, other, future});
 }
 
+TEST_CASE("a restore path is a checkpoint's folder or a checkpoint_dir's newest", "[checkpoint]") {
+  TempFolder dir;
+  rpc::CheckpointManifest manifest;
+  CHECK(ResolveCheckpoint(dir.path, &manifest).status().code() == absl::StatusCode::kNotFound);
+  for (uint64_t id : {2, 9}) {
+    const std::string folder = dir.path + "/" + CheckpointFolderName(id);
+    std::filesystem::create_directory(folder);
+    REQUIRE(WriteCheckpointManifest(folder, Manifest(id)).ok());
+  }
+  // A newer partial folder is not the newest checkpoint.
+  std::filesystem::create_directory(dir.path + "/" + CheckpointFolderName(10));
+
+  absl::StatusOr<std::string> newest = ResolveCheckpoint(dir.path + "/", &manifest);
+  REQUIRE(newest.ok());
+  CHECK(*newest == dir.path + "/" + CheckpointFolderName(9));
+  CHECK(manifest.id() == 9);
+  absl::StatusOr<std::string> second =
+      ResolveCheckpoint(dir.path + "/" + CheckpointFolderName(2), &manifest);
+  REQUIRE(second.ok());
+  CHECK(manifest.id() == 2);
+
+  const absl::StatusOr<rpc::CheckpointManifest> partial =
+      ReadCheckpointManifest(dir.path + "/" + CheckpointFolderName(10));
+  CHECK(partial.status().code() == absl::StatusCode::kNotFound);
+  CHECK_THAT(std::string(partial.status().message()), Catch::Contains("not a complete checkpoint"));
+  std::ofstream(dir.path + "/" + CheckpointFolderName(2) + "/MANIFEST", std::ios::trunc) << "\xff";
+  CHECK(ResolveCheckpoint(dir.path + "/" + CheckpointFolderName(2), &manifest).status().code() ==
+        absl::StatusCode::kDataLoss);
+}
+
 TEST_CASE("a missing checkpoint_dir or path is named in the error", "[checkpoint]") {
   absl::StatusOr<std::vector<rpc::CheckpointManifest>> list = ListCheckpoints("/nonexistent/ckpt");
   CHECK(list.status().code() == absl::StatusCode::kNotFound);

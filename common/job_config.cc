@@ -381,6 +381,16 @@ absl::Status CheckJob(const Checker& c, const Where& root, const config::Job& jo
   if (cl.has_checkpoint_dir() && !absl::StartsWith(cl.checkpoint_dir(), "/")) {
     return c.Error(wc, cl, "checkpoint_dir", "must be an absolute path");
   }
+  if (cl.has_restore_from() && !absl::StartsWith(cl.restore_from(), "/")) {
+    return c.Error(wc, cl, "restore_from", "must be an absolute path");
+  }
+  if (cl.resume() && cl.has_restore_from()) {
+    return c.Error(wc, cl, "resume",
+                   "set one of resume (the newest checkpoint in checkpoint_dir) and restore_from");
+  }
+  if (cl.resume() && cl.checkpoint_dir().empty()) {
+    return c.Error(wc, cl, "resume", "resuming needs a checkpoint_dir to resume from");
+  }
   if (cl.max_message_bytes() < kMinMessageBytes || cl.max_message_bytes() > kMaxMessageBytes) {
     return c.Error(wc, cl, "max_message_bytes",
                    absl::StrFormat("must be between %d and %d, got %d", kMinMessageBytes,

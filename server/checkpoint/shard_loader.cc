@@ -1,0 +1,175 @@
+#include "server/checkpoint/shard_loader.h"
+
+#include <algorithm>
+#include <atomic>
+#include <filesystem>
+#include <functional>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "common/hash.h"
+#include "server/checkpoint/shard_file.h"
+
+namespace ps {
+namespace server {
+namespace {
+
+// Rows of a re-routed cut are gathered into records of about this many bytes of values.
+constexpr size_t kMaxRecordBytes = 1 << 20;
+
+// Runs fn(0) .. fn(n - 1) on up to `threads` threads (this one included) and returns the first
+// error; after an error no new index is started.
+absl::Status ParallelFor(size_t n, int threads, const std::function<absl::Status(size_t)>& fn) {
+  std::atomic<size_t> next{0};
+  absl::Mutex mu;
+  absl::Status first;
+  auto run = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < n;) {
+      absl::Status status = fn(i);
+      if (status.ok()) continue;
+      absl::MutexLock lock(&mu);
+      if (first.ok()) first = std::move(status);
+      next.store(n);
+    }
+  };
+  std::vector<std::thread> pool;
+  const size_t extra = std::min<size_t>(n, std::max(threads, 1)) - (n > 0 ? 1 : 0);
+  for (size_t t = 0; t < extra; ++t) pool.emplace_back(run);
+  run();
+  for (std::thread& t : pool) t.join();
+  return first;
+}
+
+// The file of shard `s` of the checkpoint, after checking that its size is the manifest's.
+// Its content is checked by RocksDB's block checksums as it is read; the whole file's XXH3 is the
+// coordinator's to check before the restore begins (reading every file once more here would
+// double the restore's reads).
+absl::StatusOr<ShardCut> ReadCheckedFile(const std::string& folder,
+                                         const rpc::CheckpointShardFile& expected,
+                                         const std::vector<std::unique_ptr<TableSpec>>& tables) {
+  const std::string path = absl::StrCat(folder, "/", expected.file());
+  std::error_code ec;
+  const uintmax_t bytes = std::filesystem::file_size(path, ec);
+  if (ec) return absl::DataLossError(absl::StrCat("checkpoint file ", path, ": ", ec.message()));
+  if (bytes != expected.bytes()) {
+    return absl::DataLossError(absl::StrFormat(
+        "checkpoint file %s has %d bytes, the manifest says %d", path, bytes, expected.bytes()));
+  }
+  absl::StatusOr<ShardCut> cut = ReadShardFile(path, tables, nullptr, kMaxRecordBytes);
+  if (!cut.ok()) return cut.status();
+  if (cut->shard != expected.shard() || cut->sequence != expected.sequence()) {
+    return absl::DataLossError(absl::StrFormat(
+        "checkpoint file %s holds shard %d at sequence %d, the manifest says shard %d at %d", path,
+        cut->shard, cut->sequence, expected.shard(), expected.sequence()));
+  }
+  return cut;
+}
+
+// Re-routes the rows and dense chunks of `from` into the cuts of the shards they hash to among
+// `num_shards`; `slot[s]` is the index in `cuts` of shard s, or -1 for a shard not loaded here.
+// `open[i][t]` is the index in cuts[i].records of the record gathering table t's rows, or -1.
+void Route(const ShardCut& from, const std::vector<std::unique_ptr<TableSpec>>& tables,
+           uint32_t num_shards, const std::vector<int>& slot, std::vector<ShardCut>* cuts,
+           std::vector<std::vector<int>>* open) {
+  for (const rpc::ShardRecord& record : from.records) {
+    if (record.has_dense()) {
+      const rpc::DenseChange& dense = record.dense();
+      const int i = slot[ShardOf(NameHash(dense.name()), dense.chunk(), num_shards)];
+      if (i < 0) continue;
+      ShardCut& to = (*cuts)[i];
+      rpc::ShardRecord& r = to.records.emplace_back();
+      r.set_shard(to.shard);
+      r.set_sequence(to.sequence);
+      *r.mutable_dense() = dense;
+      continue;
+    }
+    if (!record.has_rows()) continue;  // windows stay with the old layout's shards
+    const rpc::RowsChange& rows = record.rows();
+    const size_t table = rows.table();
+    const uint64_t name_hash = tables[table]->name_hash;
+    const size_t row_bytes = tables[table]->row_floats() * sizeof(float);
+    const size_t n = rows.keys().size() / sizeof(uint64_t);
+    for (size_t k = 0; k < n; ++k) {
+      uint64_t id;
+      std::memcpy(&id, rows.keys().data() + k * sizeof(id), sizeof(id));
+      const int i = slot[ShardOf(name_hash, id, num_shards)];
+      if (i < 0) continue;
+      ShardCut& to = (*cuts)[i];
+      int& at = (*open)[i][table];
+      if (at < 0 || to.records[at].rows().values().size() + row_bytes > kMaxRecordBytes) {
+        at = static_cast<int>(to.records.size());
+        rpc::ShardRecord& r = to.records.emplace_back();
+        r.set_shard(to.shard);
+        r.set_sequence(to.sequence);
+        r.mutable_rows()->set_table(static_cast<uint32_t>(table));
+      }
+      rpc::RowsChange* out = to.records[at].mutable_rows();
+      out->mutable_keys()->append(reinterpret_cast<const char*>(&id), sizeof(id));
+      out->mutable_values()->append(rows.values().data() + k * row_bytes, row_bytes);
+    }
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<ShardCut>> LoadCheckpointShards(
+    const std::string& folder, const rpc::CheckpointManifest& manifest,
+    const std::vector<std::unique_ptr<TableSpec>>& tables, uint32_t num_shards,
+    const std::vector<uint32_t>& shards, int threads) {
+  const uint32_t old_shards = manifest.shard_map().num_shards();
+  if (old_shards == 0 || manifest.shards_size() != static_cast<int>(old_shards)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("checkpoint %s: its manifest lists %d shard files for %d shards", folder,
+                        manifest.shards_size(), old_shards));
+  }
+  for (uint32_t s = 0; s < old_shards; ++s) {
+    if (manifest.shards(s).shard() != s) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("checkpoint %s: its manifest's file %d is of shard %d", folder, s,
+                          manifest.shards(s).shard()));
+    }
+  }
+  for (uint32_t s : shards) {
+    if (s >= num_shards) {
+      return absl::FailedPreconditionError(
+          absl::StrFormat("shard %d is outside the job's %d shards", s, num_shards));
+    }
+  }
+
+  std::vector<ShardCut> cuts(shards.size());
+  if (old_shards == num_shards) {
+    absl::Status status = ParallelFor(shards.size(), threads, [&](size_t i) -> absl::Status {
+      absl::StatusOr<ShardCut> cut = ReadCheckedFile(folder, manifest.shards(shards[i]), tables);
+      if (!cut.ok()) return cut.status();
+      cuts[i] = *std::move(cut);
+      return absl::OkStatus();
+    });
+    if (!status.ok()) return status;
+    return cuts;
+  }
+
+  std::vector<int> slot(num_shards, -1);
+  std::vector<std::vector<int>> open(shards.size(), std::vector<int>(tables.size(), -1));
+  for (size_t i = 0; i < shards.size(); ++i) {
+    slot[shards[i]] = static_cast<int>(i);
+    cuts[i].shard = shards[i];
+    cuts[i].sequence = 0;
+    cuts[i].applied_step = manifest.step() > 0 ? manifest.step() - 1 : -1;
+  }
+  absl::Mutex route_mu;
+  absl::Status status = ParallelFor(old_shards, threads, [&](size_t s) -> absl::Status {
+    absl::StatusOr<ShardCut> cut = ReadCheckedFile(folder, manifest.shards(s), tables);
+    if (!cut.ok()) return cut.status();
+    absl::MutexLock lock(&route_mu);
+    Route(*cut, tables, num_shards, slot, &cuts, &open);
+    return absl::OkStatus();
+  });
+  if (!status.ok()) return status;
+  return cuts;
+}
+
+}  // namespace server
+}  // namespace ps

@@ -1,0 +1,42 @@
+// Loading a server's shards from a checkpoint, when a restored job starts: each shard from its own
+// file when the job has the checkpoint's num_shards, or, when it has another, from the rows and
+// dense chunks of every file that route to it now.
+#ifndef PS_SERVER_CHECKPOINT_SHARD_LOADER_H_
+#define PS_SERVER_CHECKPOINT_SHARD_LOADER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "proto/checkpoint.pb.h"
+#include "server/shard/shard.h"
+#include "server/storage/embedding_table.h"
+
+namespace ps {
+namespace server {
+
+// Reads shards `shards` of a job with `num_shards` shards and the tables `tables` from the
+// checkpoint in `folder`, whose manifest is `manifest`. Returns one cut a shard, in `shards`'
+// order, each ready for Shard::Restore:
+//  - The checkpoint's num_shards: shard s is its file's content as written (rows with their
+//    optimizer state, dense chunks, window; sequence and applied step).
+//  - Another num_shards: every file is read, and each row and dense chunk goes to the shard its
+//    key hashes to now (common/hash.h). The cuts have sequence 0, the checkpoint's applied step
+//    (sync: its step - 1; otherwise -1) and no window: exactly-once entries are kept per shard,
+//    and a restored job's workers have new ids anyway (CheckpointManifest.next_member_id).
+// Files are read on up to `threads` threads at once (at least 1).
+// Errors, with nothing returned: DATA_LOSS for a file that is missing, whose size disagrees with
+// the manifest, or that is corrupt (ReadShardFile); FAILED_PRECONDITION when the files' tables do
+// not fit `tables` (ReadShardFile) or a shard is outside [0, num_shards); INVALID_ARGUMENT for a
+// manifest that lists no file for one of its shards.
+absl::StatusOr<std::vector<ShardCut>> LoadCheckpointShards(
+    const std::string& folder, const rpc::CheckpointManifest& manifest,
+    const std::vector<std::unique_ptr<TableSpec>>& tables, uint32_t num_shards,
+    const std::vector<uint32_t>& shards, int threads);
+
+}  // namespace server
+}  // namespace ps
+
+#endif  // PS_SERVER_CHECKPOINT_SHARD_LOADER_H_
