@@ -5,11 +5,16 @@
 // Binds its port (0 picks a free one; the bound port is printed and written to --port_file),
 // registers with the coordinator, which hands it the job and, once every server of the job has
 // registered, the shard map; then serves the shards whose primary it is. SIGTERM or SIGINT stops it
-// cleanly (exit 0).
+// cleanly (exit 0). In a job restored from a checkpoint it loads its shards from there before it
+// serves; when that fails it says why and exits with status 1.
 #include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -24,6 +29,7 @@
 #include "common/coordinator_client.h"
 #include "common/process_tuning.h"
 #include "common/signals.h"
+#include "server/checkpoint/server_checkpoint.h"
 #include "server/ps_service.h"
 #include "server/sharded_store.h"
 
@@ -40,10 +46,18 @@ namespace {
 
 // Fetches newer shard maps in the background by always waiting on the coordinator for the next
 // version; a request that shows a newer one exists cuts short the pause after a failed call.
+//
+// A map that cannot be installed (a restored job whose checkpoint cannot be loaded) is fatal: the
+// follower stops, prints why and calls `on_fatal`; the server must not serve empty shards in place
+// of the checkpoint's.
 class MapFollower {
  public:
-  MapFollower(CoordinatorClient* coordinator, server::ShardedStore* store, uint32_t server_id)
-      : coordinator_(coordinator), store_(store), server_id_(server_id) {
+  MapFollower(CoordinatorClient* coordinator, server::ShardedStore* store, uint32_t server_id,
+              std::function<void()> on_fatal)
+      : coordinator_(coordinator),
+        store_(store),
+        server_id_(server_id),
+        on_fatal_(std::move(on_fatal)) {
     thread_ = std::thread([this] { Run(); });
   }
   ~MapFollower() {
@@ -75,8 +89,13 @@ class MapFollower {
       const absl::Time started = absl::Now();
       absl::StatusOr<rpc::ShardMap> map = coordinator_->GetShardMap(have + 1, kPoll);
       if (map.ok()) {
-        store_->SetShardMap(*map, server_id_);
-        continue;
+        const absl::Status installed =
+            server::InstallShardMap(store_, *map, server_id_, kRestoreThreads);
+        if (installed.ok()) continue;
+        std::fprintf(stderr, "ps_server %u: cannot install shard map %llu: %s\n", server_id_,
+                     static_cast<unsigned long long>(map->version()), installed.ToString().c_str());
+        on_fatal_();
+        return;
       }
       if (absl::Now() - started >= kPoll / 2) continue;  // the wait ran out: nothing new
       absl::MutexLock lock(&mu_);
@@ -85,9 +104,13 @@ class MapFollower {
     }
   }
 
+  // Shard files read at once when a restored job starts.
+  static constexpr int kRestoreThreads = 4;
+
   CoordinatorClient* const coordinator_;
   server::ShardedStore* const store_;
   const uint32_t server_id_;
+  const std::function<void()> on_fatal_;
   absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   bool poked_ ABSL_GUARDED_BY(mu_) = false;
@@ -185,7 +208,12 @@ int Main() {
   }
   service.SetServerId(server_id);
   service.SetStore(store->get());
-  auto map_follower = std::make_unique<MapFollower>(coordinator->get(), store->get(), server_id);
+  std::atomic<bool> failed{false};
+  auto map_follower =
+      std::make_unique<MapFollower>(coordinator->get(), store->get(), server_id, [&failed] {
+        failed.store(true);
+        kill(getpid(), SIGTERM);  // the main thread's shutdown path, then exit status 1
+      });
   follower.store(map_follower.get());
   map_follower->Poke();
 
@@ -205,7 +233,7 @@ int Main() {
   map_follower.reset();
   (*coordinator)->StopHeartbeats();
   grpc_server->Wait();
-  return 0;
+  return failed.load() ? 1 : 0;
 }
 
 }  // namespace

@@ -246,11 +246,69 @@ void ShardedStore::SetShardMap(const rpc::ShardMap& map, uint32_t server_id) {
   // so the shards stay alive.
   absl::MutexLock serial(&set_map_mu_);
   std::vector<std::function<void()>> snapshots;
-  ApplyShardMap(map, server_id, &snapshots);
+  ApplyShardMap(map, server_id, nullptr, &snapshots);
   for (auto& snapshot : snapshots) snapshot();
 }
 
+std::vector<uint32_t> ShardedStore::NewPrimaries(const rpc::ShardMap& map,
+                                                 uint32_t server_id) const {
+  absl::ReaderMutexLock lock(&map_mu_);
+  std::vector<uint32_t> out;
+  if (map.version() <= map_version_.load()) return out;
+  for (const rpc::ShardAssignment& a : map.shards()) {
+    if (a.shard() < num_shards_ && !a.lost() && a.primary() == server_id && a.primary_term() == 0 &&
+        shards_[a.shard()] == nullptr) {
+      out.push_back(a.shard());
+    }
+  }
+  return out;
+}
+
+absl::Status ShardedStore::SetShardMap(const rpc::ShardMap& map, uint32_t server_id,
+                                       Restored restored) {
+  absl::MutexLock serial(&set_map_mu_);
+  std::vector<uint32_t> expected = NewPrimaries(map, server_id);
+  if (map.version() <= map_version_.load()) return absl::OkStatus();
+  // The shards are built and filled here, before the map is installed: until then every request
+  // is answered UNAVAILABLE (no shard map yet), which clients retry.
+  absl::flat_hash_map<uint32_t, std::unique_ptr<Shard>> built;
+  for (const ShardCut& cut : restored.cuts) {
+    if (std::find(expected.begin(), expected.end(), cut.shard) == expected.end() ||
+        built.contains(cut.shard)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "restoring shard %d: it is not a new primary of this server (%d) in map %d, or it is "
+          "given twice",
+          cut.shard, server_id, map.version()));
+    }
+    // Presized for the rows it is about to hold, so that filling it never rehashes.
+    std::vector<size_t> rows = ExpectedRows();
+    for (const rpc::ShardRecord& r : cut.records) {
+      if (r.has_rows() && r.rows().table() < rows.size()) {
+        rows[r.rows().table()] += r.rows().keys().size() / sizeof(uint64_t);
+      }
+    }
+    auto shard = std::make_unique<Shard>(cut.shard, shard_config_, rows, /*complete=*/false);
+    absl::Status status = shard->Restore(cut);
+    if (!status.ok()) return status;
+    built.emplace(cut.shard, std::move(shard));
+  }
+  if (built.size() != expected.size()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "restoring map %d: %d of this server's %d new primaries have a checkpoint's cut",
+        map.version(), built.size(), expected.size()));
+  }
+  if (sync_ && restored.step > 0) {
+    absl::MutexLock step_lock(&step_mu_);
+    applied_step_ = std::max(applied_step_, restored.step - 1);
+  }
+  std::vector<std::function<void()>> snapshots;
+  ApplyShardMap(map, server_id, &built, &snapshots);
+  for (auto& snapshot : snapshots) snapshot();
+  return absl::OkStatus();
+}
+
 void ShardedStore::ApplyShardMap(const rpc::ShardMap& map, uint32_t server_id,
+                                 absl::flat_hash_map<uint32_t, std::unique_ptr<Shard>>* restored,
                                  std::vector<std::function<void()>>* snapshots) {
   // Sync mode: a promoted copy may have to apply the step its primary did not send.
   absl::ReaderMutexLock step_lock(&step_mu_);
@@ -283,6 +341,8 @@ void ShardedStore::ApplyShardMap(const rpc::ShardMap& map, uint32_t server_id,
     }
     if (role == Role::kNone) {
       shard.reset();
+    } else if (shard == nullptr && restored != nullptr && restored->contains(s)) {
+      shard = std::move((*restored)[s]);
     } else if (shard == nullptr) {
       // Only the primary placed when the map was built starts the shard empty; a later primary
       // was a copy, and one that holds none must not serve an empty shard as if it were the data.

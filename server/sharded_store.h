@@ -73,6 +73,28 @@ class ShardedStore {
   void SetShardMap(const rpc::ShardMap& map, uint32_t server_id)
       ABSL_LOCKS_EXCLUDED(set_map_mu_, map_mu_);
 
+  // What a restored job's server starts its new primaries from (ShardMap.restore_from).
+  struct Restored {
+    // Sync: the checkpoint's step boundary t (its shards hold exactly steps < t), so that step t
+    // is the next this store applies; -1 when the checkpoint has none (or the job is not sync).
+    int64_t step = -1;
+    // One cut for each shard of NewPrimaries(map), in any order.
+    std::vector<ShardCut> cuts;
+  };
+
+  // The shards `map` makes this server a new primary of term 0 (placed when the job's map was
+  // built, not promoted from a copy): the ones a restored job loads from its checkpoint before
+  // installing the map. Empty for a map no newer than the installed one.
+  std::vector<uint32_t> NewPrimaries(const rpc::ShardMap& map, uint32_t server_id) const
+      ABSL_LOCKS_EXCLUDED(map_mu_);
+
+  // SetShardMap for a restored job: the new primaries start from `restored.cuts` instead of
+  // empty, and (sync) the store from step restored.step. INVALID_ARGUMENT, with nothing
+  // installed, when the cuts are not exactly one for each of NewPrimaries(map), or a cut does not
+  // restore (Shard::Restore); OK and nothing changed for a map no newer than the installed one.
+  absl::Status SetShardMap(const rpc::ShardMap& map, uint32_t server_id, Restored restored)
+      ABSL_LOCKS_EXCLUDED(set_map_mu_, map_mu_);
+
   // The job's tables, by table index.
   const std::vector<std::unique_ptr<TableSpec>>& tables() const { return tables_; }
 
@@ -199,7 +221,9 @@ class ShardedStore {
                std::unique_ptr<Optimizer> dense_optimizer);
 
   // SetShardMap's work under the map lock; the snapshots for new copies are added to `snapshots`.
+  // New primaries found in `restored` (by shard) are adopted instead of created empty.
   void ApplyShardMap(const rpc::ShardMap& map, uint32_t server_id,
+                     absl::flat_hash_map<uint32_t, std::unique_ptr<Shard>>* restored,
                      std::vector<std::function<void()>>* snapshots)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(set_map_mu_);
 

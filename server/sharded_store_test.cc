@@ -794,6 +794,60 @@ TEST_CASE("a sync checkpoint cuts every shard at its step boundary", "[server][s
   CHECK(store->BeginCheckpoint(1, even, 3).code() == absl::StatusCode::kFailedPrecondition);
 }
 
+TEST_CASE("a restored store serves its checkpoint's shards and resumes at its step",
+          "[server][store][sync]") {
+  const config::Job job = SyncJob(1.0f);
+  auto store = ServingSyncStore(job);
+  const std::vector<uint64_t> keys = EvenShardKeys(30);
+  const std::vector<uint32_t> even = {0, 2, 4, 6};
+  uint32_t duplicates = 0;
+  for (int64_t step = 0; step < 2; ++step) {
+    REQUIRE(store->Push(StepPush(keys, 1.0f + step, 1, step), &duplicates).ok());
+    REQUIRE(store->Push(StepPush(keys, 2.0f, 2, step), &duplicates).ok());
+    REQUIRE(store->EndStep(1, step).ok());
+    REQUIRE(*store->EndStep(2, step) == step);
+  }
+  REQUIRE(store->BeginCheckpoint(2, even, 3).ok());
+  ShardedStore::Restored restored;
+  restored.step = 2;
+  for (uint32_t s : even) {
+    absl::Duration stall;
+    absl::StatusOr<ShardCut> cut = store->TakeCheckpointCut(s, absl::InfiniteFuture(), &stall);
+    REQUIRE(cut.ok());
+    restored.cuts.push_back(std::move(cut).value());
+  }
+  store->EndCheckpoint();
+  const auto at_cut = PullRows(*store, keys);
+
+  auto created = ShardedStore::Create(job, {});
+  REQUIRE(created.ok());
+  ShardedStore& fresh = **created;
+  CHECK(fresh.NewPrimaries(EvenOddMap(3), 0) == even);
+  // Not exactly one cut a new primary: refused, nothing installed.
+  ShardedStore::Restored missing = restored;
+  missing.cuts.pop_back();
+  CHECK(fresh.SetShardMap(EvenOddMap(3), 0, missing).code() == absl::StatusCode::kInvalidArgument);
+  ShardedStore::Restored foreign = restored;
+  foreign.cuts[0].shard = 1;
+  CHECK(fresh.SetShardMap(EvenOddMap(3), 0, foreign).code() == absl::StatusCode::kInvalidArgument);
+  CHECK(fresh.map_version() == 0);
+
+  REQUIRE(fresh.SetShardMap(EvenOddMap(3), 0, restored).ok());
+  CHECK(fresh.NewPrimaries(EvenOddMap(3), 0).empty());
+  CHECK(PullRows(fresh, keys) == at_cut);
+  // Step 2 is the next: a push of step 1 is late, one of step 2 is summed and applied.
+  uint32_t late = 0;
+  REQUIRE(fresh.Push(StepPush(keys, 1.0f, 1, 1), &duplicates, &late).ok());
+  CHECK(late == keys.size());
+  for (ShardedStore* s : {store.get(), &fresh}) {
+    REQUIRE(s->Push(StepPush(keys, 0.5f, 1, 2), &duplicates).ok());
+    REQUIRE(s->Push(StepPush(keys, 0.5f, 2, 2), &duplicates).ok());
+    REQUIRE(s->EndStep(1, 2).ok());
+    REQUIRE(*s->EndStep(2, 2) == 2);
+  }
+  CHECK(PullRows(fresh, keys) == PullRows(*store, keys));
+}
+
 }  // namespace
 }  // namespace server
 }  // namespace ps

@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "common/checkpoint_catalog.h"
 #include "server/checkpoint/shard_file.h"
+#include "server/checkpoint/shard_loader.h"
 
 namespace ps {
 namespace server {
@@ -53,6 +54,25 @@ absl::StatusOr<rpc::WriteCheckpointResponse> WriteServerCheckpoint(
   if (!synced.ok()) return synced;
   response.set_max_stall_ms(max_stall_ms);
   return response;
+}
+
+absl::Status InstallShardMap(ShardedStore* store, const rpc::ShardMap& map, uint32_t server_id,
+                             int threads) {
+  std::vector<uint32_t> shards;
+  if (!map.restore_from().empty()) shards = store->NewPrimaries(map, server_id);
+  if (shards.empty()) {
+    store->SetShardMap(map, server_id);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<rpc::CheckpointManifest> manifest = ReadCheckpointManifest(map.restore_from());
+  if (!manifest.ok()) return manifest.status();
+  ShardedStore::Restored restored;
+  restored.step = manifest->step();
+  absl::StatusOr<std::vector<ShardCut>> cuts = LoadCheckpointShards(
+      map.restore_from(), *manifest, store->tables(), map.num_shards(), shards, threads);
+  if (!cuts.ok()) return cuts.status();
+  restored.cuts = *std::move(cuts);
+  return store->SetShardMap(map, server_id, std::move(restored));
 }
 
 }  // namespace server

@@ -1,10 +1,12 @@
-// A server's part of a checkpoint: cut each of its primary shards (ShardedStore's checkpoint
-// calls) and write it to its file in the checkpoint's folder.
+// A server's part of checkpoints: cut each of its primary shards (ShardedStore's checkpoint
+// calls) and write it to its file in the checkpoint's folder; and, in a restored job, load its
+// shards from the checkpoint before it serves them.
 #ifndef PS_SERVER_CHECKPOINT_SERVER_CHECKPOINT_H_
 #define PS_SERVER_CHECKPOINT_SERVER_CHECKPOINT_H_
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "proto/coordinator.pb.h"
 #include "proto/ps.pb.h"
 #include "server/sharded_store.h"
 
@@ -19,6 +21,16 @@ namespace server {
 // Files written before an error are left for the coordinator to remove with the folder.
 absl::StatusOr<rpc::WriteCheckpointResponse> WriteServerCheckpoint(
     ShardedStore* store, const rpc::WriteCheckpointRequest& request, absl::Time deadline);
+
+// Installs `map` in `store` (server `server_id`). When the map names a checkpoint to restore from
+// (ShardMap.restore_from) and makes this server a new primary, those shards are first loaded
+// from the checkpoint's files on up to `threads` threads (LoadCheckpointShards), and the store
+// starts from them (ShardedStore::SetShardMap with Restored). Requests wait meanwhile (UNAVAILABLE:
+// no shard map yet). Errors, with the map not installed: ReadCheckpointManifest's;
+// LoadCheckpointShards' (DATA_LOSS for a missing or damaged file, FAILED_PRECONDITION for tables
+// that do not fit the job's); SetShardMap's.
+absl::Status InstallShardMap(ShardedStore* store, const rpc::ShardMap& map, uint32_t server_id,
+                             int threads);
 
 }  // namespace server
 }  // namespace ps

@@ -151,6 +151,7 @@ absl::StatusOr<rpc::CheckpointResponse> Checkpointer::Take(int64_t step) {
   manifest.set_job_digest(JobDigest(job));
   manifest.set_mode(config::Training::Mode_Name(job.training().mode()));
   manifest.set_step(sync ? step : -1);
+  manifest.set_next_member_id(coordinator_->next_member_id());
   *manifest.mutable_shard_map() = map;
   for (const config::Table& t : job.tables()) *manifest.add_tables() = t;
   std::vector<rpc::CheckpointShardFile> files(map.num_shards());

@@ -125,8 +125,22 @@ Coordinator::Coordinator(CoordinatorOptions options)
       heartbeat_interval_(options.heartbeat_interval),
       dead_after_(options.dead_after),
       clock_(options.clock != nullptr ? options.clock : Clock::Real()),
+      restore_from_(options.restore_from),
+      start_step_(!restore_from_.empty() && job_.training().mode() == config::Training::SYNC &&
+                          options.restore_manifest.step() > 0
+                      ? options.restore_manifest.step()
+                      : 0),
+      next_member_id_(std::max<uint32_t>(1, options.restore_manifest.next_member_id())),
       workers_(num_workers_),
-      progress_(num_servers_) {}
+      progress_(num_servers_) {
+  // Every rank has finished the steps before the restored one.
+  for (WorkerSlot& slot : workers_) slot.clock = start_step_ - 1;
+}
+
+uint32_t Coordinator::next_member_id() const {
+  absl::MutexLock lock(&mu_);
+  return next_member_id_;
+}
 
 Coordinator::~Coordinator() { Shutdown(); }
 
@@ -310,6 +324,7 @@ rpc::RegisterResponse Coordinator::ResponseFor(const Member& member) const {
   *response.mutable_job() = job_;
   response.set_heartbeat_interval_ms(
       static_cast<uint32_t>(absl::ToInt64Milliseconds(heartbeat_interval_)));
+  if (member.role == rpc::WORKER) response.set_start_step(start_step_);
   return response;
 }
 
@@ -440,7 +455,7 @@ void Coordinator::TouchLocked(Member* member, absl::Time now) {
 }
 
 absl::StatusOr<uint64_t> Coordinator::Heartbeat(uint32_t member_id,
-                                                 const std::vector<rpc::ShardProgress>& shards) {
+                                                const std::vector<rpc::ShardProgress>& shards) {
   Completions out;
   uint64_t version = 0;
   {
@@ -587,9 +602,8 @@ bool Coordinator::HealLocked() {
           continue;
         }
         const std::string host = HostLocked(s);
-        const bool new_host = std::none_of(holders.begin(), holders.end(), [&](uint32_t h) {
-          return HostLocked(h) == host;
-        });
+        const bool new_host = std::none_of(holders.begin(), holders.end(),
+                                           [&](uint32_t h) { return HostLocked(h) == host; });
         if (best < 0 || (new_host && !best_new_host) ||
             (new_host == best_new_host && load[s] < load[best])) {
           best = static_cast<int>(s);
@@ -617,6 +631,7 @@ void Coordinator::MaybeBuildMapLocked() {
   map_.Clear();
   map_.set_version(0);  // MapChangedLocked makes it 1
   map_.set_num_shards(num_shards);
+  map_.set_restore_from(restore_from_);
   for (uint32_t shard = 0; shard < num_shards; ++shard) {
     rpc::ShardAssignment* a = map_.add_shards();
     a->set_shard(shard);

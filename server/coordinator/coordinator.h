@@ -27,6 +27,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "proto/checkpoint.pb.h"
 #include "proto/coordinator.pb.h"
 #include "proto/job.pb.h"
 
@@ -61,6 +62,15 @@ struct CoordinatorOptions {
   // Time for heartbeats and deadlines. Not owned; must outlive the coordinator. Default (nullptr):
   // Clock::Real().
   Clock* clock = nullptr;
+
+  // The checkpoint folder the job starts from (see CheckRestorable in restore_check.h), or empty
+  // for a job that starts empty. The shard map names it (ShardMap.restore_from), so that the
+  // servers load their shards from it.
+  std::string restore_from;
+  // Its manifest, when restore_from is set. Sync jobs: a checkpoint cut at step t gives every
+  // worker rank clock t - 1 and its workers start_step t. Member ids are handed out from its
+  // next_member_id on.
+  rpc::CheckpointManifest restore_manifest;
 };
 
 // Identifies a pending wait, for CancelWait. Never reused within a coordinator's life.
@@ -87,6 +97,11 @@ class Coordinator {
   // The coordinator's clock; deadlines passed to the waiting calls are on this clock.
   absl::Time Now() const { return clock_->Now(); }
   const config::Job& job() const { return job_; }
+  // The checkpoint folder the job was restored from; empty if it was not.
+  const std::string& restore_from() const { return restore_from_; }
+
+  // Member ids handed out so far are below this (CheckpointManifest.next_member_id).
+  uint32_t next_member_id() const;
   absl::Duration heartbeat_interval() const { return heartbeat_interval_; }
 
   // --- Membership ---
@@ -278,6 +293,9 @@ class Coordinator {
   const absl::Duration heartbeat_interval_;
   const absl::Duration dead_after_;
   Clock* const clock_;
+  const std::string restore_from_;
+  // Sync jobs restored from a checkpoint cut at step t: t; 0 otherwise.
+  const int64_t start_step_;
 
   mutable absl::Mutex mu_;
   absl::CondVar timer_cv_;  // signalled on shutdown and when a waiter with an earlier deadline

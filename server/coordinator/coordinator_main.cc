@@ -1,10 +1,11 @@
 // ps_coordinator: the coordinator daemon of one job.
 //
 //   ps_coordinator --job=JOB_FILE [--host=127.0.0.1] [--port=0] [--port_file=PATH]
-//                  [--heartbeat_ms=500] [--dead_after_ms=3000]
+//                  [--heartbeat_ms=500] [--dead_after_ms=3000] [--restore=CHECKPOINT]
 //
 // Prints `ps_coordinator listening on HOST:PORT` once it serves. SIGTERM or SIGINT shut it down
-// cleanly (exit 0). Exit status 1: the job is bad (`file:line:col: message` on stderr) or the port
+// cleanly (exit 0). Exit status 1: the job is bad (`file:line:col: message` on stderr), the
+// checkpoint to restore is damaged or does not fit the job (nothing is started), or the port
 // cannot be bound; 2: a usage error.
 #include <fcntl.h>
 #include <grpcpp/grpcpp.h>
@@ -27,12 +28,16 @@
 #include "common/job_config.h"
 #include "server/coordinator/coordinator.h"
 #include "server/coordinator/coordinator_service.h"
+#include "server/coordinator/restore_check.h"
 
 ABSL_FLAG(std::string, job, "", "Path of the job file (protobuf text, proto/job.proto). Required.");
 ABSL_FLAG(std::string, host, "127.0.0.1", "Address to listen on.");
 ABSL_FLAG(int, port, 0, "Port to listen on; 0 picks a free one (see --port_file).");
 ABSL_FLAG(std::string, port_file, "",
           "If set, the bound port is written to this file (atomically) once the server listens.");
+ABSL_FLAG(std::string, restore, "",
+          "Start the job from a checkpoint: a checkpoint's folder, or a checkpoint_dir (its newest "
+          "complete one). Overrides the job's cluster.restore_from and cluster.resume.");
 ABSL_FLAG(int, heartbeat_ms, 500, "Heartbeat interval members are told to use, in ms (> 0).");
 ABSL_FLAG(int, dead_after_ms, 3000,
           "A member silent for this long is marked dead, in ms (> heartbeat_ms).");
@@ -117,7 +122,7 @@ std::string HostPort(const std::string& host, int port) {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "ps_coordinator --job=JOB_FILE [--host=H] [--port=P] [--port_file=F] [--heartbeat_ms=N] "
-      "[--dead_after_ms=N]");
+      "[--dead_after_ms=N] [--restore=CHECKPOINT]");
   absl::ParseCommandLine(argc, argv);
 
   const std::string job_path = absl::GetFlag(FLAGS_job);
@@ -138,6 +143,26 @@ int main(int argc, char** argv) {
   }
 
   ps::coordinator::CoordinatorOptions options;
+  // A job restored from a checkpoint starts only from one that is intact and fits it.
+  const std::string restore = ps::coordinator::RestorePathOf(absl::GetFlag(FLAGS_restore), *job);
+  if (!restore.empty()) {
+    const absl::Time start = absl::Now();
+    absl::StatusOr<ps::coordinator::RestorePoint> point =
+        ps::coordinator::CheckRestorable(restore, *job);
+    if (!point.ok()) {
+      std::fprintf(stderr, "ps_coordinator: cannot restore from %s: %s\n", restore.c_str(),
+                   point.status().ToString().c_str());
+      return 1;
+    }
+    std::fprintf(stderr,
+                 "ps_coordinator: restoring checkpoint %llu from %s (step %lld, %d shards; "
+                 "checked in %.2f s)\n",
+                 static_cast<unsigned long long>(point->manifest.id()), point->folder.c_str(),
+                 static_cast<long long>(point->manifest.step()), point->manifest.shards_size(),
+                 absl::ToDoubleSeconds(absl::Now() - start));
+    options.restore_from = point->folder;
+    options.restore_manifest = std::move(point->manifest);
+  }
   options.job = *std::move(job);
   options.heartbeat_interval = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_ms));
   options.dead_after = absl::Milliseconds(absl::GetFlag(FLAGS_dead_after_ms));

@@ -91,6 +91,35 @@ TEST_CASE("options are validated", "[coordinator]") {
   CHECK(Coordinator::Create(bad_job).status().code() == absl::StatusCode::kInvalidArgument);
 }
 
+TEST_CASE("a restored sync job starts at its checkpoint's step with new member ids",
+          "[coordinator][register]") {
+  FakeClock clock;
+  CoordinatorOptions options;
+  options.job = MakeJob(2, 2, 8);
+  options.clock = &clock;
+  options.restore_from = "/ckpt/00000000000000000003";
+  options.restore_manifest.set_step(5);
+  options.restore_manifest.set_next_member_id(40);
+  absl::StatusOr<std::unique_ptr<Coordinator>> c = Coordinator::Create(std::move(options));
+  REQUIRE(c.ok());
+  Coordinator& coordinator = **c;
+  absl::StatusOr<rpc::RegisterResponse> worker = coordinator.Register(rpc::WORKER, "", -1);
+  REQUIRE(worker.ok());
+  CHECK(worker->member_id() == 40);
+  CHECK(worker->start_step() == 5);
+  REQUIRE(coordinator.Register(rpc::WORKER, "", -1).ok());
+  CHECK(coordinator.Clocks().min_clock() == 4);
+  CHECK(coordinator.Clocks().max_clock() == 4);
+  REQUIRE(coordinator.Register(rpc::SERVER, "h:1", -1).ok());
+  absl::StatusOr<rpc::RegisterResponse> server = coordinator.Register(rpc::SERVER, "h:2", -1);
+  REQUIRE(server.ok());
+  CHECK(server->start_step() == 0);
+  absl::StatusOr<rpc::ShardMap> map = coordinator.GetShardMap(1, clock.Now());
+  REQUIRE(map.ok());
+  CHECK(map->restore_from() == "/ckpt/00000000000000000003");
+  CHECK(coordinator.next_member_id() == 44);
+}
+
 TEST_CASE("servers get ids in registration order and the job", "[coordinator][register]") {
   Fixture f;
   const rpc::RegisterResponse a = f.MustRegister(rpc::SERVER, "10.0.0.1:7000", -1);
@@ -577,7 +606,8 @@ TEST_CASE("healing gives a shard short of copies one catching up, a replica once
   CHECK(f.coordinator->DeclareDead(0) == 3);
 }
 
-TEST_CASE("a restarted server is failed over, then given copies to fill", "[coordinator][failover]") {
+TEST_CASE("a restarted server is failed over, then given copies to fill",
+          "[coordinator][failover]") {
   Fixture f(/*servers=*/3, /*workers=*/1, /*shards=*/6, /*replication=*/2);
   RegisterServers(f, 3);
   // Server 1 restarts before its heartbeats stop: it lost what it held.

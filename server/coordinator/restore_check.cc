@@ -1,0 +1,98 @@
+#include "server/coordinator/restore_check.h"
+
+#include <filesystem>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/checkpoint_catalog.h"
+#include "server/checkpoint/shard_file.h"
+
+namespace ps {
+namespace coordinator {
+
+absl::StatusOr<RestorePoint> CheckRestorable(const std::string& path, const config::Job& job) {
+  RestorePoint point;
+  absl::StatusOr<std::string> folder = ResolveCheckpoint(path, &point.manifest);
+  if (!folder.ok()) return folder.status();
+  point.folder = *folder;
+  const rpc::CheckpointManifest& m = point.manifest;
+
+  absl::flat_hash_map<std::string, const config::Table*> job_tables;
+  for (const config::Table& t : job.tables()) job_tables[t.name()] = &t;
+  for (const config::Table& t : m.tables()) {
+    auto it = job_tables.find(t.name());
+    if (it == job_tables.end()) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "checkpoint %s holds table \"%s\", which the job does not have", point.folder, t.name()));
+    }
+    const config::Table& mine = *it->second;
+    if (mine.dim() != t.dim()) {
+      return absl::FailedPreconditionError(
+          absl::StrFormat("table \"%s\" has dim %d in checkpoint %s, dim %d in the job", t.name(),
+                          t.dim(), point.folder, mine.dim()));
+    }
+    if (absl::AsciiStrToLower(mine.optimizer().type()) !=
+        absl::AsciiStrToLower(t.optimizer().type())) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "table \"%s\" has optimizer %s in checkpoint %s, %s in the job (their state differs)",
+          t.name(), t.optimizer().type(), point.folder, mine.optimizer().type()));
+    }
+  }
+
+  // Each file's size and checksum, several files at once.
+  std::vector<absl::Status> results(m.shards_size());
+  std::vector<std::thread> threads;
+  const int parallel = 4;
+  for (int w = 0; w < parallel; ++w) {
+    threads.emplace_back([&, w] {
+      for (int i = w; i < m.shards_size(); i += parallel) {
+        const rpc::CheckpointShardFile& f = m.shards(i);
+        const std::string file = absl::StrCat(point.folder, "/", f.file());
+        std::error_code ec;
+        const uintmax_t bytes = std::filesystem::file_size(file, ec);
+        if (ec) {
+          results[i] =
+              absl::DataLossError(absl::StrCat("checkpoint file ", file, ": ", ec.message()));
+          continue;
+        }
+        if (bytes != f.bytes()) {
+          results[i] = absl::DataLossError(absl::StrFormat(
+              "checkpoint file %s has %d bytes, the manifest says %d", file, bytes, f.bytes()));
+          continue;
+        }
+        absl::StatusOr<uint64_t> digest = server::FileXxh3(file);
+        if (!digest.ok()) {
+          results[i] = absl::DataLossError(digest.status().message());
+        } else if (*digest != f.xxh3()) {
+          results[i] = absl::DataLossError(
+              absl::StrFormat("checkpoint file %s has checksum %016x, the manifest says %016x",
+                              file, *digest, f.xxh3()));
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (const absl::Status& status : results) {
+    if (!status.ok()) return status;
+  }
+  return point;
+}
+
+std::string RestorePathOf(const std::string& flag, const config::Job& job) {
+  if (!flag.empty()) return flag;
+  const config::Cluster& cluster = job.cluster();
+  if (cluster.has_restore_from()) return cluster.restore_from();
+  if (!cluster.resume()) return "";
+  std::error_code ec;
+  absl::StatusOr<std::vector<rpc::CheckpointManifest>> all =
+      ListCheckpoints(cluster.checkpoint_dir());
+  if (!all.ok() || all->empty()) return "";
+  return absl::StrCat(cluster.checkpoint_dir(), "/", CheckpointFolderName(all->back().id()));
+}
+
+}  // namespace coordinator
+}  // namespace ps

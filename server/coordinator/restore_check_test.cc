@@ -1,0 +1,134 @@
+#include "server/coordinator/restore_check.h"
+
+#include <stdlib.h>
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "common/checkpoint_catalog.h"
+#include "server/checkpoint/shard_file.h"
+
+namespace ps {
+namespace coordinator {
+namespace {
+
+config::Table Table(const std::string& name, uint32_t dim, const std::string& optimizer) {
+  config::Table t;
+  t.set_name(name);
+  t.set_dim(dim);
+  t.mutable_optimizer()->set_type(optimizer);
+  return t;
+}
+
+// A checkpoint_dir holding checkpoint 4: tables emb (dim 8, adagrad) and wide (dim 1, sgd), two
+// shard files (any bytes: only sizes and checksums are checked here).
+struct Checkpoint {
+  Checkpoint() {
+    char tmpl[] = "/tmp/restore_check_test.XXXXXX";
+    dir = ::mkdtemp(tmpl);
+    folder = dir + "/" + CheckpointFolderName(4);
+    std::filesystem::create_directory(folder);
+    rpc::CheckpointManifest m;
+    m.set_format(kCheckpointFormat);
+    m.set_id(4);
+    *m.add_tables() = Table("emb", 8, "adagrad");
+    *m.add_tables() = Table("wide", 1, "sgd");
+    for (int s = 0; s < 2; ++s) {
+      rpc::CheckpointShardFile* f = m.add_shards();
+      f->set_shard(s);
+      f->set_file("shard-" + std::to_string(s) + ".sst");
+      const std::string path = folder + "/" + f->file();
+      std::ofstream(path, std::ios::binary) << std::string(1000 + s, 'a' + s);
+      f->set_bytes(1000 + s);
+      f->set_xxh3(*server::FileXxh3(path));
+    }
+    REQUIRE(WriteCheckpointManifest(folder, m).ok());
+    *job.add_tables() = Table("wide", 1, "SGD");
+    *job.add_tables() = Table("emb", 8, "adagrad");
+  }
+  ~Checkpoint() { std::filesystem::remove_all(dir); }
+
+  std::string dir, folder;
+  config::Job job;
+};
+
+TEST_CASE("an intact checkpoint fitting the job is restorable", "[checkpoint]") {
+  Checkpoint c;
+  // More tables and other hyperparameters are fine.
+  *c.job.add_tables() = Table("new", 4, "adam");
+  c.job.mutable_tables(1)->mutable_optimizer()->set_learning_rate(0.5f);
+  for (const std::string& path : {c.dir, c.folder}) {
+    absl::StatusOr<RestorePoint> point = CheckRestorable(path, c.job);
+    REQUIRE(point.ok());
+    CHECK(point->folder == c.folder);
+    CHECK(point->manifest.id() == 4);
+  }
+}
+
+TEST_CASE("a checkpoint whose tables do not fit the job is refused", "[checkpoint]") {
+  Checkpoint c;
+  std::string want;
+  SECTION("another dim") {
+    c.job.mutable_tables(1)->set_dim(16);
+    want = "table \"emb\" has dim 8 in checkpoint";
+  }
+  SECTION("another optimizer") {
+    c.job.mutable_tables(1)->mutable_optimizer()->set_type("adam");
+    want = "table \"emb\" has optimizer adagrad in checkpoint";
+  }
+  SECTION("a table missing") {
+    c.job.mutable_tables()->DeleteSubrange(0, 1);
+    want = "holds table \"wide\", which the job does not have";
+  }
+  absl::StatusOr<RestorePoint> point = CheckRestorable(c.dir, c.job);
+  CHECK(point.status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK_THAT(std::string(point.status().message()), Catch::Contains(want));
+}
+
+TEST_CASE("a damaged checkpoint is refused, naming the file", "[checkpoint]") {
+  Checkpoint c;
+  const std::string file = c.folder + "/shard-1.sst";
+  std::string want;
+  SECTION("truncated") {
+    std::filesystem::resize_file(file, 500);
+    want = "has 500 bytes, the manifest says 1001";
+  }
+  SECTION("a flipped byte") {
+    std::ofstream(file, std::ios::binary) << std::string(1000, 'b') << 'c';
+    want = "checksum";
+  }
+  SECTION("missing") {
+    std::filesystem::remove(file);
+    want = file;
+  }
+  absl::StatusOr<RestorePoint> point = CheckRestorable(c.folder, c.job);
+  CHECK(point.status().code() == absl::StatusCode::kDataLoss);
+  CHECK_THAT(std::string(point.status().message()), Catch::Contains(want));
+}
+
+TEST_CASE("without a complete checkpoint there is nothing to restore", "[checkpoint]") {
+  Checkpoint c;
+  std::filesystem::remove(c.folder + "/MANIFEST");
+  CHECK(CheckRestorable(c.dir, c.job).status().code() == absl::StatusCode::kNotFound);
+  CHECK(CheckRestorable(c.folder, c.job).status().code() == absl::StatusCode::kNotFound);
+}
+
+TEST_CASE("the restore path: the flag, restore_from, or resume's newest", "[checkpoint]") {
+  Checkpoint c;
+  CHECK(RestorePathOf("", c.job).empty());
+  c.job.mutable_cluster()->set_checkpoint_dir(c.dir);
+  c.job.mutable_cluster()->set_resume(true);
+  CHECK(RestorePathOf("", c.job) == c.folder);
+  CHECK(RestorePathOf("/x", c.job) == "/x");
+  std::filesystem::remove(c.folder + "/MANIFEST");
+  CHECK(RestorePathOf("", c.job).empty());  // resume with nothing complete: start empty
+  c.job.mutable_cluster()->set_resume(false);
+  c.job.mutable_cluster()->set_restore_from("/y");
+  CHECK(RestorePathOf("", c.job) == "/y");
+}
+
+}  // namespace
+}  // namespace coordinator
+}  // namespace ps
