@@ -1,5 +1,8 @@
 #include "client/ps_client.h"
 
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -9,9 +12,6 @@
 #include <thread>
 #include <utility>
 #include <vector>
-
-#include <grpcpp/generic/generic_stub.h>
-#include <grpcpp/grpcpp.h>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
@@ -205,6 +205,7 @@ class ClientImpl final : public Client {
         job_(registration.job()),
         worker_id_(registration.member_id()),
         rank_(registration.rank()),
+        start_step_(registration.start_step()),
         max_message_bytes_(options.max_message_bytes != 0
                                ? options.max_message_bytes
                                : registration.job().cluster().max_message_bytes()) {
@@ -228,6 +229,7 @@ class ClientImpl final : public Client {
   const config::Job& job() const override { return job_; }
   uint32_t worker_id() const override { return worker_id_; }
   int rank() const override { return rank_; }
+  int64_t start_step() const override { return start_step_; }
 
   absl::StatusOr<uint32_t> Dim(absl::string_view table) const override {
     PS_ASSIGN_OR_RETURN(const TableInfo* info, FindTable(table));
@@ -384,9 +386,9 @@ class ClientImpl final : public Client {
 
   uint32_t MaxKeysPerRequest(uint32_t dim) const {
     const uint64_t per_key = sizeof(uint64_t) + uint64_t{dim} * sizeof(float);
-    const uint64_t room =
-        max_message_bytes_ > 2 * kRequestOverheadBytes ? max_message_bytes_ - kRequestOverheadBytes
-                                                       : max_message_bytes_ / 2;
+    const uint64_t room = max_message_bytes_ > 2 * kRequestOverheadBytes
+                              ? max_message_bytes_ - kRequestOverheadBytes
+                              : max_message_bytes_ / 2;
     const uint64_t by_bytes = std::max<uint64_t>(1, room / per_key);
     return static_cast<uint32_t>(
         std::min<uint64_t>(by_bytes, std::max(1, options_.max_keys_per_request)));
@@ -505,9 +507,9 @@ class ClientImpl final : public Client {
       SparseCall::Request* request = owned.release();
       request->routed_version = routing->version;
       // A shard without a live copy: its rows are gone, and no server may make them up.
-      const auto lost = std::find_if(
-          request->part.segments.begin(), request->part.segments.end(),
-          [&](const Segment& seg) { return routing->map.shards(seg.shard).lost(); });
+      const auto lost =
+          std::find_if(request->part.segments.begin(), request->part.segments.end(),
+                       [&](const Segment& seg) { return routing->map.shards(seg.shard).lost(); });
       if (lost != request->part.segments.end()) {
         OnDone(call, request,
                ToGrpcStatus(absl::DataLossError(absl::StrFormat(
@@ -715,6 +717,7 @@ class ClientImpl final : public Client {
   const config::Job job_;
   const uint32_t worker_id_;
   const int rank_;
+  const int64_t start_step_;
   const uint64_t max_message_bytes_;
   std::vector<TableInfo> tables_;
   absl::flat_hash_map<std::string, size_t> table_index_;
@@ -771,12 +774,11 @@ absl::Status ClientImpl::PullDense(absl::string_view name, absl::Span<float> val
       rpc::PullDenseResponse response;
       grpc::ClientContext context;
       context.set_deadline(absl::ToChronoTime(absl::Now() + options_.request_timeout));
-      PS_RETURN_IF_ERROR(Reported(route.server, FromGrpcStatus(routing.servers.at(route.server)
-                                                                   ->Stub()
-                                                                   ->PullDense(&context, request,
-                                                                               &response))));
-      PS_RETURN_IF_ERROR(
-          client_internal::CopyDenseChunks(name, response, chunk_floats, values));
+      PS_RETURN_IF_ERROR(Reported(
+          route.server,
+          FromGrpcStatus(
+              routing.servers.at(route.server)->Stub()->PullDense(&context, request, &response))));
+      PS_RETURN_IF_ERROR(client_internal::CopyDenseChunks(name, response, chunk_floats, values));
     }
     return absl::OkStatus();
   });
@@ -786,8 +788,8 @@ absl::Status ClientImpl::PushDense(absl::string_view name, absl::Span<const floa
                                    DenseUpdate update) {
   if (name.empty()) return absl::InvalidArgumentError("dense tensor without a name");
   if (!AllFinite(values.data(), values.size())) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "dense tensor \"%s\" has a NaN or Inf value; nothing was applied", name));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("dense tensor \"%s\" has a NaN or Inf value; nothing was applied", name));
   }
   const uint64_t chunk_floats = job_.cluster().dense_chunk_floats();
   // Each server's chunks go in one request (or a few); a retry resends all of them. Assign is
@@ -809,10 +811,10 @@ absl::Status ClientImpl::PushDense(absl::string_view name, absl::Span<const floa
       rpc::PushDenseResponse response;
       grpc::ClientContext context;
       context.set_deadline(absl::ToChronoTime(absl::Now() + options_.request_timeout));
-      PS_RETURN_IF_ERROR(Reported(route.server, FromGrpcStatus(routing.servers.at(route.server)
-                                                                   ->Stub()
-                                                                   ->PushDense(&context, request,
-                                                                               &response))));
+      PS_RETURN_IF_ERROR(Reported(
+          route.server,
+          FromGrpcStatus(
+              routing.servers.at(route.server)->Stub()->PushDense(&context, request, &response))));
     }
     return absl::OkStatus();
   });
@@ -825,8 +827,7 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
     return absl::InvalidArgumentError("ClientOptions.coordinator is empty");
   }
   if (options.channels_per_server < 1 || options.max_keys_per_request < 1) {
-    return absl::InvalidArgumentError(
-        "channels_per_server and max_keys_per_request must be >= 1");
+    return absl::InvalidArgumentError("channels_per_server and max_keys_per_request must be >= 1");
   }
   PS_ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorClient> coordinator,
                       CoordinatorClient::Connect(options.coordinator, options.connect_timeout));

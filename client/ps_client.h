@@ -79,6 +79,9 @@ class Client {
   virtual uint32_t worker_id() const = 0;
   // The rank the coordinator gave (workers), or -1.
   virtual int rank() const = 0;
+  // Sync jobs restored from a checkpoint: the first step to train (the servers hold exactly the
+  // steps before it); 0 otherwise.
+  virtual int64_t start_step() const = 0;
   // The dim of `table`, or NOT_FOUND.
   virtual absl::StatusOr<uint32_t> Dim(absl::string_view table) const = 0;
 

@@ -78,6 +78,16 @@ int Main() {
   }
   const config::Job& job = (*client)->job();
   const int rank = (*client)->rank();
+  const std::string restored = (*client)->shard_map().restore_from();
+  if (!restored.empty()) {
+    std::fprintf(
+        stderr,
+        "ps_worker: the job was restored from checkpoint %s, and workers cannot resume "
+        "training yet: their dense parameters, dense optimizer state and data position are "
+        "not in checkpoints. The restored tables are served to clients (ps_client).\n",
+        restored.c_str());
+    return 1;
+  }
   absl::StatusOr<std::unique_ptr<CoordinatorClient>> coordinator =
       CoordinatorClient::Connect(address, timeout);
   if (!coordinator.ok()) {
@@ -96,8 +106,8 @@ int Main() {
   // GPU workers reduce over NCCL (the model's host buffers staged through device memory), the
   // rest over Gloo. The model runs on device 0 of those this process sees: workers sharing a
   // machine each get theirs through CUDA_VISIBLE_DEVICES, as NCCL needs one device per rank.
-  const bool gpu_model = *backend == worker::Backend::kGpu ||
-                         (*backend == worker::Backend::kAuto && devices > 0);
+  const bool gpu_model =
+      *backend == worker::Backend::kGpu || (*backend == worker::Backend::kAuto && devices > 0);
   const bool nccl = collective == "nccl" || (collective == "auto" && gpu_model);
   const std::string group = absl::StrCat(job.name(), "/dense");
   const int workers = static_cast<int>(job.cluster().num_workers());
@@ -126,7 +136,9 @@ int Main() {
     return 1;
   }
   std::printf(
-      "RESULT {\"backend\":\"%s\",\"rank\":%d,\"workers\":%d,\"servers\":%d,\"steps\":%lld,\"samples\":%lld,"
+      "RESULT "
+      "{\"backend\":\"%s\",\"rank\":%d,\"workers\":%d,\"servers\":%d,\"steps\":%lld,\"samples\":%"
+      "lld,"
       "\"samples_per_s\":%.1f,\"seconds\":%.2f,\"final_loss\":%s,\"heldout_auc\":%s,"
       "\"heldout_logloss\":%s,\"heldout_samples\":%lld,\"skipped_lines\":%lld,"
       "\"mean_pull_ms\":%.3f,\"mean_push_ms\":%.3f,\"mean_batch\":%.1f}\n",

@@ -324,7 +324,7 @@ rpc::RegisterResponse Coordinator::ResponseFor(const Member& member) const {
   *response.mutable_job() = job_;
   response.set_heartbeat_interval_ms(
       static_cast<uint32_t>(absl::ToInt64Milliseconds(heartbeat_interval_)));
-  if (member.role == rpc::WORKER) response.set_start_step(start_step_);
+  if (member.role != rpc::SERVER) response.set_start_step(start_step_);
   return response;
 }
 

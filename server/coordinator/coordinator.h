@@ -68,8 +68,8 @@ struct CoordinatorOptions {
   // servers load their shards from it.
   std::string restore_from;
   // Its manifest, when restore_from is set. Sync jobs: a checkpoint cut at step t gives every
-  // worker rank clock t - 1 and its workers start_step t. Member ids are handed out from its
-  // next_member_id on.
+  // worker rank clock t - 1 and its workers and clients start_step t. Member ids are handed out
+  // from its next_member_id on.
   rpc::CheckpointManifest restore_manifest;
 };
 

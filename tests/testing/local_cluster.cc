@@ -26,16 +26,20 @@ std::string BinaryPath(const std::string& bin_dir, absl::string_view binary) {
 
 absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
     const std::string& job_path, const LocalClusterOptions& options) {
+  std::vector<std::string> coordinator_args = {"--job=" + job_path};
+  coordinator_args.insert(coordinator_args.end(), options.coordinator_args.begin(),
+                          options.coordinator_args.end());
   PS_ASSIGN_OR_RETURN(
       std::unique_ptr<Daemon> coordinator,
       Daemon::Start(BinaryPath(options.bin_dir, "server/coordinator/ps_coordinator"),
-                    {"--job=" + job_path}));
+                    coordinator_args));
   std::unique_ptr<LocalCluster> cluster(new LocalCluster(options.bin_dir, std::move(coordinator)));
   std::vector<std::string> server_args = {"--coordinator=" + cluster->coordinator_->address()};
   server_args.insert(server_args.end(), options.server_args.begin(), options.server_args.end());
   for (int i = 0; i < options.servers; ++i) {
-    PS_ASSIGN_OR_RETURN(std::unique_ptr<Daemon> server,
-                        Daemon::Start(BinaryPath(options.bin_dir, "server/ps_server"), server_args));
+    PS_ASSIGN_OR_RETURN(
+        std::unique_ptr<Daemon> server,
+        Daemon::Start(BinaryPath(options.bin_dir, "server/ps_server"), server_args));
     cluster->servers_.push_back(std::move(server));
   }
   return cluster;
@@ -55,8 +59,9 @@ absl::StatusOr<std::vector<ProcessResult>> LocalCluster::RunWorkers(
       // products (worker_args may say otherwise: the last flag wins).
       std::vector<std::string> args = {
           "--coordinator=" + coordinator_->address(), absl::StrCat("--rank=", rank),
-          absl::StrCat("--compute_threads=",
-                       std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / workers))};
+          absl::StrCat(
+              "--compute_threads=",
+              std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / workers))};
       args.insert(args.end(), worker_args[rank].begin(), worker_args[rank].end());
       threads.emplace_back([&results, &binary, rank, args = std::move(args), timeout] {
         results[rank] = RunProcess(binary, args, timeout);

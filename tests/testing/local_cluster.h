@@ -28,6 +28,8 @@ struct LocalClusterOptions {
   int servers = 2;
   // Flags every ps_server gets after --coordinator (e.g. {"--empty_handler"}). Default none.
   std::vector<std::string> server_args;
+  // Flags the ps_coordinator gets after --job (e.g. {"--restore=DIR"}). Default none.
+  std::vector<std::string> coordinator_args;
 };
 
 // A LocalCluster is a ps_coordinator and its ps_server daemons, children of this process (see
@@ -36,8 +38,8 @@ struct LocalClusterOptions {
 class LocalCluster {
  public:
   // Starts a ps_coordinator with --job=`job_path`, then options.servers ps_servers registered
-  // with it (with options.server_args), each started once the one before reports its port. The first error of
-  // Daemon::Start; the daemons already started are then killed.
+  // with it (with options.server_args), each started once the one before reports its port. The
+  // first error of Daemon::Start; the daemons already started are then killed.
   static absl::StatusOr<std::unique_ptr<LocalCluster>> Start(const std::string& job_path,
                                                              const LocalClusterOptions& options);
 

@@ -67,6 +67,7 @@ class LocalClient final : public Client {
   const config::Job& job() const override { return job_; }
   uint32_t worker_id() const override { return options_.worker_id; }
   int rank() const override { return options_.rank; }
+  int64_t start_step() const override { return 0; }
   // The table's dim; NOT_FOUND for an unknown table.
   absl::StatusOr<uint32_t> Dim(absl::string_view table) const override;
 
