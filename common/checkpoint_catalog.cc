@@ -35,6 +35,26 @@ absl::Status SyncPath(const std::string& path, bool folder) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<rpc::CheckpointManifest> ReadCheckpointManifest(const std::string& folder) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(folder, ec)) {
+    return absl::NotFoundError(absl::StrCat("checkpoint folder ", folder, " does not exist"));
+  }
+  auto incomplete = [&](absl::string_view why) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(folder, " is not a complete checkpoint: ", why));
+  };
+  std::ifstream in(std::filesystem::path(folder) / kManifest, std::ios::binary);
+  if (!in) return incomplete("it has no MANIFEST");
+  rpc::CheckpointManifest manifest;
+  if (!manifest.ParseFromIstream(&in)) return incomplete("its MANIFEST does not parse");
+  if (manifest.format() != kCheckpointFormat) {
+    return incomplete(absl::StrFormat("its MANIFEST has format %d, this build reads %d",
+                                      manifest.format(), kCheckpointFormat));
+  }
+  return manifest;
+}
+
 absl::StatusOr<std::vector<rpc::CheckpointManifest>> ListCheckpoints(
     const std::string& dir, std::vector<std::string>* partial) {
   std::error_code ec;
@@ -48,11 +68,10 @@ absl::StatusOr<std::vector<rpc::CheckpointManifest>> ListCheckpoints(
         !std::all_of(name.begin(), name.end(), absl::ascii_isdigit)) {
       continue;
     }
-    rpc::CheckpointManifest manifest;
-    std::ifstream in(entry.path() / kManifest, std::ios::binary);
-    if (in && manifest.ParseFromIstream(&in) && manifest.format() == kCheckpointFormat &&
-        CheckpointFolderName(manifest.id()) == name) {
-      complete[manifest.id()] = std::move(manifest);
+    absl::StatusOr<rpc::CheckpointManifest> manifest =
+        ReadCheckpointManifest(entry.path().string());
+    if (manifest.ok() && CheckpointFolderName(manifest->id()) == name) {
+      complete[manifest->id()] = *std::move(manifest);
     } else if (partial != nullptr) {
       partial->push_back(entry.path().string());
     }

@@ -26,6 +26,11 @@ std::string CheckpointFolderName(uint64_t id);
 absl::StatusOr<std::vector<rpc::CheckpointManifest>> ListCheckpoints(
     const std::string& dir, std::vector<std::string>* partial = nullptr);
 
+// The manifest of the checkpoint in `folder` (a `<checkpoint_dir>/<id>/`, or a copy of one under
+// any name). NOT_FOUND if `folder` does not exist; FAILED_PRECONDITION "FOLDER is not a complete
+// checkpoint: ..." if its MANIFEST is missing, does not parse or has another format.
+absl::StatusOr<rpc::CheckpointManifest> ReadCheckpointManifest(const std::string& folder);
+
 // Writes `manifest` as `folder`/MANIFEST: to a temporary name, synced, renamed, and the folder
 // synced, so that the manifest is either whole on disk or absent. INTERNAL on a failure.
 absl::Status WriteCheckpointManifest(const std::string& folder,

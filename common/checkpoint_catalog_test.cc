@@ -68,6 +68,38 @@ TEST_CASE("only folders with a valid manifest are checkpoints", "[checkpoint]") 
   CHECK(partial == std::vector<std::string>{none, garbage, other, future});
 }
 
+TEST_CASE("one folder's manifest is read, under any name, or the folder is not a checkpoint",
+          "[checkpoint]") {
+  TempFolder dir;
+  // A copy of checkpoint 9 under another name is still checkpoint 9.
+  const std::string copy = dir.path + "/copied";
+  std::filesystem::create_directory(copy);
+  REQUIRE(WriteCheckpointManifest(copy, Manifest(9)).ok());
+  absl::StatusOr<rpc::CheckpointManifest> read = ReadCheckpointManifest(copy);
+  REQUIRE(read.ok());
+  CHECK(read->id() == 9);
+  CHECK(read->job_name() == "j");
+
+  const std::string none = dir.path + "/none";
+  std::filesystem::create_directory(none);
+  const std::string garbage = dir.path + "/garbage";
+  std::filesystem::create_directory(garbage);
+  std::ofstream(garbage + "/MANIFEST") << "\xff\xff\xff not a manifest";
+  const std::string future = dir.path + "/future";
+  std::filesystem::create_directory(future);
+  rpc::CheckpointManifest newer = Manifest(7);
+  newer.set_format(kCheckpointFormat + 1);
+  REQUIRE(WriteCheckpointManifest(future, newer).ok());
+  for (const std::string& folder : {none, garbage, future}) {
+    read = ReadCheckpointManifest(folder);
+    CHECK(read.status().code() == absl::StatusCode::kFailedPrecondition);
+    CHECK_THAT(std::string(read.status().message()),
+               Catch::Contains(folder + " is not a complete checkpoint"));
+  }
+  CHECK(ReadCheckpointManifest(dir.path + "/absent").status().code() ==
+        absl::StatusCode::kNotFound);
+}
+
 TEST_CASE("a missing checkpoint_dir or path is named in the error", "[checkpoint]") {
   absl::StatusOr<std::vector<rpc::CheckpointManifest>> list = ListCheckpoints("/nonexistent/ckpt");
   CHECK(list.status().code() == absl::StatusCode::kNotFound);
