@@ -2,9 +2,13 @@
 //
 //   ps_ctl validate JOB_FILE        check a job file; prints a summary or `file:line:col: error`
 //   ps_ctl status --coordinator=HOST:PORT
+//                                   members, shard map (version, shards per server) and clocks
 //   ps_ctl checkpoint --coordinator=HOST:PORT [--step=T]   take a checkpoint now
 //   ps_ctl checkpoint list DIR      the complete checkpoints in a checkpoint_dir
-//                                   members, shard map (version, shards per server) and clocks
+//   ps_ctl checkpoint show FOLDER   one checkpoint: its manifest, rows per table, files checked
+//   ps_ctl export --checkpoint=FOLDER --table=NAME --out=FILE [--format=tsv|npy]
+//                                   a table's embeddings, sorted by id (client/internal/
+//                                   checkpoint_export.h gives the formats)
 //
 // Exit status: 0 on success, 1 when the command failed, 2 on a usage error.
 #include <grpcpp/grpcpp.h>
@@ -21,7 +25,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "client/internal/checkpoint_export.h"
 #include "common/checkpoint_catalog.h"
+#include "common/checkpoint_reader.h"
 #include "common/coordinator_client.h"
 #include "common/job_config.h"
 #include "proto/ps.grpc.pb.h"
@@ -30,6 +36,12 @@ ABSL_FLAG(std::string, coordinator, "", "status: the coordinator's host:port.");
 ABSL_FLAG(int, timeout_ms, 5000, "status: how long to try to reach the coordinator, in ms.");
 ABSL_FLAG(int64_t, step, -1,
           "checkpoint: sync jobs' step boundary to cut at (-1: the coordinator picks the next).");
+ABSL_FLAG(std::string, checkpoint, "", "export: the checkpoint's folder (<checkpoint_dir>/<id>).");
+ABSL_FLAG(std::string, table, "", "export: the table whose embeddings to write.");
+ABSL_FLAG(std::string, out, "", "export: the file to write (replaced once whole).");
+ABSL_FLAG(std::string, format, "tsv",
+          "export: tsv (id, then the floats, tab-separated) or npy (a NumPy structured array "
+          "with fields 'id' <u8 and 'emb' <f4 of shape (dim,)).");
 
 namespace {
 
@@ -37,7 +49,14 @@ constexpr char kUsage[] =
     "usage: ps_ctl validate JOB_FILE\n"
     "       ps_ctl status --coordinator=HOST:PORT [--timeout_ms=N]\n"
     "       ps_ctl checkpoint --coordinator=HOST:PORT [--step=T]\n"
-    "       ps_ctl checkpoint list CHECKPOINT_DIR";
+    "       ps_ctl checkpoint list CHECKPOINT_DIR\n"
+    "       ps_ctl checkpoint show CHECKPOINT_FOLDER\n"
+    "       ps_ctl export --checkpoint=CHECKPOINT_FOLDER --table=NAME --out=FILE "
+    "[--format=tsv|npy]\n"
+    "           tsv: one line a row, sorted by id: id<TAB>f1<TAB>...<TAB>f_dim (floats that read\n"
+    "                back exactly)\n"
+    "           npy: a NumPy array of shape (rows,), dtype [('id', '<u8'), ('emb', '<f4',\n"
+    "                (dim,))], sorted by id: a = np.load(FILE); a['id'], a['emb']";
 
 int Validate(const std::string& path) {
   const absl::StatusOr<ps::config::Job> job = ps::LoadJobFile(path);
@@ -245,6 +264,116 @@ int ListCheckpoints(const std::string& dir) {
   return 0;
 }
 
+int ShowCheckpoint(const std::string& folder) {
+  const absl::StatusOr<ps::rpc::CheckpointManifest> m = ps::ReadCheckpointManifest(folder);
+  if (!m.ok()) {
+    std::fprintf(stderr, "ps_ctl checkpoint show: %s\n", m.status().ToString().c_str());
+    return 1;
+  }
+  // Every file checked against the manifest (size, XXH3-64), then its rows counted by table.
+  std::vector<uint64_t> table_rows(m->tables_size());
+  std::vector<std::string> damage(m->shards_size());
+  uint64_t bytes = 0;
+  for (int i = 0; i < m->shards_size(); ++i) {
+    const ps::rpc::CheckpointShardFile& file = m->shards(i);
+    bytes += file.bytes();
+    const std::string path = absl::StrCat(folder, "/", file.file());
+    absl::Status checked = ps::VerifyShardFile(path, file);
+    absl::StatusOr<std::unique_ptr<ps::ShardFileReader>> reader = ps::ShardFileReader::Open(path);
+    if (checked.ok() && !reader.ok()) checked = reader.status();
+    uint64_t rows = 0;
+    std::vector<uint64_t> counts(m->tables_size());
+    for (int t = 0; checked.ok() && t < m->tables_size(); ++t) {
+      const absl::StatusOr<uint64_t> n = (*reader)->CountRows(m->tables(t).name());
+      if (!n.ok()) checked = n.status();
+      counts[t] = n.value_or(0);
+      rows += counts[t];
+    }
+    if (checked.ok() && rows != file.rows()) {
+      checked = absl::DataLossError(
+          absl::StrFormat("%s holds %d rows, the manifest says %d", path, rows, file.rows()));
+    }
+    if (!checked.ok()) {
+      damage[i] = checked.ToString();
+      continue;
+    }
+    for (int t = 0; t < m->tables_size(); ++t) table_rows[t] += counts[t];
+  }
+
+  std::printf("checkpoint %llu of job \"%s\" in %s\n", static_cast<unsigned long long>(m->id()),
+              m->job_name().c_str(), folder.c_str());
+  if (m->step() >= 0) {
+    std::printf("  mode %s, step %lld (every shard holds exactly the steps before it)\n",
+                m->mode().c_str(), static_cast<long long>(m->step()));
+  } else {
+    std::printf("  mode %s, step -1 (each shard cut at its own applied sequence)\n",
+                m->mode().c_str());
+  }
+  std::printf("  created %s, took %.2f s\n",
+              absl::FormatTime("%Y-%m-%d %H:%M:%E3S UTC",
+                               absl::FromUnixMillis(m->created_unix_ms()), absl::UTCTimeZone())
+                  .c_str(),
+              m->seconds());
+  std::printf("  %d shards, %llu bytes (%.1f MB)\n", m->shards_size(),
+              static_cast<unsigned long long>(bytes), bytes / 1e6);
+  std::printf("tables:\n  %-20s %-6s %-10s %s\n", "name", "dim", "optimizer", "rows");
+  for (int t = 0; t < m->tables_size(); ++t) {
+    const ps::config::Table& table = m->tables(t);
+    std::printf("  %-20s %-6u %-10s %llu\n", table.name().c_str(), table.dim(),
+                table.optimizer().type().c_str(), static_cast<unsigned long long>(table_rows[t]));
+  }
+  std::printf("shards:\n  %-6s %-20s %-12s %-10s %-6s %-12s %s\n", "shard", "file", "bytes", "rows",
+              "dense", "sequence", "applied step");
+  int damaged = 0;
+  for (int i = 0; i < m->shards_size(); ++i) {
+    const ps::rpc::CheckpointShardFile& f = m->shards(i);
+    std::printf(
+        "  %-6u %-20s %-12llu %-10llu %-6llu %-12llu %lld\n", f.shard(), f.file().c_str(),
+        static_cast<unsigned long long>(f.bytes()), static_cast<unsigned long long>(f.rows()),
+        static_cast<unsigned long long>(f.dense_chunks()),
+        static_cast<unsigned long long>(f.sequence()), static_cast<long long>(f.applied_step()));
+    if (!damage[i].empty()) {
+      std::printf("         DAMAGED: %s\n", damage[i].c_str());
+      ++damaged;
+    }
+  }
+  if (damaged > 0) {
+    std::fprintf(stderr,
+                 "ps_ctl checkpoint show: %d of %d shard files are damaged; their rows are not "
+                 "counted in the tables' rows\n",
+                 damaged, m->shards_size());
+    return 1;
+  }
+  return 0;
+}
+
+int Export() {
+  const std::string folder = absl::GetFlag(FLAGS_checkpoint);
+  const std::string table = absl::GetFlag(FLAGS_table);
+  const std::string out = absl::GetFlag(FLAGS_out);
+  if (folder.empty() || table.empty() || out.empty()) {
+    std::fprintf(stderr, "ps_ctl export: --checkpoint, --table and --out are required\n%s\n",
+                 kUsage);
+    return 2;
+  }
+  const absl::StatusOr<ps::client_internal::ExportFormat> format =
+      ps::client_internal::ParseExportFormat(absl::GetFlag(FLAGS_format));
+  if (!format.ok()) {
+    std::fprintf(stderr, "ps_ctl export: %s\n", std::string(format.status().message()).c_str());
+    return 2;
+  }
+  const absl::StatusOr<ps::client_internal::ExportSummary> summary =
+      ps::client_internal::ExportTable(folder, table, *format, out);
+  if (!summary.ok()) {
+    std::fprintf(stderr, "ps_ctl export: %s\n", summary.status().ToString().c_str());
+    return 1;
+  }
+  std::printf("exported %llu rows of table \"%s\" (dim %u) to %s (%s)\n",
+              static_cast<unsigned long long>(summary->rows), table.c_str(), summary->dim,
+              out.c_str(), absl::GetFlag(FLAGS_format).c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -260,6 +389,10 @@ int main(int argc, char** argv) {
   if (args.size() == 4 && std::string(args[1]) == "checkpoint" && std::string(args[2]) == "list") {
     return ListCheckpoints(args[3]);
   }
+  if (args.size() == 4 && std::string(args[1]) == "checkpoint" && std::string(args[2]) == "show") {
+    return ShowCheckpoint(args[3]);
+  }
+  if (args.size() == 2 && std::string(args[1]) == "export") return Export();
   std::fprintf(stderr, "%s\n", kUsage);
   return 2;
 }

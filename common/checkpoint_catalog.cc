@@ -36,25 +36,21 @@ absl::Status SyncPath(const std::string& path, bool folder) {
 }
 
 absl::StatusOr<rpc::CheckpointManifest> ReadCheckpointManifest(const std::string& folder) {
-  const std::string path = absl::StrCat(folder, "/", kManifest);
   std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) {
-    return absl::NotFoundError(
-        absl::StrCat(folder, " is not a complete checkpoint: it has no ", kManifest));
+  if (!std::filesystem::is_directory(folder, ec)) {
+    return absl::NotFoundError(absl::StrCat("checkpoint folder ", folder, " does not exist"));
   }
+  auto incomplete = [&](absl::string_view why) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(folder, " is not a complete checkpoint: ", why));
+  };
+  std::ifstream in(std::filesystem::path(folder) / kManifest, std::ios::binary);
+  if (!in) return incomplete("it has no MANIFEST");
   rpc::CheckpointManifest manifest;
-  std::ifstream in(path, std::ios::binary);
-  if (!in || !manifest.ParseFromIstream(&in)) {
-    return absl::DataLossError(absl::StrCat(path, " does not parse"));
-  }
+  if (!manifest.ParseFromIstream(&in)) return incomplete("its MANIFEST does not parse");
   if (manifest.format() != kCheckpointFormat) {
-    return absl::DataLossError(absl::StrFormat("%s has format %d; this build reads format %d", path,
-                                               manifest.format(), kCheckpointFormat));
-  }
-  const std::string name = std::filesystem::path(folder).filename().string();
-  if (CheckpointFolderName(manifest.id()) != name) {
-    return absl::DataLossError(
-        absl::StrFormat("%s names checkpoint %d, but its folder is %s", path, manifest.id(), name));
+    return incomplete(absl::StrFormat("its MANIFEST has format %d, this build reads %d",
+                                      manifest.format(), kCheckpointFormat));
   }
   return manifest;
 }
@@ -97,8 +93,9 @@ absl::StatusOr<std::vector<rpc::CheckpointManifest>> ListCheckpoints(
         !std::all_of(name.begin(), name.end(), absl::ascii_isdigit)) {
       continue;
     }
-    absl::StatusOr<rpc::CheckpointManifest> manifest = ReadCheckpointManifest(entry.path());
-    if (manifest.ok()) {
+    absl::StatusOr<rpc::CheckpointManifest> manifest =
+        ReadCheckpointManifest(entry.path().string());
+    if (manifest.ok() && CheckpointFolderName(manifest->id()) == name) {
       complete[manifest->id()] = *std::move(manifest);
     } else if (partial != nullptr) {
       partial->push_back(entry.path().string());

@@ -26,16 +26,16 @@ std::string CheckpointFolderName(uint64_t id);
 absl::StatusOr<std::vector<rpc::CheckpointManifest>> ListCheckpoints(
     const std::string& dir, std::vector<std::string>* partial = nullptr);
 
-// Reads `folder`/MANIFEST, the manifest of one checkpoint. NOT_FOUND when the folder or its
-// MANIFEST does not exist (a folder without one is not a complete checkpoint); DATA_LOSS when the
-// manifest does not parse, has another format than this build's, or names another id than the
-// folder's name.
+// The manifest of the checkpoint in `folder` (a `<checkpoint_dir>/<id>/`, or a copy of one under
+// any name). NOT_FOUND if `folder` does not exist; FAILED_PRECONDITION "FOLDER is not a complete
+// checkpoint: ..." if its MANIFEST is missing, does not parse or has another format.
 absl::StatusOr<rpc::CheckpointManifest> ReadCheckpointManifest(const std::string& folder);
 
 // The checkpoint `path` names: a checkpoint's folder (one holding a MANIFEST), or a checkpoint_dir,
 // meaning its newest complete checkpoint. Returns that checkpoint's folder and its manifest in
 // `*manifest`. NOT_FOUND when `path` does not exist or is a checkpoint_dir without a complete
-// checkpoint; ReadCheckpointManifest's errors for a folder whose manifest is bad.
+// checkpoint; ReadCheckpointManifest's errors (FAILED_PRECONDITION) for a folder whose manifest
+// is bad.
 absl::StatusOr<std::string> ResolveCheckpoint(const std::string& path,
                                               rpc::CheckpointManifest* manifest);
 

@@ -89,13 +89,41 @@ TEST_CASE("a restore path is a checkpoint's folder or a checkpoint_dir's newest"
   REQUIRE(second.ok());
   CHECK(manifest.id() == 2);
 
-  const absl::StatusOr<rpc::CheckpointManifest> partial =
-      ReadCheckpointManifest(dir.path + "/" + CheckpointFolderName(10));
-  CHECK(partial.status().code() == absl::StatusCode::kNotFound);
-  CHECK_THAT(std::string(partial.status().message()), Catch::Contains("not a complete checkpoint"));
   std::ofstream(dir.path + "/" + CheckpointFolderName(2) + "/MANIFEST", std::ios::trunc) << "\xff";
   CHECK(ResolveCheckpoint(dir.path + "/" + CheckpointFolderName(2), &manifest).status().code() ==
-        absl::StatusCode::kDataLoss);
+        absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_CASE("one folder's manifest is read, under any name, or the folder is not a checkpoint",
+          "[checkpoint]") {
+  TempFolder dir;
+  // A copy of checkpoint 9 under another name is still checkpoint 9.
+  const std::string copy = dir.path + "/copied";
+  std::filesystem::create_directory(copy);
+  REQUIRE(WriteCheckpointManifest(copy, Manifest(9)).ok());
+  absl::StatusOr<rpc::CheckpointManifest> read = ReadCheckpointManifest(copy);
+  REQUIRE(read.ok());
+  CHECK(read->id() == 9);
+  CHECK(read->job_name() == "j");
+
+  const std::string none = dir.path + "/none";
+  std::filesystem::create_directory(none);
+  const std::string garbage = dir.path + "/garbage";
+  std::filesystem::create_directory(garbage);
+  std::ofstream(garbage + "/MANIFEST") << "\xff\xff\xff not a manifest";
+  const std::string future = dir.path + "/future";
+  std::filesystem::create_directory(future);
+  rpc::CheckpointManifest newer = Manifest(7);
+  newer.set_format(kCheckpointFormat + 1);
+  REQUIRE(WriteCheckpointManifest(future, newer).ok());
+  for (const std::string& folder : {none, garbage, future}) {
+    read = ReadCheckpointManifest(folder);
+    CHECK(read.status().code() == absl::StatusCode::kFailedPrecondition);
+    CHECK_THAT(std::string(read.status().message()),
+               Catch::Contains(folder + " is not a complete checkpoint"));
+  }
+  CHECK(ReadCheckpointManifest(dir.path + "/absent").status().code() ==
+        absl::StatusCode::kNotFound);
 }
 
 TEST_CASE("a missing checkpoint_dir or path is named in the error", "[checkpoint]") {

@@ -1,6 +1,7 @@
 // Checkpoints taken from a running cluster of real processes: every server writes its primaries'
 // shard files, the coordinator writes the manifest last, and the files hold exactly what the
-// servers serve, optimizer state included.
+// servers serve, optimizer state included. The offline tools (ps_ctl checkpoint show, ps_ctl
+// export) read them back as they are.
 #include <grpcpp/grpcpp.h>
 
 #include <catch2/catch.hpp>
@@ -8,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <random>
@@ -16,12 +18,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "client/ps_client.h"
 #include "common/checkpoint_catalog.h"
 #include "common/job_config.h"
 #include "proto/coordinator.grpc.pb.h"
 #include "server/checkpoint/shard_file.h"
 #include "server/storage/embedding_table.h"
+#include "tests/testing/daemon.h"
 #include "tests/testing/local_cluster.h"
 #include "tests/testing/temp_dir.h"
 
@@ -30,6 +34,7 @@ namespace {
 
 constexpr char kTable[] = "emb";
 constexpr uint32_t kDim = 8;
+constexpr char kPsCtl[] = "client/ps_ctl";
 
 std::string WriteJob(const std::string& name, const std::string& dir) {
   const std::string path = absl::StrCat(testing::TempDir(), "/", name, ".pbtxt");
@@ -158,6 +163,170 @@ TEST_CASE("a checkpoint of a running cluster holds every row exactly, and the ne
   CHECK(partial.empty());
   CHECK_FALSE(std::filesystem::exists(dir + "/" + CheckpointFolderName(1)));
   REQUIRE((*cluster)->Terminate(absl::Seconds(20)).ok());
+}
+
+std::string ReadBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// The rows of ps_ctl export's TSV: id, then the floats.
+std::map<uint64_t, std::vector<float>> ParseTsv(const std::string& text) {
+  std::map<uint64_t, std::vector<float>> rows;
+  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+    const std::vector<std::string> fields = absl::StrSplit(line, '\t');
+    std::vector<float> row;
+    for (size_t i = 1; i < fields.size(); ++i)
+      row.push_back(std::strtof(fields[i].c_str(), nullptr));
+    rows[std::strtoull(fields[0].c_str(), nullptr, 10)] = row;
+  }
+  return rows;
+}
+
+// The rows of ps_ctl export's .npy: a structured array [('id', '<u8'), ('emb', '<f4', (dim,))].
+std::map<uint64_t, std::vector<float>> ParseNpy(const std::string& bytes, uint32_t dim) {
+  REQUIRE(bytes.size() > 10);
+  REQUIRE(bytes.substr(0, 8) == std::string("\x93NUMPY\x01\x00", 8));
+  const size_t data = 10 + (static_cast<uint8_t>(bytes[8]) | static_cast<uint8_t>(bytes[9]) << 8);
+  CHECK(data % 64 == 0);
+  const std::string header = bytes.substr(10, data - 10);
+  const std::string prefix = absl::StrCat("{'descr': [('id', '<u8'), ('emb', '<f4', (", dim,
+                                          ",))], 'fortran_order': False, 'shape': (");
+  REQUIRE(header.substr(0, prefix.size()) == prefix);
+  const size_t n = std::strtoull(header.c_str() + prefix.size(), nullptr, 10);
+  const size_t item = sizeof(uint64_t) + dim * sizeof(float);
+  REQUIRE(bytes.size() == data + n * item);
+  std::map<uint64_t, std::vector<float>> rows;
+  uint64_t previous = 0;
+  for (size_t r = 0; r < n; ++r) {
+    const char* p = bytes.data() + data + r * item;
+    uint64_t id;
+    std::memcpy(&id, p, sizeof(id));
+    CHECK((r == 0 || id > previous));  // sorted by id
+    previous = id;
+    std::vector<float> row(dim);
+    std::memcpy(row.data(), p + sizeof(id), dim * sizeof(float));
+    rows[id] = row;
+  }
+  return rows;
+}
+
+TEST_CASE(
+    "ps_ctl shows a checkpoint and exports a table's served rows bit for bit, and refuses a "
+    "damaged one",
+    "[checkpoint][integration][export]") {
+  const std::string dir = absl::StrCat(testing::TempDir(), "/export_checkpoints");
+  const std::string job_path = WriteJob("checkpoint_export", dir);
+  auto cluster = testing::LocalCluster::Start(job_path, {});
+  INFO(cluster.status().ToString());
+  REQUIRE(cluster.ok());
+  const std::string coordinator = (*cluster)->coordinator().address();
+  ClientOptions options;
+  options.coordinator = coordinator;
+  auto client = Client::Connect(options);
+  REQUIRE(client.ok());
+
+  std::mt19937_64 rng(11);
+  std::vector<uint64_t> keys(1500);
+  for (uint64_t& k : keys) k = rng() >> (rng() % 64);  // ids of every size
+  std::sort(keys.begin(), keys.end());
+  keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+  std::vector<float> grads(keys.size() * kDim);
+  for (int round = 0; round < 2; ++round) {
+    for (float& g : grads) g = static_cast<float>(rng() % 2000) / 1000.0f - 1.0f;
+    REQUIRE((*client)->Push(kTable, keys, grads).ok());
+  }
+  std::vector<float> served(keys.size() * kDim);
+  REQUIRE((*client)->Pull(kTable, keys, absl::MakeSpan(served)).ok());
+  absl::StatusOr<rpc::CheckpointResponse> taken = TakeCheckpoint(coordinator);
+  INFO(taken.status().ToString());
+  REQUIRE(taken.ok());
+  const std::string folder = taken->path();
+  REQUIRE((*cluster)->Terminate(absl::Seconds(20)).ok());  // the tools need no server
+
+  absl::StatusOr<testing::ProcessResult> show =
+      testing::RunProcess(kPsCtl, {"checkpoint", "show", folder});
+  REQUIRE(show.ok());
+  INFO(show->stdout_text << show->stderr_text);
+  CHECK(show->exit_code == 0);
+  CHECK_THAT(show->stdout_text, Catch::Contains("checkpoint 1 of job \"checkpoint_export\""));
+  CHECK_THAT(show->stdout_text, Catch::Contains("mode ASYNC, step -1"));
+  CHECK_THAT(show->stdout_text, Catch::Contains(absl::StrFormat("%-20s %-6u %-10s %d", kTable, kDim,
+                                                                "adagrad", keys.size())));
+  for (int shard = 0; shard < 8; ++shard) {
+    CHECK_THAT(show->stdout_text, Catch::Contains(absl::StrFormat("shard-%05d.sst", shard)));
+  }
+  CHECK_THAT(show->stdout_text, !Catch::Contains("DAMAGED"));
+
+  // Both formats hold exactly the embeddings the servers served, without the optimizer's state.
+  for (const std::string format : {"tsv", "npy"}) {
+    const std::string out = absl::StrCat(testing::TempDir(), "/emb.", format);
+    absl::StatusOr<testing::ProcessResult> exported = testing::RunProcess(
+        kPsCtl, {"export", "--checkpoint=" + folder, absl::StrCat("--table=", kTable),
+                 "--out=" + out, "--format=" + format});
+    REQUIRE(exported.ok());
+    INFO(format << ": " << exported->stdout_text << exported->stderr_text);
+    REQUIRE(exported->exit_code == 0);
+    CHECK_THAT(exported->stdout_text, Catch::Contains(absl::StrCat("exported ", keys.size())));
+    const std::string bytes = ReadBytes(out);
+    const std::map<uint64_t, std::vector<float>> rows =
+        format == "tsv" ? ParseTsv(bytes) : ParseNpy(bytes, kDim);
+    REQUIRE(rows.size() == keys.size());
+    for (size_t i = 0; i < keys.size(); ++i) {
+      const std::vector<float>& row = rows.at(keys[i]);
+      REQUIRE(row.size() == kDim);
+      CHECK(std::memcmp(row.data(), &served[i * kDim], kDim * sizeof(float)) == 0);
+    }
+    if (format == "tsv") {  // sorted by id, as the keys are
+      std::vector<uint64_t> ids;
+      for (absl::string_view line : absl::StrSplit(bytes, '\n', absl::SkipEmpty())) {
+        ids.push_back(
+            std::strtoull(std::string(line.substr(0, line.find('\t'))).c_str(), nullptr, 10));
+      }
+      CHECK(ids == keys);
+    }
+  }
+
+  // An unknown table is named with those there are; a folder without a manifest is refused.
+  const std::string out = absl::StrCat(testing::TempDir(), "/refused.tsv");
+  absl::StatusOr<testing::ProcessResult> refused = testing::RunProcess(
+      kPsCtl, {"export", "--checkpoint=" + folder, "--table=deep", "--out=" + out});
+  REQUIRE(refused.ok());
+  CHECK(refused->exit_code == 1);
+  CHECK_THAT(refused->stderr_text, Catch::Contains("no table \"deep\" (it has: emb)"));
+  const std::string partial = dir + "/" + CheckpointFolderName(99);
+  std::filesystem::create_directory(partial);
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"checkpoint", "show", partial},
+        std::vector<std::string>{"export", "--checkpoint=" + partial, "--table=emb",
+                                 "--out=" + out}}) {
+    refused = testing::RunProcess(kPsCtl, args);
+    REQUIRE(refused.ok());
+    CHECK(refused->exit_code == 1);
+    CHECK_THAT(refused->stderr_text, Catch::Contains("is not a complete checkpoint"));
+  }
+
+  // One flipped byte in one shard file: export fails before writing anything, show names the file.
+  const std::string shard = folder + "/shard-00003.sst";
+  std::string bytes = ReadBytes(shard);
+  REQUIRE(bytes.size() > 100);
+  bytes[bytes.size() / 2] ^= 0x04;
+  std::ofstream(shard, std::ios::binary | std::ios::trunc) << bytes;
+  for (const std::string format : {"tsv", "npy"}) {
+    refused = testing::RunProcess(kPsCtl, {"export", "--checkpoint=" + folder, "--table=emb",
+                                           "--out=" + out, "--format=" + format});
+    REQUIRE(refused.ok());
+    CHECK(refused->exit_code == 1);
+    CHECK_THAT(refused->stderr_text, Catch::Contains("DATA_LOSS"));
+    CHECK_THAT(refused->stderr_text, Catch::Contains(shard));
+    CHECK_FALSE(std::filesystem::exists(out));
+    CHECK_FALSE(std::filesystem::exists(out + ".tmp"));
+  }
+  show = testing::RunProcess(kPsCtl, {"checkpoint", "show", folder});
+  REQUIRE(show.ok());
+  CHECK(show->exit_code == 1);
+  CHECK_THAT(show->stdout_text, Catch::Contains("DAMAGED: DATA_LOSS: checkpoint file " + shard));
+  CHECK_THAT(show->stderr_text, Catch::Contains("1 of 8 shard files are damaged"));
 }
 
 }  // namespace

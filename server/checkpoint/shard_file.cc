@@ -1,33 +1,24 @@
 #include "server/checkpoint/shard_file.h"
 
 #include <algorithm>
-#include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <utility>
 
-#include "absl/base/internal/endian.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
 #include "common/checkpoint_catalog.h"
+#include "common/checkpoint_reader.h"
 #include "rocksdb/options.h"
 #include "rocksdb/sst_file_reader.h"
 #include "rocksdb/sst_file_writer.h"
 #include "rocksdb/table.h"
-#include "xxhash.h"
 
 namespace ps {
 namespace server {
 namespace {
-
-constexpr char kDense = 'd';
-constexpr char kMeta = 'm';
-constexpr char kRow = 'r';
-constexpr char kTable = 't';
-constexpr char kWindow = 'w';
 
 rocksdb::Options FileOptions() {
   rocksdb::Options options;
@@ -39,22 +30,6 @@ rocksdb::Options FileOptions() {
   return options;
 }
 
-void AppendBigEndian32(uint32_t v, std::string* out) {
-  const uint32_t be = absl::ghtonl(v);
-  out->append(reinterpret_cast<const char*>(&be), sizeof(be));
-}
-
-void AppendBigEndian64(uint64_t v, std::string* out) {
-  const uint64_t be = absl::ghtonll(v);
-  out->append(reinterpret_cast<const char*>(&be), sizeof(be));
-}
-
-uint64_t ReadBigEndian64(const char* p) {
-  uint64_t be;
-  std::memcpy(&be, p, sizeof(be));
-  return absl::gntohll(be);
-}
-
 absl::Status Internal(const std::string& path, const rocksdb::Status& s) {
   return absl::InternalError(absl::StrCat("checkpoint file ", path, ": ", s.ToString()));
 }
@@ -64,27 +39,6 @@ absl::Status DataLoss(const std::string& path, absl::string_view what) {
 }
 
 }  // namespace
-
-absl::StatusOr<uint64_t> FileXxh3(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) {
-    if (errno == ENOENT) return absl::NotFoundError(absl::StrCat(path, " does not exist"));
-    return absl::InternalError(absl::StrCat("open ", path, ": ", std::strerror(errno)));
-  }
-  XXH3_state_t* state = XXH3_createState();
-  XXH3_64bits_reset(state);
-  std::vector<char> buffer(1 << 20);
-  size_t n;
-  while ((n = std::fread(buffer.data(), 1, buffer.size(), f)) > 0) {
-    XXH3_64bits_update(state, buffer.data(), n);
-  }
-  const bool failed = std::ferror(f) != 0;
-  std::fclose(f);
-  const uint64_t digest = XXH3_64bits_digest(state);
-  XXH3_freeState(state);
-  if (failed) return absl::InternalError(absl::StrCat("read ", path, " failed"));
-  return digest;
-}
 
 absl::StatusOr<rpc::CheckpointShardFile> WriteShardFile(
     const std::string& path, const ShardCut& cut,
@@ -149,17 +103,14 @@ absl::StatusOr<rpc::CheckpointShardFile> WriteShardFile(
     return a->chunk() < b->chunk();
   });
   for (const rpc::DenseChange* d : dense) {
-    key.assign(1, kDense);
-    key.append(d->name());
-    key.push_back('\0');
-    AppendBigEndian32(d->chunk(), &key);
+    key = DenseChunkKey(d->name(), d->chunk());
     d->SerializeToString(&value);
     if (!(s = writer.Put(key, value)).ok()) return Internal(path, s);
   }
 
   // "m": what the file holds.
   meta.SerializeToString(&value);
-  if (!(s = writer.Put(std::string(1, kMeta), value)).ok()) return Internal(path, s);
+  if (!(s = writer.Put(ShardMetaKey(), value)).ok()) return Internal(path, s);
 
   // "r": rows by (table name, id).
   std::vector<size_t> by_name(tables.size());
@@ -171,13 +122,11 @@ absl::StatusOr<rpc::CheckpointShardFile> WriteShardFile(
     std::sort(table_rows.begin(), table_rows.end(),
               [](const RowRef& a, const RowRef& b) { return a.id < b.id; });
     const size_t row_bytes = tables[t]->row_floats() * sizeof(float);
-    key.assign(1, kRow);
-    key.append(tables[t]->name);
-    key.push_back('\0');
+    key = RowKeyPrefix(tables[t]->name);
     const size_t prefix = key.size();
     for (const RowRef& r : table_rows) {
       key.resize(prefix);
-      AppendBigEndian64(r.id, &key);
+      AppendRowId(r.id, &key);
       s = writer.Put(key, rocksdb::Slice(r.row, row_bytes));
       if (!s.ok()) return Internal(path, s);
     }
@@ -190,7 +139,7 @@ absl::StatusOr<rpc::CheckpointShardFile> WriteShardFile(
     layout.set_dim(tables[t]->dim);
     layout.set_row_floats(tables[t]->row_floats());
     layout.SerializeToString(&value);
-    if (!(s = writer.Put(std::string(1, kTable) + tables[t]->name, value)).ok()) {
+    if (!(s = writer.Put(TableLayoutKey(tables[t]->name), value)).ok()) {
       return Internal(path, s);
     }
   }
@@ -201,8 +150,7 @@ absl::StatusOr<rpc::CheckpointShardFile> WriteShardFile(
               return a->worker_id() < b->worker_id();
             });
   for (const rpc::WindowEntry* w : windows) {
-    key.assign(1, kWindow);
-    AppendBigEndian32(w->worker_id(), &key);
+    key = WindowKey(w->worker_id());
     w->SerializeToString(&value);
     if (!(s = writer.Put(key, value)).ok()) return Internal(path, s);
   }
@@ -229,17 +177,8 @@ absl::StatusOr<ShardCut> ReadShardFile(const std::string& path,
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) return DataLoss(path, "is missing");
   if (expected != nullptr) {
-    const uintmax_t bytes = std::filesystem::file_size(path, ec);
-    if (ec || bytes != expected->bytes()) {
-      return DataLoss(path, absl::StrFormat("has %d bytes, the manifest says %d", ec ? 0 : bytes,
-                                            expected->bytes()));
-    }
-    absl::StatusOr<uint64_t> digest = FileXxh3(path);
-    if (!digest.ok()) return DataLoss(path, digest.status().message());
-    if (*digest != expected->xxh3()) {
-      return DataLoss(path, absl::StrFormat("checksum %016x, the manifest says %016x", *digest,
-                                            expected->xxh3()));
-    }
+    absl::Status verified = VerifyShardFile(path, *expected);
+    if (!verified.ok()) return verified;
   }
 
   rocksdb::SstFileReader reader(FileOptions());
@@ -252,7 +191,8 @@ absl::StatusOr<ShardCut> ReadShardFile(const std::string& path,
   absl::flat_hash_map<std::string, size_t> job_table;
   for (size_t t = 0; t < tables.size(); ++t) job_table[tables[t]->name] = t;
   absl::flat_hash_map<std::string, size_t> file_table;  // name -> the job's index
-  for (it->Seek(std::string(1, kTable)); it->Valid() && it->key()[0] == kTable; it->Next()) {
+  for (it->Seek(std::string(1, kShardKeyTable)); it->Valid() && it->key()[0] == kShardKeyTable;
+       it->Next()) {
     rpc::CheckpointTableLayout layout;
     if (!layout.ParseFromArray(it->value().data(), it->value().size())) {
       return DataLoss(path, "a table layout does not parse");
@@ -291,7 +231,7 @@ absl::StatusOr<ShardCut> ReadShardFile(const std::string& path,
     const rocksdb::Slice k = it->key();
     const rocksdb::Slice v = it->value();
     switch (k[0]) {
-      case kDense: {
+      case kShardKeyDense: {
         flush();
         rpc::ShardRecord r;
         if (!r.mutable_dense()->ParseFromArray(v.data(), v.size())) {
@@ -301,21 +241,21 @@ absl::StatusOr<ShardCut> ReadShardFile(const std::string& path,
         ++dense_chunks;
         break;
       }
-      case kMeta:
+      case kShardKeyMeta:
         if (!meta.ParseFromArray(v.data(), v.size()))
           return DataLoss(path, "its header does not parse");
         have_meta = true;
         break;
-      case kRow: {
-        const absl::string_view rest(k.data() + 1, k.size() - 1);
-        const size_t nul = rest.find('\0');
-        if (nul == absl::string_view::npos || rest.size() != nul + 1 + sizeof(uint64_t)) {
+      case kShardKeyRow: {
+        absl::string_view name;
+        uint64_t id;
+        if (!ParseRowKey(absl::string_view(k.data(), k.size()), &name, &id)) {
           return DataLoss(path, "a row's key is malformed");
         }
-        auto table = file_table.find(rest.substr(0, nul));
+        auto table = file_table.find(name);
         if (table == file_table.end()) {
-          return DataLoss(path, absl::StrCat("rows of table \"", rest.substr(0, nul),
-                                             "\", which the file does not describe"));
+          return DataLoss(
+              path, absl::StrCat("rows of table \"", name, "\", which the file does not describe"));
         }
         const size_t row_bytes = tables[table->second]->row_floats() * sizeof(float);
         if (v.size() != row_bytes) {
@@ -328,17 +268,16 @@ absl::StatusOr<ShardCut> ReadShardFile(const std::string& path,
           record.mutable_rows()->set_table(static_cast<uint32_t>(table->second));
           record_table = table->second;
         }
-        const uint64_t id = ReadBigEndian64(rest.data() + nul + 1);
         record.mutable_rows()->mutable_keys()->append(reinterpret_cast<const char*>(&id),
                                                       sizeof(id));
         record.mutable_rows()->mutable_values()->append(v.data(), v.size());
         ++rows;
         break;
       }
-      case kTable:
+      case kShardKeyTable:
         flush();
         break;  // read above
-      case kWindow: {
+      case kShardKeyWindow: {
         flush();
         rpc::ShardRecord r;
         if (!r.mutable_window()->ParseFromArray(v.data(), v.size())) {

@@ -1,16 +1,9 @@
 // One shard of a checkpoint on disk: a RocksDB SST file (written with rocksdb::SstFileWriter, read
 // with rocksdb::SstFileReader) holding a ShardCut.
 //
-// Keys, in the file's bytewise order (names never contain a NUL byte; numbers are big-endian so
-// that they sort as numbers):
-//   "d" name "\0" chunk(4)  -> rpc::DenseChange of the chunk (values and optimizer state)
-//   "m"                     -> rpc::CheckpointShardFile: shard, sequence, applied step, counts
-//   "r" table "\0" id(8)    -> the row: row_floats little-endian float32 (embedding, then the
-//                              optimizer's state)
-//   "t" table               -> rpc::CheckpointTableLayout: dim and row_floats of the table
-//   "w" worker(4)           -> rpc::WindowEntry of the worker
-// The whole file's XXH3-64 goes in the checkpoint's manifest, which is written after the file is
-// synced.
+// Its keys and values, and the XXH3-64 of the whole file that goes in the checkpoint's manifest
+// (written after the file is synced), are common/checkpoint_reader.h's, which offline tools read
+// the file with.
 #ifndef PS_SERVER_CHECKPOINT_SHARD_FILE_H_
 #define PS_SERVER_CHECKPOINT_SHARD_FILE_H_
 
@@ -49,9 +42,6 @@ absl::StatusOr<ShardCut> ReadShardFile(const std::string& path,
                                        const std::vector<std::unique_ptr<TableSpec>>& tables,
                                        const rpc::CheckpointShardFile* expected = nullptr,
                                        size_t max_record_bytes = 1 << 20);
-
-// XXH3-64 of a whole file; NOT_FOUND or INTERNAL when it cannot be read.
-absl::StatusOr<uint64_t> FileXxh3(const std::string& path);
 
 }  // namespace server
 }  // namespace ps

@@ -1,6 +1,5 @@
 #include "server/coordinator/restore_check.h"
 
-#include <filesystem>
 #include <thread>
 #include <vector>
 
@@ -9,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/checkpoint_catalog.h"
-#include "server/checkpoint/shard_file.h"
+#include "common/checkpoint_reader.h"
 
 namespace ps {
 namespace coordinator {
@@ -50,28 +49,8 @@ absl::StatusOr<RestorePoint> CheckRestorable(const std::string& path, const conf
   for (int w = 0; w < parallel; ++w) {
     threads.emplace_back([&, w] {
       for (int i = w; i < m.shards_size(); i += parallel) {
-        const rpc::CheckpointShardFile& f = m.shards(i);
-        const std::string file = absl::StrCat(point.folder, "/", f.file());
-        std::error_code ec;
-        const uintmax_t bytes = std::filesystem::file_size(file, ec);
-        if (ec) {
-          results[i] =
-              absl::DataLossError(absl::StrCat("checkpoint file ", file, ": ", ec.message()));
-          continue;
-        }
-        if (bytes != f.bytes()) {
-          results[i] = absl::DataLossError(absl::StrFormat(
-              "checkpoint file %s has %d bytes, the manifest says %d", file, bytes, f.bytes()));
-          continue;
-        }
-        absl::StatusOr<uint64_t> digest = server::FileXxh3(file);
-        if (!digest.ok()) {
-          results[i] = absl::DataLossError(digest.status().message());
-        } else if (*digest != f.xxh3()) {
-          results[i] = absl::DataLossError(
-              absl::StrFormat("checkpoint file %s has checksum %016x, the manifest says %016x",
-                              file, *digest, f.xxh3()));
-        }
+        results[i] =
+            VerifyShardFile(absl::StrCat(point.folder, "/", m.shards(i).file()), m.shards(i));
       }
     });
   }

@@ -27,8 +27,8 @@ struct RestorePoint {
 //    hyperparameters, initializers, num_shards, num_servers or replication;
 //  - every shard file exists with the manifest's size and XXH3-64 (each file is read once).
 // Returns the checkpoint. Errors: ResolveCheckpoint's (NOT_FOUND: nothing complete there;
-// DATA_LOSS: a bad manifest); FAILED_PRECONDITION naming the table and what differs; DATA_LOSS
-// naming a missing, resized or damaged file.
+// FAILED_PRECONDITION: a bad manifest); FAILED_PRECONDITION naming the table and what differs;
+// DATA_LOSS naming a missing, resized or damaged file (VerifyShardFile).
 absl::StatusOr<RestorePoint> CheckRestorable(const std::string& path, const config::Job& job);
 
 // The checkpoint a job starts from: `flag` (ps_coordinator --restore) if not empty, else the

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "common/checkpoint_catalog.h"
-#include "server/checkpoint/shard_file.h"
+#include "common/checkpoint_reader.h"
 
 namespace ps {
 namespace coordinator {
@@ -42,7 +42,7 @@ struct Checkpoint {
       const std::string path = folder + "/" + f->file();
       std::ofstream(path, std::ios::binary) << std::string(1000 + s, 'a' + s);
       f->set_bytes(1000 + s);
-      f->set_xxh3(*server::FileXxh3(path));
+      f->set_xxh3(*FileXxh3(path));
     }
     REQUIRE(WriteCheckpointManifest(folder, m).ok());
     *job.add_tables() = Table("wide", 1, "SGD");
