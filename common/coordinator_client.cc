@@ -252,4 +252,15 @@ absl::StatusOr<rpc::ClusterStatus> CoordinatorClient::GetStatus() {
   return response;
 }
 
+absl::StatusOr<rpc::CheckpointResponse> CoordinatorClient::Checkpoint(int64_t step,
+                                                                      absl::Duration timeout) {
+  rpc::CheckpointRequest request;
+  request.set_step(step);
+  rpc::CheckpointResponse response;
+  grpc::ClientContext context;
+  SetTimeout(&context, timeout);
+  PS_RETURN_IF_ERROR(FromGrpcStatus(stub_->StartCheckpoint(&context, request, &response)));
+  return response;
+}
+
 }  // namespace ps

@@ -114,6 +114,11 @@ class CoordinatorClient {
   // Members, shard map, clocks and job name.
   absl::StatusOr<rpc::ClusterStatus> GetStatus();
 
+  // Has the coordinator take a checkpoint (CheckpointRequest: sync jobs' step boundary, or -1)
+  // and waits up to `timeout` for it. The coordinator's error (FAILED_PRECONDITION without a
+  // checkpoint_dir or while another checkpoint is taken; a server's error), DEADLINE_EXCEEDED.
+  absl::StatusOr<rpc::CheckpointResponse> Checkpoint(int64_t step, absl::Duration timeout);
+
  private:
   CoordinatorClient(std::string address, std::unique_ptr<rpc::Coordinator::Stub> stub)
       : address_(std::move(address)), stub_(std::move(stub)) {}

@@ -372,10 +372,8 @@ absl::Status CheckJob(const Checker& c, const Where& root, const config::Job& jo
   if (cl.checkpoint_every_steps() > 0 && cl.checkpoint_dir().empty()) {
     return c.Error(wc, cl, "checkpoint_every_steps", "checkpoints need a checkpoint_dir");
   }
-  if (cl.checkpoint_every_steps() > 0) {
-    return c.Error(
-        wc, cl, "checkpoint_every_steps",
-        "periodic checkpoints are not implemented yet; take them with ps_ctl checkpoint");
+  if (cl.checkpoint_every_seconds() > 0 && cl.checkpoint_dir().empty()) {
+    return c.Error(wc, cl, "checkpoint_every_seconds", "checkpoints need a checkpoint_dir");
   }
   if (cl.checkpoint_keep() < 1) return c.Error(wc, cl, "checkpoint_keep", "must be >= 1");
   if (cl.has_checkpoint_dir() && !absl::StartsWith(cl.checkpoint_dir(), "/")) {

@@ -125,8 +125,7 @@ struct PushData {
 };
 
 void StartPush(Client* client, const std::vector<FieldGroup>& groups, int num_sparse, int dim,
-               const Batch& batch, const std::vector<float>& emb_grad, int64_t step,
-               PushData* p) {
+               const Batch& batch, const std::vector<float>& emb_grad, int64_t step, PushData* p) {
   p->step = step;
   p->pending.clear();
   p->keys.resize(groups.size());
@@ -221,8 +220,7 @@ absl::StatusOr<TrainResult> Train(const config::Job& job, Client* client,
   StepSync sync(job, client, coordinator, member_id);
   const bool prefetch = sync.can_prefetch();
   // Sync's steps must not depend on timing; the other modes split each step's samples by speed.
-  const bool balance =
-      tr.balance_batches() && sync.mode() != config::Training::SYNC && world > 1;
+  const bool balance = tr.balance_batches() && sync.mode() != config::Training::SYNC && world > 1;
   BatchBalancer balancer(world, batch_size);
   // Reads this worker's part of the next block: its share, after the lower ranks' shares.
   auto read_batch = [&](Batch* batch) -> absl::Status {
@@ -388,8 +386,7 @@ absl::StatusOr<TrainResult> Train(const config::Job& job, Client* client,
                              state.data());
     }
     if (sync_every > 1) PS_RETURN_IF_ERROR(collectives_until(step));
-    if (rank == 0 && tr.dense_push_every() > 0 &&
-        (this_step + 1) % tr.dense_push_every() == 0) {
+    if (rank == 0 && tr.dense_push_every() > 0 && (this_step + 1) % tr.dense_push_every() == 0) {
       PS_RETURN_IF_ERROR(client->PushDense(kDenseName, model->params(), DenseUpdate::kAssign));
     }
 
@@ -465,6 +462,23 @@ absl::StatusOr<TrainResult> Train(const config::Job& job, Client* client,
   result.mean_batch = result.steps > 0 ? static_cast<double>(my_samples) / result.steps : 0;
   if (rank == 0) {
     PS_RETURN_IF_ERROR(client->PushDense(kDenseName, model->params(), DenseUpdate::kAssign));
+  }
+  // Every worker's pushes are acknowledged (the sum above waited for all): the end-of-training
+  // checkpoint, in sync mode at the boundary after the last step.
+  if (rank == 0 && !job.cluster().checkpoint_dir().empty() && job.cluster().checkpoint_at_end()) {
+    const bool sync_mode = job.training().mode() == config::Training::SYNC;
+    absl::StatusOr<rpc::CheckpointResponse> taken =
+        coordinator->Checkpoint(sync_mode ? total_steps : -1, absl::Minutes(30));
+    if (!taken.ok()) {
+      return absl::Status(
+          taken.status().code(),
+          absl::StrCat("the end-of-training checkpoint failed: ", taken.status().message()));
+    }
+    std::fprintf(stderr,
+                 "worker 0: checkpoint %llu at the end of training: %.1f MB in %.2f s, %s\n",
+                 static_cast<unsigned long long>(taken->id()), taken->bytes() / 1e6,
+                 taken->seconds(), taken->path().c_str());
+    result.checkpoint = taken->path();
   }
   if (metrics != nullptr) std::fclose(metrics);
 

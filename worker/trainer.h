@@ -56,6 +56,9 @@ struct TrainResult {
   // This worker's samples per step: the job's batch_size, unless balance_batches gave it more
   // (a fast worker) or fewer (a slow one).
   double mean_batch = 0;
+  // Worker 0 of a job with a checkpoint_dir and checkpoint_at_end: the folder of the checkpoint
+  // taken once every worker finished. Empty otherwise.
+  std::string checkpoint;
 };
 
 // Trains the job's model on this worker's share of the data. `client` (registered as this

@@ -15,6 +15,7 @@
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "client/ps_client.h"
 #include "common/coordinator_client.h"
 #include "common/process_tuning.h"
@@ -141,14 +142,15 @@ int Main() {
       "lld,"
       "\"samples_per_s\":%.1f,\"seconds\":%.2f,\"final_loss\":%s,\"heldout_auc\":%s,"
       "\"heldout_logloss\":%s,\"heldout_samples\":%lld,\"skipped_lines\":%lld,"
-      "\"mean_pull_ms\":%.3f,\"mean_push_ms\":%.3f,\"mean_batch\":%.1f}\n",
+      "\"mean_pull_ms\":%.3f,\"mean_push_ms\":%.3f,\"mean_batch\":%.1f,\"checkpoint\":\"%s\"}\n",
       result->backend.c_str(), rank, job.cluster().num_workers(), job.cluster().num_servers(),
       static_cast<long long>(result->steps), static_cast<long long>(result->samples),
       result->samples_per_s, result->seconds, JsonNumber(result->final_loss).c_str(),
       JsonNumber(result->heldout_auc).c_str(), JsonNumber(result->heldout_logloss).c_str(),
       static_cast<long long>(result->heldout_samples),
       static_cast<long long>(result->skipped_lines), result->mean_pull_ms, result->mean_push_ms,
-      result->mean_batch);
+      result->mean_batch,
+      absl::StrReplaceAll(result->checkpoint, {{"\\", "\\\\"}, {"\"", "\\\""}}).c_str());
   std::fflush(stdout);
   return 0;
 }

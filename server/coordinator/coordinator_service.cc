@@ -131,7 +131,8 @@ bool TcpReachable(const std::string& address) {
 CoordinatorService::CoordinatorService(Coordinator* coordinator, ReachableFn reachable)
     : coordinator_(coordinator),
       reachable_(reachable != nullptr ? std::move(reachable) : ReachableFn(TcpReachable)),
-      checkpointer_(coordinator) {
+      checkpointer_(coordinator),
+      scheduler_(coordinator, &checkpointer_) {
   checker_ = std::thread([this] { CheckLoop(); });
 }
 
@@ -141,13 +142,7 @@ CoordinatorService::~CoordinatorService() {
     stop_checks_ = true;
   }
   checker_.join();
-  std::thread taking;
-  {
-    // Not joined under the lock: the thread takes it to say it is done.
-    absl::MutexLock lock(&checkpoint_mu_);
-    taking = std::move(checkpoint_thread_);
-  }
-  if (taking.joinable()) taking.join();
+  scheduler_.Stop();
 }
 
 void CoordinatorService::CheckLoop() {
@@ -258,23 +253,12 @@ grpc::ServerUnaryReactor* CoordinatorService::KvWait(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* CoordinatorService::StartCheckpoint(grpc::CallbackServerContext* context,
                                                               const rpc::CheckpointRequest* request,
                                                               rpc::CheckpointResponse* response) {
-  const int64_t step = request->step();
-  absl::MutexLock lock(&checkpoint_mu_);
-  if (taking_checkpoint_) {
-    return Done(context, absl::FailedPreconditionError("a checkpoint is being taken"));
-  }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (checkpoint_thread_.joinable()) checkpoint_thread_.join();  // finished: it cleared the flag
-  taking_checkpoint_ = true;
-  checkpoint_thread_ = std::thread([this, step, response, reactor] {
-    absl::StatusOr<rpc::CheckpointResponse> taken = checkpointer_.Take(step);
-    if (taken.ok()) *response = *std::move(taken);
-    {
-      absl::MutexLock lock(&checkpoint_mu_);
-      taking_checkpoint_ = false;
-    }
-    reactor->Finish(ToGrpcStatus(taken.status()));
-  });
+  scheduler_.Request(request->step(),
+                     [response, reactor](absl::StatusOr<rpc::CheckpointResponse> taken) {
+                       if (taken.ok()) *response = *std::move(taken);
+                       reactor->Finish(ToGrpcStatus(taken.status()));
+                     });
   return reactor;
 }
 

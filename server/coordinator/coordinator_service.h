@@ -15,6 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "proto/coordinator.grpc.pb.h"
+#include "server/coordinator/checkpoint_scheduler.h"
 #include "server/coordinator/checkpointer.h"
 #include "server/coordinator/coordinator.h"
 
@@ -81,7 +82,7 @@ class CoordinatorService final : public rpc::Coordinator::CallbackService {
   grpc::ServerUnaryReactor* ReportFailure(grpc::CallbackServerContext* context,
                                           const rpc::ReportFailureRequest* request,
                                           rpc::ReportFailureResponse* response) override;
-  // Takes the checkpoint (Checkpointer::Take) on a thread of the service's, answering when its
+  // Takes the checkpoint (Checkpointer::Take) on the scheduler's thread, answering when its
   // manifest is written; FAILED_PRECONDITION at once while one is being taken.
   grpc::ServerUnaryReactor* StartCheckpoint(grpc::CallbackServerContext* context,
                                             const rpc::CheckpointRequest* request,
@@ -103,9 +104,8 @@ class CoordinatorService final : public rpc::Coordinator::CallbackService {
   std::thread checker_;
 
   Checkpointer checkpointer_;
-  absl::Mutex checkpoint_mu_;
-  std::thread checkpoint_thread_ ABSL_GUARDED_BY(checkpoint_mu_);
-  bool taking_checkpoint_ ABSL_GUARDED_BY(checkpoint_mu_) = false;
+  // Takes the requested checkpoints and the periodic ones, on its own thread.
+  CheckpointScheduler scheduler_;
 };
 
 }  // namespace coordinator
