@@ -131,6 +131,20 @@ void CoordinatorClient::ReportFailureAsync(uint32_t reporter, uint32_t server_id
                                 [call](grpc::Status) { delete call; });
 }
 
+void CoordinatorClient::ReportClockAsync(uint32_t member_id, int64_t clock) {
+  struct Call {
+    grpc::ClientContext context;
+    rpc::ReportClockRequest request;
+    rpc::ClockState response;
+  };
+  auto* call = new Call;
+  call->request.set_member_id(member_id);
+  call->request.set_clock(clock);
+  SetTimeout(&call->context, absl::Seconds(5));
+  stub_->async()->ReportClock(&call->context, &call->request, &call->response,
+                              [call](grpc::Status) { delete call; });
+}
+
 void CoordinatorClient::HeartbeatLoop(uint32_t member_id, absl::Duration interval) {
   rpc::HeartbeatRequest request;
   request.set_member_id(member_id);

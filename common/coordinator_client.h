@@ -108,6 +108,10 @@ class CoordinatorClient {
   // Reports that worker `member_id` finished step `clock`; returns the clocks after it.
   // FAILED_PRECONDITION if the member is not a worker, NOT_FOUND if unknown.
   absl::StatusOr<rpc::ClockState> ReportClock(uint32_t member_id, int64_t clock);
+  // ReportClock without waiting for the answer (which is dropped, as are errors): for workers
+  // whose own progress does not wait on the clocks, so that the coordinator can time periodic
+  // checkpoints. The coordinator keeps the largest clock, so reports may arrive in any order.
+  void ReportClockAsync(uint32_t member_id, int64_t clock);
   // Waits up to `timeout` until every worker finished step `clock`; DEADLINE_EXCEEDED otherwise.
   absl::StatusOr<rpc::ClockState> WaitClock(int64_t clock, absl::Duration timeout);
 

@@ -28,6 +28,7 @@
 #include "tests/testing/daemon.h"
 #include "tests/testing/local_cluster.h"
 #include "tests/testing/temp_dir.h"
+#include "worker/data/synthetic.h"
 
 namespace ps {
 namespace {
@@ -327,6 +328,73 @@ TEST_CASE(
   CHECK(show->exit_code == 1);
   CHECK_THAT(show->stdout_text, Catch::Contains("DAMAGED: DATA_LOSS: checkpoint file " + shard));
   CHECK_THAT(show->stderr_text, Catch::Contains("1 of 8 shard files are damaged"));
+}
+
+}  // namespace
+}  // namespace ps
+
+namespace ps {
+namespace {
+
+TEST_CASE("a training job checkpoints every k steps and once it is done",
+          "[checkpoint][integration][training]") {
+  const std::string dir = absl::StrCat(testing::TempDir(), "/periodic");
+  worker::SyntheticOptions data_options;
+  data_options.cardinalities = {100};
+  data_options.seed = 2;
+  auto data = worker::SyntheticData::Create(data_options);
+  REQUIRE(data.ok());
+  const std::string train = absl::StrCat(testing::TempDir(), "/periodic_train.tsv");
+  REQUIRE(
+      worker::WriteSyntheticFile(**data, worker::SyntheticData::kTrainStream, 20000, train, false)
+          .ok());
+  const std::string job_path = absl::StrCat(testing::TempDir(), "/periodic.pbtxt");
+  std::ofstream(job_path) << absl::StrFormat(
+      R"pb(name: "periodic"
+           tables {
+             name: "emb"
+             dim: 8
+             optimizer { type: "adagrad" }
+           }
+           model {
+             bottom_mlp: [ 16, 8 ]
+             top_mlp: [ 16 ]
+             shared_table: "emb"
+           }
+           data { train_paths: "%s" }
+           training { mode: SYNC batch_size: 128 steps: 30 }
+           cluster {
+             num_shards: 8
+             num_servers: 2
+             num_workers: 1
+             checkpoint_dir: "%s"
+             checkpoint_every_steps: 10
+             checkpoint_keep: 10
+           })pb",
+      train, dir);
+  auto cluster = testing::LocalCluster::Start(job_path, {});
+  INFO(cluster.status().ToString());
+  REQUIRE(cluster.ok());
+  auto workers = (*cluster)->RunWorkers({{}}, absl::Minutes(5));
+  INFO(workers.status().ToString());
+  REQUIRE(workers.ok());
+  const std::string result = testing::ResultJson(workers->at(0).stdout_text);
+  INFO(result);
+
+  // The periodic checkpoints (boundaries 10 and 20, or the next ones a quick worker left), and
+  // the end-of-training one at boundary 30, which the worker reports.
+  absl::StatusOr<std::vector<rpc::CheckpointManifest>> list = ListCheckpoints(dir);
+  REQUIRE(list.ok());
+  REQUIRE(list->size() >= 3);
+  const rpc::CheckpointManifest& last = list->back();
+  CHECK(last.step() == 30);
+  CHECK_THAT(result, Catch::Contains(absl::StrCat("\"checkpoint\":\"", dir, "/",
+                                                  CheckpointFolderName(last.id()), "\"")));
+  CHECK(list->at(0).step() >= 10);
+  CHECK(list->at(0).step() < 20);
+  CHECK(list->at(1).step() >= 20);
+  CHECK(list->at(1).step() <= 30);
+  REQUIRE((*cluster)->Terminate(absl::Seconds(20)).ok());
 }
 
 }  // namespace

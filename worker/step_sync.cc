@@ -27,12 +27,15 @@ absl::StatusOr<int64_t> StepSync::AfterPush(int64_t step) {
   switch (mode_) {
     case config::Training::SYNC: {
       PS_ASSIGN_OR_RETURN(const int64_t applied, client_->EndStep(step));
+      // Nothing here waits on the clocks; the coordinator times periodic checkpoints by them.
+      coordinator_->ReportClockAsync(member_id_, step);
       return std::max(step + 1, applied + 1);
     }
     case config::Training::BOUNDED_STALENESS:
       PS_RETURN_IF_ERROR(coordinator_->ReportClock(member_id_, step).status());
       return step + 1;
     default:
+      coordinator_->ReportClockAsync(member_id_, step);
       return step + 1;
   }
 }

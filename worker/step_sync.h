@@ -5,6 +5,8 @@
 //   BOUNDED_STALENESS  BeforePull(t) waits until every worker has finished step t - s - 1 (the
 //                      coordinator's clocks); AfterPush reports the step finished.
 //   ASYNC              nothing waits.
+// In SYNC and ASYNC, AfterPush also reports the step finished to the coordinator without waiting
+// for the answer: the coordinator times checkpoint_every_steps by the clocks.
 #ifndef PS_WORKER_STEP_SYNC_H_
 #define PS_WORKER_STEP_SYNC_H_
 
