@@ -264,38 +264,46 @@ std::vector<uint32_t> ShardedStore::NewPrimaries(const rpc::ShardMap& map,
   return out;
 }
 
+absl::StatusOr<std::unique_ptr<Shard>> ShardedStore::RestoreShard(const ShardCut& cut) const {
+  if (cut.shard >= num_shards_) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("shard %d is outside the job's %d shards", cut.shard, num_shards_));
+  }
+  // Presized for the rows it is about to hold, so that filling it never rehashes.
+  std::vector<size_t> rows = ExpectedRows();
+  for (const rpc::ShardRecord& r : cut.records) {
+    if (r.has_rows() && r.rows().table() < rows.size()) {
+      rows[r.rows().table()] += r.rows().keys().size() / sizeof(uint64_t);
+    }
+  }
+  auto shard = std::make_unique<Shard>(cut.shard, shard_config_, rows, /*complete=*/false);
+  absl::Status status = shard->Restore(cut);
+  if (!status.ok()) return status;
+  return shard;
+}
+
 absl::Status ShardedStore::SetShardMap(const rpc::ShardMap& map, uint32_t server_id,
                                        Restored restored) {
   absl::MutexLock serial(&set_map_mu_);
   std::vector<uint32_t> expected = NewPrimaries(map, server_id);
   if (map.version() <= map_version_.load()) return absl::OkStatus();
-  // The shards are built and filled here, before the map is installed: until then every request
-  // is answered UNAVAILABLE (no shard map yet), which clients retry.
+  // Until the map is installed, every request is answered UNAVAILABLE (no shard map yet), which
+  // clients retry.
   absl::flat_hash_map<uint32_t, std::unique_ptr<Shard>> built;
-  for (const ShardCut& cut : restored.cuts) {
-    if (std::find(expected.begin(), expected.end(), cut.shard) == expected.end() ||
-        built.contains(cut.shard)) {
+  for (std::unique_ptr<Shard>& shard : restored.shards) {
+    const uint32_t id = shard->id();
+    if (std::find(expected.begin(), expected.end(), id) == expected.end() || built.contains(id)) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "restoring shard %d: it is not a new primary of this server (%d) in map %d, or it is "
           "given twice",
-          cut.shard, server_id, map.version()));
+          id, server_id, map.version()));
     }
-    // Presized for the rows it is about to hold, so that filling it never rehashes.
-    std::vector<size_t> rows = ExpectedRows();
-    for (const rpc::ShardRecord& r : cut.records) {
-      if (r.has_rows() && r.rows().table() < rows.size()) {
-        rows[r.rows().table()] += r.rows().keys().size() / sizeof(uint64_t);
-      }
-    }
-    auto shard = std::make_unique<Shard>(cut.shard, shard_config_, rows, /*complete=*/false);
-    absl::Status status = shard->Restore(cut);
-    if (!status.ok()) return status;
-    built.emplace(cut.shard, std::move(shard));
+    built.emplace(id, std::move(shard));
   }
   if (built.size() != expected.size()) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "restoring map %d: %d of this server's %d new primaries have a checkpoint's cut",
-        map.version(), built.size(), expected.size()));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("restoring map %d: %d of this server's %d new primaries are restored",
+                        map.version(), built.size(), expected.size()));
   }
   if (sync_ && restored.step > 0) {
     absl::MutexLock step_lock(&step_mu_);

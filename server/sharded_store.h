@@ -73,13 +73,18 @@ class ShardedStore {
   void SetShardMap(const rpc::ShardMap& map, uint32_t server_id)
       ABSL_LOCKS_EXCLUDED(set_map_mu_, map_mu_);
 
+  // A shard with this store's tables and settings holding `cut` (Shard::Restore), presized for
+  // its rows, for Restored. Thread-safe. INVALID_ARGUMENT as Shard::Restore, or for a shard
+  // outside the job's.
+  absl::StatusOr<std::unique_ptr<Shard>> RestoreShard(const ShardCut& cut) const;
+
   // What a restored job's server starts its new primaries from (ShardMap.restore_from).
   struct Restored {
     // Sync: the checkpoint's step boundary t (its shards hold exactly steps < t), so that step t
     // is the next this store applies; -1 when the checkpoint has none (or the job is not sync).
     int64_t step = -1;
-    // One cut for each shard of NewPrimaries(map), in any order.
-    std::vector<ShardCut> cuts;
+    // One shard (RestoreShard) for each of NewPrimaries(map), in any order.
+    std::vector<std::unique_ptr<Shard>> shards;
   };
 
   // The shards `map` makes this server a new primary of term 0 (placed when the job's map was
@@ -88,10 +93,10 @@ class ShardedStore {
   std::vector<uint32_t> NewPrimaries(const rpc::ShardMap& map, uint32_t server_id) const
       ABSL_LOCKS_EXCLUDED(map_mu_);
 
-  // SetShardMap for a restored job: the new primaries start from `restored.cuts` instead of
-  // empty, and (sync) the store from step restored.step. INVALID_ARGUMENT, with nothing
-  // installed, when the cuts are not exactly one for each of NewPrimaries(map), or a cut does not
-  // restore (Shard::Restore); OK and nothing changed for a map no newer than the installed one.
+  // SetShardMap for a restored job: the new primaries are `restored.shards` instead of empty
+  // ones, and (sync) the store goes on from step restored.step. INVALID_ARGUMENT, with nothing
+  // installed, when the shards are not exactly one for each of NewPrimaries(map); OK and nothing
+  // changed for a map no newer than the installed one.
   absl::Status SetShardMap(const rpc::ShardMap& map, uint32_t server_id, Restored restored)
       ABSL_LOCKS_EXCLUDED(set_map_mu_, map_mu_);
 

@@ -808,13 +808,12 @@ TEST_CASE("a restored store serves its checkpoint's shards and resumes at its st
     REQUIRE(*store->EndStep(2, step) == step);
   }
   REQUIRE(store->BeginCheckpoint(2, even, 3).ok());
-  ShardedStore::Restored restored;
-  restored.step = 2;
+  std::vector<ShardCut> cuts;
   for (uint32_t s : even) {
     absl::Duration stall;
     absl::StatusOr<ShardCut> cut = store->TakeCheckpointCut(s, absl::InfiniteFuture(), &stall);
     REQUIRE(cut.ok());
-    restored.cuts.push_back(std::move(cut).value());
+    cuts.push_back(std::move(cut).value());
   }
   store->EndCheckpoint();
   const auto at_cut = PullRows(*store, keys);
@@ -823,16 +822,28 @@ TEST_CASE("a restored store serves its checkpoint's shards and resumes at its st
   REQUIRE(created.ok());
   ShardedStore& fresh = **created;
   CHECK(fresh.NewPrimaries(EvenOddMap(3), 0) == even);
-  // Not exactly one cut a new primary: refused, nothing installed.
-  ShardedStore::Restored missing = restored;
-  missing.cuts.pop_back();
-  CHECK(fresh.SetShardMap(EvenOddMap(3), 0, missing).code() == absl::StatusCode::kInvalidArgument);
-  ShardedStore::Restored foreign = restored;
-  foreign.cuts[0].shard = 1;
-  CHECK(fresh.SetShardMap(EvenOddMap(3), 0, foreign).code() == absl::StatusCode::kInvalidArgument);
+  auto restore = [&](const std::vector<ShardCut>& from) {
+    ShardedStore::Restored restored;
+    restored.step = 2;
+    for (const ShardCut& cut : from) restored.shards.push_back(fresh.RestoreShard(cut).value());
+    return restored;
+  };
+  // Not exactly one shard a new primary: refused, nothing installed.
+  std::vector<ShardCut> missing = cuts;
+  missing.pop_back();
+  CHECK(fresh.SetShardMap(EvenOddMap(3), 0, restore(missing)).code() ==
+        absl::StatusCode::kInvalidArgument);
+  std::vector<ShardCut> foreign = cuts;
+  foreign[0].shard = 1;
+  for (rpc::ShardRecord& r : foreign[0].records) r.set_shard(1);
+  CHECK(fresh.SetShardMap(EvenOddMap(3), 0, restore(foreign)).code() ==
+        absl::StatusCode::kInvalidArgument);
   CHECK(fresh.map_version() == 0);
+  ShardCut outside = cuts[0];
+  outside.shard = 8;
+  CHECK(fresh.RestoreShard(outside).status().code() == absl::StatusCode::kInvalidArgument);
 
-  REQUIRE(fresh.SetShardMap(EvenOddMap(3), 0, restored).ok());
+  REQUIRE(fresh.SetShardMap(EvenOddMap(3), 0, restore(cuts)).ok());
   CHECK(fresh.NewPrimaries(EvenOddMap(3), 0).empty());
   CHECK(PullRows(fresh, keys) == at_cut);
   // Step 2 is the next: a push of step 1 is late, one of step 2 is summed and applied.

@@ -1,6 +1,7 @@
 #include "server/checkpoint/server_checkpoint.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -64,15 +65,35 @@ absl::Status InstallShardMap(ShardedStore* store, const rpc::ShardMap& map, uint
     store->SetShardMap(map, server_id);
     return absl::OkStatus();
   }
+  const absl::Time start = absl::Now();
   absl::StatusOr<rpc::CheckpointManifest> manifest = ReadCheckpointManifest(map.restore_from());
   if (!manifest.ok()) return manifest.status();
   ShardedStore::Restored restored;
   restored.step = manifest->step();
-  absl::StatusOr<std::vector<ShardCut>> cuts = LoadCheckpointShards(
-      map.restore_from(), *manifest, store->tables(), map.num_shards(), shards, threads);
-  if (!cuts.ok()) return cuts.status();
-  restored.cuts = *std::move(cuts);
-  return store->SetShardMap(map, server_id, std::move(restored));
+  // Each shard is built as soon as its file is read, so that only a few files' contents are in
+  // memory at once besides the shards.
+  absl::Mutex mu;
+  absl::Status loaded = LoadCheckpointShards(
+      map.restore_from(), *manifest, store->tables(), map.num_shards(), shards, threads,
+      [&](ShardCut cut) -> absl::Status {
+        absl::StatusOr<std::unique_ptr<Shard>> shard = store->RestoreShard(cut);
+        if (!shard.ok()) return shard.status();
+        absl::MutexLock lock(&mu);
+        restored.shards.push_back(*std::move(shard));
+        return absl::OkStatus();
+      });
+  if (!loaded.ok()) return loaded;
+  const absl::Time read = absl::Now();
+  const size_t count = restored.shards.size();
+  absl::Status installed = store->SetShardMap(map, server_id, std::move(restored));
+  if (installed.ok()) {
+    std::fprintf(stderr,
+                 "ps_server %u: restored %zu shards from %s: read and filled in %.2f s, "
+                 "installed in %.2f s\n",
+                 server_id, count, map.restore_from().c_str(), absl::ToDoubleSeconds(read - start),
+                 absl::ToDoubleSeconds(absl::Now() - read));
+  }
+  return installed;
 }
 
 }  // namespace server

@@ -115,10 +115,12 @@ void Route(const ShardCut& from, const std::vector<std::unique_ptr<TableSpec>>& 
 
 }  // namespace
 
-absl::StatusOr<std::vector<ShardCut>> LoadCheckpointShards(
-    const std::string& folder, const rpc::CheckpointManifest& manifest,
-    const std::vector<std::unique_ptr<TableSpec>>& tables, uint32_t num_shards,
-    const std::vector<uint32_t>& shards, int threads) {
+absl::Status LoadCheckpointShards(const std::string& folder,
+                                  const rpc::CheckpointManifest& manifest,
+                                  const std::vector<std::unique_ptr<TableSpec>>& tables,
+                                  uint32_t num_shards, const std::vector<uint32_t>& shards,
+                                  int threads,
+                                  const std::function<absl::Status(ShardCut cut)>& consume) {
   const uint32_t old_shards = manifest.shard_map().num_shards();
   if (old_shards == 0 || manifest.shards_size() != static_cast<int>(old_shards)) {
     return absl::InvalidArgumentError(
@@ -139,18 +141,15 @@ absl::StatusOr<std::vector<ShardCut>> LoadCheckpointShards(
     }
   }
 
-  std::vector<ShardCut> cuts(shards.size());
   if (old_shards == num_shards) {
-    absl::Status status = ParallelFor(shards.size(), threads, [&](size_t i) -> absl::Status {
+    return ParallelFor(shards.size(), threads, [&](size_t i) -> absl::Status {
       absl::StatusOr<ShardCut> cut = ReadCheckedFile(folder, manifest.shards(shards[i]), tables);
       if (!cut.ok()) return cut.status();
-      cuts[i] = *std::move(cut);
-      return absl::OkStatus();
+      return consume(*std::move(cut));
     });
-    if (!status.ok()) return status;
-    return cuts;
   }
 
+  std::vector<ShardCut> cuts(shards.size());
   std::vector<int> slot(num_shards, -1);
   std::vector<std::vector<int>> open(shards.size(), std::vector<int>(tables.size(), -1));
   for (size_t i = 0; i < shards.size(); ++i) {
@@ -167,6 +166,23 @@ absl::StatusOr<std::vector<ShardCut>> LoadCheckpointShards(
     Route(*cut, tables, num_shards, slot, &cuts, &open);
     return absl::OkStatus();
   });
+  if (!status.ok()) return status;
+  return ParallelFor(cuts.size(), threads,
+                     [&](size_t i) -> absl::Status { return consume(std::move(cuts[i])); });
+}
+
+absl::StatusOr<std::vector<ShardCut>> LoadCheckpointShards(
+    const std::string& folder, const rpc::CheckpointManifest& manifest,
+    const std::vector<std::unique_ptr<TableSpec>>& tables, uint32_t num_shards,
+    const std::vector<uint32_t>& shards, int threads) {
+  std::vector<ShardCut> cuts(shards.size());
+  absl::Status status = LoadCheckpointShards(
+      folder, manifest, tables, num_shards, shards, threads, [&](ShardCut cut) {
+        // Each shard is consumed once, from one thread: its own place in `cuts`.
+        const size_t i = std::find(shards.begin(), shards.end(), cut.shard) - shards.begin();
+        cuts[i] = std::move(cut);
+        return absl::OkStatus();
+      });
   if (!status.ok()) return status;
   return cuts;
 }

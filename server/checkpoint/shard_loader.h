@@ -5,6 +5,7 @@
 #define PS_SERVER_CHECKPOINT_SHARD_LOADER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,6 +36,17 @@ absl::StatusOr<std::vector<ShardCut>> LoadCheckpointShards(
     const std::string& folder, const rpc::CheckpointManifest& manifest,
     const std::vector<std::unique_ptr<TableSpec>>& tables, uint32_t num_shards,
     const std::vector<uint32_t>& shards, int threads);
+
+// The same, handing each cut to `consume` as soon as it is read (with the checkpoint's
+// num_shards, one file at a time on each thread, so that only about `threads` cuts are in memory
+// at once), from any of the reading threads, concurrently. The first error of reading or of
+// `consume` is returned; no cut is consumed after it.
+absl::Status LoadCheckpointShards(const std::string& folder,
+                                  const rpc::CheckpointManifest& manifest,
+                                  const std::vector<std::unique_ptr<TableSpec>>& tables,
+                                  uint32_t num_shards, const std::vector<uint32_t>& shards,
+                                  int threads,
+                                  const std::function<absl::Status(ShardCut cut)>& consume);
 
 }  // namespace server
 }  // namespace ps

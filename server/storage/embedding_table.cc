@@ -187,6 +187,10 @@ void TableShard::ReserveSlot(uint32_t slot) {
           ? mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
           : mremap(block.floats, block.bytes, bytes, MREMAP_MAYMOVE);
   if (floats == MAP_FAILED) Die("out of memory growing a slab");
+  // Large slabs in huge pages where the kernel offers them on request: filling a table (a
+  // restore, the first pulls) takes a page fault per 2 MiB instead of per 4 KiB, and lookups
+  // miss the TLB less. Only advice: nothing changes where it is refused.
+  madvise(floats, bytes, MADV_HUGEPAGE);
   block.floats = static_cast<float*>(floats);
   block.bytes = bytes;
   block.capacity_rows = static_cast<uint32_t>(rows);

@@ -57,9 +57,11 @@
 #include "absl/flags/parse.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -452,6 +454,16 @@ absl::Status RunOnce(int servers, int run, const std::string& folder,
   PS_ASSIGN_OR_RETURN(client, Connect(*cluster, absl::Milliseconds(100)));
   PS_ASSIGN_OR_RETURN(std::vector<float> after, PullOnceServed(client.get(), sample));
   const double restore_s = absl::ToDoubleSeconds(absl::Now() - restore_start);
+  // Where the restore's time went, as the daemons say it (their log lines about it).
+  std::vector<std::string> logs = {cluster->coordinator().ReadLog()};
+  for (const auto& server : cluster->servers()) logs.push_back(server->ReadLog());
+  for (const std::string& log : logs) {
+    for (absl::string_view line : absl::StrSplit(log, '\n')) {
+      if (absl::StrContains(line, "restor")) {
+        std::fprintf(stderr, "  %s\n", std::string(line).c_str());
+      }
+    }
+  }
   PS_ASSIGN_OR_RETURN(client, Connect(*cluster));  // patient again, for the pushes
   const double restore_mb_per_s = full.bytes() / 1e6 / restore_s;
   const bool exact = std::memcmp(before.data(), after.data(), before.size() * sizeof(float)) == 0;
