@@ -14,6 +14,10 @@
 
 namespace ps {
 
+// What a worker puts under its key of a checkpoint's notice (rpc::CheckpointNotice) instead of its
+// state when it cannot give its state at the boundary, followed by why.
+inline constexpr char kWorkerStateError[] = "ERROR ";
+
 // The manifest format this build writes and reads.
 inline constexpr uint32_t kCheckpointFormat = 1;
 

@@ -49,7 +49,7 @@ void CheckpointScheduler::ArmClockWait(int64_t floor) {
   if (stopped) coordinator_->CancelWait(id);  // Stop may have cancelled the one before
 }
 
-void CheckpointScheduler::Request(int64_t step, Done done) {
+void CheckpointScheduler::Request(rpc::CheckpointRequest request, Done done) {
   absl::Status refused;
   {
     State* const s = state_.get();
@@ -59,7 +59,7 @@ void CheckpointScheduler::Request(int64_t step, Done done) {
     } else if (s->busy_request || s->request.has_value()) {
       refused = absl::FailedPreconditionError("a checkpoint is being taken");
     } else {
-      s->request.emplace(step, std::move(done));
+      s->request.emplace(std::move(request), std::move(done));
       return;
     }
   }
@@ -111,11 +111,12 @@ void CheckpointScheduler::Loop() {
     s->mu.AwaitWithDeadline(absl::Condition(&ready), s->time_due);
     if (s->stop) break;
     if (s->request.has_value()) {
-      auto [step, done] = std::move(*s->request);
+      auto [request, done] = std::move(*s->request);
       s->request.reset();
       s->busy_request = true;
       s->mu.Unlock();
-      done(checkpointer_->Take(step));
+      done(checkpointer_->Take(request.step(),
+                               {request.workers().begin(), request.workers().end()}));
       s->mu.Lock();
       s->busy_request = false;
     } else if (s->mark_reached) {
@@ -142,7 +143,7 @@ void CheckpointScheduler::Loop() {
 
 void CheckpointScheduler::Stop() {
   absl::MutexLock serial(&stop_mu_);
-  std::optional<std::pair<int64_t, Done>> request;
+  std::optional<std::pair<rpc::CheckpointRequest, Done>> request;
   std::optional<WaitId> wait;
   {
     absl::MutexLock lock(&state_->mu);

@@ -49,11 +49,11 @@ class CheckpointScheduler {
   CheckpointScheduler(const CheckpointScheduler&) = delete;
   CheckpointScheduler& operator=(const CheckpointScheduler&) = delete;
 
-  // Takes a checkpoint at `step` (Checkpointer::Take) as soon as no other is being taken, and
-  // calls `done` with its result on the scheduler's thread. FAILED_PRECONDITION, with `done`
-  // called at once on this thread, while another request waits or is being taken (a periodic
+  // Takes the checkpoint `request` asks for (Checkpointer::Take) as soon as no other is being
+  // taken, and calls `done` with its result on the scheduler's thread. FAILED_PRECONDITION, with
+  // `done` called at once on this thread, while another request waits or is being taken (a periodic
   // checkpoint under way is waited for); UNAVAILABLE after Stop.
-  void Request(int64_t step, Done done);
+  void Request(rpc::CheckpointRequest request, Done done);
 
   // Periodic checkpoints completed and failed so far.
   int64_t periodic_taken() const;
@@ -83,7 +83,7 @@ class CheckpointScheduler {
     absl::Mutex mu;
     bool stop ABSL_GUARDED_BY(mu) = false;
     bool busy_request ABSL_GUARDED_BY(mu) = false;  // a requested checkpoint is being taken
-    std::optional<std::pair<int64_t, Done>> request ABSL_GUARDED_BY(mu);
+    std::optional<std::pair<rpc::CheckpointRequest, Done>> request ABSL_GUARDED_BY(mu);
     int64_t mark ABSL_GUARDED_BY(mu) = 0;  // the next steps-periodic mark
     bool mark_reached ABSL_GUARDED_BY(mu) = false;
     std::optional<WaitId> clock_wait ABSL_GUARDED_BY(mu);

@@ -5,8 +5,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
+#include "common/checkpoint_catalog.h"
 #include "common/job_config.h"
 #include "tests/testing/eventually.h"
 #include "tests/testing/temp_dir.h"
@@ -14,6 +16,12 @@
 namespace ps {
 namespace coordinator {
 namespace {
+
+rpc::CheckpointRequest Step(int64_t step) {
+  rpc::CheckpointRequest request;
+  request.set_step(step);
+  return request;
+}
 
 // A coordinator of one server and two workers whose checkpoints are written by a fake server
 // that records the steps it is asked for.
@@ -67,8 +75,28 @@ struct Fixture {
     return steps;
   }
 
+  // Sync jobs: the workers' side of a checkpoint. Puts every worker's state for the checkpoint the
+  // clocks show, if any (as ps_worker does when its clock report shows it).
+  void PutWorkerStates() {
+    const rpc::ClockState clocks = coordinator->Clocks();
+    if (!clocks.has_checkpoint()) return;
+    for (int rank = 0; rank < 2; ++rank) {
+      rpc::CheckpointWorkerState state;
+      state.set_rank(rank);
+      state.set_step(clocks.checkpoint().step());
+      state.set_params(std::string(16, 'p'));
+      REQUIRE(coordinator
+                  ->KvSet(absl::StrCat(clocks.checkpoint().key(), rank), state.SerializeAsString())
+                  .ok());
+    }
+  }
+
+  // Waits until the fake servers were asked for `want`, answering the workers' part meanwhile.
   bool WaitSteps(const std::vector<int64_t>& want) {
-    return testing::Eventually([&] { return Steps() == want; });
+    return testing::Eventually([&] {
+      PutWorkerStates();
+      return Steps() == want;
+    });
   }
 
   std::unique_ptr<Coordinator> coordinator;
@@ -93,8 +121,43 @@ TEST_CASE("sync jobs are checkpointed at every k-th step boundary, asked for two
   REQUIRE(f.WaitSteps({3, 6}));
   f.Clock(7);
   REQUIRE(f.WaitSteps({3, 6, 9}));
-  REQUIRE(testing::Eventually([&] { return scheduler.periodic_taken() == 3; }));
+  REQUIRE(testing::Eventually([&] {
+    f.PutWorkerStates();
+    return scheduler.periodic_taken() == 3;
+  }));
   CHECK(scheduler.periodic_failed() == 0);
+  // Each holds both workers' state at its boundary.
+  absl::StatusOr<std::vector<rpc::CheckpointManifest>> list =
+      ListCheckpoints(f.coordinator->job().cluster().checkpoint_dir());
+  REQUIRE(list.ok());
+  REQUIRE(list->size() == 3);
+  for (const rpc::CheckpointManifest& m : *list) CHECK(m.workers_size() == 2);
+  CHECK(!f.coordinator->Clocks().has_checkpoint());
+}
+
+TEST_CASE("a sync checkpoint fails clearly when a worker cannot give its state",
+          "[checkpoint][scheduler]") {
+  Fixture f("SYNC", 0);
+  CheckpointScheduler scheduler(f.coordinator.get(), f.checkpointer.get());
+  f.Clock(3);
+  absl::Notification done;
+  absl::StatusOr<rpc::CheckpointResponse> taken;
+  scheduler.Request(Step(5), [&](absl::StatusOr<rpc::CheckpointResponse> r) {
+    taken = std::move(r);
+    done.Notify();
+  });
+  REQUIRE(testing::Eventually([&] { return f.coordinator->Clocks().has_checkpoint(); }));
+  const std::string key = f.coordinator->Clocks().checkpoint().key();
+  rpc::CheckpointWorkerState state;
+  state.set_rank(0);
+  state.set_step(5);
+  REQUIRE(f.coordinator->KvSet(absl::StrCat(key, 0), state.SerializeAsString()).ok());
+  REQUIRE(f.coordinator->KvSet(absl::StrCat(key, 1), "ERROR it was past step 5 already").ok());
+  done.WaitForNotification();
+  CHECK(taken.status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK_THAT(std::string(taken.status().message()),
+             Catch::Contains("worker 1: it was past step 5 already"));
+  CHECK(!f.coordinator->Clocks().has_checkpoint());
 }
 
 TEST_CASE(
@@ -132,19 +195,21 @@ TEST_CASE("one checkpoint at a time: a request meanwhile is refused, and Stop en
   CheckpointScheduler scheduler(f.coordinator.get(), f.checkpointer.get());
   absl::Notification first_done;
   absl::StatusOr<rpc::CheckpointResponse> first;
-  scheduler.Request(-1, [&](absl::StatusOr<rpc::CheckpointResponse> r) {
+  scheduler.Request(Step(-1), [&](absl::StatusOr<rpc::CheckpointResponse> r) {
     first = std::move(r);
     first_done.Notify();
   });
   absl::Status second;
-  scheduler.Request(-1, [&](absl::StatusOr<rpc::CheckpointResponse> r) { second = r.status(); });
+  scheduler.Request(Step(-1),
+                    [&](absl::StatusOr<rpc::CheckpointResponse> r) { second = r.status(); });
   CHECK(second.code() == absl::StatusCode::kFailedPrecondition);
   release.Notify();
   first_done.WaitForNotification();
   REQUIRE(first.ok());
   CHECK(first->id() == 1);
   scheduler.Stop();
-  scheduler.Request(-1, [&](absl::StatusOr<rpc::CheckpointResponse> r) { second = r.status(); });
+  scheduler.Request(Step(-1),
+                    [&](absl::StatusOr<rpc::CheckpointResponse> r) { second = r.status(); });
   CHECK(second.code() == absl::StatusCode::kUnavailable);
 }
 
@@ -157,7 +222,7 @@ TEST_CASE("a request waits for the periodic checkpoint under way", "[checkpoint]
   REQUIRE(testing::Eventually([&] { return f.entered.load() == 1; }));
   absl::Notification done;
   absl::StatusOr<rpc::CheckpointResponse> requested;
-  scheduler.Request(-1, [&](absl::StatusOr<rpc::CheckpointResponse> r) {
+  scheduler.Request(Step(-1), [&](absl::StatusOr<rpc::CheckpointResponse> r) {
     requested = std::move(r);
     done.Notify();
   });

@@ -3,15 +3,19 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <thread>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/checkpoint_catalog.h"
+#include "common/checkpoint_reader.h"
 #include "common/grpc_status.h"
 #include "proto/ps.grpc.pb.h"
 #include "xxhash.h"
@@ -49,7 +53,8 @@ Checkpointer::WriteFn GrpcWrite(absl::Duration timeout) {
 Checkpointer::Checkpointer(Coordinator* coordinator, WriteFn write, absl::Duration timeout)
     : coordinator_(coordinator), write_(write ? std::move(write) : GrpcWrite(timeout)) {}
 
-absl::StatusOr<rpc::CheckpointResponse> Checkpointer::Take(int64_t step) {
+absl::StatusOr<rpc::CheckpointResponse> Checkpointer::Take(
+    int64_t step, std::vector<rpc::CheckpointWorkerState> workers) {
   const config::Job& job = coordinator_->job();
   const std::string dir = job.cluster().checkpoint_dir();
   if (dir.empty()) {
@@ -86,6 +91,30 @@ absl::StatusOr<rpc::CheckpointResponse> Checkpointer::Take(int64_t step) {
     }
     step = std::max<int64_t>(0, cluster.clocks().max_clock() + (workers_alive ? 2 : 1));
   }
+  // Sync training: the workers' state at the boundary, given or asked for.
+  std::vector<int32_t> worker_ranks;  // ranks whose state is asked for
+  if (sync && workers.empty()) {
+    std::map<int32_t, bool> alive;  // rank -> alive, of registered workers
+    for (const rpc::MemberStatus& m : cluster.members()) {
+      if (m.role() == rpc::WORKER) alive[m.rank()] = alive[m.rank()] || m.alive();
+    }
+    if (!alive.empty()) {
+      for (int32_t r = 0; r < static_cast<int32_t>(job.cluster().num_workers()); ++r) {
+        if (!alive[r]) {
+          return absl::FailedPreconditionError(absl::StrFormat(
+              "worker rank %d is not alive: its state at step %d cannot be checkpointed", r, step));
+        }
+        worker_ranks.push_back(r);
+      }
+    }
+  }
+  for (const rpc::CheckpointWorkerState& w : workers) {
+    if (!sync || w.step() != step) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("the state of worker %d is of step %d, the checkpoint's boundary is %d",
+                          w.rank(), w.step(), step));
+    }
+  }
   std::map<uint32_t, std::vector<uint32_t>> by_server;
   for (const rpc::ShardAssignment& a : map.shards()) {
     if (a.lost()) {
@@ -121,6 +150,25 @@ absl::StatusOr<rpc::CheckpointResponse> Checkpointer::Take(int64_t step) {
     std::filesystem::remove_all(folder, ec);
     return status;
   };
+
+  // The workers see the notice in their next clock report and put their state.
+  const std::string worker_key = absl::StrFormat("ps/checkpoint/%d/worker/", id);
+  struct Notice {
+    Coordinator* coordinator;
+    std::string key;
+    ~Notice() {
+      if (key.empty()) return;
+      coordinator->SetCheckpointNotice(std::nullopt);
+      coordinator->KvErasePrefix(key);
+    }
+  } notice{coordinator_, worker_ranks.empty() ? "" : worker_key};
+  if (!worker_ranks.empty()) {
+    rpc::CheckpointNotice n;
+    n.set_id(id);
+    n.set_step(step);
+    n.set_key(worker_key);
+    coordinator_->SetCheckpointNotice(n);
+  }
 
   // Every server writes its primaries at once.
   std::vector<std::pair<uint32_t, absl::StatusOr<rpc::WriteCheckpointResponse>>> results;
@@ -174,6 +222,48 @@ absl::StatusOr<rpc::CheckpointResponse> Checkpointer::Take(int64_t step) {
   for (uint32_t s = 0; s < files.size(); ++s) {
     if (!have[s]) return fail(absl::InternalError(absl::StrFormat("shard %d was not written", s)));
     *manifest.add_shards() = files[s];
+  }
+  if (!worker_ranks.empty()) {
+    std::vector<std::string> keys;
+    for (int32_t r : worker_ranks) keys.push_back(absl::StrCat(worker_key, r));
+    absl::StatusOr<std::vector<std::string>> states =
+        coordinator_->KvWait(keys, coordinator_->Now() + kWorkerWait);
+    if (!states.ok()) {
+      return fail(absl::Status(states.status().code(),
+                               absl::StrCat("waiting for the workers' state at step ", step, ": ",
+                                            states.status().message())));
+    }
+    for (size_t i = 0; i < states->size(); ++i) {
+      const std::string& value = (*states)[i];
+      rpc::CheckpointWorkerState& w = workers.emplace_back();
+      if (absl::StartsWith(value, kWorkerStateError)) {
+        return fail(absl::FailedPreconditionError(absl::StrCat(
+            "worker ", worker_ranks[i], ": ", value.substr(strlen(kWorkerStateError)))));
+      }
+      if (!w.ParseFromString(value) || w.rank() != worker_ranks[i] || w.step() != step) {
+        return fail(absl::InternalError(absl::StrFormat(
+            "worker %d put a state that is not its state at step %d", worker_ranks[i], step)));
+      }
+    }
+  }
+  for (const rpc::CheckpointWorkerState& w : workers) {
+    const std::string file = absl::StrFormat("worker-%05d.pb", w.rank());
+    const std::string path = folder + "/" + file;
+    {
+      std::ofstream out(path, std::ios::binary | std::ios::trunc);
+      if (!w.SerializeToOstream(&out) || !out.flush()) {
+        return fail(absl::InternalError(absl::StrCat("writing ", path, " failed")));
+      }
+    }
+    absl::Status synced = SyncPath(path, /*folder=*/false);
+    if (!synced.ok()) return fail(synced);
+    absl::StatusOr<uint64_t> digest = FileXxh3(path);
+    if (!digest.ok()) return fail(digest.status());
+    rpc::CheckpointWorkerFile* entry = manifest.add_workers();
+    entry->set_rank(w.rank());
+    entry->set_file(file);
+    entry->set_bytes(std::filesystem::file_size(path, ec));
+    entry->set_xxh3(*digest);
   }
   manifest.set_created_unix_ms(absl::ToUnixMillis(absl::Now()));
   manifest.set_seconds(absl::ToDoubleSeconds(absl::Now() - start));

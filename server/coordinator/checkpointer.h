@@ -31,13 +31,26 @@ class Checkpointer {
   Checkpointer(Coordinator* coordinator, WriteFn write = nullptr,
                absl::Duration timeout = absl::Minutes(30));
 
-  // Takes a checkpoint (see CheckpointRequest for `step`) into the job's checkpoint_dir, as
-  // folder <id> (one above the newest there), and removes complete checkpoints beyond
-  // checkpoint_keep and partial folders older than the new one. Errors: FAILED_PRECONDITION
-  // without checkpoint_dir, before the shard map exists, with a lost shard, while another
-  // checkpoint is being taken, or when a server refuses (its message says why); what a server's
-  // write returned otherwise. A failed checkpoint's folder is removed; it never has a manifest.
-  absl::StatusOr<rpc::CheckpointResponse> Take(int64_t step);
+  // Takes a checkpoint (see CheckpointRequest for `step` and `workers`) into the job's
+  // checkpoint_dir, as folder <id> (one above the newest there), and removes complete
+  // checkpoints beyond checkpoint_keep and partial folders older than the new one.
+  //
+  // Sync jobs with workers: their state at the boundary goes in too (worker-NNNNN.pb files), the
+  // given `workers` or, without them, those every worker rank puts in the rendezvous store when
+  // its clock report shows the checkpoint (ClockState.checkpoint), waited for up to
+  // worker_wait.
+  //
+  // Errors: FAILED_PRECONDITION without checkpoint_dir, before the shard map exists, with a lost
+  // shard, while another checkpoint is being taken, when a server refuses (its message says why),
+  // when a worker rank is not alive or reports that it cannot give its state at the boundary;
+  // INVALID_ARGUMENT for given states of another step; DEADLINE_EXCEEDED when a worker's state
+  // does not come; what a server's write returned otherwise. A failed checkpoint's folder is
+  // removed; it never has a manifest.
+  absl::StatusOr<rpc::CheckpointResponse> Take(
+      int64_t step, std::vector<rpc::CheckpointWorkerState> workers = {});
+
+  // How long Take waits for the workers' states after the servers wrote their shards.
+  static constexpr absl::Duration kWorkerWait = absl::Minutes(2);
 
  private:
   Coordinator* const coordinator_;

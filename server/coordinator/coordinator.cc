@@ -727,6 +727,7 @@ rpc::ClockState Coordinator::ClocksLocked() const {
   rpc::ClockState state;
   state.set_min_clock(all_registered ? min_clock : -1);
   state.set_max_clock(max_clock);
+  if (checkpoint_notice_.has_value()) *state.mutable_checkpoint() = *checkpoint_notice_;
   return state;
 }
 
@@ -803,6 +804,17 @@ absl::Status Coordinator::KvSet(std::string key, std::string value) {
   }
   Run(&out);
   return absl::OkStatus();
+}
+
+void Coordinator::KvErasePrefix(absl::string_view prefix) {
+  absl::MutexLock lock(&mu_);
+  absl::erase_if(kv_,
+                 [prefix](const auto& entry) { return absl::StartsWith(entry.first, prefix); });
+}
+
+void Coordinator::SetCheckpointNotice(std::optional<rpc::CheckpointNotice> notice) {
+  absl::MutexLock lock(&mu_);
+  checkpoint_notice_ = std::move(notice);
 }
 
 absl::StatusOr<std::vector<std::string>> Coordinator::KvGet(

@@ -196,6 +196,15 @@ class Coordinator {
   WaitId AsyncKvWait(std::vector<std::string> keys, absl::Time deadline,
                      std::function<void(absl::StatusOr<std::vector<std::string>>)> done);
 
+  // Removes every key that starts with `prefix` (a checkpoint's workers' states once written).
+  void KvErasePrefix(absl::string_view prefix);
+
+  // --- Checkpoints ---
+
+  // Sets the checkpoint whose workers' state clocks answers ask for (ClockState.checkpoint), or
+  // clears it (nullopt).
+  void SetCheckpointNotice(std::optional<rpc::CheckpointNotice> notice);
+
   // --- Waits ---
 
   // Ends the wait `id` with CANCELLED if it is still pending; otherwise does nothing.
@@ -313,6 +322,7 @@ class Coordinator {
   // Replicas promoted to primary so far.
   uint64_t failovers_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_map<std::string, std::string> kv_ ABSL_GUARDED_BY(mu_);
+  std::optional<rpc::CheckpointNotice> checkpoint_notice_ ABSL_GUARDED_BY(mu_);
   WaitId next_wait_id_ ABSL_GUARDED_BY(mu_) = 1;
   std::map<WaitId, Waiter> waiters_ ABSL_GUARDED_BY(mu_);
 

@@ -254,11 +254,10 @@ grpc::ServerUnaryReactor* CoordinatorService::StartCheckpoint(grpc::CallbackServ
                                                               const rpc::CheckpointRequest* request,
                                                               rpc::CheckpointResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  scheduler_.Request(request->step(),
-                     [response, reactor](absl::StatusOr<rpc::CheckpointResponse> taken) {
-                       if (taken.ok()) *response = *std::move(taken);
-                       reactor->Finish(ToGrpcStatus(taken.status()));
-                     });
+  scheduler_.Request(*request, [response, reactor](absl::StatusOr<rpc::CheckpointResponse> taken) {
+    if (taken.ok()) *response = *std::move(taken);
+    reactor->Finish(ToGrpcStatus(taken.status()));
+  });
   return reactor;
 }
 
