@@ -266,10 +266,11 @@ absl::StatusOr<rpc::ClusterStatus> CoordinatorClient::GetStatus() {
   return response;
 }
 
-absl::StatusOr<rpc::CheckpointResponse> CoordinatorClient::Checkpoint(int64_t step,
-                                                                      absl::Duration timeout) {
+absl::StatusOr<rpc::CheckpointResponse> CoordinatorClient::Checkpoint(
+    int64_t step, std::vector<rpc::CheckpointWorkerState> workers, absl::Duration timeout) {
   rpc::CheckpointRequest request;
   request.set_step(step);
+  for (rpc::CheckpointWorkerState& w : workers) *request.add_workers() = std::move(w);
   rpc::CheckpointResponse response;
   grpc::ClientContext context;
   SetTimeout(&context, timeout);

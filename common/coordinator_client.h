@@ -118,10 +118,12 @@ class CoordinatorClient {
   // Members, shard map, clocks and job name.
   absl::StatusOr<rpc::ClusterStatus> GetStatus();
 
-  // Has the coordinator take a checkpoint (CheckpointRequest: sync jobs' step boundary, or -1)
-  // and waits up to `timeout` for it. The coordinator's error (FAILED_PRECONDITION without a
-  // checkpoint_dir or while another checkpoint is taken; a server's error), DEADLINE_EXCEEDED.
-  absl::StatusOr<rpc::CheckpointResponse> Checkpoint(int64_t step, absl::Duration timeout);
+  // Has the coordinator take a checkpoint (CheckpointRequest: sync jobs' step boundary, or -1,
+  // and the workers' state, if given) and waits up to `timeout` for it. The coordinator's error
+  // (FAILED_PRECONDITION without a checkpoint_dir or while another checkpoint is taken; a server's
+  // error), DEADLINE_EXCEEDED.
+  absl::StatusOr<rpc::CheckpointResponse> Checkpoint(
+      int64_t step, std::vector<rpc::CheckpointWorkerState> workers, absl::Duration timeout);
 
  private:
   CoordinatorClient(std::string address, std::unique_ptr<rpc::Coordinator::Stub> stub)

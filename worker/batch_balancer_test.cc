@@ -106,8 +106,7 @@ TEST_CASE("a very slow worker keeps at least one sample", "[batch_balancer]") {
 TEST_CASE("bad figures are refused and change nothing", "[batch_balancer]") {
   BatchBalancer b(2, 10);
   CHECK(b.Update(std::vector<float>{1, 2, 3}).code() == absl::StatusCode::kInvalidArgument);
-  CHECK(b.Update(std::vector<float>{10, -1, 10, 1}).code() ==
-        absl::StatusCode::kInvalidArgument);
+  CHECK(b.Update(std::vector<float>{10, -1, 10, 1}).code() == absl::StatusCode::kInvalidArgument);
   CHECK(b.Update(std::vector<float>{10, std::numeric_limits<float>::quiet_NaN(), 10, 1}).code() ==
         absl::StatusCode::kInvalidArgument);
   CHECK(b.batch(0) == 10);

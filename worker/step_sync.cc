@@ -14,7 +14,16 @@ StepSync::StepSync(const config::Job& job, Client* client, CoordinatorClient* co
       member_id_(member_id),
       mode_(job.training().mode()),
       staleness_(job.training().staleness()),
-      wait_timeout_(wait_timeout) {}
+      wait_timeout_(wait_timeout),
+      checkpoints_(mode_ == config::Training::SYNC && !job.cluster().checkpoint_dir().empty()) {}
+
+absl::Status StepSync::Refresh(int64_t step) {
+  if (!checkpoints_) return absl::OkStatus();
+  PS_ASSIGN_OR_RETURN(const rpc::ClockState clocks, coordinator_->ReportClock(member_id_, step));
+  notice_.reset();
+  if (clocks.has_checkpoint()) notice_ = clocks.checkpoint();
+  return absl::OkStatus();
+}
 
 absl::Status StepSync::BeforePull(int64_t step) {
   if (mode_ != config::Training::BOUNDED_STALENESS) return absl::OkStatus();
@@ -27,8 +36,11 @@ absl::StatusOr<int64_t> StepSync::AfterPush(int64_t step) {
   switch (mode_) {
     case config::Training::SYNC: {
       PS_ASSIGN_OR_RETURN(const int64_t applied, client_->EndStep(step));
-      // Nothing here waits on the clocks; the coordinator times periodic checkpoints by them.
-      coordinator_->ReportClockAsync(member_id_, step);
+      if (checkpoints_) {
+        PS_RETURN_IF_ERROR(Refresh(step));
+      } else {
+        coordinator_->ReportClockAsync(member_id_, step);
+      }
       return std::max(step + 1, applied + 1);
     }
     case config::Training::BOUNDED_STALENESS:

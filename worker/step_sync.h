@@ -5,12 +5,14 @@
 //   BOUNDED_STALENESS  BeforePull(t) waits until every worker has finished step t - s - 1 (the
 //                      coordinator's clocks); AfterPush reports the step finished.
 //   ASYNC              nothing waits.
-// In SYNC and ASYNC, AfterPush also reports the step finished to the coordinator without waiting
-// for the answer: the coordinator times checkpoint_every_steps by the clocks.
+// In SYNC and ASYNC, AfterPush also reports the step finished to the coordinator, which times
+// checkpoint_every_steps by the clocks: without waiting for the answer, except in SYNC jobs with
+// a checkpoint_dir, where the answer may ask for the worker's state (checkpoint_notice()).
 #ifndef PS_WORKER_STEP_SYNC_H_
 #define PS_WORKER_STEP_SYNC_H_
 
 #include <cstdint>
+#include <optional>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -44,6 +46,13 @@ class StepSync {
 
   config::Training::Mode mode() const { return mode_; }
 
+  // SYNC jobs with a checkpoint_dir: the checkpoint whose workers' state the latest clock answer
+  // asked for (ClockState.checkpoint); nullopt otherwise.
+  const std::optional<rpc::CheckpointNotice>& checkpoint_notice() const { return notice_; }
+
+  // Reports `step` finished again, to refresh checkpoint_notice() once the worker is done.
+  absl::Status Refresh(int64_t step);
+
  private:
   Client* const client_;
   CoordinatorClient* const coordinator_;
@@ -51,6 +60,8 @@ class StepSync {
   const config::Training::Mode mode_;
   const int64_t staleness_;
   const absl::Duration wait_timeout_;
+  const bool checkpoints_;  // SYNC with a checkpoint_dir
+  std::optional<rpc::CheckpointNotice> notice_;
 };
 
 }  // namespace worker

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <future>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -18,6 +19,7 @@
 #include "worker/model/dlrm.h"
 #include "worker/model/model.h"
 #include "worker/step_sync.h"
+#include "worker/worker_checkpoint.h"
 
 namespace ps {
 namespace worker {
@@ -236,6 +238,18 @@ absl::StatusOr<TrainResult> Train(const config::Job& job, Client* client,
 
   std::vector<float> state(dense_optimizer->StateFloats(model->num_params()));
   dense_optimizer->InitState(model->num_params(), state.data());
+  const std::string optimizer_type = job.training().dense_optimizer().type();
+  if (options.start_step > 0) {
+    PS_ASSIGN_OR_RETURN(const rpc::CheckpointWorkerState resumed,
+                        WorkerCheckpointer::Load(options.resume_from, rank, model->num_params(),
+                                                 state.size(), optimizer_type));
+    WorkerCheckpointer::Unpack(resumed, model->params(), absl::MakeSpan(state));
+  }
+  // Sync jobs with a checkpoint_dir give their state to the checkpoints.
+  std::optional<WorkerCheckpointer> checkpointer;
+  if (job.training().mode() == config::Training::SYNC && !job.cluster().checkpoint_dir().empty()) {
+    checkpointer.emplace(coordinator, rank, optimizer_type);
+  }
   std::vector<float> dense_grad(model->num_params());
   std::vector<float> emb_grad, probs;
 
@@ -260,7 +274,7 @@ absl::StatusOr<TrainResult> Train(const config::Job& job, Client* client,
   StepData slots[2];
   int cur = 0;
   PushData push;
-  int64_t step = 0;  // the clock: steps can be skipped by a straggler in sync mode
+  int64_t step = options.start_step;  // the clock: a straggler in sync mode can skip steps
   // Time this step spent waiting for the other workers (the staleness bound, collectives): not
   // this worker's own work, for the batch balancer and the induced slowdown.
   absl::Duration waited;
@@ -276,14 +290,18 @@ absl::StatusOr<TrainResult> Train(const config::Job& job, Client* client,
     StartPull(client, groups, num_sparse, dim, d);
     return absl::OkStatus();
   };
+  // A resumed job reads on from the block of its first step.
+  for (int64_t block = 0; block < options.start_step; ++block) {
+    PS_RETURN_IF_ERROR(ReadBatch(reader.get(), block_lines, 0, 0, &slots[cur].batch));
+  }
   PS_RETURN_IF_ERROR(read_batch(&slots[cur].batch));
   PS_RETURN_IF_ERROR(begin_pull(&slots[cur], step));
 
   // The dense collectives are counted by the clock, so that a straggler who skips steps (sync
   // quorum) still joins every one of them: with dense_sync_every = 1 one AllReduce of gradients
   // per step (zeros for a skipped step), with k > 1 one averaging per multiple of k crossed.
-  int64_t gradient_rounds = 0;
-  int64_t averaging_rounds = 0;
+  int64_t gradient_rounds = options.start_step;
+  int64_t averaging_rounds = options.start_step / sync_every;
   std::vector<float> zeros;
   std::vector<float> figures;
   int64_t next_balance = kFirstBalanceSteps;
@@ -319,6 +337,10 @@ absl::StatusOr<TrainResult> Train(const config::Job& job, Client* client,
   while (step < total_steps) {
     const absl::Time step_start = absl::Now();
     waited = absl::ZeroDuration();
+    if (checkpointer.has_value()) {  // the state at boundary `step`, and a checkpoint asking
+      checkpointer->AtBoundary(step, model->params(), state);
+      PS_RETURN_IF_ERROR(checkpointer->Answer(sync.checkpoint_notice()));
+    }
     StepData& d = slots[cur];
     absl::Status pulled = FinishPull(groups, num_sparse, dim, &d);
     while (pulled.code() == absl::StatusCode::kAborted && sync.mode() == config::Training::SYNC) {
@@ -450,6 +472,11 @@ absl::StatusOr<TrainResult> Train(const config::Job& job, Client* client,
     PS_RETURN_IF_ERROR(allreduce->SumInPlace(model->params()));
     for (float& w : model->params()) w /= world;
   }
+  if (checkpointer.has_value()) {  // a checkpoint at the last boundary may still ask
+    checkpointer->AtBoundary(std::max(step, total_steps), model->params(), state);
+    PS_RETURN_IF_ERROR(sync.Refresh(total_steps - 1));
+    PS_RETURN_IF_ERROR(checkpointer->Answer(sync.checkpoint_notice()));
+  }
   result.seconds = absl::ToDoubleSeconds(absl::Now() - start);
   // Everyone is done pushing; the total of samples trained.
   float total = static_cast<float>(my_samples);
@@ -467,8 +494,10 @@ absl::StatusOr<TrainResult> Train(const config::Job& job, Client* client,
   // checkpoint, in sync mode at the boundary after the last step.
   if (rank == 0 && !job.cluster().checkpoint_dir().empty() && job.cluster().checkpoint_at_end()) {
     const bool sync_mode = job.training().mode() == config::Training::SYNC;
-    absl::StatusOr<rpc::CheckpointResponse> taken =
-        coordinator->Checkpoint(sync_mode ? total_steps : -1, absl::Minutes(30));
+    std::vector<rpc::CheckpointWorkerState> states;
+    if (checkpointer.has_value()) states.push_back(checkpointer->Latest());
+    absl::StatusOr<rpc::CheckpointResponse> taken = coordinator->Checkpoint(
+        sync_mode ? std::max(step, total_steps) : -1, std::move(states), absl::Minutes(30));
     if (!taken.ok()) {
       return absl::Status(
           taken.status().code(),

@@ -35,6 +35,12 @@ struct TrainerOptions {
   double slowdown = 1.0;
   // Where the model runs: CUDA when a device is present (kAuto), or as forced.
   Backend backend = Backend::kAuto;
+  // A sync job restored from a checkpoint: its folder (ShardMap.restore_from) and its step t
+  // (RegisterResponse.start_step, > 0). The worker starts at step t with the dense model and
+  // dense optimizer state the checkpoint holds (WorkerCheckpointer::Load), reading the data from
+  // block t on. Empty / 0: a fresh start.
+  std::string resume_from;
+  int64_t start_step = 0;
 };
 
 struct TrainResult {
@@ -81,7 +87,12 @@ struct TrainResult {
 // speed (BatchBalancer). Every worker runs the same number of steps: job.training.steps, or
 // epochs times the blocks in the data.
 //
-// Errors: the client's, the collective's or the data's (NOT_FOUND for a missing file).
+// Checkpoints (SYNC with a checkpoint_dir): the worker keeps its state at its latest step
+// boundaries and gives the coordinator the one a checkpoint asks for (WorkerCheckpointer); worker
+// 0 has the coordinator take one at the end, with its final state, when checkpoint_at_end.
+//
+// Errors: the client's, the collective's or the data's (NOT_FOUND for a missing file); those of
+// WorkerCheckpointer::Load when resuming; the end-of-training checkpoint's.
 absl::StatusOr<TrainResult> Train(const config::Job& job, Client* client,
                                   CoordinatorClient* coordinator, uint32_t member_id,
                                   AllReduce* allreduce, const TrainerOptions& options);

@@ -79,14 +79,14 @@ int Main() {
   }
   const config::Job& job = (*client)->job();
   const int rank = (*client)->rank();
+  // A restored job resumes: sync jobs at the checkpoint's step, with the workers' state in it.
   const std::string restored = (*client)->shard_map().restore_from();
-  if (!restored.empty()) {
-    std::fprintf(
-        stderr,
-        "ps_worker: the job was restored from checkpoint %s, and workers cannot resume "
-        "training yet: their dense parameters, dense optimizer state and data position are "
-        "not in checkpoints. The restored tables are served to clients (ps_client).\n",
-        restored.c_str());
+  if (!restored.empty() && job.training().mode() != config::Training::SYNC) {
+    std::fprintf(stderr,
+                 "ps_worker: the job was restored from checkpoint %s, and workers resume only sync "
+                 "jobs (in the other modes no step boundary holds the workers' state). The "
+                 "restored tables are served to clients (ps_client).\n",
+                 restored.c_str());
     return 1;
   }
   absl::StatusOr<std::unique_ptr<CoordinatorClient>> coordinator =
@@ -130,6 +130,8 @@ int Main() {
   trainer.max_steps = absl::GetFlag(FLAGS_max_steps);
   trainer.slowdown = std::max(1.0, absl::GetFlag(FLAGS_slowdown));
   trainer.backend = *backend;
+  trainer.resume_from = restored;
+  trainer.start_step = (*client)->start_step();
   absl::StatusOr<worker::TrainResult> result = worker::Train(
       job, client->get(), coordinator->get(), (*client)->worker_id(), allreduce->get(), trainer);
   if (!result.ok()) {

@@ -115,10 +115,14 @@ void CheckpointScheduler::Loop() {
       s->request.reset();
       s->busy_request = true;
       s->mu.Unlock();
-      done(checkpointer_->Take(request.step(),
-                               {request.workers().begin(), request.workers().end()}));
+      absl::StatusOr<rpc::CheckpointResponse> taken =
+          checkpointer_->Take(request.step(), {request.workers().begin(), request.workers().end()});
+      // Free before the answer goes out, so that the caller's next request is not refused.
       s->mu.Lock();
       s->busy_request = false;
+      s->mu.Unlock();
+      done(std::move(taken));
+      s->mu.Lock();
     } else if (s->mark_reached) {
       const int64_t mark = s->mark;
       s->mark_reached = false;
