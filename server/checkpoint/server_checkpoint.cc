@@ -1,19 +1,33 @@
 #include "server/checkpoint/server_checkpoint.h"
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
+#include <deque>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "common/checkpoint_catalog.h"
 #include "server/checkpoint/shard_file.h"
 #include "server/checkpoint/shard_loader.h"
 
 namespace ps {
 namespace server {
+namespace {
+
+// Threads writing a server's shards, and their nice value (see WriteServerCheckpoint).
+constexpr size_t kWriterThreads = 2;
+constexpr int kWriterNice = 10;
+
+}  // namespace
 
 absl::StatusOr<rpc::WriteCheckpointResponse> WriteServerCheckpoint(
     ShardedStore* store, const rpc::WriteCheckpointRequest& request, absl::Time deadline) {
@@ -28,25 +42,62 @@ absl::StatusOr<rpc::WriteCheckpointResponse> WriteServerCheckpoint(
       store->BeginCheckpoint(request.step(), shards, request.header().map_version());
   if (!begun.ok()) return begun;
 
+  // This thread cuts the shards (the cut holds a shard's lock, so it runs at the priority of the
+  // threads serving requests) and hands them to a few writer threads (a file's encoding is CPU
+  // work) at a lower priority: training takes precedence over writing when the cores are busy,
+  // and the writing takes what training leaves. At most kWriterThreads cuts wait.
   rpc::WriteCheckpointResponse response;
+  absl::Mutex mu;
   absl::Status status;
+  std::deque<ShardCut> cuts;
+  bool cutting = true;
+  auto write = [&] {
+    setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), kWriterNice);
+    while (true) {
+      ShardCut cut;
+      {
+        absl::MutexLock lock(&mu);
+        auto ready = [&] { return !cuts.empty() || !cutting || !status.ok(); };
+        mu.Await(absl::Condition(&ready));
+        if (cuts.empty() || !status.ok()) return;
+        cut = std::move(cuts.front());
+        cuts.pop_front();
+      }
+      absl::StatusOr<rpc::CheckpointShardFile> file = WriteShardFile(
+          (folder / absl::StrFormat("shard-%05d.sst", cut.shard)).string(), cut, store->tables());
+      absl::MutexLock lock(&mu);
+      if (!file.ok()) {
+        if (status.ok()) status = file.status();
+        return;
+      }
+      *response.add_files() = *std::move(file);
+    }
+  };
+  std::vector<std::thread> writers;
+  for (int t = 0; t < kWriterThreads; ++t) writers.emplace_back(write);
   double max_stall_ms = 0;
   for (uint32_t shard : shards) {
+    {
+      absl::MutexLock lock(&mu);
+      auto room = [&] { return cuts.size() < kWriterThreads || !status.ok(); };
+      mu.Await(absl::Condition(&room));
+      if (!status.ok()) break;
+    }
     absl::Duration stall;
     absl::StatusOr<ShardCut> cut = store->TakeCheckpointCut(shard, deadline, &stall);
+    absl::MutexLock lock(&mu);
     if (!cut.ok()) {
-      status = cut.status();
+      if (status.ok()) status = cut.status();
       break;
     }
     max_stall_ms = std::max(max_stall_ms, absl::ToDoubleMilliseconds(stall));
-    absl::StatusOr<rpc::CheckpointShardFile> file = WriteShardFile(
-        (folder / absl::StrFormat("shard-%05d.sst", shard)).string(), *cut, store->tables());
-    if (!file.ok()) {
-      status = file.status();
-      break;
-    }
-    *response.add_files() = *std::move(file);
+    cuts.push_back(*std::move(cut));
   }
+  {
+    absl::MutexLock lock(&mu);
+    cutting = false;
+  }
+  for (std::thread& t : writers) t.join();
   store->EndCheckpoint();
   if (!status.ok()) return status;
 
