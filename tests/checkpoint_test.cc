@@ -394,6 +394,16 @@ TEST_CASE("a training job checkpoints every k steps and once it is done",
   CHECK(list->at(0).step() < 20);
   CHECK(list->at(1).step() >= 20);
   CHECK(list->at(1).step() <= 30);
+  // Each holds the worker's state at its boundary, the periodic ones asked of the worker.
+  for (const rpc::CheckpointManifest& m : *list) {
+    REQUIRE(m.workers_size() == 1);
+    const std::string folder = absl::StrCat(dir, "/", CheckpointFolderName(m.id()));
+    rpc::CheckpointWorkerState state;
+    std::ifstream in(absl::StrCat(folder, "/", m.workers(0).file()), std::ios::binary);
+    REQUIRE(state.ParseFromIstream(&in));
+    CHECK(state.step() == m.step());
+    CHECK(state.params().size() > 0);
+  }
   REQUIRE((*cluster)->Terminate(absl::Seconds(20)).ok());
 }
 
