@@ -22,6 +22,12 @@ void SetTimeout(grpc::ClientContext* context, absl::Duration timeout) {
   context->set_deadline(absl::ToChronoTime(absl::Now() + std::max(timeout, absl::ZeroDuration())));
 }
 
+const absl::Status& StatusOf(const absl::Status& status) { return status; }
+template <typename T>
+const absl::Status& StatusOf(const absl::StatusOr<T>& result) {
+  return result.status();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
@@ -29,6 +35,11 @@ absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   args.SetMaxSendMessageSize(kMaxMessageBytes);
+  // A coordinator that restarts is back within seconds: reconnect soon, not after gRPC's default
+  // backoff of up to two minutes.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   std::shared_ptr<grpc::Channel> channel =
       grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
   const auto deadline = timeout == absl::InfiniteDuration()
@@ -43,6 +54,28 @@ absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
 }
 
 CoordinatorClient::~CoordinatorClient() { StopHeartbeats(); }
+
+void CoordinatorClient::SetRetryWindow(absl::Duration window) {
+  absl::MutexLock lock(&mu_);
+  retry_window_ = window;
+}
+
+template <typename Fn>
+auto CoordinatorClient::Retrying(Fn fn) -> decltype(fn()) {
+  absl::Duration window;
+  {
+    absl::MutexLock lock(&mu_);
+    window = retry_window_;
+  }
+  const absl::Time until = absl::Now() + window;
+  absl::Duration pause = absl::Milliseconds(50);
+  while (true) {
+    auto result = fn();
+    if (!absl::IsUnavailable(StatusOf(result)) || absl::Now() + pause > until) return result;
+    absl::SleepFor(pause);  // the coordinator is away: it may be restarting
+    pause = std::min(2 * pause, absl::Seconds(1));
+  }
+}
 
 absl::StatusOr<rpc::RegisterResponse> CoordinatorClient::Register(rpc::Role role,
                                                                   const std::string& address,
@@ -198,72 +231,84 @@ absl::StatusOr<rpc::ShardMap> CoordinatorClient::GetShardMap(uint64_t min_versio
 }
 
 absl::Status CoordinatorClient::KvSet(const std::string& key, const std::string& value) {
-  rpc::KvSetRequest request;
-  request.set_key(key);
-  request.set_value(value);
-  rpc::KvSetResponse response;
-  grpc::ClientContext context;
-  SetTimeout(&context, kRpcTimeout);
-  return FromGrpcStatus(stub_->KvSet(&context, request, &response));
+  return Retrying([&]() -> absl::Status {
+    rpc::KvSetRequest request;
+    request.set_key(key);
+    request.set_value(value);
+    rpc::KvSetResponse response;
+    grpc::ClientContext context;
+    SetTimeout(&context, kRpcTimeout);
+    return FromGrpcStatus(stub_->KvSet(&context, request, &response));
+  });
 }
 
 absl::StatusOr<std::vector<std::string>> CoordinatorClient::KvGet(
     const std::vector<std::string>& keys) {
-  rpc::KvGetRequest request;
-  for (const std::string& key : keys) request.add_keys(key);
-  rpc::KvGetResponse response;
-  grpc::ClientContext context;
-  SetTimeout(&context, kRpcTimeout);
-  PS_RETURN_IF_ERROR(FromGrpcStatus(stub_->KvGet(&context, request, &response)));
-  return std::vector<std::string>(response.values().begin(), response.values().end());
+  return Retrying([&]() -> absl::StatusOr<std::vector<std::string>> {
+    rpc::KvGetRequest request;
+    for (const std::string& key : keys) request.add_keys(key);
+    rpc::KvGetResponse response;
+    grpc::ClientContext context;
+    SetTimeout(&context, kRpcTimeout);
+    PS_RETURN_IF_ERROR(FromGrpcStatus(stub_->KvGet(&context, request, &response)));
+    return std::vector<std::string>(response.values().begin(), response.values().end());
+  });
 }
 
 absl::StatusOr<std::vector<std::string>> CoordinatorClient::KvWait(
     const std::vector<std::string>& keys, absl::Duration timeout) {
-  rpc::KvGetRequest request;
-  for (const std::string& key : keys) request.add_keys(key);
-  grpc::ClientContext context;
-  if (timeout != absl::InfiniteDuration()) {
-    // timeout_ms 0 means "no limit" to the coordinator: ask for at least 1 ms.
-    const int64_t ms = std::clamp<int64_t>(absl::ToInt64Milliseconds(timeout), 1,
-                                           std::numeric_limits<uint32_t>::max());
-    request.set_timeout_ms(static_cast<uint32_t>(ms));
-    SetTimeout(&context, timeout + kWaitGrace);
-  }
-  rpc::KvGetResponse response;
-  PS_RETURN_IF_ERROR(FromGrpcStatus(stub_->KvWait(&context, request, &response)));
-  return std::vector<std::string>(response.values().begin(), response.values().end());
+  return Retrying([&]() -> absl::StatusOr<std::vector<std::string>> {
+    rpc::KvGetRequest request;
+    for (const std::string& key : keys) request.add_keys(key);
+    grpc::ClientContext context;
+    if (timeout != absl::InfiniteDuration()) {
+      // timeout_ms 0 means "no limit" to the coordinator: ask for at least 1 ms.
+      const int64_t ms = std::clamp<int64_t>(absl::ToInt64Milliseconds(timeout), 1,
+                                             std::numeric_limits<uint32_t>::max());
+      request.set_timeout_ms(static_cast<uint32_t>(ms));
+      SetTimeout(&context, timeout + kWaitGrace);
+    }
+    rpc::KvGetResponse response;
+    PS_RETURN_IF_ERROR(FromGrpcStatus(stub_->KvWait(&context, request, &response)));
+    return std::vector<std::string>(response.values().begin(), response.values().end());
+  });
 }
 
 absl::StatusOr<rpc::ClockState> CoordinatorClient::ReportClock(uint32_t member_id, int64_t clock) {
-  rpc::ReportClockRequest request;
-  request.set_member_id(member_id);
-  request.set_clock(clock);
-  rpc::ClockState response;
-  grpc::ClientContext context;
-  SetTimeout(&context, kRpcTimeout);
-  PS_RETURN_IF_ERROR(FromGrpcStatus(stub_->ReportClock(&context, request, &response)));
-  return response;
+  return Retrying([&]() -> absl::StatusOr<rpc::ClockState> {
+    rpc::ReportClockRequest request;
+    request.set_member_id(member_id);
+    request.set_clock(clock);
+    rpc::ClockState response;
+    grpc::ClientContext context;
+    SetTimeout(&context, kRpcTimeout);
+    PS_RETURN_IF_ERROR(FromGrpcStatus(stub_->ReportClock(&context, request, &response)));
+    return response;
+  });
 }
 
 absl::StatusOr<rpc::ClockState> CoordinatorClient::WaitClock(int64_t clock,
                                                              absl::Duration timeout) {
-  rpc::WaitClockRequest request;
-  request.set_clock(clock);
-  rpc::ClockState response;
-  grpc::ClientContext context;
-  SetTimeout(&context, timeout);
-  PS_RETURN_IF_ERROR(FromGrpcStatus(stub_->WaitClock(&context, request, &response)));
-  return response;
+  return Retrying([&]() -> absl::StatusOr<rpc::ClockState> {
+    rpc::WaitClockRequest request;
+    request.set_clock(clock);
+    rpc::ClockState response;
+    grpc::ClientContext context;
+    SetTimeout(&context, timeout);
+    PS_RETURN_IF_ERROR(FromGrpcStatus(stub_->WaitClock(&context, request, &response)));
+    return response;
+  });
 }
 
 absl::StatusOr<rpc::ClusterStatus> CoordinatorClient::GetStatus() {
-  rpc::StatusRequest request;
-  rpc::ClusterStatus response;
-  grpc::ClientContext context;
-  SetTimeout(&context, kRpcTimeout);
-  PS_RETURN_IF_ERROR(FromGrpcStatus(stub_->GetStatus(&context, request, &response)));
-  return response;
+  return Retrying([&]() -> absl::StatusOr<rpc::ClusterStatus> {
+    rpc::StatusRequest request;
+    rpc::ClusterStatus response;
+    grpc::ClientContext context;
+    SetTimeout(&context, kRpcTimeout);
+    PS_RETURN_IF_ERROR(FromGrpcStatus(stub_->GetStatus(&context, request, &response)));
+    return response;
+  });
 }
 
 absl::StatusOr<rpc::CheckpointResponse> CoordinatorClient::Checkpoint(

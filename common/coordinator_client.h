@@ -115,6 +115,12 @@ class CoordinatorClient {
   // Waits up to `timeout` until every worker finished step `clock`; DEADLINE_EXCEEDED otherwise.
   absl::StatusOr<rpc::ClockState> WaitClock(int64_t clock, absl::Duration timeout);
 
+  // Calls to the rendezvous store, the clocks and the status (KvSet, KvGet, KvWait,
+  // ReportClock, WaitClock, GetStatus) that fail UNAVAILABLE (the coordinator is away, maybe
+  // restarting from its data_dir) are tried again, with pauses growing to 1 s, for up to
+  // `window` (default 0: not tried again). Daemons set it; tests of failures leave it.
+  void SetRetryWindow(absl::Duration window);
+
   // Members, shard map, clocks and job name.
   absl::StatusOr<rpc::ClusterStatus> GetStatus();
 
@@ -130,6 +136,9 @@ class CoordinatorClient {
       : address_(std::move(address)), stub_(std::move(stub)) {}
 
   void HeartbeatLoop(uint32_t member_id, absl::Duration interval);
+  // Calls `fn` until it returns other than UNAVAILABLE or the retry window has passed.
+  template <typename Fn>
+  auto Retrying(Fn fn) -> decltype(fn());
 
   // Constant after construction.
   const std::string address_;
@@ -141,6 +150,7 @@ class CoordinatorClient {
 
   mutable absl::Mutex mu_;
   std::function<std::vector<rpc::ShardProgress>()> progress_source_ ABSL_GUARDED_BY(mu_);
+  absl::Duration retry_window_ ABSL_GUARDED_BY(mu_) = absl::ZeroDuration();
   absl::flat_hash_map<uint32_t, absl::Time> last_report_ ABSL_GUARDED_BY(mu_);
   bool stop_heartbeats_ ABSL_GUARDED_BY(mu_) = false;
   bool heartbeat_soon_ ABSL_GUARDED_BY(mu_) = false;

@@ -165,6 +165,9 @@ int Main() {
     std::fprintf(stderr, "ps_server: %s\n", coordinator.status().ToString().c_str());
     return 1;
   }
+  // A coordinator restarting from its data_dir is waited for (heartbeats and the map follower
+  // keep trying on their own).
+  (*coordinator)->SetRetryWindow(absl::Seconds(60));
   absl::StatusOr<rpc::RegisterResponse> registration =
       (*coordinator)->Register(rpc::SERVER, address, -1);
   if (!registration.ok()) {

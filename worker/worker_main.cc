@@ -45,6 +45,9 @@ ABSL_FLAG(double, slowdown, 1.0,
 namespace ps {
 namespace {
 
+// How long calls to a coordinator that is away are tried again.
+constexpr absl::Duration kCoordinatorRetryWindow = absl::Seconds(60);
+
 std::string JsonNumber(double x) {
   return std::isfinite(x) ? absl::StrCat(x) : std::string("null");
 }
@@ -95,6 +98,8 @@ int Main() {
     std::fprintf(stderr, "ps_worker: %s\n", coordinator.status().ToString().c_str());
     return 1;
   }
+  // A coordinator restarting from its data_dir is waited for, not a reason to stop training.
+  (*coordinator)->SetRetryWindow(kCoordinatorRetryWindow);
   absl::StatusOr<worker::Backend> backend = worker::ParseBackend(absl::GetFlag(FLAGS_backend));
   if (!backend.ok()) {
     std::fprintf(stderr, "ps_worker: %s\n", backend.status().ToString().c_str());

@@ -15,6 +15,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/job_config.h"
 #include "common/status_macros.h"
+#include "xxhash.h"
 
 namespace ps {
 namespace coordinator {
@@ -113,7 +114,23 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(CoordinatorOpti
                      ") must be greater than heartbeat_interval (",
                      absl::FormatDuration(options.heartbeat_interval), ")"));
   }
+  CoordinatorStore* const store = options.store;
   std::unique_ptr<Coordinator> c(new Coordinator(std::move(options)));
+  if (store != nullptr) {
+    PS_ASSIGN_OR_RETURN(std::optional<SavedCoordinator> saved, store->Load());
+    absl::MutexLock lock(&c->mu_);
+    if (saved.has_value()) {
+      if (saved->state.job_digest() != c->job_digest_) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "data_dir ", store->dir(),
+            " holds the state of another job (or of another version of this job file); give "
+            "this job a data_dir of its own"));
+      }
+      c->TakeUpLocked(*saved, c->clock_->Now());
+    } else {
+      c->PersistLocked();
+    }
+  }
   c->timer_ = std::thread([raw = c.get()] { raw->TimerLoop(); });
   return c;
 }
@@ -126,6 +143,11 @@ Coordinator::Coordinator(CoordinatorOptions options)
       dead_after_(options.dead_after),
       clock_(options.clock != nullptr ? options.clock : Clock::Real()),
       restore_from_(options.restore_from),
+      store_(options.store),
+      job_digest_([this] {
+        const std::string bytes = job_.SerializeAsString();
+        return XXH3_64bits(bytes.data(), bytes.size());
+      }()),
       start_step_(!restore_from_.empty() && job_.training().mode() == config::Training::SYNC &&
                           options.restore_manifest.step() > 0
                       ? options.restore_manifest.step()
@@ -135,6 +157,79 @@ Coordinator::Coordinator(CoordinatorOptions options)
       progress_(num_servers_) {
   // Every rank has finished the steps before the restored one.
   for (WorkerSlot& slot : workers_) slot.clock = start_step_ - 1;
+}
+
+void Coordinator::TakeUpLocked(const SavedCoordinator& saved, absl::Time now) {
+  const rpc::CoordinatorState& st = saved.state;
+  next_member_id_ = std::max(next_member_id_, st.next_member_id());
+  for (const rpc::SavedMember& m : st.members()) {
+    Member member;
+    member.member_id = m.member_id();
+    member.role = m.role();
+    member.rank = m.rank();
+    member.address = m.address();
+    member.alive = true;
+    member.last_seen = now;
+    members_[m.member_id()] = member;
+  }
+  servers_.clear();
+  for (int i = 0; i < st.server_addresses_size() && i < st.server_members_size(); ++i) {
+    servers_.push_back(ServerSlot{st.server_addresses(i), st.server_members(i)});
+  }
+  for (int r = 0; r < st.worker_members_size() && r < static_cast<int>(workers_.size()); ++r) {
+    workers_[r].member_id = st.worker_members(r);
+  }
+  for (const auto& [rank, clock] : saved.clocks) {
+    if (rank >= 0 && rank < static_cast<int32_t>(workers_.size())) workers_[rank].clock = clock;
+  }
+  has_map_ = st.map_built();
+  map_ = st.map();
+  failovers_ = st.failovers();
+  for (const auto& [key, value] : saved.kv) kv_[key] = value;
+  persisted_version_ = map_.version();
+  persisted_next_id_ = next_member_id_;
+  std::fprintf(stderr,
+               "coordinator: carrying on job \"%s\" from %s: %zu members, shard map version %llu\n",
+               job_.name().c_str(), store_->dir().c_str(), members_.size(),
+               static_cast<unsigned long long>(map_.version()));
+}
+
+void Coordinator::StoreFailedLocked(const absl::Status& status) {
+  if (status.ok() || store_failed_) return;
+  store_failed_ = true;
+  std::fprintf(stderr,
+               "coordinator: cannot keep its state in its data_dir (a restart would lose the "
+               "job): %s\n",
+               status.ToString().c_str());
+}
+
+void Coordinator::PersistLocked() {
+  if (store_ == nullptr) return;
+  if (persisted_next_id_ != 0 && persisted_version_ == map_.version() &&
+      persisted_next_id_ == next_member_id_) {
+    return;
+  }
+  rpc::CoordinatorState st;
+  st.set_job_digest(job_digest_);
+  st.set_next_member_id(next_member_id_);
+  for (const auto& [id, m] : members_) {
+    rpc::SavedMember* saved = st.add_members();
+    saved->set_member_id(id);
+    saved->set_role(m.role);
+    saved->set_rank(m.rank);
+    saved->set_address(m.address);
+  }
+  for (const ServerSlot& slot : servers_) {
+    st.add_server_addresses(slot.address);
+    st.add_server_members(slot.member_id);
+  }
+  for (const WorkerSlot& slot : workers_) st.add_worker_members(slot.member_id);
+  st.set_map_built(has_map_);
+  *st.mutable_map() = map_;
+  st.set_failovers(failovers_);
+  StoreFailedLocked(store_->SaveState(st));
+  persisted_version_ = map_.version();
+  persisted_next_id_ = next_member_id_;
 }
 
 uint32_t Coordinator::next_member_id() const {
@@ -348,7 +443,10 @@ absl::StatusOr<rpc::RegisterResponse> Coordinator::Register(rpc::Role role,
     const absl::Time now = clock_->Now();
     SweepLocked(now, &out);  // liveness decides which worker ranks are free
     response = RegisterLocked(role, address, rank, now);
-    if (response.ok()) PollWaitersLocked(&out);
+    if (response.ok()) {
+      PersistLocked();
+      PollWaitersLocked(&out);
+    }
   }
   Run(&out);
   return response;
@@ -668,6 +766,7 @@ void Coordinator::MapChangedLocked() {
     info->set_alive(members_.at(servers_[id].member_id).alive);
     info->set_host(HostLocked(static_cast<uint32_t>(id)));
   }
+  PersistLocked();
 }
 
 std::string Coordinator::ShardMapNotReadyLocked(uint64_t min_version) const {
@@ -757,7 +856,10 @@ absl::StatusOr<rpc::ClockState> Coordinator::ReportClock(uint32_t member_id, int
     }
     TouchLocked(&member, clock_->Now());
     WorkerSlot& slot = workers_[member.rank];
-    slot.clock = std::max(slot.clock, clock);
+    if (clock > slot.clock) {
+      slot.clock = clock;
+      if (store_ != nullptr) StoreFailedLocked(store_->SaveClock(member.rank, clock));
+    }
     PollWaitersLocked(&out);
     state = ClocksLocked();
   }
@@ -799,6 +901,7 @@ absl::Status Coordinator::KvSet(std::string key, std::string value) {
   Completions out;
   {
     absl::MutexLock lock(&mu_);
+    if (store_ != nullptr) StoreFailedLocked(store_->SaveKv(key, value));
     kv_[std::move(key)] = std::move(value);
     PollWaitersLocked(&out);
   }
@@ -810,6 +913,7 @@ void Coordinator::KvErasePrefix(absl::string_view prefix) {
   absl::MutexLock lock(&mu_);
   absl::erase_if(kv_,
                  [prefix](const auto& entry) { return absl::StartsWith(entry.first, prefix); });
+  if (store_ != nullptr) StoreFailedLocked(store_->EraseKvPrefix(prefix));
 }
 
 void Coordinator::SetCheckpointNotice(std::optional<rpc::CheckpointNotice> notice) {

@@ -30,6 +30,7 @@
 #include "proto/checkpoint.pb.h"
 #include "proto/coordinator.pb.h"
 #include "proto/job.pb.h"
+#include "server/coordinator/coordinator_store.h"
 
 namespace ps {
 namespace coordinator {
@@ -71,6 +72,13 @@ struct CoordinatorOptions {
   // worker rank clock t - 1 and its workers and clients start_step t. Member ids are handed out
   // from its next_member_id on.
   rpc::CheckpointManifest restore_manifest;
+
+  // Where the coordinator keeps its state (members, shard map, clocks, rendezvous store) as it
+  // changes, so that a coordinator restarted on the same store carries the job on. Not owned;
+  // must outlive the coordinator. Null (default): in memory only. A store holding a job's state
+  // is taken up: every member it knew counts as alive, and as heard from at the start, and must
+  // heartbeat within dead_after as usual; restore_from is not applied again.
+  CoordinatorStore* store = nullptr;
 };
 
 // Identifies a pending wait, for CancelWait. Never reused within a coordinator's life.
@@ -85,7 +93,8 @@ class Coordinator {
   static constexpr size_t kMaxValueBytes = 16 << 20;
 
   // Starts a coordinator and its timer thread. INVALID_ARGUMENT if the job fails validation or
-  // the durations break their constraints.
+  // the durations break their constraints; FAILED_PRECONDITION if options.store holds the state
+  // of another job; the store's errors.
   static absl::StatusOr<std::unique_ptr<Coordinator>> Create(CoordinatorOptions options);
 
   // Calls Shutdown().
@@ -292,6 +301,13 @@ class Coordinator {
   rpc::ClockState ClocksLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string ShardMapNotReadyLocked(uint64_t min_version) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   rpc::RegisterResponse ResponseFor(const Member& member) const;
+  // Takes up the state a store held (Create).
+  void TakeUpLocked(const SavedCoordinator& saved, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes the members, slots and map to the store (when they changed since the last write).
+  void PersistLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reports a store error (once).
+  void StoreFailedLocked(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   static void Run(Completions* completions);
 
@@ -303,6 +319,8 @@ class Coordinator {
   const absl::Duration dead_after_;
   Clock* const clock_;
   const std::string restore_from_;
+  CoordinatorStore* const store_;
+  const uint64_t job_digest_;
   // Sync jobs restored from a checkpoint cut at step t: t; 0 otherwise.
   const int64_t start_step_;
 
@@ -323,6 +341,10 @@ class Coordinator {
   uint64_t failovers_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_map<std::string, std::string> kv_ ABSL_GUARDED_BY(mu_);
   std::optional<rpc::CheckpointNotice> checkpoint_notice_ ABSL_GUARDED_BY(mu_);
+  // What the store holds: the map version and next member id of the last state written.
+  uint64_t persisted_version_ ABSL_GUARDED_BY(mu_) = 0;
+  uint32_t persisted_next_id_ ABSL_GUARDED_BY(mu_) = 0;
+  bool store_failed_ ABSL_GUARDED_BY(mu_) = false;
   WaitId next_wait_id_ ABSL_GUARDED_BY(mu_) = 1;
   std::map<WaitId, Waiter> waiters_ ABSL_GUARDED_BY(mu_);
 

@@ -2,6 +2,7 @@
 //
 //   ps_coordinator --job=JOB_FILE [--host=127.0.0.1] [--port=0] [--port_file=PATH]
 //                  [--heartbeat_ms=500] [--dead_after_ms=3000] [--restore=CHECKPOINT]
+//                  [--data_dir=DIR]
 //
 // Prints `ps_coordinator listening on HOST:PORT` once it serves. SIGTERM or SIGINT shut it down
 // cleanly (exit 0). Exit status 1: the job is bad (`file:line:col: message` on stderr), the
@@ -28,6 +29,7 @@
 #include "common/job_config.h"
 #include "server/coordinator/coordinator.h"
 #include "server/coordinator/coordinator_service.h"
+#include "server/coordinator/coordinator_store.h"
 #include "server/coordinator/restore_check.h"
 
 ABSL_FLAG(std::string, job, "", "Path of the job file (protobuf text, proto/job.proto). Required.");
@@ -38,6 +40,10 @@ ABSL_FLAG(std::string, port_file, "",
 ABSL_FLAG(std::string, restore, "",
           "Start the job from a checkpoint: a checkpoint's folder, or a checkpoint_dir (its newest "
           "complete one). Overrides the job's cluster.restore_from and cluster.resume.");
+ABSL_FLAG(std::string, data_dir, "",
+          "Keep the coordinator's state (members, shard map, clocks, rendezvous store) in a "
+          "RocksDB database in this folder: a coordinator restarted with the same data_dir (and "
+          "--port) carries on the running job. Empty: in memory only.");
 ABSL_FLAG(int, heartbeat_ms, 500, "Heartbeat interval members are told to use, in ms (> 0).");
 ABSL_FLAG(int, dead_after_ms, 3000,
           "A member silent for this long is marked dead, in ms (> heartbeat_ms).");
@@ -122,7 +128,7 @@ std::string HostPort(const std::string& host, int port) {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "ps_coordinator --job=JOB_FILE [--host=H] [--port=P] [--port_file=F] [--heartbeat_ms=N] "
-      "[--dead_after_ms=N] [--restore=CHECKPOINT]");
+      "[--dead_after_ms=N] [--restore=CHECKPOINT] [--data_dir=DIR]");
   absl::ParseCommandLine(argc, argv);
 
   const std::string job_path = absl::GetFlag(FLAGS_job);
@@ -143,9 +149,28 @@ int main(int argc, char** argv) {
   }
 
   ps::coordinator::CoordinatorOptions options;
+  std::unique_ptr<ps::coordinator::CoordinatorStore> store;
+  bool carrying_on = false;
+  if (const std::string data_dir = absl::GetFlag(FLAGS_data_dir); !data_dir.empty()) {
+    absl::StatusOr<std::unique_ptr<ps::coordinator::CoordinatorStore>> opened =
+        ps::coordinator::CoordinatorStore::Open(data_dir);
+    if (!opened.ok()) {
+      std::fprintf(stderr, "ps_coordinator: %s\n", opened.status().ToString().c_str());
+      return 1;
+    }
+    store = *std::move(opened);
+    absl::StatusOr<std::optional<ps::coordinator::SavedCoordinator>> saved = store->Load();
+    carrying_on = saved.ok() && saved->has_value();
+    options.store = store.get();
+  }
   // A job restored from a checkpoint starts only from one that is intact and fits it.
   const std::string restore = ps::coordinator::RestorePathOf(absl::GetFlag(FLAGS_restore), *job);
-  if (!restore.empty()) {
+  if (!restore.empty() && carrying_on) {
+    std::fprintf(stderr,
+                 "ps_coordinator: the data_dir holds the running job, which carries on: the "
+                 "checkpoint %s is not restored\n",
+                 restore.c_str());
+  } else if (!restore.empty()) {
     const absl::Time start = absl::Now();
     absl::StatusOr<ps::coordinator::RestorePoint> point =
         ps::coordinator::CheckRestorable(restore, *job);

@@ -33,7 +33,8 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
       std::unique_ptr<Daemon> coordinator,
       Daemon::Start(BinaryPath(options.bin_dir, "server/coordinator/ps_coordinator"),
                     coordinator_args));
-  std::unique_ptr<LocalCluster> cluster(new LocalCluster(options.bin_dir, std::move(coordinator)));
+  std::unique_ptr<LocalCluster> cluster(
+      new LocalCluster(options.bin_dir, std::move(coordinator), coordinator_args));
   std::vector<std::string> server_args = {"--coordinator=" + cluster->coordinator_->address()};
   server_args.insert(server_args.end(), options.server_args.begin(), options.server_args.end());
   for (int i = 0; i < options.servers; ++i) {
@@ -43,6 +44,16 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
     cluster->servers_.push_back(std::move(server));
   }
   return cluster;
+}
+
+absl::Status LocalCluster::RestartCoordinator() {
+  const int port = coordinator_->port();
+  coordinator_->Kill();
+  std::vector<std::string> args = coordinator_args_;
+  args.push_back(absl::StrCat("--port=", port));
+  PS_ASSIGN_OR_RETURN(
+      coordinator_, Daemon::Start(BinaryPath(bin_dir_, "server/coordinator/ps_coordinator"), args));
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<ProcessResult>> LocalCluster::RunWorkers(

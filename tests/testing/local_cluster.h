@@ -58,17 +58,25 @@ class LocalCluster {
   absl::StatusOr<std::vector<ProcessResult>> RunWorkers(
       const std::vector<std::vector<std::string>>& worker_args, absl::Duration timeout);
 
+  // Kills the coordinator (SIGKILL) and starts it again with the same flags on the same port, as
+  // an operator restarts one on its --data_dir. Daemon::Start's errors.
+  absl::Status RestartCoordinator();
+
   // Terminates every server, then the coordinator (Daemon::Terminate, up to `timeout` each). OK
   // iff each exited with status 0; otherwise the first error, every daemon having been stopped
   // (a second call fails with FAILED_PRECONDITION).
   absl::Status Terminate(absl::Duration timeout);
 
  private:
-  LocalCluster(std::string bin_dir, std::unique_ptr<Daemon> coordinator)
-      : bin_dir_(std::move(bin_dir)), coordinator_(std::move(coordinator)) {}
+  LocalCluster(std::string bin_dir, std::unique_ptr<Daemon> coordinator,
+               std::vector<std::string> coordinator_args)
+      : bin_dir_(std::move(bin_dir)),
+        coordinator_args_(std::move(coordinator_args)),
+        coordinator_(std::move(coordinator)) {}
 
   const std::string bin_dir_;
-  const std::unique_ptr<Daemon> coordinator_;
+  const std::vector<std::string> coordinator_args_;
+  std::unique_ptr<Daemon> coordinator_;
   std::vector<std::unique_ptr<Daemon>> servers_;
 };
 

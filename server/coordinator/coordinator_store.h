@@ -1,0 +1,65 @@
+// Where a coordinator keeps its state so that it survives a restart: a RocksDB database in its
+// --data_dir. Writes go through the database's log (not synced: they survive the process being
+// killed, not the machine losing power).
+#ifndef PS_SERVER_COORDINATOR_COORDINATOR_STORE_H_
+#define PS_SERVER_COORDINATOR_COORDINATOR_STORE_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "proto/coordinator.pb.h"
+
+namespace rocksdb {
+class DB;
+}
+
+namespace ps {
+namespace coordinator {
+
+// What a data_dir holds.
+struct SavedCoordinator {
+  rpc::CoordinatorState state;
+  std::map<int32_t, int64_t> clocks;      // by worker rank
+  std::map<std::string, std::string> kv;  // the rendezvous store
+};
+
+// A CoordinatorStore is the coordinator's database. Thread-compatible (the coordinator calls it
+// under its lock).
+class CoordinatorStore {
+ public:
+  // Opens (creating it if needed) the database in `dir`. INTERNAL with RocksDB's message if it
+  // cannot (another coordinator holds it: RocksDB's lock).
+  static absl::StatusOr<std::unique_ptr<CoordinatorStore>> Open(const std::string& dir);
+
+  ~CoordinatorStore();
+  CoordinatorStore(const CoordinatorStore&) = delete;
+  CoordinatorStore& operator=(const CoordinatorStore&) = delete;
+
+  const std::string& dir() const { return dir_; }
+
+  // What the database holds; nullopt for a new one. DATA_LOSS if a record does not parse.
+  absl::StatusOr<std::optional<SavedCoordinator>> Load() const;
+
+  // Each replaces what it names; INTERNAL with RocksDB's message on a failure.
+  absl::Status SaveState(const rpc::CoordinatorState& state);
+  absl::Status SaveClock(int32_t rank, int64_t clock);
+  absl::Status SaveKv(absl::string_view key, absl::string_view value);
+  absl::Status EraseKvPrefix(absl::string_view prefix);
+
+ private:
+  CoordinatorStore(std::string dir, rocksdb::DB* db) : dir_(std::move(dir)), db_(db) {}
+
+  const std::string dir_;
+  rocksdb::DB* const db_;
+};
+
+}  // namespace coordinator
+}  // namespace ps
+
+#endif  // PS_SERVER_COORDINATOR_COORDINATOR_STORE_H_

@@ -1,0 +1,107 @@
+#include "server/coordinator/coordinator_store.h"
+
+#include <catch2/catch.hpp>
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_format.h"
+#include "common/job_config.h"
+#include "server/coordinator/coordinator.h"
+#include "server/coordinator/fake_clock.h"
+#include "tests/testing/temp_dir.h"
+
+namespace ps {
+namespace coordinator {
+namespace {
+
+config::Job Job(int workers) {
+  absl::StatusOr<config::Job> job =
+      ParseJob(absl::StrFormat(R"pb(name: "kept"
+                                    tables { name: "emb" dim: 4 }
+                                    cluster { num_servers: 2 num_workers: %d num_shards: 8 })pb",
+                               workers),
+               "kept.pbtxt");
+  REQUIRE(job.ok());
+  return *job;
+}
+
+std::unique_ptr<Coordinator> Start(CoordinatorStore* store, FakeClock* clock, int workers = 2) {
+  CoordinatorOptions options;
+  options.job = Job(workers);
+  options.clock = clock;
+  options.store = store;
+  absl::StatusOr<std::unique_ptr<Coordinator>> c = Coordinator::Create(std::move(options));
+  INFO(c.status().ToString());
+  REQUIRE(c.ok());
+  return std::move(*c);
+}
+
+TEST_CASE("a coordinator restarted on its store carries the job on", "[coordinator][store]") {
+  const std::string dir = testing::TempDir() + "/coordinator_store";
+  FakeClock clock;
+  rpc::ShardMap map;
+  uint32_t worker = 0;
+  {
+    auto store = CoordinatorStore::Open(dir);
+    REQUIRE(store.ok());
+    auto c = Start(store->get(), &clock);
+    REQUIRE(c->Register(rpc::SERVER, "h:1", -1).ok());
+    REQUIRE(c->Register(rpc::SERVER, "h:2", -1).ok());
+    worker = c->Register(rpc::WORKER, "", -1)->member_id();
+    REQUIRE(c->Register(rpc::WORKER, "", -1).ok());
+    REQUIRE(c->ReportClock(worker, 7).ok());
+    REQUIRE(c->KvSet("gloo/rank0", "addr").ok());
+    REQUIRE(c->KvSet("ps/checkpoint/1/worker/0", "state").ok());
+    c->KvErasePrefix("ps/checkpoint/");
+    map = *c->GetShardMap(1, clock.Now());
+  }  // the coordinator goes, its store with it
+
+  auto store = CoordinatorStore::Open(dir);
+  REQUIRE(store.ok());
+  auto c = Start(store->get(), &clock);
+  absl::StatusOr<rpc::ShardMap> again = c->GetShardMap(1, clock.Now());
+  REQUIRE(again.ok());
+  CHECK(again->SerializeAsString() == map.SerializeAsString());
+  const rpc::ClusterStatus status = c->Status();
+  CHECK(status.members_size() == 4);
+  for (const rpc::MemberStatus& m : status.members()) CHECK(m.alive());
+  CHECK(status.clocks().max_clock() == 7);
+  CHECK(c->KvGet({"gloo/rank0"})->front() == "addr");
+  CHECK(c->KvGet({"ps/checkpoint/1/worker/0"}).status().code() == absl::StatusCode::kNotFound);
+  // The members carry on: heartbeats and clocks of the ids they had, new ids above them.
+  CHECK(c->Heartbeat(worker).ok());
+  CHECK(c->ReportClock(worker, 8).ok());
+  CHECK(c->Register(rpc::CLIENT, "", -1)->member_id() == 5);
+  // A member not heard from within dead_after is dead, as before the restart.
+  clock.Advance(absl::Seconds(10));
+  c->Sweep();
+  int alive = 0;
+  const rpc::ClusterStatus after = c->Status();
+  for (const rpc::MemberStatus& m : after.members()) alive += m.alive();
+  CHECK(alive == 0);
+}
+
+TEST_CASE("a store holding another job's state is refused", "[coordinator][store]") {
+  const std::string dir = testing::TempDir() + "/coordinator_store_other";
+  FakeClock clock;
+  {
+    auto store = CoordinatorStore::Open(dir);
+    REQUIRE(store.ok());
+    Start(store->get(), &clock, 2);
+  }
+  auto store = CoordinatorStore::Open(dir);
+  REQUIRE(store.ok());
+  CoordinatorOptions options;
+  options.job = Job(3);
+  options.clock = &clock;
+  options.store = store->get();
+  absl::StatusOr<std::unique_ptr<Coordinator>> c = Coordinator::Create(std::move(options));
+  CHECK(c.status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK_THAT(std::string(c.status().message()), Catch::Contains("another job"));
+  // One coordinator at a time: RocksDB's lock.
+  CHECK(CoordinatorStore::Open(dir).status().code() == absl::StatusCode::kInternal);
+}
+
+}  // namespace
+}  // namespace coordinator
+}  // namespace ps
