@@ -152,6 +152,7 @@ uint32_t TableShard::NewRow(uint64_t id, bool initialize) {
   // max_size_ < 0.85 * 2^32 keeps slots below kEmpty.
   const uint32_t slot = static_cast<uint32_t>(size_);
   ReserveSlot(slot);
+  Touch(slot);
   if (initialize) {
     float* row = Row(slot);
     spec_->initializer->Fill(id, dim_, row);
@@ -163,7 +164,21 @@ uint32_t TableShard::NewRow(uint64_t id, bool initialize) {
 
 TableShard::Block::~Block() {
   if (floats != nullptr) munmap(floats, bytes);
+  if (generations != nullptr) munmap(generations, generation_bytes);
 }
+
+namespace {
+
+// `old` (of `old_bytes`, or nullptr) grown to `bytes`, in place or moved by the kernel.
+void* GrowMapping(void* old, size_t old_bytes, size_t bytes) {
+  void* grown = old == nullptr ? mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+                               : mremap(old, old_bytes, bytes, MREMAP_MAYMOVE);
+  if (grown == MAP_FAILED) Die("out of memory growing a slab");
+  return grown;
+}
+
+}  // namespace
 
 void TableShard::ReserveSlot(uint32_t slot) {
   const size_t b = slot >> kBlockShift;
@@ -182,11 +197,13 @@ void TableShard::ReserveSlot(uint32_t slot) {
       kBlockRows, std::max<size_t>({size_t{kMinBlockRows}, grown, size_t{offset} + 1, expected}));
   static const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   const size_t bytes = (rows * row_floats_ * sizeof(float) + page - 1) / page * page;
-  void* floats =
-      block.floats == nullptr
-          ? mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
-          : mremap(block.floats, block.bytes, bytes, MREMAP_MAYMOVE);
-  if (floats == MAP_FAILED) Die("out of memory growing a slab");
+  void* floats = GrowMapping(block.floats, block.bytes, bytes);
+  const size_t generation_bytes = (rows * sizeof(uint32_t) + page - 1) / page * page;
+  if (generation_bytes > block.generation_bytes) {
+    block.generations = static_cast<uint32_t*>(
+        GrowMapping(block.generations, block.generation_bytes, generation_bytes));
+    block.generation_bytes = generation_bytes;
+  }
   // Large slabs in huge pages where the kernel offers them on request: filling a table (a
   // restore, the first pulls) takes a page fault per 2 MiB instead of per 4 KiB, and lookups
   // miss the TLB less. Only advice: nothing changes where it is refused.
@@ -288,19 +305,23 @@ void TableShard::Push(absl::Span<const uint64_t> ids, const float* grads, float*
   for (size_t u = 0; u < unique; ++u) {
     if (u + kPrefetchDistance < unique) {
       __builtin_prefetch(Row(s.unique_slots[u + kPrefetchDistance]), 1);
+      __builtin_prefetch(&Generation(s.unique_slots[u + kPrefetchDistance]), 1);
     }
     float* row = Row(s.unique_slots[u]);
     optimizer.Apply(dim_, g + u * dim_, row, row + dim_);
+    Touch(s.unique_slots[u]);
   }
   if (rows_after != nullptr) {
     const size_t bytes = size_t{row_floats_} * sizeof(float);
-    for (size_t i = 0; i < n; ++i) std::memcpy(rows_after + i * row_floats_, Row(s.slots[i]), bytes);
+    for (size_t i = 0; i < n; ++i)
+      std::memcpy(rows_after + i * row_floats_, Row(s.slots[i]), bytes);
   }
 }
 
 void TableShard::Assign(uint64_t id, const float* row) {
   const uint32_t slot = FindOrCreate(id, IndexHash(id), /*initialize=*/false);
   std::memcpy(Row(slot), row, size_t{row_floats_} * sizeof(float));
+  Touch(slot);
 }
 
 void TableShard::AssignRows(absl::Span<const uint64_t> ids, const float* rows) {
@@ -311,14 +332,48 @@ void TableShard::AssignRows(absl::Span<const uint64_t> ids, const float* rows) {
   // New rows are overwritten at once: no initializer.
   ResolveSlots(ids, s.hashes.data(), s.slots.data(), /*initialize=*/false);
   const size_t bytes = size_t{row_floats_} * sizeof(float);
-  for (size_t i = 0; i < n; ++i) std::memcpy(Row(s.slots[i]), rows + i * row_floats_, bytes);
+  for (size_t i = 0; i < n; ++i) {
+    std::memcpy(Row(s.slots[i]), rows + i * row_floats_, bytes);
+    Touch(s.slots[i]);
+  }
+}
+
+int64_t TableShard::RowGeneration(uint64_t id) const {
+  size_t b = HomeBucket(IndexHash(id));
+  while (true) {
+    const uint32_t slot = slots_[b];
+    if (slot == kEmpty) return -1;
+    if (ids_[b] == id) return Generation(slot);
+    if (++b == capacity_) b = 0;
+  }
+}
+
+void TableShard::ResetGenerations() {
+  for (size_t slot = 0; slot < size_; ++slot) Generation(static_cast<uint32_t>(slot)) = 0;
+}
+
+size_t TableShard::ChangedSlots(uint32_t since, std::vector<uint64_t>* changed) const {
+  changed->assign((size_ + 63) / 64, 0);
+  size_t n = 0;
+  for (size_t first = 0; first < size_; first += kBlockRows) {
+    const uint32_t* generations = blocks_[first >> kBlockShift].generations;
+    const size_t rows = std::min<size_t>(kBlockRows, size_ - first);
+    for (size_t r = 0; r < rows; ++r) {
+      if (generations[r] > since) {
+        const size_t slot = first + r;
+        (*changed)[slot >> 6] |= uint64_t{1} << (slot & 63);
+        ++n;
+      }
+    }
+  }
+  return n;
 }
 
 size_t TableShard::MemoryBytes() const {
   size_t bytes = capacity_ * (sizeof(uint64_t) + sizeof(uint32_t));
   bytes += blocks_.capacity() * sizeof(Block);
   for (const Block& block : blocks_) {
-    bytes += block.bytes;
+    bytes += block.bytes + block.generation_bytes;
   }
   return bytes;
 }

@@ -1,18 +1,22 @@
 // The rows of embedding tables on a server: a table's constant parameters (TableSpec) and the
 // memory-optimised store of its rows within one shard (TableShard).
 //
-// Layout of a TableShard, designed for about 14 bytes of overhead per row over the raw floats
-// (12 bytes a bucket of the index at load 0.85):
+// Layout of a TableShard, designed for about 18 bytes of overhead per row over the raw floats
+// (12 bytes a bucket of the index at load 0.85, and a row's 4-byte generation):
 // - Rows live in slabs: blocks of 65536 rows of row_floats() floats each, one memory mapping per
-//   block (page aligned, grown in place or moved by the kernel with mremap, never copied), so slot s is row s & 0xFFFF of block s >> 16. Slots are handed out in
-//   order and never move; the last block grows (by doubling, then by quarter blocks) or is sized
-//   from expected_rows, so a small shard stays small.
+//   block (page aligned, grown in place or moved by the kernel with mremap, never copied), so slot
+//   s is row s & 0xFFFF of block s >> 16. Slots are handed out in order and never move; the last
+//   block grows (by doubling, then by quarter blocks) or is sized from expected_rows, so a small
+//   shard stays small.
 // - An open-addressing index with linear probing maps an id to its slot in two parallel arrays
 //   (uint64 ids, uint32 slots; slot 0xFFFFFFFF marks an empty bucket, so every id is valid,
 //   0 and 2^64 - 1 included). Its capacity need not be a power of two: a bucket is addressed by
 //   multiply-shift ("fastrange") on the low 32 bits of ps::KeyHash (the shard was chosen from the
 //   high bits, which are therefore all but constant within a shard). Load stays at most 0.85; the
 //   index grows by 1.5x, or never when expected_rows was right.
+// - Each row's generation (a uint32 by slot, in a mapping per block beside the rows': the
+//   generation the shard was in when the row last changed), for incremental checkpoints: a row
+//   is created or changed by Pull (created only), Push, Assign and AssignRows.
 #ifndef PS_SERVER_STORAGE_EMBEDDING_TABLE_H_
 #define PS_SERVER_STORAGE_EMBEDDING_TABLE_H_
 
@@ -26,9 +30,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "common/optimizer.h"
 #include "proto/job.pb.h"
 #include "server/storage/initializer.h"
-#include "common/optimizer.h"
 
 namespace ps {
 namespace server {
@@ -98,7 +102,26 @@ class TableShard {
   // Rows held.
   size_t size() const { return size_; }
 
-  // Bytes allocated by the index and the slabs.
+  // --- Generations: which rows changed since a point (incremental checkpoints) ---
+
+  // The generation stamped on the rows that change from now on; 0 until set. The caller (the
+  // shard) advances it at each checkpoint cut, never back except after ResetGenerations.
+  uint32_t generation() const { return generation_; }
+  void set_generation(uint32_t generation) { generation_ = generation; }
+
+  // The generation of `id`'s last change, or -1 if the shard has no such row.
+  int64_t RowGeneration(uint64_t id) const;
+
+  // Sets every row's generation to 0 (for a caller whose generations would wrap around).
+  void ResetGenerations();
+
+  // Calls f(uint64_t id, const float* row) for every row whose generation is above `since`, as
+  // ForEach does. Returns the number of such rows. Reads the generations in slot order first, so
+  // that a shard with few changes is cheap to ask (and one with none costs one pass over them).
+  template <typename F>
+  size_t ForEachChangedSince(uint32_t since, F&& f) const;
+
+  // Bytes allocated by the index, the slabs and the rows' generations.
   size_t MemoryBytes() const;
 
   // Calls f(uint64_t id, const float* row) for every row (row as Find gives it), in an order that
@@ -119,6 +142,8 @@ class TableShard {
     Block(Block&& other) noexcept
         : floats(std::exchange(other.floats, nullptr)),
           bytes(std::exchange(other.bytes, 0)),
+          generations(std::exchange(other.generations, nullptr)),
+          generation_bytes(std::exchange(other.generation_bytes, 0)),
           capacity_rows(std::exchange(other.capacity_rows, 0)) {}
     Block& operator=(Block&&) = delete;
     ~Block();
@@ -126,6 +151,9 @@ class TableShard {
 
     float* floats = nullptr;
     size_t bytes = 0;  // of the mapping, a multiple of the page size
+    // The rows' generations, by row of the block: a mapping of its own, grown with the rows'.
+    uint32_t* generations = nullptr;
+    size_t generation_bytes = 0;
     uint32_t capacity_rows = 0;
   };
 
@@ -136,13 +164,19 @@ class TableShard {
     return static_cast<size_t>((uint64_t{hash} * capacity_) >> 32);
   }
   const float* Row(uint32_t slot) const {
-    return blocks_[slot >> kBlockShift].get() +
-           size_t{slot & (kBlockRows - 1)} * row_floats_;
+    return blocks_[slot >> kBlockShift].get() + size_t{slot & (kBlockRows - 1)} * row_floats_;
   }
   float* Row(uint32_t slot) {
-    return blocks_[slot >> kBlockShift].get() +
-           size_t{slot & (kBlockRows - 1)} * row_floats_;
+    return blocks_[slot >> kBlockShift].get() + size_t{slot & (kBlockRows - 1)} * row_floats_;
   }
+  uint32_t& Generation(uint32_t slot) const {
+    return blocks_[slot >> kBlockShift].generations[slot & (kBlockRows - 1)];
+  }
+  // Marks the row in `slot` changed now.
+  void Touch(uint32_t slot) { Generation(slot) = generation_; }
+  // Sets a bit in `changed` (one a slot) for each row whose generation is above `since`;
+  // returns how many.
+  size_t ChangedSlots(uint32_t since, std::vector<uint64_t>* changed) const;
 
   // The slot of `id` (whose IndexHash is `hash`), creating the row if it is missing (with its
   // initial values unless `initialize` is false: the caller overwrites it).
@@ -172,6 +206,7 @@ class TableShard {
   // Rows held; also the next free slot.
   size_t size_ = 0;
   std::vector<Block> blocks_;
+  uint32_t generation_ = 0;
 };
 
 template <typename F>
@@ -180,6 +215,18 @@ void TableShard::ForEach(F&& f) const {
     const uint32_t slot = slots_[b];
     if (slot != kEmpty) f(ids_[b], Row(slot));
   }
+}
+
+template <typename F>
+size_t TableShard::ForEachChangedSince(uint32_t since, F&& f) const {
+  std::vector<uint64_t> changed;
+  const size_t n = ChangedSlots(since, &changed);
+  if (n == 0) return 0;
+  for (size_t b = 0; b < capacity_; ++b) {
+    const uint32_t slot = slots_[b];
+    if (slot != kEmpty && (changed[slot >> 6] >> (slot & 63) & 1) != 0) f(ids_[b], Row(slot));
+  }
+  return n;
 }
 
 }  // namespace server
