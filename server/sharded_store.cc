@@ -749,7 +749,7 @@ void ShardedStore::FillStatus(rpc::ServerStatus* status) {
 }
 
 absl::Status ShardedStore::BeginCheckpoint(int64_t step, const std::vector<uint32_t>& shards,
-                                           uint64_t map_version) {
+                                           uint64_t map_version, const CutRequest& request) {
   if (sync_ ? step < 0 : step != -1) {
     return absl::InvalidArgumentError(
         sync_ ? absl::StrFormat("a sync checkpoint needs a step boundary >= 0, not %d", step)
@@ -788,6 +788,7 @@ absl::Status ShardedStore::BeginCheckpoint(int64_t step, const std::vector<uint3
   }
   checkpointing_ = true;
   cut_step_ = step;
+  cut_request_ = request;
   boundary_reached_ = false;
   cuts_.clear();
   for (uint32_t s : shards) cuts_[s];
@@ -812,7 +813,7 @@ void ShardedStore::CutCheckpointRowsLocked() {
   for (auto& [s, c] : cuts_) {
     if (c.rows_cut || !c.state_cut || shards_[s] == nullptr) continue;
     const absl::Time start = absl::Now();
-    shards_[s]->CutRows(kCutRecordBytes, &c.cut);
+    shards_[s]->CutRows(kCutRecordBytes, cut_request_, &c.cut);
     c.stall += absl::Now() - start;
     c.rows_cut = true;
   }
@@ -847,10 +848,10 @@ absl::StatusOr<ShardCut> ShardedStore::TakeCheckpointCut(uint32_t shard, absl::T
     }
     const absl::Time start = absl::Now();
     if (!sync_) {
-      c.cut = shards_[shard]->Cut(kCutRecordBytes);
+      c.cut = shards_[shard]->Cut(kCutRecordBytes, cut_request_);
     } else if (!c.rows_cut) {
       // Between the boundary and the next step: the rows are still those of the boundary.
-      shards_[shard]->CutRows(kCutRecordBytes, &c.cut);
+      shards_[shard]->CutRows(kCutRecordBytes, cut_request_, &c.cut);
     }
     c.stall += absl::Now() - start;
   }

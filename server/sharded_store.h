@@ -206,9 +206,11 @@ class ShardedStore {
   // the installed one (else FAILED_PRECONDITION naming it). Sync mode: `step` is the boundary
   // t >= 0; FAILED_PRECONDITION when it has passed (step t's pushes have begun here). Other modes:
   // `step` must be -1 (else INVALID_ARGUMENT). FAILED_PRECONDITION while another checkpoint is
-  // under way.
+  // under way. `request` says which checkpoint the cuts are for and which it builds on: each
+  // shard's cut is incremental when that shard's previous cut here was for request.base_id
+  // (Shard::CutRows), else full.
   absl::Status BeginCheckpoint(int64_t step, const std::vector<uint32_t>& shards,
-                               uint64_t map_version);
+                               uint64_t map_version, const CutRequest& request = {});
 
   // The cut of `shard` (one of BeginCheckpoint's). Sync mode: waits until the boundary is reached
   // (DEADLINE_EXCEEDED at `deadline`; UNAVAILABLE if the store shuts down). `*stall` receives how
@@ -324,6 +326,7 @@ class ShardedStore {
   absl::Mutex cut_mu_ ABSL_ACQUIRED_AFTER(step_mu_) ABSL_ACQUIRED_BEFORE(map_mu_);
   bool checkpointing_ ABSL_GUARDED_BY(cut_mu_) = false;
   int64_t cut_step_ ABSL_GUARDED_BY(cut_mu_) = -1;  // sync: the boundary
+  CutRequest cut_request_ ABSL_GUARDED_BY(cut_mu_);
   bool boundary_reached_ ABSL_GUARDED_BY(cut_mu_) = false;
   absl::flat_hash_map<uint32_t, CheckpointCut> cuts_ ABSL_GUARDED_BY(cut_mu_);
   bool cuts_closed_ ABSL_GUARDED_BY(cut_mu_) = false;  // shut down

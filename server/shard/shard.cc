@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_format.h"
@@ -42,7 +43,11 @@ void Shard::ResetLocked() {
   for (size_t t = 0; t < num_tables; ++t) {
     const size_t expected = t < expected_rows_.size() ? expected_rows_[t] : 0;
     tables_.push_back(std::make_unique<TableShard>((*config_.tables)[t].get(), expected));
+    tables_.back()->set_generation(generation_);
   }
+  // The rows were replaced: no checkpoint's file holds what an increment would build on.
+  base_checkpoint_ = 0;
+  base_generation_ = 0;
   window_.Clear();
   dense_.Clear();
   pending_.clear();
@@ -254,7 +259,8 @@ uint64_t Shard::snapshot_id() const {
 }
 
 void Shard::EmitRowsLocked(size_t max_record_bytes,
-                           absl::FunctionRef<void(rpc::ShardRecord&&)> emit) const {
+                           absl::FunctionRef<void(rpc::ShardRecord&&)> emit,
+                           const uint32_t* since) const {
   for (size_t t = 0; t < tables_.size(); ++t) {
     const uint32_t row_floats = tables_[t]->spec().row_floats();
     const size_t keys_per_record =
@@ -269,18 +275,25 @@ void Shard::EmitRowsLocked(size_t max_record_bytes,
       record = rpc::ShardRecord();
       in_record = 0;
     };
-    tables_[t]->ForEach([&](uint64_t id, const float* row) {
+    auto add = [&](uint64_t id, const float* row) {
       rpc::RowsChange* rows = record.mutable_rows();
       if (in_record == 0) {
         rows->set_table(static_cast<uint32_t>(t));
-        const size_t n = std::min(keys_per_record, tables_[t]->size());
-        rows->mutable_keys()->reserve(n * sizeof(uint64_t));
-        rows->mutable_values()->reserve(n * row_floats * sizeof(float));
+        if (since == nullptr) {
+          const size_t n = std::min(keys_per_record, tables_[t]->size());
+          rows->mutable_keys()->reserve(n * sizeof(uint64_t));
+          rows->mutable_values()->reserve(n * row_floats * sizeof(float));
+        }
       }
       AppendPacked(&id, 1, rows->mutable_keys());
       AppendPacked(row, row_floats, rows->mutable_values());
       if (++in_record == keys_per_record) flush();
-    });
+    };
+    if (since == nullptr) {
+      tables_[t]->ForEach(add);
+    } else {
+      tables_[t]->ForEachChangedSince(*since, add);
+    }
     flush();
   }
 }
@@ -399,19 +412,58 @@ void Shard::CutState(ShardCut* cut) const {
   CutStateLocked(cut);
 }
 
-void Shard::CutRows(size_t max_record_bytes, ShardCut* cut) const {
-  absl::MutexLock lock(&mu_);
-  EmitRowsLocked(max_record_bytes,
-                 [cut](rpc::ShardRecord&& r) { cut->records.push_back(std::move(r)); });
+void Shard::CutRowsLocked(size_t max_record_bytes, const CutRequest& request, ShardCut* cut) {
+  const bool incremental = request.base_id != 0 && request.base_id == base_checkpoint_;
+  cut->incremental = incremental;
+  cut->base_id = incremental ? request.base_id : 0;
+  EmitRowsLocked(
+      max_record_bytes, [cut](rpc::ShardRecord&& r) { cut->records.push_back(std::move(r)); },
+      incremental ? &base_generation_ : nullptr);
+
+  // Close the generation: what changes from now on is newer than this cut.
+  uint32_t closed = generation_;
+  if (generation_ == std::numeric_limits<uint32_t>::max()) {
+    // Out of generations (after 2^32 - 1 cuts): every row is as of this cut, generation 0, and
+    // changes start again at 1. A base before this cut can no longer be told from it.
+    for (const std::unique_ptr<TableShard>& table : tables_) table->ResetGenerations();
+    closed = 0;
+    base_checkpoint_ = 0;
+    SetGenerationLocked(1);
+  } else {
+    SetGenerationLocked(generation_ + 1);
+  }
+  if (request.checkpoint_id != 0) {
+    base_checkpoint_ = request.checkpoint_id;
+    base_generation_ = closed;
+  }
 }
 
-ShardCut Shard::Cut(size_t max_record_bytes) const {
+void Shard::SetGenerationLocked(uint32_t generation) {
+  generation_ = generation;
+  for (const std::unique_ptr<TableShard>& table : tables_) table->set_generation(generation);
+}
+
+void Shard::CutRows(size_t max_record_bytes, const CutRequest& request, ShardCut* cut) {
+  absl::MutexLock lock(&mu_);
+  CutRowsLocked(max_record_bytes, request, cut);
+}
+
+ShardCut Shard::Cut(size_t max_record_bytes, const CutRequest& request) {
   ShardCut cut;
   absl::MutexLock lock(&mu_);
   CutStateLocked(&cut);
-  EmitRowsLocked(max_record_bytes,
-                 [&cut](rpc::ShardRecord&& r) { cut.records.push_back(std::move(r)); });
+  CutRowsLocked(max_record_bytes, request, &cut);
   return cut;
+}
+
+uint32_t Shard::generation() const {
+  absl::MutexLock lock(&mu_);
+  return generation_;
+}
+
+void Shard::SetGenerationForTesting(uint32_t generation) {
+  absl::MutexLock lock(&mu_);
+  SetGenerationLocked(generation);
 }
 
 absl::Status Shard::Restore(const ShardCut& cut) {

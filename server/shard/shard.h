@@ -33,12 +33,30 @@ namespace server {
 // A shard's state at one point, as a checkpoint holds it: its rows with their optimizer state, its
 // dense chunks and its exactly-once window (Snapshot's records without the snapshot's bounds and
 // without pending sync sums), numbered with the shard's applied sequence and applied step.
+//
+// An incremental cut holds only the rows changed since the shard's cut for checkpoint `base_id`
+// (and, always, every dense chunk and the whole window): applied over that cut's rows (and its
+// base's, down to a full cut) it gives the shard exactly.
 struct ShardCut {
   uint32_t shard = 0;
   uint64_t sequence = 0;
   int64_t applied_step = -1;
-  // rows, dense and window records, in any order.
+  bool incremental = false;
+  // The checkpoint an incremental cut builds on; 0 for a full cut.
+  uint64_t base_id = 0;
+  // rows, dense and window records. A row may be in more than one rows record (a checkpoint
+  // chain's cuts, oldest first): the last one holds its value, as Shard::Restore applies them in
+  // order. Other records in any order.
   std::vector<rpc::ShardRecord> records;
+};
+
+// What a checkpoint asks of a shard's cut (Shard::CutRows).
+struct CutRequest {
+  // The checkpoint the cut is for; 0: none (the cut is not remembered as a base).
+  uint64_t checkpoint_id = 0;
+  // The checkpoint it may build on; 0: a full cut. The cut is incremental only if this shard's
+  // previous checkpoint cut was for exactly this checkpoint (see Shard::CutRows).
+  uint64_t base_id = 0;
 };
 
 // What every shard of a server shares. Constant; the pointed-to objects must outlive the shards.
@@ -155,12 +173,27 @@ class Shard {
   // so the rows may be cut after the window until then.
   void CutState(ShardCut* cut) const;
 
-  // Appends the rows of every table to `cut`, in records of at most about `max_record_bytes`.
-  void CutRows(size_t max_record_bytes, ShardCut* cut) const;
+  // Appends the rows of every table to `cut`, in records of at most about `max_record_bytes`,
+  // and closes the shard's current generation (rows changed from now on belong to the next).
+  //
+  // Incremental when `request.base_id` is not 0 and is the checkpoint_id of this shard's
+  // previous cut: then only the rows changed since that cut are appended, and `cut` is marked
+  // incremental on base_id. Otherwise every row (a full cut): so a shard new to this object (a
+  // failover's promoted replica, a restart, a restore, a new snapshot) is cut in full first.
+  // A request with a checkpoint_id is remembered as the base for the next one.
+  void CutRows(size_t max_record_bytes, const CutRequest& request, ShardCut* cut);
 
   // CutState and CutRows under one lock: the whole shard at one applied sequence. Pending sync
   // sums are left out (a sync checkpoint is cut at a step boundary, where there are none).
-  ShardCut Cut(size_t max_record_bytes) const;
+  ShardCut Cut(size_t max_record_bytes, const CutRequest& request = {});
+
+  // The generation rows changing now are stamped with: 1 when new, advanced by each CutRows.
+  // Generations are 32 bits: the cut that would take it past 2^32 - 1 sets every row's to 0
+  // and starts again at 1 (see CutRows; the remembered base moves with it).
+  uint32_t generation() const;
+
+  // Tests of the wrap-around: the generation as if that many cuts had been taken.
+  void SetGenerationForTesting(uint32_t generation);
 
   // Replaces the whole shard with `cut` (its rows, dense chunks and window; its applied sequence
   // and step), atomically. The shard becomes complete. INVALID_ARGUMENT, with the shard left
@@ -211,15 +244,19 @@ class Shard {
   absl::Status ApplyRecordLocked(const rpc::ShardRecord& record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Snapshot's parts: the rows of every table, the dense chunks, the window; each record is
   // numbered with the shard and its applied sequence.
-  void EmitRowsLocked(size_t max_record_bytes,
-                      absl::FunctionRef<void(rpc::ShardRecord&&)> emit) const
-      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // `since` (if not null): only the rows whose generation is above it.
+  void EmitRowsLocked(size_t max_record_bytes, absl::FunctionRef<void(rpc::ShardRecord&&)> emit,
+                      const uint32_t* since = nullptr) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void EmitDenseLocked(absl::FunctionRef<void(rpc::ShardRecord&&)> emit) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void EmitWindowLocked(absl::FunctionRef<void(rpc::ShardRecord&&)> emit) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // CutState's work under the lock.
+  // CutState's and CutRows' work under the lock.
   void CutStateLocked(ShardCut* cut) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  void CutRowsLocked(size_t max_record_bytes, const CutRequest& request, ShardCut* cut)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Stamps every table's changes from now on with `generation`.
+  void SetGenerationLocked(uint32_t generation) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Replaces every table, the window, the dense chunks and the pending sums with empty ones.
   void ResetLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -238,6 +275,12 @@ class Shard {
   bool complete_ ABSL_GUARDED_BY(mu_) = true;
   uint64_t snapshot_id_ ABSL_GUARDED_BY(mu_) = 0;
   RecordSink sink_ ABSL_GUARDED_BY(mu_);
+  // Incremental checkpoints: the generation of changes now, and the previous checkpoint cut of
+  // this object's rows (its checkpoint, 0 for none since the rows were last replaced, and the
+  // generation it closed: the rows changed since have a greater one).
+  uint32_t generation_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t base_checkpoint_ ABSL_GUARDED_BY(mu_) = 0;
+  uint32_t base_generation_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace server

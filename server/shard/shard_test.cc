@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <memory>
 #include <random>
@@ -301,6 +302,162 @@ TEST_CASE("records out of sequence or malformed are refused and change nothing",
   CHECK(copy.applied_sequence() == 0);
   for (const rpc::ShardRecord& r : stream) REQUIRE(copy.ApplyRecord(r).ok());
   CHECK(DumpOf(copy, f) == DumpOf(primary, f));
+}
+
+// The rows of a cut, by (table, id).
+std::map<std::pair<uint32_t, uint64_t>, std::string> RowsOf(const ShardCut& cut, const Fixture& f) {
+  std::map<std::pair<uint32_t, uint64_t>, std::string> rows;
+  for (const rpc::ShardRecord& r : cut.records) {
+    if (r.has_rows()) AddRows(r.rows(), f.tables[r.rows().table()]->row_floats(), &rows);
+  }
+  return rows;
+}
+
+// What a restore of a chain does: the rows of every cut, oldest first, then the newest's dense
+// chunks and window, at its sequence and step.
+ShardCut Merged(const std::vector<const ShardCut*>& chain) {
+  ShardCut merged;
+  const ShardCut& newest = *chain.back();
+  merged.shard = newest.shard;
+  merged.sequence = newest.sequence;
+  merged.applied_step = newest.applied_step;
+  for (const ShardCut* cut : chain) {
+    for (const rpc::ShardRecord& r : cut->records) {
+      if (r.has_rows() || cut == &newest) {
+        merged.records.push_back(r);
+        merged.records.back().set_sequence(newest.sequence);
+      }
+    }
+  }
+  return merged;
+}
+
+// A dump without the pending sync sums, which cuts leave out.
+Dump CutDumpOf(Shard& shard, const Fixture& f) {
+  Dump d = DumpOf(shard, f);
+  d.pending.clear();
+  return d;
+}
+
+TEST_CASE("an incremental cut holds the rows changed since its base's cut; the chain is the shard",
+          "[shard][checkpoint]") {
+  const bool sync = GENERATE(false, true);
+  CAPTURE(sync);
+  Fixture f(sync);
+  Shard shard(3, f.config, {});
+  std::mt19937_64 rng(sync ? 5 : 6);
+  RandomChanges(shard, sync, &rng, 200);
+  CHECK(shard.generation() == 1);
+  const ShardCut full = shard.Cut(1 << 10, {/*checkpoint_id=*/10, /*base_id=*/0});
+  CHECK_FALSE(full.incremental);
+  CHECK(full.base_id == 0);
+  CHECK(shard.generation() == 2);
+  CHECK(RowsOf(full, f) == CutDumpOf(shard, f).rows);
+
+  std::vector<ShardCut> increments;
+  std::vector<const ShardCut*> chain = {&full};
+  uint64_t base = 10;
+  for (int i = 0; i < 3; ++i) {
+    const auto before = CutDumpOf(shard, f).rows;
+    RandomChanges(shard, sync, &rng, 30);
+    // New rows by pulls too, unchanged since they were created.
+    PullRows(shard, 1, {1000 + static_cast<uint64_t>(i), 2000});
+    if (sync) shard.ApplyStep(shard.applied_step() + 1);  // a boundary: no pending sums
+    const auto after = CutDumpOf(shard, f).rows;
+    increments.push_back(shard.Cut(1 << 10, {base + 1, base}));
+    const ShardCut& inc = increments.back();
+    CHECK(inc.incremental);
+    CHECK(inc.base_id == base);
+    const auto rows = RowsOf(inc, f);
+    // Every row that differs is there, with its value now; and not every row is.
+    for (const auto& [key, row] : after) {
+      auto was = before.find(key);
+      if (was == before.end() || was->second != row) {
+        REQUIRE(rows.count(key) == 1);
+        CHECK(rows.at(key) == row);
+      }
+    }
+    for (const auto& [key, row] : rows) CHECK(after.at(key) == row);
+    CHECK(rows.size() < after.size());
+    ++base;
+  }
+  for (const ShardCut& inc : increments) chain.push_back(&inc);
+  Shard restored(3, f.config, {}, /*complete=*/false);
+  REQUIRE(restored.Restore(Merged(chain)).ok());
+  CHECK(CutDumpOf(restored, f) == CutDumpOf(shard, f));
+
+  // The middle of the chain is the shard at that cut: rows of the cuts up to it.
+  Shard middle(3, f.config, {}, /*complete=*/false);
+  REQUIRE(middle.Restore(Merged({&full, &increments[0]})).ok());
+  auto rows = RowsOf(full, f);
+  for (const auto& [key, row] : RowsOf(increments[0], f)) rows[key] = row;
+  CHECK(CutDumpOf(middle, f).rows == rows);
+}
+
+TEST_CASE("a cut is incremental only on the base this shard object cut last",
+          "[shard][checkpoint]") {
+  Fixture f(/*sync=*/false);
+  auto shard = std::make_unique<Shard>(0, f.config, std::vector<size_t>{});
+  std::mt19937_64 rng(9);
+  RandomChanges(*shard, false, &rng, 50);
+  CHECK_FALSE(shard->Cut(4096, {1, 0}).incremental);  // asked for a full one
+  CHECK(shard->Cut(4096, {2, 1}).incremental);
+  CHECK_FALSE(shard->Cut(4096, {3, 1}).incremental);  // 1 is not the previous cut
+  CHECK(shard->Cut(4096, {4, 3}).incremental);
+  CHECK_FALSE(shard->Cut(4096, {5, 99}).incremental);  // a checkpoint this shard never cut
+  CHECK_FALSE(shard->Cut(4096, {6, 4}).incremental);   // no longer the previous one
+  // A cut for no checkpoint is no base, but keeps the previous one valid.
+  shard->Cut(4096, {});
+  CHECK(shard->Cut(4096, {7, 6}).incremental);
+
+  SECTION("a restored shard is written in full first") {
+    const ShardCut cut = shard->Cut(4096, {8, 7});
+    auto restored = std::make_unique<Shard>(0, f.config, std::vector<size_t>{}, false);
+    REQUIRE(restored->Restore(cut).ok());
+    CHECK_FALSE(restored->Cut(4096, {9, 8}).incremental);
+    // Restoring over a shard replaces its rows: no base either.
+    REQUIRE(shard->Restore(cut).ok());
+    CHECK_FALSE(shard->Cut(4096, {9, 8}).incremental);
+  }
+  SECTION("a copy rebuilt from a snapshot is written in full first") {
+    std::vector<rpc::ShardRecord> snapshot = SnapshotOf(*shard);
+    Shard copy(0, f.config, {}, false);
+    for (const rpc::ShardRecord& r : snapshot) REQUIRE(copy.ApplyRecord(r).ok());
+    copy.Cut(4096, {8, 0});
+    CHECK(copy.Cut(4096, {9, 8}).incremental);
+    for (const rpc::ShardRecord& r : SnapshotOf(*shard)) REQUIRE(copy.ApplyRecord(r).ok());
+    CHECK_FALSE(copy.Cut(4096, {10, 9}).incremental);
+  }
+}
+
+TEST_CASE("generations wrap around after 2^32 - 1 cuts and increments stay exact",
+          "[shard][checkpoint]") {
+  Fixture f(/*sync=*/false);
+  Shard shard(2, f.config, {});
+  constexpr uint32_t kMax = std::numeric_limits<uint32_t>::max();
+  shard.SetGenerationForTesting(kMax - 1);
+  std::mt19937_64 rng(12);
+  RandomChanges(shard, false, &rng, 100);
+  const ShardCut full = shard.Cut(4096, {1, 0});
+  CHECK(shard.generation() == kMax);
+  PullRows(shard, 0, {5000});
+  const ShardCut first = shard.Cut(4096, {2, 1});  // closes 2^32 - 1: every row to 0
+  CHECK(first.incremental);
+  CHECK(RowsOf(first, f).size() == 1);
+  CHECK(shard.generation() == 1);
+  PullRows(shard, 0, {5001});
+  const ShardCut second = shard.Cut(4096, {3, 2});
+  CHECK(second.incremental);
+  const auto rows = RowsOf(second, f);
+  REQUIRE(rows.size() == 1);
+  CHECK(rows.begin()->first == std::make_pair(uint32_t{0}, uint64_t{5001}));
+  Shard restored(2, f.config, {}, false);
+  REQUIRE(restored.Restore(Merged({&full, &first, &second})).ok());
+  CHECK(CutDumpOf(restored, f) == CutDumpOf(shard, f));
+  // A cut for no checkpoint at the wrap forgets the base: nothing older can be told apart.
+  shard.SetGenerationForTesting(kMax);
+  shard.Cut(4096, {});
+  CHECK_FALSE(shard.Cut(4096, {4, 3}).incremental);
 }
 
 }  // namespace
