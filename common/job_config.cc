@@ -376,6 +376,9 @@ absl::Status CheckJob(const Checker& c, const Where& root, const config::Job& jo
     return c.Error(wc, cl, "checkpoint_every_seconds", "checkpoints need a checkpoint_dir");
   }
   if (cl.checkpoint_keep() < 1) return c.Error(wc, cl, "checkpoint_keep", "must be >= 1");
+  if (cl.checkpoint_full_every() < 1) {
+    return c.Error(wc, cl, "checkpoint_full_every", "must be >= 1 (1: every checkpoint is full)");
+  }
   if (cl.has_checkpoint_dir() && !absl::StartsWith(cl.checkpoint_dir(), "/")) {
     return c.Error(wc, cl, "checkpoint_dir", "must be an absolute path");
   }

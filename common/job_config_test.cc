@@ -159,6 +159,8 @@ TEST_CASE("semantic errors name the field and what is wrong", "[common][job]") {
       BadJob{"timed checkpoint without dir", "num_shards: 16",
              "num_shards: 16 checkpoint_every_seconds: 5", "job.pbtxt:16:18: ",
              "checkpoints need a checkpoint_dir"},
+      BadJob{"no full checkpoints", "num_shards: 16", "num_shards: 16 checkpoint_full_every: 0",
+             "job.pbtxt:16:18: ", "cluster.checkpoint_full_every: must be >= 1"},
       BadJob{"relative checkpoint dir", "num_shards: 16", "num_shards: 16 checkpoint_dir: \"c\"",
              "job.pbtxt:16:", "must be an absolute path"},
       BadJob{"relative restore_from", "num_shards: 16", "num_shards: 16 restore_from: \"c\"",

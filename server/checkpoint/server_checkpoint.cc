@@ -38,8 +38,11 @@ absl::StatusOr<rpc::WriteCheckpointResponse> WriteServerCheckpoint(
                                                    "\" is not an existing absolute path"));
   }
   const std::vector<uint32_t> shards(request.shards().begin(), request.shards().end());
+  CutRequest cut_request;
+  cut_request.checkpoint_id = request.id();
+  cut_request.base_id = request.base_id();
   absl::Status begun =
-      store->BeginCheckpoint(request.step(), shards, request.header().map_version());
+      store->BeginCheckpoint(request.step(), shards, request.header().map_version(), cut_request);
   if (!begun.ok()) return begun;
 
   // This thread cuts the shards (the cut holds a shard's lock, so it runs at the priority of the

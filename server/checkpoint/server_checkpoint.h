@@ -14,9 +14,11 @@ namespace ps {
 namespace server {
 
 // Writes `request.shards` of `store` into `request.path` (an existing folder), one file a shard
-// named shard-NNNNN.sst, synced, then syncs the folder. The calling thread cuts the shards, and
-// two threads of lowered priority (nice 10) write them, so memory grows by up to four shards'
-// copies (sync mode: also by those whose next step came before they were written).
+// named shard-NNNNN.sst, synced, then syncs the folder. A shard this server cut last for
+// checkpoint request.base_id is written incrementally on it, the others in full (see
+// ShardedStore::BeginCheckpoint). The calling thread cuts the shards, and two threads of lowered
+// priority (nice 10) write them, so memory grows by up to four shards' copies (sync mode: also by
+// those whose next step came before they were written).
 // Errors: INVALID_ARGUMENT for a path that is not an absolute, existing folder; those of
 // BeginCheckpoint and TakeCheckpointCut (DEADLINE_EXCEEDED at `deadline`); WriteShardFile's.
 // Files written before an error are left for the coordinator to remove with the folder.

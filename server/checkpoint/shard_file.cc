@@ -86,6 +86,8 @@ absl::StatusOr<rpc::CheckpointShardFile> WriteShardFile(
   meta.set_shard(cut.shard);
   meta.set_sequence(cut.sequence);
   meta.set_applied_step(cut.applied_step);
+  meta.set_incremental(cut.incremental);
+  meta.set_base_id(cut.base_id);
   meta.set_dense_chunks(dense.size());
   uint64_t total_rows = 0;
   for (const std::vector<RowRef>& r : rows) total_rows += r.size();
@@ -311,6 +313,8 @@ absl::StatusOr<ShardCut> ReadShardFile(const std::string& path,
   cut.shard = meta.shard();
   cut.sequence = meta.sequence();
   cut.applied_step = meta.applied_step();
+  cut.incremental = meta.incremental();
+  cut.base_id = meta.base_id();
   for (rpc::ShardRecord& r : cut.records) {
     r.set_shard(cut.shard);
     r.set_sequence(cut.sequence);

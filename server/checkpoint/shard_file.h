@@ -23,9 +23,10 @@ namespace server {
 // Writes `cut` to a new file at `path` (an existing file is replaced), with the tables' names and
 // layouts from `tables` (indexed as the cut's records' table indices), and syncs it to disk.
 // Returns the file's description (file: the path's last component; its bytes and XXH3-64; the
-// cut's shard, sequence, applied step and counts). INVALID_ARGUMENT if a record names a table
-// outside `tables`, or its keys and values disagree with the table; INTERNAL (with RocksDB's or
-// the system's message) if writing fails, in which case the file may be partial.
+// cut's shard, sequence, applied step, counts, and whether it is incremental on which base).
+// INVALID_ARGUMENT if a record names a table outside `tables`, or its keys and values disagree with
+// the table; INTERNAL (with RocksDB's or the system's message) if writing fails, in which case the
+// file may be partial.
 absl::StatusOr<rpc::CheckpointShardFile> WriteShardFile(
     const std::string& path, const ShardCut& cut,
     const std::vector<std::unique_ptr<TableSpec>>& tables);

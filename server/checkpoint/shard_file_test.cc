@@ -55,6 +55,36 @@ TEST_CASE("a shard written to a file and read back restores bit for bit", "[chec
   CHECK(restored.Push(1, 1, 5, ids, grads.data()) == ApplyWindow::Verdict::kDuplicate);
 }
 
+TEST_CASE("an incremental cut's file says so, names its base, and reads back as written",
+          "[checkpoint][incremental]") {
+  Fixture f;
+  std::unique_ptr<Shard> shard = f.Filled(2, 200);
+  const ShardCut full = shard->Cut(4096, {/*checkpoint_id=*/4, /*base_id=*/0});
+  const std::vector<uint64_t> ids = {1, 2, 3};
+  std::vector<float> grads(ids.size() * 4, 0.25f);
+  REQUIRE(shard->Push(1, 2, 60, ids, grads.data()) == ApplyWindow::Verdict::kApply);
+  const ShardCut inc = shard->Cut(4096, {5, 4});
+  REQUIRE(inc.incremental);
+  const std::string path = f.dir + "/shard-2.sst";
+  absl::StatusOr<rpc::CheckpointShardFile> written = WriteShardFile(path, inc, f.tables);
+  REQUIRE(written.ok());
+  CHECK(written->incremental());
+  CHECK(written->base_id() == 4);
+  CHECK(written->rows() == ids.size());
+  CHECK(written->dense_chunks() == 2);  // every dense chunk, changed or not
+  absl::StatusOr<ShardCut> read = ReadShardFile(path, f.tables, &*written);
+  REQUIRE(read.ok());
+  CHECK(read->incremental);
+  CHECK(read->base_id == 4);
+  CHECK(Contents(*read, f.tables) == Contents(inc, f.tables));
+
+  absl::StatusOr<rpc::CheckpointShardFile> full_file =
+      WriteShardFile(f.dir + "/full.sst", full, f.tables);
+  REQUIRE(full_file.ok());
+  CHECK_FALSE(full_file->incremental());
+  CHECK(full_file->base_id() == 0);
+}
+
 TEST_CASE("an empty shard makes a valid file", "[checkpoint]") {
   Fixture f;
   Shard shard(0, f.config, {0, 0});
