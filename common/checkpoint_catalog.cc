@@ -108,6 +108,64 @@ absl::StatusOr<std::vector<rpc::CheckpointManifest>> ListCheckpoints(
   return out;
 }
 
+absl::StatusOr<std::vector<CheckpointLink>> ReadCheckpointChain(
+    const std::string& folder, const rpc::CheckpointManifest& manifest) {
+  std::string trimmed = folder;
+  while (trimmed.size() > 1 && trimmed.back() == '/') trimmed.pop_back();
+  const std::filesystem::path dir = std::filesystem::path(trimmed).parent_path();
+  std::vector<CheckpointLink> chain;
+  chain.push_back({trimmed, manifest});
+  while (chain.back().manifest.base_id() != 0) {
+    const rpc::CheckpointManifest& top = chain.back().manifest;
+    const uint64_t base = top.base_id();
+    const std::string base_folder = (dir / CheckpointFolderName(base)).string();
+    auto broken = [&](absl::string_view why) {
+      return absl::DataLossError(
+          absl::StrFormat("checkpoint %d builds on checkpoint %d (%s), which %s; the increments "
+                          "cannot be restored without it",
+                          top.id(), base, base_folder, why));
+    };
+    if (base >= top.id()) return broken("is not older than it");
+    absl::StatusOr<rpc::CheckpointManifest> read = ReadCheckpointManifest(base_folder);
+    if (read.status().code() == absl::StatusCode::kNotFound) return broken("is missing");
+    if (!read.ok()) return broken(absl::StrCat("is not complete: ", read.status().message()));
+    if (read->id() != base) {
+      return broken(absl::StrFormat("holds checkpoint %d instead", read->id()));
+    }
+    if (read->job_digest() != manifest.job_digest() ||
+        read->shard_map().num_shards() != manifest.shard_map().num_shards()) {
+      return broken("is of another job or number of shards");
+    }
+    chain.push_back({base_folder, *std::move(read)});
+  }
+  return chain;
+}
+
+absl::StatusOr<std::vector<ShardFileRef>> ShardFileChain(const std::vector<CheckpointLink>& chain,
+                                                         uint32_t shard) {
+  std::vector<ShardFileRef> files;
+  for (size_t i = 0; i < chain.size(); ++i) {
+    const rpc::CheckpointManifest& m = chain[i].manifest;
+    if (shard >= static_cast<uint32_t>(m.shards_size()) || m.shards(shard).shard() != shard) {
+      return absl::DataLossError(
+          absl::StrFormat("checkpoint %s lists no file for shard %d", chain[i].folder, shard));
+    }
+    const rpc::CheckpointShardFile& file = m.shards(shard);
+    files.push_back({absl::StrCat(chain[i].folder, "/", file.file()), file});
+    if (!file.incremental()) {
+      std::reverse(files.begin(), files.end());
+      return files;
+    }
+    if (i + 1 == chain.size() || chain[i + 1].manifest.id() != file.base_id()) {
+      return absl::DataLossError(absl::StrFormat(
+          "checkpoint %s: the file of shard %d builds on checkpoint %d, which is not the base of "
+          "the checkpoint (%d)",
+          chain[i].folder, shard, file.base_id(), m.base_id()));
+    }
+  }
+  return absl::DataLossError("an empty checkpoint chain");  // not reached: chains end full
+}
+
 absl::Status WriteCheckpointManifest(const std::string& folder,
                                      const rpc::CheckpointManifest& manifest) {
   const std::string tmp = absl::StrCat(folder, "/", kManifest, ".tmp");

@@ -43,6 +43,36 @@ absl::StatusOr<rpc::CheckpointManifest> ReadCheckpointManifest(const std::string
 absl::StatusOr<std::string> ResolveCheckpoint(const std::string& path,
                                               rpc::CheckpointManifest* manifest);
 
+// A checkpoint of a chain (see ReadCheckpointChain): its folder and its manifest.
+struct CheckpointLink {
+  std::string folder;
+  rpc::CheckpointManifest manifest;
+};
+
+// The chain an incremental checkpoint is restored from: the checkpoint in `folder` (whose
+// manifest is `manifest`) first, then its base (CheckpointManifest.base_id), that one's base, and
+// so on down to a full checkpoint (base_id 0), which ends it. A base is the folder named by its id
+// beside `folder` (in the same checkpoint_dir). A full checkpoint's chain is itself alone.
+// DATA_LOSS naming the base and its folder when a base is missing or not a complete checkpoint
+// (an increment cannot be restored without it), names an id not below the checkpoint's own, or
+// is of another job or number of shards (job_digest, shard_map.num_shards).
+absl::StatusOr<std::vector<CheckpointLink>> ReadCheckpointChain(
+    const std::string& folder, const rpc::CheckpointManifest& manifest);
+
+// A file to read: its path and its manifest entry.
+struct ShardFileRef {
+  std::string path;
+  rpc::CheckpointShardFile file;
+};
+
+// The files that rebuild shard `shard` of chain[0] (a chain from ReadCheckpointChain): its file
+// there and, while a file is incremental, the same shard's file in the checkpoint the file builds
+// on (its base_id), oldest first: a full file, then the increments over it. DATA_LOSS when a
+// checkpoint of the chain lists no file for the shard (manifest.shards(shard)), or a file is
+// incremental on another checkpoint than the chain's next.
+absl::StatusOr<std::vector<ShardFileRef>> ShardFileChain(const std::vector<CheckpointLink>& chain,
+                                                         uint32_t shard);
+
 // Writes `manifest` as `folder`/MANIFEST: to a temporary name, synced, renamed, and the folder
 // synced, so that the manifest is either whole on disk or absent. INTERNAL on a failure.
 absl::Status WriteCheckpointManifest(const std::string& folder,

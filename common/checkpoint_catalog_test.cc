@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_format.h"
+
 namespace ps {
 namespace {
 
@@ -124,6 +126,107 @@ TEST_CASE("one folder's manifest is read, under any name, or the folder is not a
   }
   CHECK(ReadCheckpointManifest(dir.path + "/absent").status().code() ==
         absl::StatusCode::kNotFound);
+}
+
+// Checkpoint `id` of two shards on base `base` (0: full), written into dir: shard 0's file is
+// incremental on the base, shard 1's is full when `shard1_full` (as after a failover).
+rpc::CheckpointManifest ChainLink(const std::string& dir, uint64_t id, uint64_t base,
+                                  bool shard1_full = false) {
+  rpc::CheckpointManifest m = Manifest(id);
+  m.set_base_id(base);
+  m.set_job_digest(77);
+  m.mutable_shard_map()->set_num_shards(2);
+  for (uint32_t s = 0; s < 2; ++s) {
+    rpc::CheckpointShardFile* file = m.add_shards();
+    file->set_shard(s);
+    file->set_file(absl::StrFormat("shard-%05d.sst", s));
+    const bool incremental = base != 0 && !(s == 1 && shard1_full);
+    file->set_incremental(incremental);
+    file->set_base_id(incremental ? base : 0);
+  }
+  const std::string folder = dir + "/" + CheckpointFolderName(id);
+  std::filesystem::create_directory(folder);
+  REQUIRE(WriteCheckpointManifest(folder, m).ok());
+  return m;
+}
+
+std::vector<std::string> Paths(const absl::StatusOr<std::vector<ShardFileRef>>& files) {
+  REQUIRE(files.ok());
+  std::vector<std::string> paths;
+  for (const ShardFileRef& f : *files) paths.push_back(f.path);
+  return paths;
+}
+
+TEST_CASE("an incremental checkpoint's chain goes back through its bases to a full one",
+          "[checkpoint][incremental]") {
+  TempFolder dir;
+  ChainLink(dir.path, 3, 0);
+  ChainLink(dir.path, 4, 3);
+  ChainLink(dir.path, 6, 4, /*shard1_full=*/true);
+  const rpc::CheckpointManifest newest = ChainLink(dir.path, 7, 6);
+  auto folder = [&](uint64_t id) { return dir.path + "/" + CheckpointFolderName(id); };
+
+  absl::StatusOr<std::vector<CheckpointLink>> chain = ReadCheckpointChain(folder(7) + "/", newest);
+  REQUIRE(chain.ok());
+  std::vector<uint64_t> ids;
+  for (const CheckpointLink& link : *chain) ids.push_back(link.manifest.id());
+  CHECK(ids == std::vector<uint64_t>{7, 6, 4, 3});
+  CHECK(chain->at(0).folder == folder(7));
+  CHECK(chain->at(3).folder == folder(3));
+  // Shard 0 needs every file; shard 1 was written in full at 6.
+  CHECK(Paths(ShardFileChain(*chain, 0)) ==
+        std::vector<std::string>{folder(3) + "/shard-00000.sst", folder(4) + "/shard-00000.sst",
+                                 folder(6) + "/shard-00000.sst", folder(7) + "/shard-00000.sst"});
+  CHECK(Paths(ShardFileChain(*chain, 1)) ==
+        std::vector<std::string>{folder(6) + "/shard-00001.sst", folder(7) + "/shard-00001.sst"});
+  CHECK(ShardFileChain(*chain, 2).status().code() == absl::StatusCode::kDataLoss);
+
+  // A full checkpoint is its own chain.
+  absl::StatusOr<rpc::CheckpointManifest> full = ReadCheckpointManifest(folder(3));
+  REQUIRE(full.ok());
+  chain = ReadCheckpointChain(folder(3), *full);
+  REQUIRE(chain.ok());
+  CHECK(chain->size() == 1);
+  CHECK(Paths(ShardFileChain(*chain, 1)) ==
+        std::vector<std::string>{folder(3) + "/shard-00001.sst"});
+}
+
+TEST_CASE("a chain with a missing, incomplete or foreign base is DATA_LOSS naming it",
+          "[checkpoint][incremental]") {
+  TempFolder dir;
+  ChainLink(dir.path, 3, 0);
+  ChainLink(dir.path, 4, 3);
+  rpc::CheckpointManifest newest = ChainLink(dir.path, 5, 4);
+  const std::string folder = dir.path + "/" + CheckpointFolderName(5);
+  const std::string base = dir.path + "/" + CheckpointFolderName(3);
+  SECTION("missing") { std::filesystem::remove_all(base); }
+  SECTION("incomplete") { std::filesystem::remove(base + "/MANIFEST"); }
+  SECTION("of another job") {
+    rpc::CheckpointManifest other = Manifest(3);
+    other.set_job_digest(78);
+    REQUIRE(WriteCheckpointManifest(base, other).ok());
+  }
+  absl::StatusOr<std::vector<CheckpointLink>> chain = ReadCheckpointChain(folder, newest);
+  CHECK(chain.status().code() == absl::StatusCode::kDataLoss);
+  CHECK_THAT(std::string(chain.status().message()),
+             Catch::Contains("checkpoint 4 builds on checkpoint 3 (" + base + ")"));
+}
+
+TEST_CASE("a shard file incremental on another checkpoint than the base is DATA_LOSS",
+          "[checkpoint][incremental]") {
+  TempFolder dir;
+  ChainLink(dir.path, 3, 0);
+  rpc::CheckpointManifest newest = ChainLink(dir.path, 5, 3);
+  newest.mutable_shards(1)->set_base_id(4);
+  absl::StatusOr<std::vector<CheckpointLink>> chain =
+      ReadCheckpointChain(dir.path + "/" + CheckpointFolderName(5), newest);
+  REQUIRE(chain.ok());
+  CHECK(ShardFileChain(*chain, 0).ok());
+  CHECK(ShardFileChain(*chain, 1).status().code() == absl::StatusCode::kDataLoss);
+  // A base not older than the checkpoint is refused rather than followed.
+  newest.set_base_id(5);
+  CHECK(ReadCheckpointChain(dir.path + "/" + CheckpointFolderName(5), newest).status().code() ==
+        absl::StatusCode::kDataLoss);
 }
 
 TEST_CASE("a missing checkpoint_dir or path is named in the error", "[checkpoint]") {
