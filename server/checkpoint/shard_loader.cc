@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "common/checkpoint_catalog.h"
 #include "common/hash.h"
 #include "server/checkpoint/shard_file.h"
 
@@ -68,9 +69,49 @@ absl::StatusOr<ShardCut> ReadCheckedFile(const std::string& folder,
   return cut;
 }
 
+// The cut of one shard of the checkpoint chain[0]: its file, and, when that is incremental, the
+// files it builds on (ShardFileChain), merged: every file's rows, oldest first (so that an id's
+// newest row comes last), and the newest file's dense chunks, window, sequence and step.
+absl::StatusOr<ShardCut> ReadShardChain(const std::vector<CheckpointLink>& chain, uint32_t shard,
+                                        const std::vector<std::unique_ptr<TableSpec>>& tables) {
+  absl::StatusOr<std::vector<ShardFileRef>> files = ShardFileChain(chain, shard);
+  if (!files.ok()) return files.status();
+  std::vector<ShardCut> cuts;
+  for (const ShardFileRef& ref : *files) {
+    const std::string folder = std::filesystem::path(ref.path).parent_path().string();
+    absl::StatusOr<ShardCut> cut = ReadCheckedFile(folder, ref.file, tables);
+    if (!cut.ok()) return cut.status();
+    if (cut->incremental != ref.file.incremental() || cut->base_id != ref.file.base_id()) {
+      return absl::DataLossError(absl::StrFormat(
+          "checkpoint file %s says it is %s, the manifest says %s", ref.path,
+          cut->incremental ? absl::StrCat("incremental on ", cut->base_id) : "full",
+          ref.file.incremental() ? absl::StrCat("incremental on ", ref.file.base_id()) : "full"));
+    }
+    cuts.push_back(*std::move(cut));
+  }
+  if (cuts.size() == 1) return std::move(cuts[0]);
+  ShardCut merged;
+  ShardCut& newest = cuts.back();
+  merged.shard = newest.shard;
+  merged.sequence = newest.sequence;
+  merged.applied_step = newest.applied_step;
+  size_t records = 0;
+  for (const ShardCut& cut : cuts) records += cut.records.size();
+  merged.records.reserve(records);
+  for (ShardCut& cut : cuts) {
+    for (rpc::ShardRecord& record : cut.records) {
+      if (!record.has_rows() && &cut != &newest) continue;  // the newest's state only
+      record.set_sequence(merged.sequence);
+      merged.records.push_back(std::move(record));
+    }
+  }
+  return merged;
+}
+
 // Re-routes the rows and dense chunks of `from` into the cuts of the shards they hash to among
-// `num_shards`; `slot[s]` is the index in `cuts` of shard s, or -1 for a shard not loaded here.
-// `open[i][t]` is the index in cuts[i].records of the record gathering table t's rows, or -1.
+// `num_shards`, in their order; `slot[s]` is the index in `cuts` of shard s, or -1 for a shard not
+// loaded here. `open[i][t]` is the index in cuts[i].records of the record gathering table t's
+// rows, or -1.
 void Route(const ShardCut& from, const std::vector<std::unique_ptr<TableSpec>>& tables,
            uint32_t num_shards, const std::vector<int>& slot, std::vector<ShardCut>* cuts,
            std::vector<std::vector<int>>* open) {
@@ -141,9 +182,12 @@ absl::Status LoadCheckpointShards(const std::string& folder,
     }
   }
 
+  absl::StatusOr<std::vector<CheckpointLink>> chain = ReadCheckpointChain(folder, manifest);
+  if (!chain.ok()) return chain.status();
+
   if (old_shards == num_shards) {
     return ParallelFor(shards.size(), threads, [&](size_t i) -> absl::Status {
-      absl::StatusOr<ShardCut> cut = ReadCheckedFile(folder, manifest.shards(shards[i]), tables);
+      absl::StatusOr<ShardCut> cut = ReadShardChain(*chain, shards[i], tables);
       if (!cut.ok()) return cut.status();
       return consume(*std::move(cut));
     });
@@ -160,7 +204,9 @@ absl::Status LoadCheckpointShards(const std::string& folder,
   }
   absl::Mutex route_mu;
   absl::Status status = ParallelFor(old_shards, threads, [&](size_t s) -> absl::Status {
-    absl::StatusOr<ShardCut> cut = ReadCheckedFile(folder, manifest.shards(s), tables);
+    // The chain's rows in order, so that each id's newest row comes last where it lands (an id
+    // is in one old shard only).
+    absl::StatusOr<ShardCut> cut = ReadShardChain(*chain, static_cast<uint32_t>(s), tables);
     if (!cut.ok()) return cut.status();
     absl::MutexLock lock(&route_mu);
     Route(*cut, tables, num_shards, slot, &cuts, &open);

@@ -6,10 +6,12 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "common/checkpoint_catalog.h"
 #include "common/hash.h"
 #include "server/checkpoint/internal/test_shards.h"
 #include "server/checkpoint/shard_file.h"
@@ -116,6 +118,149 @@ TEST_CASE("a manifest without a file for every shard is refused", "[checkpoint]"
   ckpt.manifest.mutable_shards()->RemoveLast();
   CHECK(LoadCheckpointShards(f.dir, ckpt.manifest, f.tables, kOldShards, {0}, 1).status().code() ==
         absl::StatusCode::kInvalidArgument);
+}
+
+// A full checkpoint (id 1) and increments 2 and 3 of kOldShards shards in f.dir's checkpoint
+// folders, as servers write them: between checkpoints some rows change and some are created; at
+// 2, shard 3 is written in full (a failover's new primary). `states[i]` is every shard's whole
+// content at checkpoint i + 1.
+struct Chain {
+  explicit Chain(Fixture* f) : f(f) {
+    for (uint32_t s = 0; s < kOldShards; ++s) shards.push_back(f->Filled(s, 100, s * 1000));
+    std::mt19937_64 rng(5);
+    for (uint64_t id = 1; id <= 3; ++id) {
+      if (id > 1) {
+        for (uint32_t s = 0; s < kOldShards; ++s) {
+          std::vector<uint64_t> keys;
+          for (int k = 0; k < 10; ++k) keys.push_back(s * 1000 + rng() % 500);  // some new
+          std::vector<float> grads(keys.size() * 4, 0.125f * id);
+          REQUIRE(shards[s]->Push(1, /*worker=*/3, /*sequence=*/id, keys, grads.data()) ==
+                  ApplyWindow::Verdict::kApply);
+        }
+      }
+      const std::string folder = Folder(id);
+      std::filesystem::create_directory(folder);
+      rpc::CheckpointManifest m;
+      m.set_format(kCheckpointFormat);
+      m.set_id(id);
+      m.set_step(-1);
+      m.mutable_shard_map()->set_num_shards(kOldShards);
+      m.set_base_id(id - 1);
+      std::vector<ShardCut> cuts;
+      for (uint32_t s = 0; s < kOldShards; ++s) {
+        const uint64_t base = (id == 2 && s == 3) ? 0 : id - 1;
+        cuts.push_back(shards[s]->Cut(4096, {id, base}));
+        REQUIRE(cuts.back().incremental == (base != 0));
+        absl::StatusOr<rpc::CheckpointShardFile> file =
+            WriteShardFile(absl::StrFormat("%s/shard-%05d.sst", folder, s), cuts.back(), f->tables);
+        REQUIRE(file.ok());
+        *m.add_shards() = *file;
+      }
+      REQUIRE(WriteCheckpointManifest(folder, m).ok());
+      manifests.push_back(m);
+      std::vector<Contents> state;
+      for (uint32_t s = 0; s < kOldShards; ++s) state.push_back(Whole(s, cuts[s]));
+      states.push_back(state);
+    }
+  }
+
+  std::string Folder(uint64_t id) const { return f->dir + "/" + CheckpointFolderName(id); }
+
+  // Shard s as it is, with the sequence and step of `at` (a cut taken now).
+  Contents Whole(uint32_t s, const ShardCut& at) {
+    ShardCut whole = shards[s]->Cut(1 << 20);  // for no checkpoint: not a base
+    whole.sequence = at.sequence;
+    whole.applied_step = at.applied_step;
+    return Contents(whole, f->tables);
+  }
+
+  Fixture* f;
+  std::vector<std::unique_ptr<Shard>> shards;
+  std::vector<rpc::CheckpointManifest> manifests;  // of 1, 2, 3
+  std::vector<std::vector<Contents>> states;
+};
+
+TEST_CASE("a chain's shards are its full file's rows with the increments over them",
+          "[checkpoint][incremental]") {
+  Fixture f;
+  Chain chain(&f);
+  const uint64_t id = GENERATE(3u, 2u, 1u);  // the newest, the middle, the full one
+  CAPTURE(id);
+  const rpc::CheckpointManifest& m = chain.manifests[id - 1];
+  if (id > 1) {
+    CHECK(m.shards(0).incremental());
+    CHECK(m.shards(0).rows() < chain.manifests[0].shards(0).rows());
+    CHECK(chain.states[id - 1][0].rows != chain.states[id - 2][0].rows);
+  }
+  absl::StatusOr<std::vector<ShardCut>> loaded =
+      LoadCheckpointShards(chain.Folder(id), m, f.tables, kOldShards, {0, 1, 2, 3}, /*threads=*/2);
+  REQUIRE(loaded.ok());
+  for (uint32_t s = 0; s < kOldShards; ++s) {
+    CAPTURE(s);
+    CHECK(Contents(loaded->at(s), f.tables) == chain.states[id - 1][s]);
+    // Restored, the shard holds exactly that.
+    Shard restored(s, f.config, {0, 0});
+    REQUIRE(restored.Restore(loaded->at(s)).ok());
+    CHECK(Contents(restored.Cut(1 << 20), f.tables) == chain.states[id - 1][s]);
+  }
+}
+
+TEST_CASE("a chain restored onto another num_shards: every row once, its newest value",
+          "[checkpoint][incremental]") {
+  const uint32_t num_shards = GENERATE(1u, 3u, 7u);
+  Fixture f;
+  Chain chain(&f);
+  std::map<std::pair<uint32_t, uint64_t>, std::string> want;
+  std::map<std::pair<std::string, uint32_t>, std::string> want_dense;
+  for (const Contents& c : chain.states[2]) {
+    want.insert(c.rows.begin(), c.rows.end());
+    want_dense.insert(c.dense.begin(), c.dense.end());
+  }
+  std::vector<uint32_t> all;
+  for (uint32_t s = 0; s < num_shards; ++s) all.push_back(s);
+  std::map<std::pair<uint32_t, uint64_t>, std::string> got;
+  std::map<std::pair<std::string, uint32_t>, std::string> got_dense;
+  absl::Mutex mu;
+  REQUIRE(LoadCheckpointShards(chain.Folder(3), chain.manifests[2], f.tables, num_shards, all, 3,
+                               [&](ShardCut cut) {
+                                 Shard restored(cut.shard, f.config, {0, 0});
+                                 absl::Status status = restored.Restore(cut);
+                                 if (!status.ok()) return status;
+                                 const Contents c(restored.Cut(1 << 20), f.tables);
+                                 absl::MutexLock lock(&mu);
+                                 got.insert(c.rows.begin(), c.rows.end());
+                                 got_dense.insert(c.dense.begin(), c.dense.end());
+                                 return absl::OkStatus();
+                               })
+              .ok());
+  CHECK(got.size() == want.size());
+  CHECK(got == want);
+  CHECK(got_dense == want_dense);
+}
+
+TEST_CASE("a chain whose base or base file is missing is refused with DATA_LOSS naming it",
+          "[checkpoint][incremental]") {
+  Fixture f;
+  Chain chain(&f);
+  std::string named;
+  SECTION("base checkpoint") {
+    std::filesystem::remove_all(chain.Folder(1));
+    named = chain.Folder(1);
+  }
+  SECTION("base's file") {
+    named = chain.Folder(1) + "/shard-00002.sst";
+    std::filesystem::remove(named);
+  }
+  const uint32_t num_shards = GENERATE(kOldShards, 5u);
+  absl::StatusOr<std::vector<ShardCut>> loaded = LoadCheckpointShards(
+      chain.Folder(3), chain.manifests[2], f.tables, num_shards, {0, 1, 2, 3}, /*threads=*/2);
+  CHECK(loaded.status().code() == absl::StatusCode::kDataLoss);
+  CHECK_THAT(std::string(loaded.status().message()), Catch::Contains(named));
+  // Shard 3 was written in full at 2: checkpoint 2 does not need 1 for it, but for the others.
+  if (num_shards == kOldShards) {
+    CHECK(LoadCheckpointShards(chain.Folder(2), chain.manifests[1], f.tables, kOldShards, {3}, 1)
+              .ok() == (named != chain.Folder(1)));
+  }
 }
 
 }  // namespace
