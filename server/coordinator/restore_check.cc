@@ -1,6 +1,7 @@
 #include "server/coordinator/restore_check.h"
 
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -42,15 +43,24 @@ absl::StatusOr<RestorePoint> CheckRestorable(const std::string& path, const conf
     }
   }
 
+  // An incremental checkpoint needs its chain: every base down to a full checkpoint, whole.
+  absl::StatusOr<std::vector<CheckpointLink>> chain = ReadCheckpointChain(point.folder, m);
+  if (!chain.ok()) return chain.status();
+  std::vector<std::pair<std::string, const rpc::CheckpointShardFile*>> files;
+  for (const CheckpointLink& link : *chain) {
+    for (const rpc::CheckpointShardFile& file : link.manifest.shards()) {
+      files.emplace_back(absl::StrCat(link.folder, "/", file.file()), &file);
+    }
+  }
+
   // Each file's size and checksum, several files at once.
-  std::vector<absl::Status> results(m.shards_size());
+  std::vector<absl::Status> results(files.size());
   std::vector<std::thread> threads;
-  const int parallel = 4;
-  for (int w = 0; w < parallel; ++w) {
+  const size_t parallel = 4;
+  for (size_t w = 0; w < parallel; ++w) {
     threads.emplace_back([&, w] {
-      for (int i = w; i < m.shards_size(); i += parallel) {
-        results[i] =
-            VerifyShardFile(absl::StrCat(point.folder, "/", m.shards(i).file()), m.shards(i));
+      for (size_t i = w; i < files.size(); i += parallel) {
+        results[i] = VerifyShardFile(files[i].first, *files[i].second);
       }
     });
   }

@@ -25,10 +25,14 @@ struct RestorePoint {
 //  - every table of the checkpoint is a table of the job with the same dim and optimizer type
 //    (the rows' layout); the job may have more tables (they start empty) and other optimizer
 //    hyperparameters, initializers, num_shards, num_servers or replication;
-//  - every shard file exists with the manifest's size and XXH3-64 (each file is read once).
+//  - an incremental checkpoint's chain is there: every base down to a full checkpoint
+//    (ReadCheckpointChain);
+//  - every shard file of every checkpoint of the chain exists with its manifest's size and
+//    XXH3-64 (each file is read once).
 // Returns the checkpoint. Errors: ResolveCheckpoint's (NOT_FOUND: nothing complete there;
 // FAILED_PRECONDITION: a bad manifest); FAILED_PRECONDITION naming the table and what differs;
-// DATA_LOSS naming a missing, resized or damaged file (VerifyShardFile).
+// DATA_LOSS naming a missing or unfitting base checkpoint (ReadCheckpointChain), or a missing,
+// resized or damaged file (VerifyShardFile).
 absl::StatusOr<RestorePoint> CheckRestorable(const std::string& path, const config::Job& job);
 
 // The checkpoint a job starts from: `flag` (ps_coordinator --restore) if not empty, else the

@@ -28,25 +28,35 @@ struct Checkpoint {
   Checkpoint() {
     char tmpl[] = "/tmp/restore_check_test.XXXXXX";
     dir = ::mkdtemp(tmpl);
-    folder = dir + "/" + CheckpointFolderName(4);
-    std::filesystem::create_directory(folder);
+    folder = Write(4, 0);
+    *job.add_tables() = Table("wide", 1, "SGD");
+    *job.add_tables() = Table("emb", 8, "adagrad");
+  }
+
+  // Writes checkpoint `id`, incremental on `base` (0: full); returns its folder.
+  std::string Write(uint64_t id, uint64_t base) {
+    const std::string at = dir + "/" + CheckpointFolderName(id);
+    std::filesystem::create_directory(at);
     rpc::CheckpointManifest m;
     m.set_format(kCheckpointFormat);
-    m.set_id(4);
+    m.set_id(id);
+    m.set_base_id(base);
+    m.mutable_shard_map()->set_num_shards(2);
     *m.add_tables() = Table("emb", 8, "adagrad");
     *m.add_tables() = Table("wide", 1, "sgd");
     for (int s = 0; s < 2; ++s) {
       rpc::CheckpointShardFile* f = m.add_shards();
       f->set_shard(s);
       f->set_file("shard-" + std::to_string(s) + ".sst");
-      const std::string path = folder + "/" + f->file();
+      f->set_incremental(base != 0);
+      f->set_base_id(base);
+      const std::string path = at + "/" + f->file();
       std::ofstream(path, std::ios::binary) << std::string(1000 + s, 'a' + s);
       f->set_bytes(1000 + s);
       f->set_xxh3(*FileXxh3(path));
     }
-    REQUIRE(WriteCheckpointManifest(folder, m).ok());
-    *job.add_tables() = Table("wide", 1, "SGD");
-    *job.add_tables() = Table("emb", 8, "adagrad");
+    REQUIRE(WriteCheckpointManifest(at, m).ok());
+    return at;
   }
   ~Checkpoint() { std::filesystem::remove_all(dir); }
 
@@ -104,6 +114,35 @@ TEST_CASE("a damaged checkpoint is refused, naming the file", "[checkpoint]") {
     want = file;
   }
   absl::StatusOr<RestorePoint> point = CheckRestorable(c.folder, c.job);
+  CHECK(point.status().code() == absl::StatusCode::kDataLoss);
+  CHECK_THAT(std::string(point.status().message()), Catch::Contains(want));
+}
+
+TEST_CASE("an incremental checkpoint is checked with every file of its chain",
+          "[checkpoint][incremental]") {
+  Checkpoint c;
+  c.Write(5, 4);
+  const std::string newest = c.Write(6, 5);
+  absl::StatusOr<RestorePoint> point = CheckRestorable(c.dir, c.job);
+  REQUIRE(point.ok());
+  CHECK(point->folder == newest);
+  CHECK(point->manifest.base_id() == 5);
+
+  std::string want;
+  SECTION("a base's file damaged") {
+    const std::string file = c.folder + "/shard-1.sst";  // of the full checkpoint 4
+    std::ofstream(file, std::ios::binary) << std::string(1000, 'b') << 'c';
+    want = file;
+  }
+  SECTION("a base missing") {
+    std::filesystem::remove_all(c.dir + "/" + CheckpointFolderName(5));
+    want = "checkpoint 6 builds on checkpoint 5";
+  }
+  SECTION("the full checkpoint missing") {
+    std::filesystem::remove_all(c.folder);
+    want = "checkpoint 5 builds on checkpoint 4 (" + c.folder + "), which is missing";
+  }
+  point = CheckRestorable(newest, c.job);
   CHECK(point.status().code() == absl::StatusCode::kDataLoss);
   CHECK_THAT(std::string(point.status().message()), Catch::Contains(want));
 }
