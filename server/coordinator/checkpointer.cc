@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <thread>
 #include <utility>
 
@@ -46,6 +47,44 @@ Checkpointer::WriteFn GrpcWrite(absl::Duration timeout) {
     }
     return response;
   };
+}
+
+// The checkpoint the next one builds on, among the complete ones (oldest first), or 0 for a full
+// one: the newest, while it is of this job and layout and its chain has fewer than
+// full_every - 1 increments over its full checkpoint.
+uint64_t ChooseBase(const std::vector<rpc::CheckpointManifest>& complete, uint32_t full_every,
+                    uint64_t job_digest, uint32_t num_shards) {
+  if (full_every <= 1 || complete.empty()) return 0;
+  const rpc::CheckpointManifest& newest = complete.back();
+  if (newest.job_digest() != job_digest || newest.shard_map().num_shards() != num_shards) return 0;
+  std::map<uint64_t, const rpc::CheckpointManifest*> by_id;
+  for (const rpc::CheckpointManifest& m : complete) by_id[m.id()] = &m;
+  uint32_t increments = 0;
+  for (const rpc::CheckpointManifest* m = &newest; m->base_id() != 0; ++increments) {
+    auto base = by_id.find(m->base_id());
+    if (base == by_id.end() || base->first >= m->id()) return 0;  // a broken chain: start anew
+    m = base->second;
+  }
+  return increments + 1 < full_every ? newest.id() : 0;
+}
+
+// The complete checkpoints (oldest first) to remove: all but the newest `keep` and the ones those
+// build on, directly or through their chains.
+std::vector<uint64_t> Retired(const std::vector<rpc::CheckpointManifest>& complete, size_t keep) {
+  std::map<uint64_t, uint64_t> base_of;
+  for (const rpc::CheckpointManifest& m : complete) base_of[m.id()] = m.base_id();
+  std::set<uint64_t> needed;
+  for (size_t i = complete.size() > keep ? complete.size() - keep : 0; i < complete.size(); ++i) {
+    for (uint64_t id = complete[i].id(); id != 0 && needed.insert(id).second;) {
+      auto it = base_of.find(id);
+      id = it == base_of.end() ? 0 : it->second;
+    }
+  }
+  std::vector<uint64_t> retired;
+  for (const rpc::CheckpointManifest& m : complete) {
+    if (needed.count(m.id()) == 0) retired.push_back(m.id());
+  }
+  return retired;
 }
 
 }  // namespace
@@ -143,6 +182,9 @@ absl::StatusOr<rpc::CheckpointResponse> Checkpointer::Take(
       id = std::max(id, n + 1);
     }
   }
+  const uint64_t job_digest = JobDigest(job);
+  const uint64_t base =
+      ChooseBase(*existing, job.cluster().checkpoint_full_every(), job_digest, map.num_shards());
   const std::string folder = dir + "/" + CheckpointFolderName(id);
   std::filesystem::create_directory(folder, ec);
   if (ec) return absl::InternalError(absl::StrCat("creating ", folder, ": ", ec.message()));
@@ -183,6 +225,8 @@ absl::StatusOr<rpc::CheckpointResponse> Checkpointer::Take(
       request.mutable_header()->set_map_version(map.version());
       request.set_path(folder);
       request.set_step(sync ? step : -1);
+      request.set_id(id);
+      request.set_base_id(base);
       for (uint32_t s : shards) request.add_shards(s);
       threads.emplace_back([this, &results, i, request, addr = address[server]] {
         results[i].second = write_(addr, request);
@@ -196,7 +240,7 @@ absl::StatusOr<rpc::CheckpointResponse> Checkpointer::Take(
   manifest.set_format(kCheckpointFormat);
   manifest.set_id(id);
   manifest.set_job_name(job.name());
-  manifest.set_job_digest(JobDigest(job));
+  manifest.set_job_digest(job_digest);
   manifest.set_mode(config::Training::Mode_Name(job.training().mode()));
   manifest.set_step(sync ? step : -1);
   manifest.set_next_member_id(coordinator_->next_member_id());
@@ -206,6 +250,7 @@ absl::StatusOr<rpc::CheckpointResponse> Checkpointer::Take(
   std::vector<bool> have(map.num_shards(), false);
   double max_stall_ms = 0;
   uint64_t bytes = 0;
+  bool incremental = false;
   for (auto& [server, result] : results) {
     if (!result.ok()) return fail(result.status());
     max_stall_ms = std::max(max_stall_ms, result->max_stall_ms());
@@ -214,6 +259,12 @@ absl::StatusOr<rpc::CheckpointResponse> Checkpointer::Take(
         return fail(absl::InternalError(absl::StrFormat(
             "server %d wrote shard %d, which it was not asked for", server, f.shard())));
       }
+      if (f.incremental() && (base == 0 || f.base_id() != base)) {
+        return fail(absl::InternalError(
+            absl::StrFormat("server %d wrote shard %d incrementally on checkpoint %d, not on %d",
+                            server, f.shard(), f.base_id(), base)));
+      }
+      incremental |= f.incremental();
       files[f.shard()] = f;
       have[f.shard()] = true;
       bytes += f.bytes();
@@ -223,6 +274,9 @@ absl::StatusOr<rpc::CheckpointResponse> Checkpointer::Take(
     if (!have[s]) return fail(absl::InternalError(absl::StrFormat("shard %d was not written", s)));
     *manifest.add_shards() = files[s];
   }
+  // Servers write in full the shards they did not cut for the base (after a failover, a restart,
+  // a restore): a checkpoint without an incremental file is a full one, needing no base.
+  manifest.set_base_id(incremental ? base : 0);
   if (!worker_ranks.empty()) {
     std::vector<std::string> keys;
     for (int32_t r : worker_ranks) keys.push_back(absl::StrCat(worker_key, r));
@@ -270,13 +324,13 @@ absl::StatusOr<rpc::CheckpointResponse> Checkpointer::Take(
   absl::Status written = WriteCheckpointManifest(folder, manifest);
   if (!written.ok()) return fail(written);
 
-  // Keep the newest checkpoint_keep; partial folders older than this one are leftovers.
+  // Keep the newest checkpoint_keep and the bases they build on; partial folders older than this
+  // one are leftovers.
   partial.clear();
   absl::StatusOr<std::vector<rpc::CheckpointManifest>> all = ListCheckpoints(dir, &partial);
   if (all.ok()) {
-    const size_t keep = job.cluster().checkpoint_keep();
-    for (size_t i = 0; i + keep < all->size(); ++i) {
-      std::filesystem::remove_all(dir + "/" + CheckpointFolderName((*all)[i].id()), ec);
+    for (uint64_t retired : Retired(*all, job.cluster().checkpoint_keep())) {
+      std::filesystem::remove_all(dir + "/" + CheckpointFolderName(retired), ec);
     }
     for (const std::string& p : partial) {
       if (std::filesystem::path(p).filename().string() < CheckpointFolderName(id)) {

@@ -33,12 +33,19 @@ class Checkpointer {
 
   // Takes a checkpoint (see CheckpointRequest for `step` and `workers`) into the job's
   // checkpoint_dir, as folder <id> (one above the newest there), and removes complete
-  // checkpoints beyond checkpoint_keep and partial folders older than the new one.
+  // checkpoints beyond checkpoint_keep (except those a kept one builds on, directly or through
+  // its chain) and partial folders older than the new one.
   //
   // Sync jobs with workers: their state at the boundary goes in too (worker-NNNNN.pb files), the
   // given `workers` or, without them, those every worker rank puts in the rendezvous store when
   // its clock report shows the checkpoint (ClockState.checkpoint), waited for up to
   // worker_wait.
+  //
+  // With checkpoint_full_every K > 1 the servers are asked to build on the newest complete
+  // checkpoint (WriteCheckpointRequest.base_id) while its chain holds fewer than K - 1
+  // increments and it is of this job (digest) and num_shards; each server writes incrementally
+  // the shards it cut for that checkpoint itself, the others in full. The manifest names the
+  // base when a file is incremental (base_id), else the checkpoint is full (base_id 0).
   //
   // Errors: FAILED_PRECONDITION without checkpoint_dir, before the shard map exists, with a lost
   // shard, while another checkpoint is being taken, when a server refuses (its message says why),
