@@ -4,8 +4,10 @@
 //   ps_ctl status --coordinator=HOST:PORT
 //                                   members, shard map (version, shards per server) and clocks
 //   ps_ctl checkpoint --coordinator=HOST:PORT [--step=T]   take a checkpoint now
-//   ps_ctl checkpoint list DIR      the complete checkpoints in a checkpoint_dir
-//   ps_ctl checkpoint show FOLDER   one checkpoint: its manifest, rows per table, files checked
+//   ps_ctl checkpoint list DIR      the complete checkpoints in a checkpoint_dir, full or on which
+//                                   base
+//   ps_ctl checkpoint show FOLDER   one checkpoint: its manifest, its chain if incremental, rows
+//                                   per table as restored, every file of the chain checked
 //   ps_ctl export --checkpoint=FOLDER --table=NAME --out=FILE [--format=tsv|npy]
 //                                   a table's embeddings, sorted by id (client/internal/
 //                                   checkpoint_export.h gives the formats)
@@ -244,7 +246,10 @@ int ListCheckpoints(const std::string& dir) {
     std::fprintf(stderr, "ps_ctl checkpoint list: %s\n", all.status().ToString().c_str());
     return 1;
   }
-  std::printf("%-20s %-8s %-8s %-12s %-12s %s\n", "id", "mode", "step", "rows", "MB", "tables");
+  // rows and MB: what the checkpoint's files hold (an incremental one: the rows changed since
+  // its base).
+  std::printf("%-20s %-8s %-8s %-12s %-12s %-22s %s\n", "id", "mode", "step", "rows", "MB", "kind",
+              "tables");
   for (const ps::rpc::CheckpointManifest& m : *all) {
     uint64_t rows = 0, bytes = 0;
     for (const auto& f : m.shards()) {
@@ -255,9 +260,12 @@ int ListCheckpoints(const std::string& dir) {
     for (const auto& t : m.tables()) {
       absl::StrAppend(&tables, tables.empty() ? "" : ", ", t.name(), " (dim ", t.dim(), ")");
     }
-    std::printf("%-20llu %-8s %-8lld %-12llu %-12.1f %s\n", static_cast<unsigned long long>(m.id()),
-                m.mode().c_str(), static_cast<long long>(m.step()),
-                static_cast<unsigned long long>(rows), bytes / 1e6, tables.c_str());
+    const std::string kind =
+        m.base_id() == 0 ? std::string("full") : absl::StrCat("incremental on ", m.base_id());
+    std::printf("%-20llu %-8s %-8lld %-12llu %-12.1f %-22s %s\n",
+                static_cast<unsigned long long>(m.id()), m.mode().c_str(),
+                static_cast<long long>(m.step()), static_cast<unsigned long long>(rows),
+                bytes / 1e6, kind.c_str(), tables.c_str());
   }
   for (const std::string& p : partial)
     std::printf("partial (no manifest, ignored): %s\n", p.c_str());
@@ -270,7 +278,20 @@ int ShowCheckpoint(const std::string& folder) {
     std::fprintf(stderr, "ps_ctl checkpoint show: %s\n", m.status().ToString().c_str());
     return 1;
   }
-  // Every file checked against the manifest (size, XXH3-64), then its rows counted by table.
+  // An incremental checkpoint is restored with its chain: its bases down to a full checkpoint.
+  const absl::StatusOr<std::vector<ps::CheckpointLink>> chain = ps::ReadCheckpointChain(folder, *m);
+  // Every file of the chain checked against its manifest (size, XXH3-64); this checkpoint's files'
+  // rows counted by table against their headers.
+  std::vector<std::string> base_damage;
+  if (chain.ok()) {
+    for (size_t i = 1; i < chain->size(); ++i) {
+      for (const ps::rpc::CheckpointShardFile& file : (*chain)[i].manifest.shards()) {
+        const absl::Status checked =
+            ps::VerifyShardFile(absl::StrCat((*chain)[i].folder, "/", file.file()), file);
+        if (!checked.ok()) base_damage.push_back(checked.ToString());
+      }
+    }
+  }
   std::vector<uint64_t> table_rows(m->tables_size());
   std::vector<std::string> damage(m->shards_size());
   uint64_t bytes = 0;
@@ -297,7 +318,33 @@ int ShowCheckpoint(const std::string& folder) {
       damage[i] = checked.ToString();
       continue;
     }
-    for (int t = 0; t < m->tables_size(); ++t) table_rows[t] += counts[t];
+    if (!file.incremental()) {
+      for (int t = 0; t < m->tables_size(); ++t) table_rows[t] += counts[t];
+      continue;
+    }
+    // The shard's rows as restored: its chain's files merged, each id once.
+    if (!chain.ok() || !base_damage.empty()) continue;
+    const absl::StatusOr<std::vector<ps::ShardFileRef>> files =
+        ps::ShardFileChain(*chain, file.shard());
+    if (!files.ok()) {
+      damage[i] = files.status().ToString();
+      continue;
+    }
+    std::vector<std::string> paths;
+    for (const ps::ShardFileRef& ref : *files) paths.push_back(ref.path);
+    for (int t = 0; t < m->tables_size(); ++t) {
+      absl::StatusOr<std::unique_ptr<ps::ShardChainCursor>> cursor =
+          ps::ShardChainCursor::Open(paths, m->tables(t).name());
+      if (!cursor.ok()) {
+        damage[i] = cursor.status().ToString();
+        break;
+      }
+      for (; (*cursor)->Valid(); (*cursor)->Next()) ++table_rows[t];
+      if (!(*cursor)->status().ok()) {
+        damage[i] = (*cursor)->status().ToString();
+        break;
+      }
+    }
   }
 
   std::printf("checkpoint %llu of job \"%s\" in %s\n", static_cast<unsigned long long>(m->id()),
@@ -316,35 +363,60 @@ int ShowCheckpoint(const std::string& folder) {
               m->seconds());
   std::printf("  %d shards, %llu bytes (%.1f MB)\n", m->shards_size(),
               static_cast<unsigned long long>(bytes), bytes / 1e6);
-  std::printf("tables:\n  %-20s %-6s %-10s %s\n", "name", "dim", "optimizer", "rows");
+  if (m->base_id() == 0) {
+    std::printf("  full: every shard file holds all of its shard's rows\n");
+  } else if (chain.ok()) {
+    std::vector<std::string> ids;
+    for (const ps::CheckpointLink& link : *chain) ids.push_back(absl::StrCat(link.manifest.id()));
+    std::printf("  incremental on checkpoint %llu; restored with its chain %s (full)\n",
+                static_cast<unsigned long long>(m->base_id()), absl::StrJoin(ids, " <- ").c_str());
+  } else {
+    std::printf("  incremental on checkpoint %llu; CHAIN BROKEN: %s\n",
+                static_cast<unsigned long long>(m->base_id()), chain.status().ToString().c_str());
+  }
+  for (const std::string& d : base_damage) std::printf("  base file DAMAGED: %s\n", d.c_str());
+  std::printf("tables (rows as restored):\n  %-20s %-6s %-10s %s\n", "name", "dim", "optimizer",
+              "rows");
   for (int t = 0; t < m->tables_size(); ++t) {
     const ps::config::Table& table = m->tables(t);
     std::printf("  %-20s %-6u %-10s %llu\n", table.name().c_str(), table.dim(),
                 table.optimizer().type().c_str(), static_cast<unsigned long long>(table_rows[t]));
   }
-  std::printf("shards:\n  %-6s %-20s %-12s %-10s %-6s %-12s %s\n", "shard", "file", "bytes", "rows",
-              "dense", "sequence", "applied step");
+  std::printf("shards:\n  %-6s %-20s %-12s %-10s %-6s %-12s %-12s %s\n", "shard", "file", "bytes",
+              "rows", "dense", "sequence", "applied step", "kind");
   int damaged = 0;
   for (int i = 0; i < m->shards_size(); ++i) {
     const ps::rpc::CheckpointShardFile& f = m->shards(i);
-    std::printf(
-        "  %-6u %-20s %-12llu %-10llu %-6llu %-12llu %lld\n", f.shard(), f.file().c_str(),
-        static_cast<unsigned long long>(f.bytes()), static_cast<unsigned long long>(f.rows()),
-        static_cast<unsigned long long>(f.dense_chunks()),
-        static_cast<unsigned long long>(f.sequence()), static_cast<long long>(f.applied_step()));
+    const std::string kind =
+        f.incremental() ? absl::StrCat("on ", f.base_id()) : std::string("full");
+    std::printf("  %-6u %-20s %-12llu %-10llu %-6llu %-12llu %-12lld %s\n", f.shard(),
+                f.file().c_str(), static_cast<unsigned long long>(f.bytes()),
+                static_cast<unsigned long long>(f.rows()),
+                static_cast<unsigned long long>(f.dense_chunks()),
+                static_cast<unsigned long long>(f.sequence()),
+                static_cast<long long>(f.applied_step()), kind.c_str());
     if (!damage[i].empty()) {
       std::printf("         DAMAGED: %s\n", damage[i].c_str());
       ++damaged;
     }
   }
+  int status = 0;
   if (damaged > 0) {
     std::fprintf(stderr,
                  "ps_ctl checkpoint show: %d of %d shard files are damaged; their rows are not "
                  "counted in the tables' rows\n",
                  damaged, m->shards_size());
-    return 1;
+    status = 1;
   }
-  return 0;
+  if (!chain.ok() || !base_damage.empty()) {
+    std::fprintf(stderr,
+                 "ps_ctl checkpoint show: the checkpoint's chain is broken (%s); its incremental "
+                 "shards' rows are not counted and it cannot be restored\n",
+                 chain.ok() ? absl::StrCat(base_damage.size(), " damaged base files").c_str()
+                            : chain.status().ToString().c_str());
+    status = 1;
+  }
+  return status;
 }
 
 int Export() {

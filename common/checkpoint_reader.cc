@@ -230,4 +230,54 @@ absl::StatusOr<uint64_t> ShardFileReader::CountRows(absl::string_view table) {
   return n;
 }
 
+absl::StatusOr<std::unique_ptr<ShardChainCursor>> ShardChainCursor::Open(
+    const std::vector<std::string>& paths, absl::string_view table) {
+  if (paths.empty()) return absl::InvalidArgumentError("a chain of no shard files");
+  std::unique_ptr<ShardChainCursor> chain(new ShardChainCursor());
+  for (size_t i = paths.size(); i-- > 0;) {  // the newest first: its table decides
+    absl::StatusOr<std::unique_ptr<ShardFileReader>> reader = ShardFileReader::Open(paths[i]);
+    if (!reader.ok()) return reader.status();
+    absl::StatusOr<std::unique_ptr<ShardRowCursor>> cursor = (*reader)->Rows(table);
+    if (!cursor.ok()) {
+      if (chain->cursors_.empty()) return cursor.status();
+      return DataLoss(paths[i], cursor.status().message());
+    }
+    if (!chain->cursors_.empty() &&
+        ((*cursor)->layout().dim() != chain->layout().dim() ||
+         (*cursor)->layout().row_floats() != chain->layout().row_floats())) {
+      return DataLoss(paths[i], absl::StrFormat("table \"%s\" has another layout than in %s", table,
+                                                paths.back()));
+    }
+    chain->readers_.insert(chain->readers_.begin(), *std::move(reader));
+    chain->cursors_.insert(chain->cursors_.begin(), *std::move(cursor));
+  }
+  chain->Settle();
+  return chain;
+}
+
+ShardChainCursor::~ShardChainCursor() = default;
+
+void ShardChainCursor::Next() {
+  const uint64_t id = current_->id();
+  for (const std::unique_ptr<ShardRowCursor>& cursor : cursors_) {
+    if (cursor->Valid() && cursor->id() == id) cursor->Next();
+  }
+  Settle();
+}
+
+void ShardChainCursor::Settle() {
+  current_ = nullptr;
+  for (const std::unique_ptr<ShardRowCursor>& cursor : cursors_) {
+    if (!cursor->status().ok()) {
+      status_ = cursor->status();
+      current_ = nullptr;
+      return;
+    }
+    // Newer files come later: at an equal id, the newer one wins.
+    if (cursor->Valid() && (current_ == nullptr || cursor->id() <= current_->id())) {
+      current_ = cursor.get();
+    }
+  }
+}
+
 }  // namespace ps

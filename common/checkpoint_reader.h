@@ -148,6 +148,47 @@ class ShardFileReader {
   std::vector<rpc::CheckpointTableLayout> tables_;
 };
 
+// A ShardChainCursor walks the rows of one table of one shard over the files that rebuild it in
+// an incremental checkpoint (common/checkpoint_catalog.h: ShardFileChain gives them, a full file
+// and the increments over it), in id order, each id once, with the row of the newest file that
+// holds it: the rows a restore gives the shard. One file is a chain too. Thread-compatible.
+class ShardChainCursor {
+ public:
+  // Opens each file of `paths` (oldest first; at least one) and a cursor of `table` in each.
+  // Errors: ShardFileReader::Open's (DATA_LOSS); NOT_FOUND as ShardFileReader::Rows (in the
+  // newest file); DATA_LOSS naming the file when an older file has no such table or another
+  // layout of it.
+  static absl::StatusOr<std::unique_ptr<ShardChainCursor>> Open(
+      const std::vector<std::string>& paths, absl::string_view table);
+
+  ~ShardChainCursor();
+
+  ShardChainCursor(const ShardChainCursor&) = delete;
+  ShardChainCursor& operator=(const ShardChainCursor&) = delete;
+
+  // As ShardRowCursor's: Valid() while at a row; status() OK once past the last row without an
+  // error, else the first file's error (DATA_LOSS).
+  bool Valid() const { return current_ != nullptr; }
+  void Next();
+  uint64_t id() const { return current_->id(); }
+  absl::Span<const float> row() const { return current_->row(); }
+  const absl::Status& status() const { return status_; }
+
+  // The table's layout (the newest file's; every file's is the same).
+  const rpc::CheckpointTableLayout& layout() const { return cursors_.back()->layout(); }
+
+ private:
+  ShardChainCursor() = default;
+
+  // Points current_ at the newest of the cursors at the smallest id, or ends the walk.
+  void Settle();
+
+  std::vector<std::unique_ptr<ShardFileReader>> readers_;  // oldest first
+  std::vector<std::unique_ptr<ShardRowCursor>> cursors_;   // one per reader
+  ShardRowCursor* current_ = nullptr;
+  absl::Status status_;
+};
+
 }  // namespace ps
 
 #endif  // PS_COMMON_CHECKPOINT_READER_H_

@@ -199,6 +199,68 @@ TEST_CASE("a shard file's header, tables and rows are read back in id order, bit
   CHECK_THAT(std::string(missing.status().message()), Catch::Contains("a, ab, emb"));
 }
 
+TEST_CASE("a chain cursor walks a shard's files as one: each id once, the newest file's row",
+          "[checkpoint][incremental]") {
+  auto dir = Scratch();
+  // A full file and two increments: each changes some rows of before and adds some.
+  std::vector<Rows> files = {RandomRows(500, 8, 1)};
+  std::mt19937_64 rng(4);
+  for (int i = 0; i < 2; ++i) {
+    Rows inc = RandomRows(40, 8, 10 + i);  // new ids
+    const Rows& before = files.back();
+    for (int k = 0; k < 30; ++k) {
+      auto it = std::next(before.begin(), rng() % before.size());
+      inc[it->first] = RandomRows(1, 8, 100 * i + k).begin()->second;
+    }
+    files.push_back(inc);
+  }
+  files[2].insert(*files[0].begin());  // an id the middle file did not change
+  std::vector<std::string> paths;
+  Rows want;
+  for (size_t i = 0; i < files.size(); ++i) {
+    paths.push_back(dir->path() + "/shard-" + std::to_string(i) + ".sst");
+    WriteFile(paths.back(), {{"emb", 4, 8, files[i]}}, 256);
+    for (const auto& [id, row] : files[i]) want[id] = row;
+  }
+  for (size_t n = 1; n <= paths.size(); ++n) {
+    CAPTURE(n);
+    Rows expected;
+    for (size_t i = 0; i < n; ++i) {
+      for (const auto& [id, row] : files[i]) expected[id] = row;
+    }
+    absl::StatusOr<std::unique_ptr<ShardChainCursor>> chain =
+        ShardChainCursor::Open(std::vector<std::string>(paths.begin(), paths.begin() + n), "emb");
+    REQUIRE(chain.ok());
+    CHECK((*chain)->layout().row_floats() == 8);
+    std::vector<std::pair<uint64_t, std::vector<float>>> got;
+    for (; (*chain)->Valid(); (*chain)->Next()) {
+      got.emplace_back((*chain)->id(),
+                       std::vector<float>((*chain)->row().begin(), (*chain)->row().end()));
+    }
+    CHECK((*chain)->status().ok());
+    CHECK(got ==
+          std::vector<std::pair<uint64_t, std::vector<float>>>(expected.begin(), expected.end()));
+  }
+
+  // A table the newest file lacks is NOT_FOUND; one an older file lacks or lays out otherwise is
+  // DATA_LOSS naming that file.
+  CHECK(ShardChainCursor::Open(paths, "wide").status().code() == absl::StatusCode::kNotFound);
+  const std::string other = dir->path() + "/other.sst";
+  WriteFile(other, {{"emb", 2, 4, RandomRows(5, 4, 9)}});
+  for (const std::vector<std::string>& bad :
+       {std::vector<std::string>{other, paths[2]},
+        std::vector<std::string>{paths[0], paths[1], other}}) {
+    absl::StatusOr<std::unique_ptr<ShardChainCursor>> chain = ShardChainCursor::Open(bad, "emb");
+    CHECK(chain.status().code() == absl::StatusCode::kDataLoss);
+  }
+  const std::string lacking = dir->path() + "/lacking.sst";
+  WriteFile(lacking, {{"ab", 1, 1, RandomRows(5, 1, 9)}});
+  absl::StatusOr<std::unique_ptr<ShardChainCursor>> chain =
+      ShardChainCursor::Open({lacking, paths[0]}, "emb");
+  CHECK(chain.status().code() == absl::StatusCode::kDataLoss);
+  CHECK_THAT(std::string(chain.status().message()), Catch::Contains(lacking));
+}
+
 TEST_CASE("a file's digest is its XXH3-64, checked against the manifest's entry", "[checkpoint]") {
   auto dir = Scratch();
   const std::string path = dir->path() + "/shard-00000.sst";

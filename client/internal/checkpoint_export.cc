@@ -106,7 +106,7 @@ void AppendFloat(float f, std::string* out) {
 // One shard's cursor in the merge, ordered by its current id (smallest first).
 struct Head {
   uint64_t id;
-  ShardRowCursor* cursor;
+  ShardChainCursor* cursor;
   bool operator>(const Head& other) const { return id > other.id; }
 };
 using Heads = std::priority_queue<Head, std::vector<Head>, std::greater<Head>>;
@@ -186,25 +186,29 @@ absl::StatusOr<ExportSummary> ExportTable(const std::string& folder, const std::
   }
   const uint32_t dim = spec->dim();
 
-  // Every file is checked whole before anything is written.
-  std::vector<std::string> paths;
-  for (const rpc::CheckpointShardFile& file : manifest.shards()) {
-    paths.push_back((std::filesystem::path(folder) / file.file()).string());
-    PS_RETURN_IF_ERROR(VerifyShardFile(paths.back(), file));
+  // An incremental checkpoint is read with its chain; every file of it is checked whole before
+  // anything is written.
+  PS_ASSIGN_OR_RETURN(const std::vector<CheckpointLink> chain,
+                      ReadCheckpointChain(folder, manifest));
+  for (const CheckpointLink& link : chain) {
+    for (const rpc::CheckpointShardFile& file : link.manifest.shards()) {
+      PS_RETURN_IF_ERROR(
+          VerifyShardFile((std::filesystem::path(link.folder) / file.file()).string(), file));
+    }
   }
-  std::vector<std::unique_ptr<ShardFileReader>> readers;
-  std::vector<std::unique_ptr<ShardRowCursor>> cursors;
+  // One cursor a shard, over its chain's files (the newest row of an id wins).
+  std::vector<std::unique_ptr<ShardChainCursor>> cursors;
   Heads heads;
-  for (const std::string& path : paths) {
-    absl::StatusOr<std::unique_ptr<ShardFileReader>> reader = ShardFileReader::Open(path);
-    if (!reader.ok()) return reader.status();
-    readers.push_back(*std::move(reader));
-    absl::StatusOr<std::unique_ptr<ShardRowCursor>> cursor = readers.back()->Rows(table);
+  for (const rpc::CheckpointShardFile& file : manifest.shards()) {
+    PS_ASSIGN_OR_RETURN(const std::vector<ShardFileRef> files, ShardFileChain(chain, file.shard()));
+    std::vector<std::string> paths;
+    for (const ShardFileRef& ref : files) paths.push_back(ref.path);
+    absl::StatusOr<std::unique_ptr<ShardChainCursor>> cursor = ShardChainCursor::Open(paths, table);
     if (!cursor.ok()) return absl::DataLossError(cursor.status().message());
     if ((*cursor)->layout().dim() != dim) {
       return absl::DataLossError(
-          absl::StrFormat("checkpoint file %s: table \"%s\" has dim %d, the manifest says %d", path,
-                          table, (*cursor)->layout().dim(), dim));
+          absl::StrFormat("checkpoint file %s: table \"%s\" has dim %d, the manifest says %d",
+                          paths.back(), table, (*cursor)->layout().dim(), dim));
     }
     PS_RETURN_IF_ERROR((*cursor)->status());
     if ((*cursor)->Valid()) heads.push({(*cursor)->id(), cursor->get()});

@@ -32,14 +32,17 @@ struct ExportSummary {
 };
 
 // Writes the embeddings of `table` in the checkpoint in `folder` (the table's first dim floats of
-// every row, not its optimizer's state) to the file `out`, sorted by id, in `format`. Checks every
-// shard file against the manifest (size and XXH3-64) before writing anything; writes `out`.tmp,
-// then renames it to `out`, so that `out` is either whole or as it was (the temporary file is
-// removed on any error). Returns the rows written and the table's dim.
+// every row, not its optimizer's state) to the file `out`, sorted by id, in `format`. An
+// incremental checkpoint is read with its chain (the bases beside `folder`, down to a full one):
+// each row as the newest file of its shard's chain holds it, as a restore gives it. Checks every
+// shard file of the chain against its manifest (size and XXH3-64) before writing anything; writes
+// `out`.tmp, then renames it to `out`, so that `out` is either whole or as it was (the temporary
+// file is removed on any error). Returns the rows written and the table's dim.
 // NOT_FOUND if `folder` does not exist, or the checkpoint has no table `table` (naming those it
-// has); FAILED_PRECONDITION if `folder` is not a complete checkpoint; DATA_LOSS naming the file if
-// a shard file is missing, differs from the manifest, is corrupt, or holds an id twice;
-// INTERNAL if `out` cannot be written.
+// has); FAILED_PRECONDITION if `folder` is not a complete checkpoint; DATA_LOSS naming the
+// checkpoint when a base is missing or does not fit (ReadCheckpointChain), naming the file if a
+// shard file is missing, differs from the manifest, is corrupt, or holds an id that another
+// shard holds too; INTERNAL if `out` cannot be written.
 absl::StatusOr<ExportSummary> ExportTable(const std::string& folder, const std::string& table,
                                           ExportFormat format, const std::string& out);
 

@@ -43,8 +43,6 @@ std::string ReadBytes(const std::string& path) {
 struct Checkpoint {
   Checkpoint() {
     scratch = std::move(testing::ScopedTempDir::Create("checkpoint_export_test")).value();
-    folder = scratch->path() + "/" + CheckpointFolderName(1);
-    std::filesystem::create_directory(folder);
 
     std::mt19937_64 rng(7);
     std::uniform_real_distribution<float> value(-1.0f, 1.0f);
@@ -57,10 +55,32 @@ struct Checkpoint {
       emb[rng() >> (emb.size() % 2 == 0 ? 0 : 40)] = row;  // large and small ids
     }
     while (wide.size() < 100) wide[rng()] = {value(rng)};
+    folder = Write(1, 0, emb, wide);
+  }
 
+  // An increment on the newest checkpoint: changes `changed` rows of emb and adds `added`, and
+  // writes checkpoint `id` with only those; emb becomes what it restores to.
+  void AddIncrement(uint64_t id, int changed, int added) {
+    std::mt19937_64 rng(id);
+    Rows rows;
+    for (int i = 0; i < changed; ++i) {
+      auto it = std::next(emb.begin(), rng() % emb.size());
+      rows[it->first] = std::vector<float>(kRowFloats, static_cast<float>(id) + 0.5f * i);
+    }
+    for (int i = 0; i < added; ++i) rows[rng()] = std::vector<float>(kRowFloats, -1.0f * i);
+    for (const auto& [row_id, row] : rows) emb[row_id] = row;
+    folder = Write(id, id - 1, rows, {});
+  }
+
+  // Checkpoint `id` (incremental on `base` unless 0) holding `emb_rows` and `wide_rows`.
+  std::string Write(uint64_t id, uint64_t base, const Rows& emb_rows, const Rows& wide_rows) {
+    const std::string at = scratch->path() + "/" + CheckpointFolderName(id);
+    std::filesystem::create_directory(at);
     rpc::CheckpointManifest manifest;
     manifest.set_format(kCheckpointFormat);
-    manifest.set_id(1);
+    manifest.set_id(id);
+    manifest.set_base_id(base);
+    manifest.mutable_shard_map()->set_num_shards(kShards);
     manifest.set_job_name("export_test");
     config::Table* t = manifest.add_tables();
     t->set_name("wide");
@@ -71,26 +91,30 @@ struct Checkpoint {
     t->mutable_optimizer()->set_type("adagrad");
     for (uint32_t shard = 0; shard < kShards; ++shard) {
       const std::string file = absl::StrCat("shard-0000", shard, ".sst");
-      WriteShard(folder + "/" + file, shard);
       rpc::CheckpointShardFile* entry = manifest.add_shards();
       entry->set_shard(shard);
       entry->set_file(file);
-      entry->set_bytes(std::filesystem::file_size(folder + "/" + file));
-      entry->set_xxh3(FileXxh3(folder + "/" + file).value());
+      entry->set_incremental(base != 0);
+      entry->set_base_id(base);
+      WriteShard(at + "/" + file, *entry, emb_rows, wide_rows);
+      entry->set_bytes(std::filesystem::file_size(at + "/" + file));
+      entry->set_xxh3(FileXxh3(at + "/" + file).value());
     }
-    REQUIRE(WriteCheckpointManifest(folder, manifest).ok());
+    REQUIRE(WriteCheckpointManifest(at, manifest).ok());
+    return at;
   }
 
-  // Shard `shard`'s rows: those whose id % (kShards - 1) is `shard`, in key order.
-  void WriteShard(const std::string& path, uint32_t shard) {
+  // Shard `header.shard()`'s rows: those whose id % (kShards - 1) is the shard, in key order.
+  void WriteShard(const std::string& path, const rpc::CheckpointShardFile& header,
+                  const Rows& emb_rows, const Rows& wide_rows) {
     rocksdb::Options options;
     options.compression = rocksdb::kNoCompression;
     rocksdb::SstFileWriter writer(rocksdb::EnvOptions(), options);
     REQUIRE(writer.Open(path).ok());
-    rpc::CheckpointShardFile header;
-    header.set_shard(shard);
+    const uint32_t shard = header.shard();
     REQUIRE(writer.Put(ShardMetaKey(), header.SerializeAsString()).ok());
-    for (const auto& [name, rows] : {std::make_pair("emb", &emb), std::make_pair("wide", &wide)}) {
+    for (const auto& [name, rows] :
+         {std::make_pair("emb", &emb_rows), std::make_pair("wide", &wide_rows)}) {
       for (const auto& [id, row] : *rows) {
         if (id % (kShards - 1) != shard) continue;
         const rocksdb::Slice value(reinterpret_cast<const char*>(row.data()), row.size() * 4);
@@ -183,6 +207,48 @@ TEST_CASE("a table's embeddings are exported sorted by id, bit for bit, without 
       ++want;
     }
   }
+}
+
+TEST_CASE("an incremental checkpoint is exported with its chain: every row, its newest value",
+          "[checkpoint][export][incremental]") {
+  Checkpoint checkpoint;
+  checkpoint.AddIncrement(2, 40, 10);
+  checkpoint.AddIncrement(3, 40, 10);
+  const std::string out = checkpoint.scratch->path() + "/emb.npy";
+  for (const auto& [name, dim, rows] : {std::make_tuple("emb", kDim, &checkpoint.emb),
+                                        std::make_tuple("wide", uint32_t{1}, &checkpoint.wide)}) {
+    absl::StatusOr<ExportSummary> summary =
+        ExportTable(checkpoint.folder, name, ExportFormat::kNpy, out);
+    INFO(summary.status().ToString());
+    REQUIRE(summary.ok());
+    CHECK(summary->rows == rows->size());
+    const auto exported = ParseNpy(ReadBytes(out), dim);
+    REQUIRE(exported.size() == rows->size());
+    auto want = rows->begin();
+    for (const auto& [id, row] : exported) {
+      CHECK(id == want->first);
+      CHECK(std::memcmp(row.data(), want->second.data(), dim * sizeof(float)) == 0);
+      ++want;
+    }
+  }
+
+  // A damaged base file, or a missing base, fails the export before anything is written.
+  const std::string base = checkpoint.scratch->path() + "/" + CheckpointFolderName(2);
+  std::string named;
+  SECTION("a damaged base file") {
+    named = base + "/shard-00001.sst";
+    std::filesystem::resize_file(named, std::filesystem::file_size(named) - 1);
+  }
+  SECTION("a missing base") {
+    std::filesystem::remove_all(base);
+    named = "builds on checkpoint 2 (" + base + "), which is missing";
+  }
+  std::filesystem::remove(out);
+  absl::StatusOr<ExportSummary> summary =
+      ExportTable(checkpoint.folder, "emb", ExportFormat::kTsv, out);
+  CHECK(summary.status().code() == absl::StatusCode::kDataLoss);
+  CHECK_THAT(std::string(summary.status().message()), Catch::Contains(named));
+  CHECK_FALSE(std::filesystem::exists(out));
 }
 
 TEST_CASE(
