@@ -119,32 +119,35 @@ uint32_t TableShard::IndexHash(uint64_t id) const {
 const float* TableShard::Find(uint64_t id) const {
   size_t b = HomeBucket(IndexHash(id));
   while (true) {
-    const uint32_t slot = slots_[b];
+    const uint32_t slot = entries_[b].slot;
     if (slot == kEmpty) return nullptr;
     if (ids_[b] == id) return Row(slot);
     if (++b == capacity_) b = 0;
   }
 }
 
-uint32_t TableShard::FindOrCreate(uint64_t id, uint32_t hash, bool initialize) {
+uint32_t TableShard::FindOrCreate(uint64_t id, uint32_t hash, bool initialize, bool touch) {
   size_t b = HomeBucket(hash);
   while (true) {
-    const uint32_t slot = slots_[b];
-    if (slot == kEmpty) break;
-    if (ids_[b] == id) return slot;
+    Entry& entry = entries_[b];
+    if (entry.slot == kEmpty) break;
+    if (ids_[b] == id) {
+      if (touch) entry.generation = generation_;
+      return entry.slot;
+    }
     if (++b == capacity_) b = 0;
   }
   if (size_ >= max_size_) {
     if (capacity_ == kMaxCapacity) Die("too many rows for one shard");
     Rehash(std::min(capacity_ + capacity_ / 2, kMaxCapacity));
     b = HomeBucket(hash);
-    while (slots_[b] != kEmpty) {
+    while (entries_[b].slot != kEmpty) {
       if (++b == capacity_) b = 0;
     }
   }
   const uint32_t slot = NewRow(id, initialize);
   ids_[b] = id;
-  slots_[b] = slot;
+  entries_[b] = {slot, generation_};
   return slot;
 }
 
@@ -152,7 +155,6 @@ uint32_t TableShard::NewRow(uint64_t id, bool initialize) {
   // max_size_ < 0.85 * 2^32 keeps slots below kEmpty.
   const uint32_t slot = static_cast<uint32_t>(size_);
   ReserveSlot(slot);
-  Touch(slot);
   if (initialize) {
     float* row = Row(slot);
     spec_->initializer->Fill(id, dim_, row);
@@ -164,21 +166,7 @@ uint32_t TableShard::NewRow(uint64_t id, bool initialize) {
 
 TableShard::Block::~Block() {
   if (floats != nullptr) munmap(floats, bytes);
-  if (generations != nullptr) munmap(generations, generation_bytes);
 }
-
-namespace {
-
-// `old` (of `old_bytes`, or nullptr) grown to `bytes`, in place or moved by the kernel.
-void* GrowMapping(void* old, size_t old_bytes, size_t bytes) {
-  void* grown = old == nullptr ? mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
-                                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
-                               : mremap(old, old_bytes, bytes, MREMAP_MAYMOVE);
-  if (grown == MAP_FAILED) Die("out of memory growing a slab");
-  return grown;
-}
-
-}  // namespace
 
 void TableShard::ReserveSlot(uint32_t slot) {
   const size_t b = slot >> kBlockShift;
@@ -197,13 +185,10 @@ void TableShard::ReserveSlot(uint32_t slot) {
       kBlockRows, std::max<size_t>({size_t{kMinBlockRows}, grown, size_t{offset} + 1, expected}));
   static const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   const size_t bytes = (rows * row_floats_ * sizeof(float) + page - 1) / page * page;
-  void* floats = GrowMapping(block.floats, block.bytes, bytes);
-  const size_t generation_bytes = (rows * sizeof(uint32_t) + page - 1) / page * page;
-  if (generation_bytes > block.generation_bytes) {
-    block.generations = static_cast<uint32_t*>(
-        GrowMapping(block.generations, block.generation_bytes, generation_bytes));
-    block.generation_bytes = generation_bytes;
-  }
+  void* floats = block.floats == nullptr ? mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                                                MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+                                         : mremap(block.floats, block.bytes, bytes, MREMAP_MAYMOVE);
+  if (floats == MAP_FAILED) Die("out of memory growing a slab");
   // Large slabs in huge pages where the kernel offers them on request: filling a table (a
   // restore, the first pulls) takes a page fault per 2 MiB instead of per 4 KiB, and lookups
   // miss the TLB less. Only advice: nothing changes where it is refused.
@@ -215,26 +200,26 @@ void TableShard::ReserveSlot(uint32_t slot) {
 
 void TableShard::Rehash(size_t capacity) {
   auto ids = std::unique_ptr<uint64_t[]>(new uint64_t[capacity]);
-  auto slots = std::unique_ptr<uint32_t[]>(new uint32_t[capacity]);
-  std::fill(slots.get(), slots.get() + capacity, kEmpty);
+  auto entries = std::unique_ptr<Entry[]>(new Entry[capacity]);
+  std::fill(entries.get(), entries.get() + capacity, Entry{kEmpty, 0});
   for (size_t old = 0; old < capacity_; ++old) {
-    if (slots_[old] == kEmpty) continue;
+    if (entries_[old].slot == kEmpty) continue;
     const uint64_t id = ids_[old];
     size_t b = static_cast<size_t>((uint64_t{IndexHash(id)} * capacity) >> 32);
-    while (slots[b] != kEmpty) {
+    while (entries[b].slot != kEmpty) {
       if (++b == capacity) b = 0;
     }
     ids[b] = id;
-    slots[b] = slots_[old];
+    entries[b] = entries_[old];
   }
   ids_ = std::move(ids);
-  slots_ = std::move(slots);
+  entries_ = std::move(entries);
   capacity_ = capacity;
   max_size_ = MaxSizeFor(capacity);
 }
 
 void TableShard::ResolveSlots(absl::Span<const uint64_t> ids, uint32_t* hashes, uint32_t* slots,
-                              bool initialize) {
+                              bool initialize, bool touch) {
   const size_t n = ids.size();
   for (size_t i = 0; i < n; ++i) hashes[i] = IndexHash(ids[i]);
   // Lookups are cache misses at random places; with the buckets of the next ids already on their
@@ -242,15 +227,15 @@ void TableShard::ResolveSlots(absl::Span<const uint64_t> ids, uint32_t* hashes, 
   for (size_t i = 0; i < std::min(n, kPrefetchDistance); ++i) {
     const size_t b = HomeBucket(hashes[i]);
     __builtin_prefetch(&ids_[b]);
-    __builtin_prefetch(&slots_[b]);
+    __builtin_prefetch(&entries_[b]);
   }
   for (size_t i = 0; i < n; ++i) {
     if (i + kPrefetchDistance < n) {
       const size_t b = HomeBucket(hashes[i + kPrefetchDistance]);
       __builtin_prefetch(&ids_[b]);
-      __builtin_prefetch(&slots_[b]);
+      __builtin_prefetch(&entries_[b]);
     }
-    slots[i] = FindOrCreate(ids[i], hashes[i], initialize);
+    slots[i] = FindOrCreate(ids[i], hashes[i], initialize, touch);
   }
 }
 
@@ -259,7 +244,7 @@ void TableShard::Pull(absl::Span<const uint64_t> ids, float* out) {
   Scratch& s = ThreadScratch();
   s.hashes.resize(n);
   s.slots.resize(n);
-  ResolveSlots(ids, s.hashes.data(), s.slots.data());
+  ResolveSlots(ids, s.hashes.data(), s.slots.data(), /*initialize=*/true, /*touch=*/false);
   const size_t bytes = size_t{dim_} * sizeof(float);
   for (size_t i = 0; i < n; ++i) {
     if (i + kPrefetchDistance < n) {
@@ -288,7 +273,8 @@ void TableShard::Push(absl::Span<const uint64_t> ids, const float* grads, float*
   Scratch& s = ThreadScratch();
   s.hashes.resize(n);
   s.slots.resize(n);
-  ResolveSlots(ids, s.hashes.data(), s.slots.data());
+  // The lookups stamp the rows as changed, their index entries in cache at that moment.
+  ResolveSlots(ids, s.hashes.data(), s.slots.data(), /*initialize=*/true, /*touch=*/true);
   const Optimizer& optimizer = *spec_->optimizer;
   const size_t unique = FoldDuplicates(s.slots.data(), n, &s);
   const float* g = grads;
@@ -305,11 +291,9 @@ void TableShard::Push(absl::Span<const uint64_t> ids, const float* grads, float*
   for (size_t u = 0; u < unique; ++u) {
     if (u + kPrefetchDistance < unique) {
       __builtin_prefetch(Row(s.unique_slots[u + kPrefetchDistance]), 1);
-      __builtin_prefetch(&Generation(s.unique_slots[u + kPrefetchDistance]), 1);
     }
     float* row = Row(s.unique_slots[u]);
     optimizer.Apply(dim_, g + u * dim_, row, row + dim_);
-    Touch(s.unique_slots[u]);
   }
   if (rows_after != nullptr) {
     const size_t bytes = size_t{row_floats_} * sizeof(float);
@@ -319,9 +303,8 @@ void TableShard::Push(absl::Span<const uint64_t> ids, const float* grads, float*
 }
 
 void TableShard::Assign(uint64_t id, const float* row) {
-  const uint32_t slot = FindOrCreate(id, IndexHash(id), /*initialize=*/false);
+  const uint32_t slot = FindOrCreate(id, IndexHash(id), /*initialize=*/false, /*touch=*/true);
   std::memcpy(Row(slot), row, size_t{row_floats_} * sizeof(float));
-  Touch(slot);
 }
 
 void TableShard::AssignRows(absl::Span<const uint64_t> ids, const float* rows) {
@@ -330,50 +313,30 @@ void TableShard::AssignRows(absl::Span<const uint64_t> ids, const float* rows) {
   s.hashes.resize(n);
   s.slots.resize(n);
   // New rows are overwritten at once: no initializer.
-  ResolveSlots(ids, s.hashes.data(), s.slots.data(), /*initialize=*/false);
+  ResolveSlots(ids, s.hashes.data(), s.slots.data(), /*initialize=*/false, /*touch=*/true);
   const size_t bytes = size_t{row_floats_} * sizeof(float);
-  for (size_t i = 0; i < n; ++i) {
-    std::memcpy(Row(s.slots[i]), rows + i * row_floats_, bytes);
-    Touch(s.slots[i]);
-  }
+  for (size_t i = 0; i < n; ++i) std::memcpy(Row(s.slots[i]), rows + i * row_floats_, bytes);
 }
 
 int64_t TableShard::RowGeneration(uint64_t id) const {
   size_t b = HomeBucket(IndexHash(id));
   while (true) {
-    const uint32_t slot = slots_[b];
-    if (slot == kEmpty) return -1;
-    if (ids_[b] == id) return Generation(slot);
+    const Entry& entry = entries_[b];
+    if (entry.slot == kEmpty) return -1;
+    if (ids_[b] == id) return entry.generation;
     if (++b == capacity_) b = 0;
   }
 }
 
 void TableShard::ResetGenerations() {
-  for (size_t slot = 0; slot < size_; ++slot) Generation(static_cast<uint32_t>(slot)) = 0;
-}
-
-size_t TableShard::ChangedSlots(uint32_t since, std::vector<uint64_t>* changed) const {
-  changed->assign((size_ + 63) / 64, 0);
-  size_t n = 0;
-  for (size_t first = 0; first < size_; first += kBlockRows) {
-    const uint32_t* generations = blocks_[first >> kBlockShift].generations;
-    const size_t rows = std::min<size_t>(kBlockRows, size_ - first);
-    for (size_t r = 0; r < rows; ++r) {
-      if (generations[r] > since) {
-        const size_t slot = first + r;
-        (*changed)[slot >> 6] |= uint64_t{1} << (slot & 63);
-        ++n;
-      }
-    }
-  }
-  return n;
+  for (size_t b = 0; b < capacity_; ++b) entries_[b].generation = 0;
 }
 
 size_t TableShard::MemoryBytes() const {
-  size_t bytes = capacity_ * (sizeof(uint64_t) + sizeof(uint32_t));
+  size_t bytes = capacity_ * (sizeof(uint64_t) + sizeof(Entry));
   bytes += blocks_.capacity() * sizeof(Block);
   for (const Block& block : blocks_) {
-    bytes += block.bytes + block.generation_bytes;
+    bytes += block.bytes;
   }
   return bytes;
 }
