@@ -50,11 +50,17 @@ absl::Status WorkerCheckpointer::Answer(const std::optional<rpc::CheckpointNotic
   }
   answered_ = notice->id();
   const std::string key = absl::StrCat(notice->key(), rank_);
-  if (notice->step() == latest_.step) {
-    return coordinator_->KvSet(key, ToProto(latest_).SerializeAsString());
-  }
-  if (notice->step() == previous_.step) {
-    return coordinator_->KvSet(key, ToProto(previous_).SerializeAsString());
+  const Kept* kept = notice->step() == latest_.step     ? &latest_
+                     : notice->step() == previous_.step ? &previous_
+                                                        : nullptr;
+  if (kept != nullptr) {
+    const std::string state = ToProto(*kept).SerializeAsString();
+    absl::Status put = coordinator_->KvSet(key, state);
+    if (!absl::IsResourceExhausted(put)) return put;
+    // Too big for the rendezvous store: the checkpoint fails, saying so; training goes on.
+    return coordinator_->KvSet(
+        key, absl::StrFormat("%sits state of %d bytes is over the coordinator's limit: %s",
+                             kWorkerStateError, state.size(), put.message()));
   }
   return coordinator_->KvSet(
       key, absl::StrFormat("%sat step %d it no longer has its state of step %d", kWorkerStateError,

@@ -36,8 +36,9 @@ class WorkerCheckpointer {
 
   // Answers `notice` (from the latest clock answer), once per checkpoint: puts the state at its
   // boundary under its key, or, when that boundary is older than the states kept, an error saying
-  // so (rpc::CheckpointNotice, kWorkerStateError). A notice of a later boundary waits for it.
-  // The coordinator's error if the put fails.
+  // so (rpc::CheckpointNotice, kWorkerStateError), as when the state is over the rendezvous
+  // store's value limit (Coordinator::kMaxValueBytes). A notice of a later boundary waits for it.
+  // The coordinator's error if the put fails otherwise.
   absl::Status Answer(const std::optional<rpc::CheckpointNotice>& notice);
 
   // The state at the newest boundary recorded.

@@ -75,6 +75,19 @@ TEST_CASE("a worker answers a checkpoint with its state at the checkpoint's boun
   CHECK(checkpointer.Answer(std::nullopt).ok());
 }
 
+TEST_CASE("a state over the rendezvous store's limit fails the checkpoint, not the worker",
+          "[worker][checkpoint]") {
+  testing::InProcessCoordinator c(1, 1);
+  std::unique_ptr<CoordinatorClient> client = c.Connect();
+  WorkerCheckpointer checkpointer(client.get(), /*rank=*/0, "adam");
+  checkpointer.AtBoundary(3, std::vector<float>(5 << 20, 1.0f), std::vector<float>{1});
+  REQUIRE(checkpointer.Answer(Notice(1, 3)).ok());
+  absl::StatusOr<std::vector<std::string>> put = c.coordinator->KvGet({"ps/checkpoint/1/worker/0"});
+  REQUIRE(put.ok());
+  CHECK_THAT(put->front(), Catch::StartsWith(kWorkerStateError));
+  CHECK_THAT(put->front(), Catch::Contains("over the coordinator's limit"));
+}
+
 // A checkpoint folder whose manifest (step 8) lists the given worker states.
 std::string WriteCheckpoint(const std::vector<rpc::CheckpointWorkerState>& states) {
   static int n = 0;
