@@ -53,7 +53,23 @@ absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
       new CoordinatorClient(address, rpc::Coordinator::NewStub(channel)));
 }
 
-CoordinatorClient::~CoordinatorClient() { StopHeartbeats(); }
+CoordinatorClient::~CoordinatorClient() {
+  StopHeartbeats();
+  // The calls sent without waiting end before the stub and this go.
+  absl::MutexLock lock(&async_mu_);
+  async_mu_.Await(absl::Condition(
+      +[](int* in_flight) { return *in_flight == 0; }, &async_in_flight_));
+}
+
+void CoordinatorClient::AsyncStarted() {
+  absl::MutexLock lock(&async_mu_);
+  ++async_in_flight_;
+}
+
+void CoordinatorClient::AsyncDone() {
+  absl::MutexLock lock(&async_mu_);
+  --async_in_flight_;
+}
 
 void CoordinatorClient::SetRetryWindow(absl::Duration window) {
   absl::MutexLock lock(&mu_);
@@ -160,8 +176,12 @@ void CoordinatorClient::ReportFailureAsync(uint32_t reporter, uint32_t server_id
   call->request.set_server_id(server_id);
   call->request.set_reason(reason);
   SetTimeout(&call->context, absl::Seconds(5));
+  AsyncStarted();
   stub_->async()->ReportFailure(&call->context, &call->request, &call->response,
-                                [call](grpc::Status) { delete call; });
+                                [this, call](grpc::Status) {
+                                  delete call;
+                                  AsyncDone();
+                                });
 }
 
 void CoordinatorClient::ReportClockAsync(uint32_t member_id, int64_t clock) {
@@ -174,8 +194,12 @@ void CoordinatorClient::ReportClockAsync(uint32_t member_id, int64_t clock) {
   call->request.set_member_id(member_id);
   call->request.set_clock(clock);
   SetTimeout(&call->context, absl::Seconds(5));
+  AsyncStarted();
   stub_->async()->ReportClock(&call->context, &call->request, &call->response,
-                              [call](grpc::Status) { delete call; });
+                              [this, call](grpc::Status) {
+                                delete call;
+                                AsyncDone();
+                              });
 }
 
 void CoordinatorClient::HeartbeatLoop(uint32_t member_id, absl::Duration interval) {

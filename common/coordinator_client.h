@@ -136,6 +136,10 @@ class CoordinatorClient {
       : address_(std::move(address)), stub_(std::move(stub)) {}
 
   void HeartbeatLoop(uint32_t member_id, absl::Duration interval);
+  // Count the calls sent without waiting (ReportFailureAsync, ReportClockAsync), which the
+  // destructor waits for.
+  void AsyncStarted();
+  void AsyncDone();
   // Calls `fn` until it returns other than UNAVAILABLE or the retry window has passed.
   template <typename Fn>
   auto Retrying(Fn fn) -> decltype(fn());
@@ -148,6 +152,8 @@ class CoordinatorClient {
   absl::Mutex thread_mu_;
   std::thread heartbeat_thread_ ABSL_GUARDED_BY(thread_mu_);
 
+  absl::Mutex async_mu_;
+  int async_in_flight_ ABSL_GUARDED_BY(async_mu_) = 0;
   mutable absl::Mutex mu_;
   std::function<std::vector<rpc::ShardProgress>()> progress_source_ ABSL_GUARDED_BY(mu_);
   absl::Duration retry_window_ ABSL_GUARDED_BY(mu_) = absl::ZeroDuration();

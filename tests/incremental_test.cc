@@ -26,6 +26,7 @@
 #include "proto/coordinator.grpc.pb.h"
 #include "server/checkpoint/shard_file.h"
 #include "server/storage/embedding_table.h"
+#include "tests/testing/checkpoints.h"
 #include "tests/testing/daemon.h"
 #include "tests/testing/local_cluster.h"
 #include "tests/testing/temp_dir.h"
@@ -73,102 +74,11 @@ std::string WriteJob(const std::string& name, const std::string& dir, const std:
   return path;
 }
 
-// Sync jobs: `step` is the boundary.
-absl::StatusOr<rpc::CheckpointResponse> TakeCheckpoint(const std::string& coordinator,
-                                                       int64_t step = -1) {
-  auto stub = rpc::Coordinator::NewStub(
-      grpc::CreateChannel(coordinator, grpc::InsecureChannelCredentials()));
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
-  rpc::CheckpointRequest request;
-  request.set_step(step);
-  rpc::CheckpointResponse response;
-  const grpc::Status status = stub->StartCheckpoint(&context, request, &response);
-  if (!status.ok()) {
-    return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
-  }
-  return response;
-}
-
-std::unique_ptr<Client> Connect(const testing::LocalCluster& cluster) {
-  ClientOptions options;
-  options.coordinator = cluster.coordinator().address();
-  auto client = Client::Connect(options);
-  INFO(client.status().ToString());
-  REQUIRE(client.ok());
-  return std::move(client).value();
-}
-
 rpc::CheckpointManifest ManifestOf(const std::string& folder) {
   absl::StatusOr<rpc::CheckpointManifest> manifest = ReadCheckpointManifest(folder);
   INFO(manifest.status().ToString());
   REQUIRE(manifest.ok());
   return *std::move(manifest);
-}
-
-// Everything a checkpoint restores to, comparable regardless of how it is split into files.
-struct Store {
-  std::map<std::pair<std::string, uint64_t>, std::string> rows;   // (table, id) -> row + state
-  std::map<std::pair<std::string, uint32_t>, std::string> dense;  // (name, chunk) -> DenseChange
-  std::map<std::pair<uint32_t, uint32_t>, std::string> windows;   // (shard, worker) -> entry
-  std::map<uint32_t, uint64_t> sequences;                         // shard -> applied sequence
-  bool operator==(const Store& o) const {
-    return rows == o.rows && dense == o.dense && windows == o.windows && sequences == o.sequences;
-  }
-};
-
-// The checkpoint in `folder` as a restore sees it, read here without the restore's code: its
-// base's store (the folder named by base_id beside it) first, then each of its shard files' rows
-// over it, and its own dense chunks, windows and sequences.
-Store ReadStore(const std::string& folder, const std::string& job_path) {
-  absl::StatusOr<config::Job> job = LoadJobFile(job_path);
-  REQUIRE(job.ok());
-  std::vector<std::unique_ptr<server::TableSpec>> tables;
-  for (const config::Table& t : job->tables()) {
-    tables.push_back(std::move(server::TableSpec::Create(t, job->training().seed())).value());
-  }
-  const rpc::CheckpointManifest manifest = ManifestOf(folder);
-  Store store;
-  if (manifest.base_id() != 0) {
-    store = ReadStore(std::filesystem::path(folder).parent_path().string() + "/" +
-                          CheckpointFolderName(manifest.base_id()),
-                      job_path);
-  }
-  store.dense.clear();
-  store.windows.clear();
-  for (const rpc::CheckpointShardFile& file : manifest.shards()) {
-    absl::StatusOr<server::ShardCut> cut =
-        server::ReadShardFile(folder + "/" + file.file(), tables, &file);
-    INFO(cut.status().ToString());
-    REQUIRE(cut.ok());
-    store.sequences[cut->shard] = cut->sequence;
-    if (!file.incremental()) {
-      // A full file replaces the shard's rows (none of an older file may remain).
-      for (auto it = store.rows.begin(); it != store.rows.end();) {
-        const server::TableSpec& table =
-            **std::find_if(tables.begin(), tables.end(),
-                           [&](const auto& t) { return t->name == it->first.first; });
-        const uint32_t shard = ShardOf(table.name_hash, it->first.second, manifest.shards_size());
-        it = shard == cut->shard ? store.rows.erase(it) : std::next(it);
-      }
-    }
-    for (const rpc::ShardRecord& r : cut->records) {
-      if (r.has_rows()) {
-        const server::TableSpec& table = *tables[r.rows().table()];
-        const size_t row_bytes = table.row_floats() * sizeof(float);
-        for (size_t i = 0; i < r.rows().keys().size() / 8; ++i) {
-          uint64_t id;
-          std::memcpy(&id, r.rows().keys().data() + 8 * i, 8);
-          store.rows[{table.name, id}] = r.rows().values().substr(i * row_bytes, row_bytes);
-        }
-      } else if (r.has_dense()) {
-        store.dense[{r.dense().name(), r.dense().chunk()}] = r.dense().SerializeAsString();
-      } else if (r.has_window()) {
-        store.windows[{cut->shard, r.window().worker_id()}] = r.window().SerializeAsString();
-      }
-    }
-  }
-  return store;
 }
 
 // Pushes two rounds of random gradients for `keys` to both tables, and one to the dense tensor.
@@ -207,13 +117,6 @@ Served Pull(Client* client, const std::vector<uint64_t>& keys) {
   return s;
 }
 
-std::vector<uint64_t> RandomKeys(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<uint64_t> keys(n);
-  for (uint64_t& k : keys) k = rng();
-  return keys;
-}
-
 // A cluster's chain in `dir`: checkpoint 1 full after training 3000 keys; 2, 3 and 4 increments,
 // each after training 200 of those keys and 100 new ones; then 5, taken with nothing changed,
 // full (the fourth after 1). keys[i] and served[i] are the keys trained and what the cluster
@@ -233,13 +136,13 @@ Chain BuildChain(const std::string& name) {
   auto cluster = testing::LocalCluster::Start(chain.job_path, {});
   INFO(cluster.status().ToString());
   REQUIRE(cluster.ok());
-  std::unique_ptr<Client> client = Connect(**cluster);
-  std::vector<uint64_t> keys = RandomKeys(3000, 7);
+  std::unique_ptr<Client> client = testing::ConnectClient(**cluster);
+  std::vector<uint64_t> keys = testing::RandomKeys(3000, 7);
   for (int i = 0; i < 5; ++i) {
     if (i == 0) Train(client.get(), keys, 11, /*assign_dense=*/true);
     if (i > 0 && i < 4) {
       std::vector<uint64_t> changed(keys.begin() + 300 * i, keys.begin() + 300 * i + 200);
-      const std::vector<uint64_t> added = RandomKeys(100, 100 + i);
+      const std::vector<uint64_t> added = testing::RandomKeys(100, 100 + i);
       changed.insert(changed.end(), added.begin(), added.end());
       keys.insert(keys.end(), added.begin(), added.end());
       Train(client.get(), changed, 20 + i, /*assign_dense=*/false);
@@ -247,7 +150,7 @@ Chain BuildChain(const std::string& name) {
     chain.keys.push_back(keys);
     chain.served.push_back(Pull(client.get(), keys));
     absl::StatusOr<rpc::CheckpointResponse> taken =
-        TakeCheckpoint((*cluster)->coordinator().address());
+        testing::TakeCheckpoint((*cluster)->coordinator().address());
     INFO(taken.status().ToString());
     REQUIRE(taken.ok());
     REQUIRE(taken->id() == static_cast<uint64_t>(i + 1));
@@ -280,17 +183,18 @@ Chain BuildChain(const std::string& name) {
 
 // Restores `folder` into a fresh cluster of the same job, checks that it serves `served` for
 // `keys`, and returns the store of a checkpoint the restored cluster takes at once.
-Store RestoreAndCheckpoint(const Chain& chain, const std::string& folder,
-                           const std::vector<uint64_t>& keys, const Served& served) {
+testing::CheckpointStore RestoreAndCheckpoint(const Chain& chain, const std::string& folder,
+                                              const std::vector<uint64_t>& keys,
+                                              const Served& served) {
   testing::LocalClusterOptions options;
   options.coordinator_args = {"--restore=" + folder};
   auto cluster = testing::LocalCluster::Start(chain.job_path, options);
   INFO(cluster.status().ToString());
   REQUIRE(cluster.ok());
-  std::unique_ptr<Client> client = Connect(**cluster);
+  std::unique_ptr<Client> client = testing::ConnectClient(**cluster);
   CHECK(Pull(client.get(), keys) == served);
   absl::StatusOr<rpc::CheckpointResponse> again =
-      TakeCheckpoint((*cluster)->coordinator().address());
+      testing::TakeCheckpoint((*cluster)->coordinator().address());
   INFO(again.status().ToString());
   REQUIRE(again.ok());
   // A restored cluster's shards were cut for no checkpoint: its first checkpoint is full.
@@ -299,23 +203,25 @@ Store RestoreAndCheckpoint(const Chain& chain, const std::string& folder,
   for (const rpc::CheckpointShardFile& f : m.shards()) CHECK_FALSE(f.incremental());
   client.reset();
   REQUIRE((*cluster)->Terminate(absl::Seconds(20)).ok());
-  return ReadStore(again->path(), chain.job_path);
+  return testing::ReadCheckpointStore(again->path(), chain.job_path);
 }
 
 TEST_CASE("a full checkpoint plus 3 increments restores exactly the state at the last one",
           "[checkpoint][incremental][integration]") {
   const Chain chain = BuildChain("incremental_last");
   // Checkpoint 5 is a full one of the same state as 4: the reference.
-  const Store at_last = ReadStore(chain.folders[4], chain.job_path);
+  const testing::CheckpointStore at_last =
+      testing::ReadCheckpointStore(chain.folders[4], chain.job_path);
   CHECK(at_last.rows.size() == 2 * chain.keys[3].size());
   CHECK(at_last.dense.size() == kDenseFloats / 100);
   CHECK_FALSE(at_last.windows.empty());
-  CHECK(ReadStore(chain.folders[3], chain.job_path) == at_last);  // the chain, read here
+  CHECK(testing::ReadCheckpointStore(chain.folders[3], chain.job_path) ==
+        at_last);  // the chain, read here
   CHECK(chain.served[3] == chain.served[4]);
 
   // Restored from the increment: the same rows (with optimizer state), dense chunks, windows and
   // sequences, and the same rows pulled, bit for bit.
-  const Store restored =
+  const testing::CheckpointStore restored =
       RestoreAndCheckpoint(chain, chain.folders[3], chain.keys[3], chain.served[3]);
   CHECK(restored.rows == at_last.rows);
   CHECK(restored.dense == at_last.dense);
@@ -362,10 +268,11 @@ TEST_CASE("a full checkpoint plus 3 increments restores exactly the state at the
 TEST_CASE("a checkpoint in the middle of a chain restores exactly the state at it",
           "[checkpoint][incremental][integration]") {
   const Chain chain = BuildChain("incremental_middle");
-  const Store at_second = ReadStore(chain.folders[1], chain.job_path);
+  const testing::CheckpointStore at_second =
+      testing::ReadCheckpointStore(chain.folders[1], chain.job_path);
   CHECK(at_second.rows.size() == 2 * chain.keys[1].size());
-  CHECK_FALSE(at_second == ReadStore(chain.folders[3], chain.job_path));
-  const Store restored =
+  CHECK_FALSE(at_second == testing::ReadCheckpointStore(chain.folders[3], chain.job_path));
+  const testing::CheckpointStore restored =
       RestoreAndCheckpoint(chain, chain.folders[1], chain.keys[1], chain.served[1]);
   CHECK(restored.rows == at_second.rows);
   CHECK(restored.dense == at_second.dense);
@@ -402,7 +309,7 @@ TEST_CASE("an increment whose base is missing is refused, naming it, and nothing
   CHECK(show->exit_code == 1);
   CHECK_THAT(show->stdout_text, Catch::Contains("CHAIN BROKEN"));
   CHECK(RestoreAndCheckpoint(chain, chain.folders[4], chain.keys[4], chain.served[4]) ==
-        ReadStore(chain.folders[4], chain.job_path));
+        testing::ReadCheckpointStore(chain.folders[4], chain.job_path));
   std::filesystem::remove_all(chain.dir);
 }
 
@@ -429,19 +336,19 @@ TEST_CASE("a sync job restored from an increment carries on as if never stopped"
   const std::string dir = absl::StrCat(testing::TempDir(), "/incremental_sync");
   std::filesystem::remove_all(dir);
   const std::string job_path = WriteJob("incremental_sync", dir, "SYNC");
-  const std::vector<uint64_t> keys = RandomKeys(2000, 3);
+  const std::vector<uint64_t> keys = testing::RandomKeys(2000, 3);
   std::vector<float> uninterrupted(keys.size() * kDim);
   std::string folder;
   {
     auto cluster = testing::LocalCluster::Start(job_path, {});
     REQUIRE(cluster.ok());
-    std::unique_ptr<Client> client = Connect(**cluster);
+    std::unique_ptr<Client> client = testing::ConnectClient(**cluster);
     // Steps 0-3 touch every key: checkpoint 1 (full) at 4, then 2 and 3 (increments) at 5 and 6.
     SyncSteps(client.get(), keys, 0, 4);
     for (int64_t boundary : {4, 5, 6}) {
       if (boundary > 4) SyncSteps(client.get(), keys, boundary - 1, boundary);
       absl::StatusOr<rpc::CheckpointResponse> taken =
-          TakeCheckpoint((*cluster)->coordinator().address(), boundary);
+          testing::TakeCheckpoint((*cluster)->coordinator().address(), boundary);
       INFO(taken.status().ToString());
       REQUIRE(taken.ok());
       CHECK(taken->step() == boundary);
@@ -461,7 +368,7 @@ TEST_CASE("a sync job restored from an increment carries on as if never stopped"
   options.coordinator_args = {"--restore=" + folder};
   auto cluster = testing::LocalCluster::Start(job_path, options);
   REQUIRE(cluster.ok());
-  std::unique_ptr<Client> client = Connect(**cluster);
+  std::unique_ptr<Client> client = testing::ConnectClient(**cluster);
   CHECK(client->start_step() == 6);
   SyncSteps(client.get(), keys, 6, 10);
   std::vector<float> resumed(keys.size() * kDim);

@@ -26,6 +26,7 @@
 #include "proto/coordinator.grpc.pb.h"
 #include "server/checkpoint/shard_file.h"
 #include "server/storage/embedding_table.h"
+#include "tests/testing/checkpoints.h"
 #include "tests/testing/eventually.h"
 #include "tests/testing/local_cluster.h"
 #include "tests/testing/temp_dir.h"
@@ -77,75 +78,6 @@ std::string WriteJob(const std::string& name, const std::string& dir, const JobS
   return path;
 }
 
-// Sync jobs: `step` is the boundary (the client's steps are not the coordinator's clocks).
-absl::StatusOr<rpc::CheckpointResponse> TakeCheckpoint(const std::string& coordinator,
-                                                       int64_t step = -1) {
-  auto stub = rpc::Coordinator::NewStub(
-      grpc::CreateChannel(coordinator, grpc::InsecureChannelCredentials()));
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
-  rpc::CheckpointRequest request;
-  request.set_step(step);
-  rpc::CheckpointResponse response;
-  const grpc::Status status = stub->StartCheckpoint(&context, request, &response);
-  if (!status.ok()) {
-    return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
-  }
-  return response;
-}
-
-std::unique_ptr<Client> Connect(const testing::LocalCluster& cluster) {
-  ClientOptions options;
-  options.coordinator = cluster.coordinator().address();
-  auto client = Client::Connect(options);
-  INFO(client.status().ToString());
-  REQUIRE(client.ok());
-  return std::move(client).value();
-}
-
-// Everything a checkpoint holds, comparable regardless of how it is split into files.
-struct Store {
-  std::map<std::pair<std::string, uint64_t>, std::string> rows;   // (table, id) -> row + state
-  std::map<std::pair<std::string, uint32_t>, std::string> dense;  // (name, chunk) -> DenseChange
-  std::map<std::pair<uint32_t, uint32_t>, std::string> windows;   // (shard, worker) -> entry
-  std::map<uint32_t, uint64_t> sequences;                         // shard -> applied sequence
-};
-
-Store ReadStore(const std::string& folder, const std::string& job_path) {
-  absl::StatusOr<config::Job> job = LoadJobFile(job_path);
-  REQUIRE(job.ok());
-  std::vector<std::unique_ptr<server::TableSpec>> tables;
-  for (const config::Table& t : job->tables()) {
-    tables.push_back(std::move(server::TableSpec::Create(t, job->training().seed())).value());
-  }
-  absl::StatusOr<rpc::CheckpointManifest> manifest = ReadCheckpointManifest(folder);
-  REQUIRE(manifest.ok());
-  Store store;
-  for (const rpc::CheckpointShardFile& file : manifest->shards()) {
-    absl::StatusOr<server::ShardCut> cut =
-        server::ReadShardFile(folder + "/" + file.file(), tables, &file);
-    INFO(cut.status().ToString());
-    REQUIRE(cut.ok());
-    store.sequences[cut->shard] = cut->sequence;
-    for (const rpc::ShardRecord& r : cut->records) {
-      if (r.has_rows()) {
-        const server::TableSpec& table = *tables[r.rows().table()];
-        const size_t row_bytes = table.row_floats() * sizeof(float);
-        for (size_t i = 0; i < r.rows().keys().size() / 8; ++i) {
-          uint64_t id;
-          std::memcpy(&id, r.rows().keys().data() + 8 * i, 8);
-          store.rows[{table.name, id}] = r.rows().values().substr(i * row_bytes, row_bytes);
-        }
-      } else if (r.has_dense()) {
-        store.dense[{r.dense().name(), r.dense().chunk()}] = r.dense().SerializeAsString();
-      } else if (r.has_window()) {
-        store.windows[{cut->shard, r.window().worker_id()}] = r.window().SerializeAsString();
-      }
-    }
-  }
-  return store;
-}
-
 // Pushes three rounds of random gradients to both tables and the dense tensor.
 void Train(Client* client, const std::vector<uint64_t>& keys, uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -181,13 +113,6 @@ Served Pull(Client* client, const std::vector<uint64_t>& keys) {
   return s;
 }
 
-std::vector<uint64_t> RandomKeys(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<uint64_t> keys(n);
-  for (uint64_t& k : keys) k = rng();
-  return keys;
-}
-
 // A trained cluster's checkpoint: its folder, its job and what the cluster served at the cut.
 struct Trained {
   std::string dir, job_path, folder;
@@ -204,12 +129,12 @@ Trained TrainAndCheckpoint(const std::string& name, const JobShape& shape, size_
   auto cluster = testing::LocalCluster::Start(t.job_path, options);
   INFO(cluster.status().ToString());
   REQUIRE(cluster.ok());
-  std::unique_ptr<Client> client = Connect(**cluster);
-  t.keys = RandomKeys(keys, 7);
+  std::unique_ptr<Client> client = testing::ConnectClient(**cluster);
+  t.keys = testing::RandomKeys(keys, 7);
   Train(client.get(), t.keys, 11);
   t.served = Pull(client.get(), t.keys);
   absl::StatusOr<rpc::CheckpointResponse> taken =
-      TakeCheckpoint((*cluster)->coordinator().address());
+      testing::TakeCheckpoint((*cluster)->coordinator().address());
   INFO(taken.status().ToString());
   REQUIRE(taken.ok());
   t.folder = taken->path();
@@ -227,18 +152,18 @@ TEST_CASE("a checkpoint restored into a fresh cluster is the same store, bit for
   auto cluster = testing::LocalCluster::Start(a.job_path, options);
   INFO(cluster.status().ToString());
   REQUIRE(cluster.ok());
-  std::unique_ptr<Client> client = Connect(**cluster);
+  std::unique_ptr<Client> client = testing::ConnectClient(**cluster);
   CHECK(client->start_step() == 0);  // not sync
   CHECK(Pull(client.get(), a.keys) == a.served);
 
   // Checkpointed again at once, it holds what the first held: rows with their optimizer state,
   // dense chunks, exactly-once windows and every shard's applied sequence.
   absl::StatusOr<rpc::CheckpointResponse> again =
-      TakeCheckpoint((*cluster)->coordinator().address());
+      testing::TakeCheckpoint((*cluster)->coordinator().address());
   REQUIRE(again.ok());
   CHECK(again->id() == 2);
-  const Store before = ReadStore(a.folder, a.job_path);
-  const Store after = ReadStore(again->path(), a.job_path);
+  const testing::CheckpointStore before = testing::ReadCheckpointStore(a.folder, a.job_path);
+  const testing::CheckpointStore after = testing::ReadCheckpointStore(again->path(), a.job_path);
   CHECK(before.rows.size() == 2 * a.keys.size());
   CHECK(before.dense.size() == kDenseFloats / 100);
   CHECK_FALSE(before.windows.empty());
@@ -258,7 +183,7 @@ TEST_CASE("a checkpoint restored into a fresh cluster is the same store, bit for
 TEST_CASE("a checkpoint restores onto other numbers of servers and shards",
           "[checkpoint][restore][integration]") {
   const Trained a = TrainAndCheckpoint("restore_reshard", JobShape{}, 3000);
-  const Store before = ReadStore(a.folder, a.job_path);
+  const testing::CheckpointStore before = testing::ReadCheckpointStore(a.folder, a.job_path);
   const JobShape shape =
       GENERATE(JobShape{"ASYNC", 3, 8}, JobShape{"ASYNC", 3, 12}, JobShape{"ASYNC", 1, 5});
   const std::string job_path = WriteJob(
@@ -269,12 +194,12 @@ TEST_CASE("a checkpoint restores onto other numbers of servers and shards",
   auto cluster = testing::LocalCluster::Start(job_path, options);
   INFO(cluster.status().ToString());
   REQUIRE(cluster.ok());
-  std::unique_ptr<Client> client = Connect(**cluster);
+  std::unique_ptr<Client> client = testing::ConnectClient(**cluster);
   CHECK(Pull(client.get(), a.keys) == a.served);
   absl::StatusOr<rpc::CheckpointResponse> again =
-      TakeCheckpoint((*cluster)->coordinator().address());
+      testing::TakeCheckpoint((*cluster)->coordinator().address());
   REQUIRE(again.ok());
-  const Store after = ReadStore(again->path(), job_path);
+  const testing::CheckpointStore after = testing::ReadCheckpointStore(again->path(), job_path);
   CHECK(after.sequences.size() == static_cast<size_t>(shape.shards));
   CHECK(after.rows == before.rows);  // every row with its optimizer state
   CHECK(after.dense == before.dense);
@@ -303,16 +228,16 @@ TEST_CASE("a sync job restored at its checkpoint's step carries on as if never s
   constexpr int64_t kSteps = 4;
   const std::string dir = absl::StrCat(testing::TempDir(), "/restore_sync");
   const std::string job_path = WriteJob("restore_sync", dir, JobShape{"SYNC", 2, 8});
-  const std::vector<uint64_t> keys = RandomKeys(1000, 3);
+  const std::vector<uint64_t> keys = testing::RandomKeys(1000, 3);
   std::vector<float> uninterrupted(keys.size() * kDim);
   std::string folder;
   {
     auto cluster = testing::LocalCluster::Start(job_path, {});
     REQUIRE(cluster.ok());
-    std::unique_ptr<Client> client = Connect(**cluster);
+    std::unique_ptr<Client> client = testing::ConnectClient(**cluster);
     SyncSteps(client.get(), keys, 0, kSteps);
     absl::StatusOr<rpc::CheckpointResponse> taken =
-        TakeCheckpoint((*cluster)->coordinator().address(), kSteps);
+        testing::TakeCheckpoint((*cluster)->coordinator().address(), kSteps);
     INFO(taken.status().ToString());
     REQUIRE(taken.ok());
     CHECK(taken->step() == kSteps);
@@ -326,7 +251,7 @@ TEST_CASE("a sync job restored at its checkpoint's step carries on as if never s
   options.coordinator_args = {"--restore=" + folder};
   auto cluster = testing::LocalCluster::Start(job_path, options);
   REQUIRE(cluster.ok());
-  std::unique_ptr<Client> client = Connect(**cluster);
+  std::unique_ptr<Client> client = testing::ConnectClient(**cluster);
   CHECK(client->start_step() == kSteps);
   SyncSteps(client.get(), keys, kSteps, 2 * kSteps);
   std::vector<float> resumed(keys.size() * kDim);
@@ -386,16 +311,16 @@ TEST_CASE("a server or the coordinator killed mid-checkpoint leaves the previous
   const std::string name = kill_coordinator ? "crash_coordinator" : "crash_server";
   const std::string dir = absl::StrCat(testing::TempDir(), "/", name);
   const std::string job_path = WriteJob(name, dir, JobShape{});
-  const std::vector<uint64_t> keys = RandomKeys(20000, 9);
+  const std::vector<uint64_t> keys = testing::RandomKeys(20000, 9);
   Served at_first;
   std::string partial;
   {
     auto cluster = testing::LocalCluster::Start(job_path, {});
     REQUIRE(cluster.ok());
-    std::unique_ptr<Client> client = Connect(**cluster);
+    std::unique_ptr<Client> client = testing::ConnectClient(**cluster);
     Train(client.get(), keys, 1);
     at_first = Pull(client.get(), keys);
-    REQUIRE(TakeCheckpoint((*cluster)->coordinator().address()).ok());
+    REQUIRE(testing::TakeCheckpoint((*cluster)->coordinator().address()).ok());
     Train(client.get(), keys, 2);
     CHECK_FALSE(Pull(client.get(), keys) == at_first);
 
@@ -404,7 +329,8 @@ TEST_CASE("a server or the coordinator killed mid-checkpoint leaves the previous
     const pid_t stopped = (*cluster)->servers()[1]->pid();
     REQUIRE(::kill(stopped, SIGSTOP) == 0);
     absl::StatusOr<rpc::CheckpointResponse> second;
-    std::thread taker([&] { second = TakeCheckpoint((*cluster)->coordinator().address()); });
+    std::thread taker(
+        [&] { second = testing::TakeCheckpoint((*cluster)->coordinator().address()); });
     partial = AwaitWriting(dir, 1);
     if (kill_coordinator) {
       REQUIRE(::kill((*cluster)->coordinator().pid(), SIGKILL) == 0);
@@ -430,7 +356,7 @@ TEST_CASE("a server or the coordinator killed mid-checkpoint leaves the previous
   auto cluster = testing::LocalCluster::Start(job_path, options);
   INFO(cluster.status().ToString());
   REQUIRE(cluster.ok());
-  std::unique_ptr<Client> client = Connect(**cluster);
+  std::unique_ptr<Client> client = testing::ConnectClient(**cluster);
   CHECK(Pull(client.get(), keys) == at_first);
   client.reset();
   REQUIRE((*cluster)->Terminate(absl::Seconds(20)).ok());
