@@ -126,8 +126,8 @@ class TableShard {
   // Bytes allocated by the index (with the rows' generations) and the slabs.
   size_t MemoryBytes() const;
 
-  // Calls f(uint64_t id, const float* row) for every row (row as Find gives it), in an order that
-  // depends only on the history of the shard. `f` must not mutate the shard.
+  // Calls f(uint64_t id, const float* row) for every row (row as Find gives it), in the order the
+  // rows were created. `f` must not mutate the shard.
   template <typename F>
   void ForEach(F&& f) const;
 
@@ -209,9 +209,17 @@ class TableShard {
 
 template <typename F>
 void TableShard::ForEach(F&& f) const {
+  // In slot order (slots are 0 .. size_ - 1, given in order of creation), so that the rows are
+  // read as they lie in the slabs: a checkpoint's cut or a snapshot, which hold the shard's lock,
+  // stream them instead of taking a cache miss a row in the index's order. Where each slot's id
+  // is, first.
+  std::vector<uint32_t> bucket_of(size_);
   for (size_t b = 0; b < capacity_; ++b) {
     const uint32_t slot = entries_[b].slot;
-    if (slot != kEmpty) f(ids_[b], Row(slot));
+    if (slot != kEmpty) bucket_of[slot] = static_cast<uint32_t>(b);
+  }
+  for (size_t slot = 0; slot < size_; ++slot) {
+    f(ids_[bucket_of[slot]], Row(static_cast<uint32_t>(slot)));
   }
 }
 
