@@ -61,14 +61,25 @@ CoordinatorClient::~CoordinatorClient() {
       +[](int* in_flight) { return *in_flight == 0; }, &async_in_flight_));
 }
 
-void CoordinatorClient::AsyncStarted() {
-  absl::MutexLock lock(&async_mu_);
-  ++async_in_flight_;
-}
-
-void CoordinatorClient::AsyncDone() {
-  absl::MutexLock lock(&async_mu_);
-  --async_in_flight_;
+template <typename Response, typename Request, typename Send>
+void CoordinatorClient::SendWithoutWaiting(Request request, Send send) {
+  struct Call {
+    grpc::ClientContext context;
+    Request request;
+    Response response;
+  };
+  auto* call = new Call;
+  call->request = std::move(request);
+  SetTimeout(&call->context, absl::Seconds(5));
+  {
+    absl::MutexLock lock(&async_mu_);
+    ++async_in_flight_;
+  }
+  send(&call->context, &call->request, &call->response, [this, call](grpc::Status) {
+    delete call;
+    absl::MutexLock lock(&async_mu_);
+    --async_in_flight_;
+  });
 }
 
 void CoordinatorClient::SetRetryWindow(absl::Duration window) {
@@ -166,40 +177,24 @@ void CoordinatorClient::ReportFailureAsync(uint32_t reporter, uint32_t server_id
     if (now - last < kReportInterval) return;
     last = now;
   }
-  struct Call {
-    grpc::ClientContext context;
-    rpc::ReportFailureRequest request;
-    rpc::ReportFailureResponse response;
-  };
-  auto* call = new Call;
-  call->request.set_reporter(reporter);
-  call->request.set_server_id(server_id);
-  call->request.set_reason(reason);
-  SetTimeout(&call->context, absl::Seconds(5));
-  AsyncStarted();
-  stub_->async()->ReportFailure(&call->context, &call->request, &call->response,
-                                [this, call](grpc::Status) {
-                                  delete call;
-                                  AsyncDone();
-                                });
+  rpc::ReportFailureRequest request;
+  request.set_reporter(reporter);
+  request.set_server_id(server_id);
+  request.set_reason(reason);
+  SendWithoutWaiting<rpc::ReportFailureResponse>(
+      std::move(request), [this](auto* context, auto* request, auto* response, auto done) {
+        stub_->async()->ReportFailure(context, request, response, std::move(done));
+      });
 }
 
 void CoordinatorClient::ReportClockAsync(uint32_t member_id, int64_t clock) {
-  struct Call {
-    grpc::ClientContext context;
-    rpc::ReportClockRequest request;
-    rpc::ClockState response;
-  };
-  auto* call = new Call;
-  call->request.set_member_id(member_id);
-  call->request.set_clock(clock);
-  SetTimeout(&call->context, absl::Seconds(5));
-  AsyncStarted();
-  stub_->async()->ReportClock(&call->context, &call->request, &call->response,
-                              [this, call](grpc::Status) {
-                                delete call;
-                                AsyncDone();
-                              });
+  rpc::ReportClockRequest request;
+  request.set_member_id(member_id);
+  request.set_clock(clock);
+  SendWithoutWaiting<rpc::ClockState>(
+      std::move(request), [this](auto* context, auto* request, auto* response, auto done) {
+        stub_->async()->ReportClock(context, request, response, std::move(done));
+      });
 }
 
 void CoordinatorClient::HeartbeatLoop(uint32_t member_id, absl::Duration interval) {

@@ -136,10 +136,10 @@ class CoordinatorClient {
       : address_(std::move(address)), stub_(std::move(stub)) {}
 
   void HeartbeatLoop(uint32_t member_id, absl::Duration interval);
-  // Count the calls sent without waiting (ReportFailureAsync, ReportClockAsync), which the
-  // destructor waits for.
-  void AsyncStarted();
-  void AsyncDone();
+  // Sends `request` with `send(context, request, response, done)` (a stub's callback call),
+  // drops the answer, and counts the call in flight until it ends: the destructor waits for it.
+  template <typename Response, typename Request, typename Send>
+  void SendWithoutWaiting(Request request, Send send);
   // Calls `fn` until it returns other than UNAVAILABLE or the retry window has passed.
   template <typename Fn>
   auto Retrying(Fn fn) -> decltype(fn());
