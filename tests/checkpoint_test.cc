@@ -25,6 +25,7 @@
 #include "proto/coordinator.grpc.pb.h"
 #include "server/checkpoint/shard_file.h"
 #include "server/storage/embedding_table.h"
+#include "tests/testing/checkpoints.h"
 #include "tests/testing/daemon.h"
 #include "tests/testing/local_cluster.h"
 #include "tests/testing/temp_dir.h"
@@ -61,21 +62,6 @@ std::string WriteJob(const std::string& name, const std::string& dir) {
   return path;
 }
 
-absl::StatusOr<rpc::CheckpointResponse> TakeCheckpoint(const std::string& coordinator) {
-  auto stub = rpc::Coordinator::NewStub(
-      grpc::CreateChannel(coordinator, grpc::InsecureChannelCredentials()));
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
-  rpc::CheckpointRequest request;
-  request.set_step(-1);
-  rpc::CheckpointResponse response;
-  const grpc::Status status = stub->StartCheckpoint(&context, request, &response);
-  if (!status.ok()) {
-    return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
-  }
-  return response;
-}
-
 TEST_CASE("a checkpoint of a running cluster holds every row exactly, and the newest are kept",
           "[checkpoint][integration]") {
   const std::string dir = absl::StrCat(testing::TempDir(), "/checkpoints");
@@ -84,10 +70,7 @@ TEST_CASE("a checkpoint of a running cluster holds every row exactly, and the ne
   INFO(cluster.status().ToString());
   REQUIRE(cluster.ok());
   const std::string coordinator = (*cluster)->coordinator().address();
-  ClientOptions options;
-  options.coordinator = coordinator;
-  auto client = Client::Connect(options);
-  REQUIRE(client.ok());
+  std::unique_ptr<Client> client = testing::ConnectClient(**cluster);
 
   std::mt19937_64 rng(5);
   std::vector<uint64_t> keys(2000);
@@ -95,12 +78,12 @@ TEST_CASE("a checkpoint of a running cluster holds every row exactly, and the ne
   std::vector<float> grads(keys.size() * kDim);
   for (int round = 0; round < 3; ++round) {
     for (float& g : grads) g = static_cast<float>(rng() % 2000) / 1000.0f - 1.0f;
-    REQUIRE((*client)->Push(kTable, keys, grads).ok());
+    REQUIRE(client->Push(kTable, keys, grads).ok());
   }
   std::vector<float> served(keys.size() * kDim);
-  REQUIRE((*client)->Pull(kTable, keys, absl::MakeSpan(served)).ok());
+  REQUIRE(client->Pull(kTable, keys, absl::MakeSpan(served)).ok());
 
-  absl::StatusOr<rpc::CheckpointResponse> taken = TakeCheckpoint(coordinator);
+  absl::StatusOr<rpc::CheckpointResponse> taken = testing::TakeCheckpoint(coordinator);
   INFO(taken.status().ToString());
   REQUIRE(taken.ok());
   CHECK(taken->id() == 1);
@@ -153,8 +136,8 @@ TEST_CASE("a checkpoint of a running cluster holds every row exactly, and the ne
   // checkpoint_keep: 2. A folder without a manifest (a checkpoint that crashed) is not listed,
   // and removed by the next checkpoint after it.
   std::filesystem::create_directory(dir + "/" + CheckpointFolderName(2));
-  REQUIRE(TakeCheckpoint(coordinator).ok());
-  REQUIRE(TakeCheckpoint(coordinator).ok());
+  REQUIRE(testing::TakeCheckpoint(coordinator).ok());
+  REQUIRE(testing::TakeCheckpoint(coordinator).ok());
   std::vector<std::string> partial;
   list = ListCheckpoints(dir, &partial);
   REQUIRE(list.ok());
@@ -222,10 +205,7 @@ TEST_CASE(
   INFO(cluster.status().ToString());
   REQUIRE(cluster.ok());
   const std::string coordinator = (*cluster)->coordinator().address();
-  ClientOptions options;
-  options.coordinator = coordinator;
-  auto client = Client::Connect(options);
-  REQUIRE(client.ok());
+  std::unique_ptr<Client> client = testing::ConnectClient(**cluster);
 
   std::mt19937_64 rng(11);
   std::vector<uint64_t> keys(1500);
@@ -235,11 +215,11 @@ TEST_CASE(
   std::vector<float> grads(keys.size() * kDim);
   for (int round = 0; round < 2; ++round) {
     for (float& g : grads) g = static_cast<float>(rng() % 2000) / 1000.0f - 1.0f;
-    REQUIRE((*client)->Push(kTable, keys, grads).ok());
+    REQUIRE(client->Push(kTable, keys, grads).ok());
   }
   std::vector<float> served(keys.size() * kDim);
-  REQUIRE((*client)->Pull(kTable, keys, absl::MakeSpan(served)).ok());
-  absl::StatusOr<rpc::CheckpointResponse> taken = TakeCheckpoint(coordinator);
+  REQUIRE(client->Pull(kTable, keys, absl::MakeSpan(served)).ok());
+  absl::StatusOr<rpc::CheckpointResponse> taken = testing::TakeCheckpoint(coordinator);
   INFO(taken.status().ToString());
   REQUIRE(taken.ok());
   const std::string folder = taken->path();

@@ -71,6 +71,7 @@
 #include "absl/time/time.h"
 #include "client/ps_client.h"
 #include "common/checkpoint_catalog.h"
+#include "common/coordinator_client.h"
 #include "common/hash.h"
 #include "common/process_tuning.h"
 #include "common/status_macros.h"
@@ -250,19 +251,10 @@ absl::StatusOr<std::unique_ptr<Client>> Connect(const testing::LocalCluster& clu
 }
 
 absl::StatusOr<rpc::CheckpointResponse> TakeCheckpoint(const testing::LocalCluster& cluster) {
-  auto stub = rpc::Coordinator::NewStub(
-      grpc::CreateChannel(cluster.coordinator().address(), grpc::InsecureChannelCredentials()));
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + Timeout()));
-  rpc::CheckpointRequest request;
-  request.set_step(-1);
-  rpc::CheckpointResponse response;
-  const grpc::Status status = stub->StartCheckpoint(&context, request, &response);
-  if (!status.ok()) {
-    return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                        absl::StrCat("StartCheckpoint: ", status.error_message()));
-  }
-  return response;
+  absl::StatusOr<std::unique_ptr<CoordinatorClient>> coordinator =
+      CoordinatorClient::Connect(cluster.coordinator().address(), absl::Seconds(30));
+  if (!coordinator.ok()) return coordinator.status();
+  return (*coordinator)->Checkpoint(/*step=*/-1, {}, Timeout());
 }
 
 // `rows` distinct random keys (sorted; their shards come from their hashes, not their order).
