@@ -792,6 +792,7 @@ absl::Status ShardedStore::BeginCheckpoint(int64_t step, const std::vector<uint3
   boundary_reached_ = false;
   cuts_.clear();
   for (uint32_t s : shards) cuts_[s];
+  checkpoint_shards_ = shards;
   if (sync_ && applied_step_ + 1 == step) CutCheckpointStateLocked();
   return absl::OkStatus();
 }
@@ -848,7 +849,7 @@ absl::StatusOr<ShardCut> ShardedStore::TakeCheckpointCut(uint32_t shard, absl::T
     }
     const absl::Time start = absl::Now();
     if (!sync_) {
-      c.cut = shards_[shard]->Cut(kCutRecordBytes, cut_request_);
+      c.cut = shards_[shard]->StartCut(kCutRecordBytes, cut_request_);
     } else if (!c.rows_cut) {
       // Between the boundary and the next step: the rows are still those of the boundary.
       shards_[shard]->CutRows(kCutRecordBytes, cut_request_, &c.cut);
@@ -859,10 +860,32 @@ absl::StatusOr<ShardCut> ShardedStore::TakeCheckpointCut(uint32_t shard, absl::T
   return std::move(c.cut);
 }
 
+absl::Status ShardedStore::ReadCheckpointRows(ShardCut* cut, absl::Duration* max_hold) {
+  *max_hold = absl::ZeroDuration();
+  while (true) {
+    absl::ReaderMutexLock map_lock(&map_mu_);
+    const uint32_t s = cut->shard;
+    if (s >= num_shards_ || shards_[s] == nullptr || roles_[s] != Role::kPrimary) {
+      return absl::FailedPreconditionError(
+          absl::StrFormat("shard %d moved to another server during the checkpoint", s));
+    }
+    const absl::Time start = absl::Now();
+    absl::StatusOr<bool> more = shards_[s]->ReadCutRows(kCutRecordBytes, cut);
+    *max_hold = std::max(*max_hold, absl::Now() - start);
+    if (!more.ok()) return more.status();
+    if (!*more) return absl::OkStatus();
+  }
+}
+
 void ShardedStore::EndCheckpoint() {
   absl::MutexLock cut_lock(&cut_mu_);
   checkpointing_ = false;
   cuts_.clear();
+  absl::ReaderMutexLock map_lock(&map_mu_);
+  for (uint32_t s : checkpoint_shards_) {
+    if (s < num_shards_ && shards_[s] != nullptr) shards_[s]->AbandonCutRows();
+  }
+  checkpoint_shards_.clear();
 }
 
 }  // namespace server

@@ -199,8 +199,9 @@ class ShardedStore {
   //
   // A checkpoint cuts each primary shard at one point: in sync mode at a step boundary t (the
   // shard holds exactly steps < t, no pending sums), otherwise at the shard's applied sequence of
-  // the moment. A cut copies the shard under its lock (holding back its pushes meanwhile); the
-  // caller writes it out afterwards. One checkpoint at a time.
+  // the moment. A cut copies the shard's small state (dense chunks, window, counters) under its
+  // lock; its rows are read afterwards, copy-on-write (ReadCheckpointRows), while pushes go on.
+  // The caller writes the cut out. One checkpoint at a time.
 
   // Starts a checkpoint of `shards`, which must be this server's primaries in map `map_version`,
   // the installed one (else FAILED_PRECONDITION naming it). Sync mode: `step` is the boundary
@@ -219,7 +220,14 @@ class ShardedStore {
   absl::StatusOr<ShardCut> TakeCheckpointCut(uint32_t shard, absl::Time deadline,
                                              absl::Duration* stall);
 
-  // Ends the checkpoint begun last, dropping cuts not taken. Idempotent.
+  // Reads the rows of a cut TakeCheckpointCut gave into it (Shard::ReadCutRows), a record at a
+  // time. `*max_hold` receives the longest the shard's lock was held for one record.
+  // FAILED_PRECONDITION if the shard moved to another server; ABORTED if its rows were replaced
+  // or the checkpoint ended meanwhile.
+  absl::Status ReadCheckpointRows(ShardCut* cut, absl::Duration* max_hold);
+
+  // Ends the checkpoint begun last, dropping cuts not taken and abandoning the reads of cuts'
+  // rows not finished. Idempotent.
   void EndCheckpoint();
 
  private:
@@ -329,6 +337,8 @@ class ShardedStore {
   CutRequest cut_request_ ABSL_GUARDED_BY(cut_mu_);
   bool boundary_reached_ ABSL_GUARDED_BY(cut_mu_) = false;
   absl::flat_hash_map<uint32_t, CheckpointCut> cuts_ ABSL_GUARDED_BY(cut_mu_);
+  // The shards of the checkpoint under way.
+  std::vector<uint32_t> checkpoint_shards_ ABSL_GUARDED_BY(cut_mu_);
   bool cuts_closed_ ABSL_GUARDED_BY(cut_mu_) = false;  // shut down
 
   // Held through a SetShardMap, snapshots included: only it destroys shards.

@@ -742,12 +742,45 @@ TEST_CASE("a checkpoint cuts each primary shard at its applied sequence", "[serv
     CHECK(cut->sequence >= 1);
     cuts.push_back(std::move(cut).value());
   }
+  // The rows are read after the cut, as of the cut: a push meanwhile is not in them.
+  REQUIRE(store.Push(MakePush(keys, 2.0f, 2), &duplicates).ok());
+  CHECK(PullRows(store, keys) != at_cut);
+  for (ShardCut& cut : cuts) {
+    absl::Duration hold;
+    REQUIRE(store.ReadCheckpointRows(&cut, &hold).ok());
+    CHECK(cut.rows_to_read == 0);
+  }
   absl::Duration stall;
   CHECK(store.TakeCheckpointCut(0, absl::InfiniteFuture(), &stall).status().code() ==
         absl::StatusCode::kNotFound);
   store.EndCheckpoint();
   CHECK(CutEmbeddings(cuts) == at_cut);
   REQUIRE(store.BeginCheckpoint(-1, even, 3).ok());  // the next one may start
+  store.EndCheckpoint();
+}
+
+TEST_CASE("a checkpoint ended before a cut's rows were read abandons the read", "[server][store]") {
+  auto created = ShardedStore::Create(TestJob(), {});
+  REQUIRE(created.ok());
+  ShardedStore& store = **created;
+  store.SetShardMap(EvenOddMap(3), 0);
+  const std::vector<uint64_t> keys = EvenShardKeys(40);
+  uint32_t duplicates = 0;
+  REQUIRE(store.Push(MakePush(keys, 1.0f, 1), &duplicates).ok());
+  REQUIRE(store.BeginCheckpoint(-1, {0, 2}, 3).ok());
+  absl::Duration stall, hold;
+  absl::StatusOr<ShardCut> cut = store.TakeCheckpointCut(0, absl::InfiniteFuture(), &stall);
+  REQUIRE(cut.ok());
+  store.EndCheckpoint();
+  CHECK(store.ReadCheckpointRows(&*cut, &hold).code() == absl::StatusCode::kAborted);
+  // A shard that moved away meanwhile: FAILED_PRECONDITION.
+  REQUIRE(store.BeginCheckpoint(-1, {0, 2}, 3).ok());
+  cut = store.TakeCheckpointCut(2, absl::InfiniteFuture(), &stall);
+  REQUIRE(cut.ok());
+  rpc::ShardMap moved = EvenOddMap(4);
+  moved.mutable_shards(2)->set_primary(1);
+  store.SetShardMap(moved, 0);
+  CHECK(store.ReadCheckpointRows(&*cut, &hold).code() == absl::StatusCode::kFailedPrecondition);
   store.EndCheckpoint();
 }
 
@@ -774,7 +807,8 @@ TEST_CASE("a sync checkpoint cuts every shard at its step boundary", "[server][s
   REQUIRE(first.ok());
   CHECK(first->applied_step == 0);
   cuts.push_back(std::move(first).value());
-  // Step 1 is applied before the other shards are taken: their rows were cut before it.
+  // Step 1 is applied before the other shards are taken: their rows were cut before it. Every
+  // shard's rows are read after it, as of the boundary.
   REQUIRE(store->Push(StepPush(keys, 5.0f, 2, 1), &duplicates).ok());
   REQUIRE(*store->EndStep(1, 1) == 0);
   REQUIRE(*store->EndStep(2, 1) == 1);
@@ -784,6 +818,10 @@ TEST_CASE("a sync checkpoint cuts every shard at its step boundary", "[server][s
     REQUIRE(cut.ok());
     CHECK(cut->applied_step == 0);
     cuts.push_back(std::move(cut).value());
+  }
+  for (ShardCut& cut : cuts) {
+    absl::Duration hold;
+    REQUIRE(store->ReadCheckpointRows(&cut, &hold).ok());
   }
   store->EndCheckpoint();
   CHECK(CutEmbeddings(cuts) == after_step0);
@@ -813,6 +851,8 @@ TEST_CASE("a restored store serves its checkpoint's shards and resumes at its st
     absl::Duration stall;
     absl::StatusOr<ShardCut> cut = store->TakeCheckpointCut(s, absl::InfiniteFuture(), &stall);
     REQUIRE(cut.ok());
+    absl::Duration hold;
+    REQUIRE(store->ReadCheckpointRows(&*cut, &hold).ok());
     cuts.push_back(std::move(cut).value());
   }
   store->EndCheckpoint();

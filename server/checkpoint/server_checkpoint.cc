@@ -45,11 +45,13 @@ absl::StatusOr<rpc::WriteCheckpointResponse> WriteServerCheckpoint(
       store->BeginCheckpoint(request.step(), shards, request.header().map_version(), cut_request);
   if (!begun.ok()) return begun;
 
-  // This thread cuts the shards (the cut holds a shard's lock, so it runs at the priority of the
-  // threads serving requests) and hands them to a few writer threads (a file's encoding is CPU
-  // work) at a lower priority: training takes precedence over writing when the cores are busy,
-  // and the writing takes what training leaves. At most kWriterThreads cuts wait.
+  // This thread cuts the shards (a cut holds a shard's lock for its small state, so it runs at
+  // the priority of the threads serving requests) and hands them to a few writer threads at a
+  // lower priority, which read the cut's rows (copy-on-write, a record at a time under the lock)
+  // and encode its file: training takes precedence over writing when the cores are busy, and the
+  // writing takes what training leaves. At most kWriterThreads cuts wait.
   rpc::WriteCheckpointResponse response;
+  double max_stall_ms = 0;  // guarded by mu while the writers run
   absl::Mutex mu;
   absl::Status status;
   std::deque<ShardCut> cuts;
@@ -66,9 +68,15 @@ absl::StatusOr<rpc::WriteCheckpointResponse> WriteServerCheckpoint(
         cut = std::move(cuts.front());
         cuts.pop_front();
       }
-      absl::StatusOr<rpc::CheckpointShardFile> file = WriteShardFile(
-          (folder / absl::StrFormat("shard-%05d.sst", cut.shard)).string(), cut, store->tables());
+      absl::Duration hold;
+      absl::Status read = store->ReadCheckpointRows(&cut, &hold);
+      absl::StatusOr<rpc::CheckpointShardFile> file =
+          read.ok()
+              ? WriteShardFile((folder / absl::StrFormat("shard-%05d.sst", cut.shard)).string(),
+                               cut, store->tables())
+              : read;
       absl::MutexLock lock(&mu);
+      max_stall_ms = std::max(max_stall_ms, absl::ToDoubleMilliseconds(hold));
       if (!file.ok()) {
         if (status.ok()) status = file.status();
         return;
@@ -78,7 +86,6 @@ absl::StatusOr<rpc::WriteCheckpointResponse> WriteServerCheckpoint(
   };
   std::vector<std::thread> writers;
   for (int t = 0; t < kWriterThreads; ++t) writers.emplace_back(write);
-  double max_stall_ms = 0;
   for (uint32_t shard : shards) {
     {
       absl::MutexLock lock(&mu);

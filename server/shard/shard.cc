@@ -38,6 +38,7 @@ Shard::Shard(uint32_t id, const ShardConfig& config, absl::Span<const size_t> ex
 
 void Shard::ResetLocked() {
   const size_t num_tables = config_.tables->size();
+  cut_read_ = 0;  // its tables go
   tables_.clear();
   tables_.reserve(num_tables);
   for (size_t t = 0; t < num_tables; ++t) {
@@ -416,9 +417,18 @@ void Shard::CutRowsLocked(size_t max_record_bytes, const CutRequest& request, Sh
   const bool incremental = request.base_id != 0 && request.base_id == base_checkpoint_;
   cut->incremental = incremental;
   cut->base_id = incremental ? request.base_id : 0;
-  EmitRowsLocked(
-      max_record_bytes, [cut](rpc::ShardRecord&& r) { cut->records.push_back(std::move(r)); },
-      incremental ? &base_generation_ : nullptr);
+  EndCutReadLocked();
+  if (incremental) {
+    // Few rows, found by a pass over the index: copied now.
+    EmitRowsLocked(
+        max_record_bytes, [cut](rpc::ShardRecord&& r) { cut->records.push_back(std::move(r)); },
+        &base_generation_);
+  } else {
+    for (const std::unique_ptr<TableShard>& table : tables_) table->StartCut();
+    cut_read_ = ++cut_reads_;
+    cut->rows_to_read = cut_read_;
+    cut->rows_table = 0;
+  }
 
   // Close the generation: what changes from now on is newer than this cut.
   uint32_t closed = generation_;
@@ -448,11 +458,79 @@ void Shard::CutRows(size_t max_record_bytes, const CutRequest& request, ShardCut
   CutRowsLocked(max_record_bytes, request, cut);
 }
 
+void Shard::EndCutReadLocked() {
+  if (cut_read_ == 0) return;
+  for (const std::unique_ptr<TableShard>& table : tables_) table->EndCut();
+  cut_read_ = 0;
+}
+
+absl::StatusOr<bool> Shard::ReadCutRows(size_t max_record_bytes, ShardCut* cut) {
+  while (cut->rows_to_read != 0) {
+    const size_t t = cut->rows_table;
+    if (t == config_.tables->size()) {
+      absl::MutexLock lock(&mu_);
+      if (cut_read_ == cut->rows_to_read) EndCutReadLocked();
+      cut->rows_to_read = 0;
+      break;
+    }
+    // The record's buffers are allocated, and their pages touched, before the lock is taken.
+    const uint32_t row_floats = (*config_.tables)[t]->row_floats();
+    const size_t row_bytes = row_floats * sizeof(float);
+    const size_t max_rows = std::max<size_t>(1, max_record_bytes / (sizeof(uint64_t) + row_bytes));
+    rpc::ShardRecord record;
+    rpc::RowsChange* rows = record.mutable_rows();
+    rows->mutable_keys()->resize(max_rows * sizeof(uint64_t));
+    rows->mutable_values()->resize(max_rows * row_bytes);
+    size_t n;
+    {
+      absl::MutexLock lock(&mu_);
+      if (cut_read_ != cut->rows_to_read) {
+        return absl::AbortedError(absl::StrFormat(
+            "shard %d: the cut's rows were replaced or its read abandoned before it ended", id_));
+      }
+      n = tables_[t]->ReadCut(max_rows, reinterpret_cast<uint64_t*>(&(*rows->mutable_keys())[0]),
+                              reinterpret_cast<float*>(&(*rows->mutable_values())[0]));
+    }
+    if (n == 0) {
+      ++cut->rows_table;
+      continue;
+    }
+    rows->mutable_keys()->resize(n * sizeof(uint64_t));
+    rows->mutable_values()->resize(n * row_bytes);
+    rows->set_table(static_cast<uint32_t>(t));
+    record.set_shard(id_);
+    record.set_sequence(cut->sequence);
+    cut->records.push_back(std::move(record));
+    return true;
+  }
+  return false;
+}
+
+void Shard::AbandonCutRows() {
+  absl::MutexLock lock(&mu_);
+  EndCutReadLocked();
+}
+
+ShardCut Shard::StartCut(size_t max_record_bytes, const CutRequest& request) {
+  ShardCut cut;
+  absl::MutexLock lock(&mu_);
+  CutStateLocked(&cut);
+  CutRowsLocked(max_record_bytes, request, &cut);
+  return cut;
+}
+
 ShardCut Shard::Cut(size_t max_record_bytes, const CutRequest& request) {
   ShardCut cut;
   absl::MutexLock lock(&mu_);
   CutStateLocked(&cut);
   CutRowsLocked(max_record_bytes, request, &cut);
+  if (cut.rows_to_read != 0) {
+    // EmitRowsLocked's records: the rows as they are, under the lock.
+    EndCutReadLocked();
+    cut.rows_to_read = 0;
+    EmitRowsLocked(max_record_bytes,
+                   [&cut](rpc::ShardRecord&& r) { cut.records.push_back(std::move(r)); });
+  }
   return cut;
 }
 

@@ -48,6 +48,10 @@ struct ShardCut {
   // chain's cuts, oldest first): the last one holds its value, as Shard::Restore applies them in
   // order. Other records in any order.
   std::vector<rpc::ShardRecord> records;
+  // A full cut's rows are read after the cut, copy-on-write (Shard::ReadCutRows): the read under
+  // way in its shard, 0 once every row is in `records`; and the table being read.
+  uint64_t rows_to_read = 0;
+  uint32_t rows_table = 0;
 };
 
 // What a checkpoint asks of a shard's cut (Shard::CutRows).
@@ -173,18 +177,38 @@ class Shard {
   // so the rows may be cut after the window until then.
   void CutState(ShardCut* cut) const;
 
-  // Appends the rows of every table to `cut`, in records of at most about `max_record_bytes`,
-  // and closes the shard's current generation (rows changed from now on belong to the next).
+  // Cuts the rows of every table for `cut` and closes the shard's current generation (rows
+  // changed from now on belong to the next).
   //
   // Incremental when `request.base_id` is not 0 and is the checkpoint_id of this shard's
-  // previous cut: then only the rows changed since that cut are appended, and `cut` is marked
-  // incremental on base_id. Otherwise every row (a full cut): so a shard new to this object (a
-  // failover's promoted replica, a restart, a restore, a new snapshot) is cut in full first.
+  // previous cut: then only the rows changed since that cut are appended to `cut`'s records (of
+  // at most about `max_record_bytes`), and `cut` is marked incremental on base_id. Otherwise
+  // every row (a full cut): so a shard new to this object (a failover's promoted replica, a
+  // restart, a restore, a new snapshot) is cut in full first. A full cut's rows are not copied
+  // here but read afterwards by ReadCutRows, as of this instant, while the shard keeps changing
+  // (cut->rows_to_read is set); a new full cut abandons the read of an earlier one.
   // A request with a checkpoint_id is remembered as the base for the next one.
   void CutRows(size_t max_record_bytes, const CutRequest& request, ShardCut* cut);
 
-  // CutState and CutRows under one lock: the whole shard at one applied sequence. Pending sync
-  // sums are left out (a sync checkpoint is cut at a step boundary, where there are none).
+  // Appends to `cut` the next record of its rows (at most about `max_record_bytes`) as they were
+  // at CutRows. Returns true if one was appended, false (with cut->rows_to_read reset to 0) once
+  // every row is in `cut`, or if there was nothing to read. The shard's lock is held only while
+  // the rows are copied into buffers allocated before, so that pushes wait a few microseconds at
+  // most. Until the read ends, the first change to a row not read yet copies it aside (see
+  // TableShard::StartCut). ABORTED if the read was abandoned (AbandonCutRows, a newer full cut)
+  // or the shard's rows were replaced (a restore or a primary's snapshot) since CutRows.
+  absl::StatusOr<bool> ReadCutRows(size_t max_record_bytes, ShardCut* cut);
+
+  // Abandons the read of a cut's rows under way, if any, dropping the rows copied aside for it.
+  void AbandonCutRows();
+
+  // CutState and CutRows under one lock: the whole shard at one applied sequence, a full cut's
+  // rows left for ReadCutRows.
+  ShardCut StartCut(size_t max_record_bytes, const CutRequest& request = {});
+
+  // CutState and CutRows under one lock: the whole shard at one applied sequence, the rows read
+  // under that lock too (the cut is complete: rows_to_read is 0). Pending sync sums are left out
+  // (a sync checkpoint is cut at a step boundary, where there are none).
   ShardCut Cut(size_t max_record_bytes, const CutRequest& request = {});
 
   // The generation rows changing now are stamped with: 1 when new, advanced by each CutRows.
@@ -255,6 +279,8 @@ class Shard {
   void CutStateLocked(ShardCut* cut) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void CutRowsLocked(size_t max_record_bytes, const CutRequest& request, ShardCut* cut)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends the read of a cut's rows under way, if any.
+  void EndCutReadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Stamps every table's changes from now on with `generation`.
   void SetGenerationLocked(uint32_t generation) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Replaces every table, the window, the dense chunks and the pending sums with empty ones.
@@ -281,6 +307,9 @@ class Shard {
   uint32_t generation_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t base_checkpoint_ ABSL_GUARDED_BY(mu_) = 0;
   uint32_t base_generation_ ABSL_GUARDED_BY(mu_) = 0;
+  // The full cut whose rows are being read (ReadCutRows), 0 for none; and the last one's number.
+  uint64_t cut_read_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t cut_reads_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace server

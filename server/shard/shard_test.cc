@@ -394,6 +394,70 @@ TEST_CASE("an incremental cut holds the rows changed since its base's cut; the c
   CHECK(CutDumpOf(middle, f).rows == rows);
 }
 
+TEST_CASE("a full cut's rows are read afterwards as of the cut, while the shard keeps changing",
+          "[shard][checkpoint]") {
+  const bool sync = GENERATE(false, true);
+  CAPTURE(sync);
+  Fixture f(sync);
+  Shard shard(4, f.config, {});
+  std::mt19937_64 rng(sync ? 7 : 8);
+  RandomChanges(shard, sync, &rng, 300);
+  if (sync) shard.ApplyStep(shard.applied_step() + 1);  // a boundary: no pending sums
+  const Dump at_cut = CutDumpOf(shard, f);
+
+  ShardCut cut = shard.StartCut(/*max_record_bytes=*/256, {/*checkpoint_id=*/1, /*base_id=*/0});
+  CHECK(cut.rows_to_read != 0);
+  CHECK(RowsOf(cut, f).empty());
+  int records = 0;
+  while (true) {
+    RandomChanges(shard, sync, &rng, 20);
+    absl::StatusOr<bool> more = shard.ReadCutRows(256, &cut);
+    REQUIRE(more.ok());
+    if (!*more) break;
+    ++records;
+  }
+  CHECK(records > 1);
+  CHECK(cut.rows_to_read == 0);
+  CHECK(RowsOf(cut, f) == at_cut.rows);
+  CHECK(CutDumpOf(shard, f).rows != at_cut.rows);
+  Shard restored(4, f.config, {}, /*complete=*/false);
+  REQUIRE(restored.Restore(cut).ok());
+  CHECK(CutDumpOf(restored, f) == at_cut);
+
+  // The rows changed since are the next increment's.
+  const Dump now = CutDumpOf(shard, f);
+  const ShardCut inc = shard.Cut(1 << 20, {2, 1});
+  CHECK(inc.incremental);
+  auto chained = RowsOf(cut, f);
+  for (const auto& [key, row] : RowsOf(inc, f)) chained[key] = row;
+  CHECK(chained == now.rows);
+}
+
+TEST_CASE("reading a cut's rows is ABORTED once abandoned, replaced by a newer cut or restored",
+          "[shard][checkpoint]") {
+  Fixture f(/*sync=*/false);
+  Shard shard(5, f.config, {});
+  std::mt19937_64 rng(9);
+  RandomChanges(shard, false, &rng, 100);
+  const std::string how = GENERATE(as<std::string>{}, "abandoned", "newer cut", "restored");
+  CAPTURE(how);
+  const ShardCut whole = shard.Cut(1 << 20);
+  ShardCut cut = shard.StartCut(256);
+  REQUIRE(shard.ReadCutRows(256, &cut).ok());
+  if (how == "abandoned") {
+    shard.AbandonCutRows();
+  } else if (how == "newer cut") {
+    shard.StartCut(256);
+  } else {
+    REQUIRE(shard.Restore(whole).ok());
+  }
+  absl::StatusOr<bool> more = shard.ReadCutRows(256, &cut);
+  CHECK(absl::IsAborted(more.status()));
+  // Nothing is kept for an abandoned read: a cut with nothing to read reads nothing.
+  ShardCut empty;
+  CHECK_FALSE(*shard.ReadCutRows(256, &empty));
+}
+
 TEST_CASE("a cut is incremental only on the base this shard object cut last",
           "[shard][checkpoint]") {
   Fixture f(/*sync=*/false);

@@ -292,6 +292,7 @@ void TableShard::Push(absl::Span<const uint64_t> ids, const float* grads, float*
     if (u + kPrefetchDistance < unique) {
       __builtin_prefetch(Row(s.unique_slots[u + kPrefetchDistance]), 1);
     }
+    BeforeChange(s.unique_slots[u]);
     float* row = Row(s.unique_slots[u]);
     optimizer.Apply(dim_, g + u * dim_, row, row + dim_);
   }
@@ -304,6 +305,7 @@ void TableShard::Push(absl::Span<const uint64_t> ids, const float* grads, float*
 
 void TableShard::Assign(uint64_t id, const float* row) {
   const uint32_t slot = FindOrCreate(id, IndexHash(id), /*initialize=*/false, /*touch=*/true);
+  BeforeChange(slot);
   std::memcpy(Row(slot), row, size_t{row_floats_} * sizeof(float));
 }
 
@@ -315,7 +317,10 @@ void TableShard::AssignRows(absl::Span<const uint64_t> ids, const float* rows) {
   // New rows are overwritten at once: no initializer.
   ResolveSlots(ids, s.hashes.data(), s.slots.data(), /*initialize=*/false, /*touch=*/true);
   const size_t bytes = size_t{row_floats_} * sizeof(float);
-  for (size_t i = 0; i < n; ++i) std::memcpy(Row(s.slots[i]), rows + i * row_floats_, bytes);
+  for (size_t i = 0; i < n; ++i) {
+    BeforeChange(s.slots[i]);
+    std::memcpy(Row(s.slots[i]), rows + i * row_floats_, bytes);
+  }
 }
 
 int64_t TableShard::RowGeneration(uint64_t id) const {
@@ -332,12 +337,69 @@ void TableShard::ResetGenerations() {
   for (size_t b = 0; b < capacity_; ++b) entries_[b].generation = 0;
 }
 
+void TableShard::StartCut() {
+  EndCut();
+  cutting_ = true;
+  cut_next_ = 0;
+  cut_end_ = static_cast<uint32_t>(size_);
+}
+
+void TableShard::KeepForCut(uint32_t slot) {
+  if (cut_kept_at_.empty()) cut_kept_at_.assign(cut_end_, kEmpty);
+  uint32_t& at = cut_kept_at_[slot];
+  if (at != kEmpty) return;
+  if (cut_kept_ % kKeptRows == 0) {
+    cut_kept_blocks_.emplace_back(new float[size_t{kKeptRows} * row_floats_]);
+  }
+  at = cut_kept_++;
+  std::memcpy(cut_kept_blocks_.back().get() + size_t{at % kKeptRows} * row_floats_, Row(slot),
+              size_t{row_floats_} * sizeof(float));
+}
+
+size_t TableShard::ReadCut(size_t max_rows, uint64_t* ids, float* rows) {
+  if (!cutting_ || cut_next_ == cut_end_) return 0;
+  if (cut_ids_.empty()) {
+    // Slots never move and keep their ids, so the slots below cut_end_ have the ids they had at
+    // StartCut.
+    cut_ids_.resize(cut_end_);
+    for (size_t b = 0; b < capacity_; ++b) {
+      const uint32_t slot = entries_[b].slot;
+      if (slot < cut_end_) cut_ids_[slot] = ids_[b];
+    }
+  }
+  const uint32_t n = static_cast<uint32_t>(std::min<size_t>(max_rows, cut_end_ - cut_next_));
+  const size_t bytes = size_t{row_floats_} * sizeof(float);
+  std::memcpy(ids, cut_ids_.data() + cut_next_, n * sizeof(uint64_t));
+  for (uint32_t i = 0; i < n; ++i) {
+    const uint32_t slot = cut_next_ + i;
+    const uint32_t kept = cut_kept_at_.empty() ? kEmpty : cut_kept_at_[slot];
+    const float* row = kept == kEmpty ? Row(slot)
+                                      : cut_kept_blocks_[kept / kKeptRows].get() +
+                                            size_t{kept % kKeptRows} * row_floats_;
+    std::memcpy(rows + size_t{i} * row_floats_, row, bytes);
+  }
+  cut_next_ += n;
+  return n;
+}
+
+void TableShard::EndCut() {
+  cutting_ = false;
+  cut_next_ = 0;
+  cut_end_ = 0;
+  std::vector<uint64_t>().swap(cut_ids_);
+  std::vector<uint32_t>().swap(cut_kept_at_);
+  std::vector<std::unique_ptr<float[]>>().swap(cut_kept_blocks_);
+  cut_kept_ = 0;
+}
+
 size_t TableShard::MemoryBytes() const {
   size_t bytes = capacity_ * (sizeof(uint64_t) + sizeof(Entry));
   bytes += blocks_.capacity() * sizeof(Block);
   for (const Block& block : blocks_) {
     bytes += block.bytes;
   }
+  bytes += cut_ids_.capacity() * sizeof(uint64_t) + cut_kept_at_.capacity() * sizeof(uint32_t) +
+           cut_kept_blocks_.size() * size_t{kKeptRows} * row_floats_ * sizeof(float);
   return bytes;
 }
 

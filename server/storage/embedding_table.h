@@ -20,6 +20,10 @@
 //   has its line in cache already, so stamping a change costs no extra cache miss (a separate
 //   array by slot cost pushes a miss a row, 15-20% of their rate on large shards). A row is
 //   created or changed by Pull (created only), Push, Assign and AssignRows.
+// - A cut (StartCut .. EndCut) reads every row as of one instant while the shard keeps changing:
+//   the reader walks the slots in order, and the first change to a row it has not read yet puts
+//   the row's old value aside (copy-on-write). Changes then cost one compare more, and a row
+//   copied aside when it changes during a cut.
 #ifndef PS_SERVER_STORAGE_EMBEDDING_TABLE_H_
 #define PS_SERVER_STORAGE_EMBEDDING_TABLE_H_
 
@@ -123,8 +127,27 @@ class TableShard {
   template <typename F>
   size_t ForEachChangedSince(uint32_t since, F&& f) const;
 
-  // Bytes allocated by the index (with the rows' generations) and the slabs.
+  // Bytes allocated by the index (with the rows' generations), the slabs and a cut under way.
   size_t MemoryBytes() const;
+
+  // --- Cuts: every row as of one instant, read in pieces while the shard keeps changing ---
+
+  // Starts a cut of the rows held now, replacing any cut under way. Until EndCut, a row the cut
+  // has not read yet keeps its value of now for the cut (its first change copies the old value
+  // aside), and rows created later are not in it. O(1).
+  void StartCut();
+
+  // Copies the cut's next rows, up to `max_rows`, in slot order: their ids to `ids` and their
+  // whole rows (row_floats() floats each, as of StartCut) to `rows`, which must have room for
+  // max_rows of each. Returns how many were copied: 0 when every row was read or no cut is under
+  // way. The first call also finds every slot's id (one pass over the index).
+  size_t ReadCut(size_t max_rows, uint64_t* ids, float* rows);
+
+  // Ends the cut under way (if any), dropping the rows copied aside.
+  void EndCut();
+
+  // Whether a cut is under way (between StartCut and EndCut).
+  bool cutting() const { return cutting_; }
 
   // Calls f(uint64_t id, const float* row) for every row (row as Find gives it), in the order the
   // rows were created. `f` must not mutate the shard.
@@ -187,6 +210,13 @@ class TableShard {
   void ReserveSlot(uint32_t slot);
   // Replaces the index with one of `capacity` buckets holding the same entries.
   void Rehash(size_t capacity);
+  // Before a change to the row in `slot`: a cut under way that has not read it yet keeps its
+  // value (one compare when no cut is under way: the window [cut_next_, cut_end_) is empty).
+  void BeforeChange(uint32_t slot) {
+    if (__builtin_expect(slot - cut_next_ < cut_end_ - cut_next_, 0)) KeepForCut(slot);
+  }
+  // Copies the row in `slot` aside for the cut, unless it was copied before.
+  void KeepForCut(uint32_t slot);
 
   // Constant after construction.
   const TableSpec* const spec_;
@@ -205,6 +235,22 @@ class TableShard {
   size_t size_ = 0;
   std::vector<Block> blocks_;
   uint32_t generation_ = 0;
+
+  // The cut under way: the rows in slots [cut_next_, cut_end_) are still to be read; slots below
+  // cut_end_ existed at StartCut. Both 0 when no cut is under way.
+  bool cutting_ = false;
+  uint32_t cut_next_ = 0;
+  uint32_t cut_end_ = 0;
+  // The id of each slot below cut_end_ (found by the first ReadCut).
+  std::vector<uint64_t> cut_ids_;
+  // Rows changed since StartCut before the cut read them: for each slot below cut_end_, where
+  // its old row is among the kept rows, or kEmpty (allocated by the first KeepForCut). Kept row
+  // k is row k % kKeptRows of block k / kKeptRows: blocks, so that keeping a row never moves the
+  // others (no copy of them all under the shard's lock, as a growing vector would).
+  static constexpr uint32_t kKeptRows = 1024;
+  std::vector<uint32_t> cut_kept_at_;
+  std::vector<std::unique_ptr<float[]>> cut_kept_blocks_;
+  uint32_t cut_kept_ = 0;
 };
 
 template <typename F>

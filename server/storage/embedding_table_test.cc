@@ -286,6 +286,94 @@ TEST_CASE("a push hands out the rows it leaves, and AssignRows copies them",
   });
 }
 
+// Every row's bytes, by id (compared bit for bit: assigned rows may hold NaN).
+using RowBytes = std::map<uint64_t, std::string>;
+RowBytes AllRows(const TableShard& shard) {
+  RowBytes rows;
+  shard.ForEach([&](uint64_t id, const float* row) {
+    rows[id].assign(reinterpret_cast<const char*>(row), shard.spec().row_floats() * sizeof(float));
+  });
+  return rows;
+}
+
+// Reads the next pieces of the cut under way into `read`; false once it is read.
+bool ReadPiece(TableShard* shard, size_t piece, RowBytes* read) {
+  const uint32_t row_floats = shard->spec().row_floats();
+  std::vector<uint64_t> ids(piece);
+  std::vector<float> rows(piece * row_floats);
+  const size_t n = shard->ReadCut(piece, ids.data(), rows.data());
+  for (size_t i = 0; i < n; ++i) {
+    CHECK(read->count(ids[i]) == 0);
+    (*read)[ids[i]].assign(reinterpret_cast<const char*>(rows.data() + i * row_floats),
+                           row_floats * sizeof(float));
+  }
+  return n > 0;
+}
+
+TEST_CASE("a cut reads every row as of its start while pushes, assigns and new rows go on",
+          "[storage][embedding_table][cut]") {
+  const auto spec = Spec(GENERATE(as<std::string>{}, "adagrad", "adam", "sgd"), 4);
+  const uint32_t row_floats = spec->row_floats();
+  TableShard shard(spec.get(), 0);
+  std::mt19937_64 rng(21);
+  std::vector<uint64_t> ids = RandomIds(rng, 3000, 5000);
+  shard.Push(ids, RandomGrads(rng, ids.size() * 4).data());
+  const RowBytes at_start = AllRows(shard);
+
+  shard.StartCut();
+  CHECK(shard.cutting());
+  RowBytes read;
+  const size_t piece = GENERATE(size_t{1}, size_t{97}, size_t{100000});
+  int round = 0;
+  do {
+    // Between pieces: pushes to old and new ids, a row assigned, rows assigned together.
+    const std::vector<uint64_t> pushed = RandomIds(rng, 200, 10000);
+    shard.Push(pushed, RandomGrads(rng, pushed.size() * 4).data());
+    std::vector<float> row(row_floats, 0.5f + round);
+    shard.Assign(ids[rng() % ids.size()], row.data());
+    const std::vector<uint64_t> assigned = RandomIds(rng, 20, 8000);
+    shard.AssignRows(assigned, RandomGrads(rng, assigned.size() * row_floats).data());
+    ++round;
+  } while (ReadPiece(&shard, piece, &read));
+  CHECK(read == at_start);
+  CHECK(AllRows(shard) != at_start);  // the shard did change meanwhile
+  shard.EndCut();
+  CHECK_FALSE(shard.cutting());
+  CHECK_FALSE(ReadPiece(&shard, piece, &read));
+
+  // A new cut sees the rows as they are now.
+  const RowBytes now = AllRows(shard);
+  shard.StartCut();
+  read.clear();
+  while (ReadPiece(&shard, piece, &read)) {
+  }
+  CHECK(read == now);
+  shard.EndCut();
+}
+
+TEST_CASE("a cut ended early leaves changes unrecorded, and an empty shard's cut is empty",
+          "[storage][embedding_table][cut]") {
+  const auto spec = Spec("adagrad", 2);
+  TableShard shard(spec.get(), 0);
+  uint64_t id;
+  float row[4];
+  shard.StartCut();
+  CHECK(shard.ReadCut(1, &id, row) == 0);
+  shard.EndCut();
+
+  std::mt19937_64 rng(22);
+  const std::vector<uint64_t> ids = RandomIds(rng, 100, 1000);
+  shard.Push(ids, RandomGrads(rng, ids.size() * 2).data());
+  const size_t idle = shard.MemoryBytes();
+  shard.StartCut();
+  shard.Push(ids, RandomGrads(rng, ids.size() * 2).data());
+  CHECK(shard.MemoryBytes() > idle);  // the old rows were kept for the cut
+  shard.EndCut();
+  CHECK(shard.MemoryBytes() == idle);
+  shard.Push(ids, RandomGrads(rng, ids.size() * 2).data());
+  CHECK(shard.MemoryBytes() == idle);  // no cut: nothing kept
+}
+
 TEST_CASE("every change stamps the row with the current generation; reads do not",
           "[storage][embedding_table][generation]") {
   const auto spec = Spec("adagrad", 4);
