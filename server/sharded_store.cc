@@ -282,6 +282,22 @@ absl::StatusOr<std::unique_ptr<Shard>> ShardedStore::RestoreShard(const ShardCut
   return shard;
 }
 
+absl::StatusOr<std::unique_ptr<Shard>> ShardedStore::NewRestoringShard(uint32_t shard,
+                                                                       uint64_t rows) const {
+  if (shard >= num_shards_) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("shard %d is outside the job's %d shards", shard, num_shards_));
+  }
+  // Presized so that filling it never rehashes: exactly with one table; with several, each
+  // table's index is sized for an even share and grows if its share is larger.
+  std::vector<size_t> expected = ExpectedRows();
+  expected.resize(tables_.size());
+  for (size_t& e : expected) e += rows / std::max<size_t>(1, tables_.size());
+  auto restoring = std::make_unique<Shard>(shard, shard_config_, expected, /*complete=*/false);
+  restoring->BeginRestore();
+  return restoring;
+}
+
 absl::Status ShardedStore::SetShardMap(const rpc::ShardMap& map, uint32_t server_id,
                                        Restored restored) {
   absl::MutexLock serial(&set_map_mu_);

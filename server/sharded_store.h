@@ -78,6 +78,12 @@ class ShardedStore {
   // outside the job's.
   absl::StatusOr<std::unique_ptr<Shard>> RestoreShard(const ShardCut& cut) const;
 
+  // A shard with this store's tables and settings, presized for `rows` rows over its tables, on
+  // which a restore in pieces has begun (Shard::BeginRestore: then Shard::RestoreRows and
+  // Shard::FinishRestore), for Restored. Thread-safe. INVALID_ARGUMENT for a shard outside the
+  // job's.
+  absl::StatusOr<std::unique_ptr<Shard>> NewRestoringShard(uint32_t shard, uint64_t rows) const;
+
   // What a restored job's server starts its new primaries from (ShardMap.restore_from).
   struct Restored {
     // Sync: the checkpoint's step boundary t (its shards hold exactly steps < t), so that step t

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
@@ -131,18 +132,50 @@ absl::Status InstallShardMap(ShardedStore* store, const rpc::ShardMap& map, uint
   if (!manifest.ok()) return manifest.status();
   ShardedStore::Restored restored;
   restored.step = manifest->step();
-  // Each shard is built as soon as its file is read, so that only a few files' contents are in
-  // memory at once besides the shards.
-  absl::Mutex mu;
-  absl::Status loaded = LoadCheckpointShards(
-      map.restore_from(), *manifest, store->tables(), map.num_shards(), shards, threads,
-      [&](ShardCut cut) -> absl::Status {
-        absl::StatusOr<std::unique_ptr<Shard>> shard = store->RestoreShard(cut);
-        if (!shard.ok()) return shard.status();
-        absl::MutexLock lock(&mu);
-        restored.shards.push_back(*std::move(shard));
-        return absl::OkStatus();
-      });
+  // Each shard's rows go from its files straight into its tables (Shard::BeginRestore ..
+  // FinishRestore), so that only a batch of rows a reading thread is held besides the shards.
+  class Builder : public ShardBuilder {
+   public:
+    Builder(ShardedStore* store, ShardedStore::Restored* restored)
+        : store_(store), restored_(restored) {}
+
+    absl::Status Begin(uint32_t shard, uint64_t rows) override {
+      absl::StatusOr<std::unique_ptr<Shard>> created = store_->NewRestoringShard(shard, rows);
+      if (!created.ok()) return created.status();
+      absl::MutexLock lock(&mu_);
+      building_[shard] = *std::move(created);
+      return absl::OkStatus();
+    }
+
+    absl::Status AddRows(uint32_t shard, uint32_t table, const uint64_t* ids, const float* rows,
+                         size_t n) override {
+      return Building(shard)->RestoreRows(table, ids, rows, n);
+    }
+
+    absl::Status Finish(ShardCut cut) override {
+      Shard* shard = Building(cut.shard);
+      absl::Status finished = shard->FinishRestore(cut);
+      if (!finished.ok()) return finished;
+      absl::MutexLock lock(&mu_);
+      restored_->shards.push_back(std::move(building_[cut.shard]));
+      building_.erase(cut.shard);
+      return absl::OkStatus();
+    }
+
+   private:
+    // The shard begun (a shard's calls come from one thread, after its Begin).
+    Shard* Building(uint32_t shard) {
+      absl::MutexLock lock(&mu_);
+      return building_.at(shard).get();
+    }
+
+    ShardedStore* const store_;
+    absl::Mutex mu_;
+    ShardedStore::Restored* const restored_ ABSL_PT_GUARDED_BY(mu_);
+    absl::flat_hash_map<uint32_t, std::unique_ptr<Shard>> building_ ABSL_GUARDED_BY(mu_);
+  } builder(store, &restored);
+  absl::Status loaded = LoadCheckpointShards(map.restore_from(), *manifest, store->tables(),
+                                             map.num_shards(), shards, threads, &builder);
   if (!loaded.ok()) return loaded;
   const absl::Time read = absl::Now();
   const size_t count = restored.shards.size();

@@ -175,7 +175,7 @@ absl::StatusOr<rpc::CheckpointShardFile> WriteShardFile(
 absl::StatusOr<ShardCut> ReadShardFile(const std::string& path,
                                        const std::vector<std::unique_ptr<TableSpec>>& tables,
                                        const rpc::CheckpointShardFile* expected,
-                                       size_t max_record_bytes) {
+                                       size_t max_record_bytes, const RowSink* sink) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) return DataLoss(path, "is missing");
   if (expected != nullptr) {
@@ -226,10 +226,24 @@ absl::StatusOr<ShardCut> ReadShardFile(const std::string& path,
   uint64_t dense_chunks = 0;
   rpc::ShardRecord record;  // rows being gathered
   size_t record_table = SIZE_MAX;
+  // With a sink: the batch being gathered, ids and whole rows of table record_table.
+  std::vector<uint64_t> batch_ids;
+  std::vector<float> batch_rows;
+  absl::Status sunk;
+  if (sink != nullptr) batch_rows.reserve(max_record_bytes / sizeof(float));
   auto flush = [&] {
     if (record_table == SIZE_MAX) return;
-    cut.records.push_back(std::move(record));
-    record = rpc::ShardRecord();
+    if (sink != nullptr) {
+      if (!batch_ids.empty() && sunk.ok()) {
+        sunk = (*sink)(static_cast<uint32_t>(record_table), batch_ids.data(), batch_rows.data(),
+                       batch_ids.size());
+      }
+      batch_ids.clear();
+      batch_rows.clear();
+    } else {
+      cut.records.push_back(std::move(record));
+      record = rpc::ShardRecord();
+    }
     record_table = SIZE_MAX;
   };
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
@@ -267,15 +281,25 @@ absl::StatusOr<ShardCut> ReadShardFile(const std::string& path,
           return DataLoss(path, absl::StrFormat("a row of table \"%s\" has %d bytes, not %d",
                                                 tables[table->second]->name, v.size(), row_bytes));
         }
-        if (record_table != table->second ||
-            record.rows().values().size() + row_bytes > max_record_bytes) {
+        const size_t gathered =
+            sink != nullptr ? batch_rows.size() * sizeof(float) : record.rows().values().size();
+        if (record_table != table->second || gathered + row_bytes > max_record_bytes) {
           flush();
-          record.mutable_rows()->set_table(static_cast<uint32_t>(table->second));
+          if (!sunk.ok()) return sunk;
           record_table = table->second;
+          if (sink == nullptr)
+            record.mutable_rows()->set_table(static_cast<uint32_t>(record_table));
         }
-        record.mutable_rows()->mutable_keys()->append(reinterpret_cast<const char*>(&id),
-                                                      sizeof(id));
-        record.mutable_rows()->mutable_values()->append(v.data(), v.size());
+        if (sink != nullptr) {
+          batch_ids.push_back(id);
+          const size_t at = batch_rows.size();
+          batch_rows.resize(at + row_bytes / sizeof(float));
+          std::memcpy(batch_rows.data() + at, v.data(), row_bytes);
+        } else {
+          record.mutable_rows()->mutable_keys()->append(reinterpret_cast<const char*>(&id),
+                                                        sizeof(id));
+          record.mutable_rows()->mutable_values()->append(v.data(), v.size());
+        }
         ++rows;
         break;
       }
@@ -296,6 +320,7 @@ absl::StatusOr<ShardCut> ReadShardFile(const std::string& path,
     }
   }
   flush();
+  if (!sunk.ok()) return sunk;
   if (!it->status().ok()) return DataLoss(path, it->status().ToString());
   if (!have_meta) return DataLoss(path, "has no header (key \"m\")");
   if (meta.rows() != rows || meta.dense_chunks() != dense_chunks) {

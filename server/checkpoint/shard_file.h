@@ -8,6 +8,7 @@
 #define PS_SERVER_CHECKPOINT_SHARD_FILE_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -31,18 +32,25 @@ absl::StatusOr<rpc::CheckpointShardFile> WriteShardFile(
     const std::string& path, const ShardCut& cut,
     const std::vector<std::unique_ptr<TableSpec>>& tables);
 
+// Receives rows as a file is read: `n` ids and their whole rows of table `table` (its index in
+// the reading job's tables). An error stops the reading and is returned as it is.
+using RowSink =
+    std::function<absl::Status(uint32_t table, const uint64_t* ids, const float* rows, size_t n)>;
+
 // Reads a file WriteShardFile wrote back into a ShardCut whose records name the tables by their
 // index in `tables` (the restoring job's), with rows in records of at most about
-// `max_record_bytes`. Checks RocksDB's block checksums, and, when `expected` is given, the file's
-// size and XXH3-64 against it (the manifest's entry). Every table of the file must be in
-// `tables` with the same dim and row_floats.
-// DATA_LOSS for a file that is missing, truncated, corrupt, or disagrees with `expected` or with
-// itself (counts); FAILED_PRECONDITION, naming the table, when the file's tables do not fit
-// `tables`.
+// `max_record_bytes`; or, when `rows` is given, handing the rows to it in the file's order, in
+// batches of at most about `max_record_bytes`, instead of holding them in the cut (a restore
+// then writes them straight into its tables). Checks RocksDB's block checksums, and, when
+// `expected` is given, the file's size and XXH3-64 against it (the manifest's entry). Every table
+// of the file must be in `tables` with the same dim and row_floats. DATA_LOSS for a file that is
+// missing, truncated, corrupt, or disagrees with `expected` or with itself (counts);
+// FAILED_PRECONDITION, naming the table, when the file's tables do not fit `tables`.
 absl::StatusOr<ShardCut> ReadShardFile(const std::string& path,
                                        const std::vector<std::unique_ptr<TableSpec>>& tables,
                                        const rpc::CheckpointShardFile* expected = nullptr,
-                                       size_t max_record_bytes = 1 << 20);
+                                       size_t max_record_bytes = 1 << 20,
+                                       const RowSink* rows = nullptr);
 
 }  // namespace server
 }  // namespace ps

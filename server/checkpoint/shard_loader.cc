@@ -50,7 +50,8 @@ absl::Status ParallelFor(size_t n, int threads, const std::function<absl::Status
 // double the restore's reads).
 absl::StatusOr<ShardCut> ReadCheckedFile(const std::string& folder,
                                          const rpc::CheckpointShardFile& expected,
-                                         const std::vector<std::unique_ptr<TableSpec>>& tables) {
+                                         const std::vector<std::unique_ptr<TableSpec>>& tables,
+                                         const RowSink* rows) {
   const std::string path = absl::StrCat(folder, "/", expected.file());
   std::error_code ec;
   const uintmax_t bytes = std::filesystem::file_size(path, ec);
@@ -59,7 +60,7 @@ absl::StatusOr<ShardCut> ReadCheckedFile(const std::string& folder,
     return absl::DataLossError(absl::StrFormat(
         "checkpoint file %s has %d bytes, the manifest says %d", path, bytes, expected.bytes()));
   }
-  absl::StatusOr<ShardCut> cut = ReadShardFile(path, tables, nullptr, kMaxRecordBytes);
+  absl::StatusOr<ShardCut> cut = ReadShardFile(path, tables, nullptr, kMaxRecordBytes, rows);
   if (!cut.ok()) return cut.status();
   if (cut->shard != expected.shard() || cut->sequence != expected.sequence()) {
     return absl::DataLossError(absl::StrFormat(
@@ -71,15 +72,25 @@ absl::StatusOr<ShardCut> ReadCheckedFile(const std::string& folder,
 
 // The cut of one shard of the checkpoint chain[0]: its file, and, when that is incremental, the
 // files it builds on (ShardFileChain), merged: every file's rows, oldest first (so that an id's
-// newest row comes last), and the newest file's dense chunks, window, sequence and step.
+// newest row comes last), and the newest file's dense chunks, window, sequence and step. With
+// `rows`, the rows go to it instead, in the same order. `begin` (if given) is called first with
+// the rows of the chain's files as the manifests say; its error stops the reading.
 absl::StatusOr<ShardCut> ReadShardChain(const std::vector<CheckpointLink>& chain, uint32_t shard,
-                                        const std::vector<std::unique_ptr<TableSpec>>& tables) {
+                                        const std::vector<std::unique_ptr<TableSpec>>& tables,
+                                        const RowSink* rows = nullptr,
+                                        const std::function<absl::Status(uint64_t)>& begin = {}) {
   absl::StatusOr<std::vector<ShardFileRef>> files = ShardFileChain(chain, shard);
   if (!files.ok()) return files.status();
+  if (begin) {
+    uint64_t total = 0;
+    for (const ShardFileRef& ref : *files) total += ref.file.rows();
+    absl::Status begun = begin(total);
+    if (!begun.ok()) return begun;
+  }
   std::vector<ShardCut> cuts;
   for (const ShardFileRef& ref : *files) {
     const std::string folder = std::filesystem::path(ref.path).parent_path().string();
-    absl::StatusOr<ShardCut> cut = ReadCheckedFile(folder, ref.file, tables);
+    absl::StatusOr<ShardCut> cut = ReadCheckedFile(folder, ref.file, tables, rows);
     if (!cut.ok()) return cut.status();
     if (cut->incremental != ref.file.incremental() || cut->base_id != ref.file.base_id()) {
       return absl::DataLossError(absl::StrFormat(
@@ -160,8 +171,7 @@ absl::Status LoadCheckpointShards(const std::string& folder,
                                   const rpc::CheckpointManifest& manifest,
                                   const std::vector<std::unique_ptr<TableSpec>>& tables,
                                   uint32_t num_shards, const std::vector<uint32_t>& shards,
-                                  int threads,
-                                  const std::function<absl::Status(ShardCut cut)>& consume) {
+                                  int threads, ShardBuilder* builder) {
   const uint32_t old_shards = manifest.shard_map().num_shards();
   if (old_shards == 0 || manifest.shards_size() != static_cast<int>(old_shards)) {
     return absl::InvalidArgumentError(
@@ -187,9 +197,15 @@ absl::Status LoadCheckpointShards(const std::string& folder,
 
   if (old_shards == num_shards) {
     return ParallelFor(shards.size(), threads, [&](size_t i) -> absl::Status {
-      absl::StatusOr<ShardCut> cut = ReadShardChain(*chain, shards[i], tables);
+      const uint32_t shard = shards[i];
+      const RowSink rows = [&](uint32_t table, const uint64_t* ids, const float* values, size_t n) {
+        return builder->AddRows(shard, table, ids, values, n);
+      };
+      absl::StatusOr<ShardCut> cut =
+          ReadShardChain(*chain, shard, tables, &rows,
+                         [&](uint64_t total) { return builder->Begin(shard, total); });
       if (!cut.ok()) return cut.status();
-      return consume(*std::move(cut));
+      return builder->Finish(*std::move(cut));
     });
   }
 
@@ -213,24 +229,77 @@ absl::Status LoadCheckpointShards(const std::string& folder,
     return absl::OkStatus();
   });
   if (!status.ok()) return status;
-  return ParallelFor(cuts.size(), threads,
-                     [&](size_t i) -> absl::Status { return consume(std::move(cuts[i])); });
+  return ParallelFor(cuts.size(), threads, [&](size_t i) -> absl::Status {
+    uint64_t rows = 0;
+    for (const rpc::ShardRecord& r : cuts[i].records) {
+      if (r.has_rows()) rows += r.rows().keys().size() / sizeof(uint64_t);
+    }
+    absl::Status begun = builder->Begin(cuts[i].shard, rows);
+    if (!begun.ok()) return begun;
+    return builder->Finish(std::move(cuts[i]));
+  });
 }
+
+namespace {
+
+// Builds whole cuts: the rows of AddRows in records, before those of Finish's cut.
+class CutCollector : public ShardBuilder {
+ public:
+  CutCollector(const std::vector<uint32_t>& shards,
+               const std::vector<std::unique_ptr<TableSpec>>& tables)
+      : shards_(shards), tables_(tables), cuts_(shards.size()) {}
+
+  absl::Status Begin(uint32_t shard, uint64_t) override {
+    Cut(shard) = ShardCut();
+    return absl::OkStatus();
+  }
+
+  absl::Status AddRows(uint32_t shard, uint32_t table, const uint64_t* ids, const float* rows,
+                       size_t n) override {
+    rpc::RowsChange* change = Cut(shard).records.emplace_back().mutable_rows();
+    change->set_table(table);
+    change->mutable_keys()->assign(reinterpret_cast<const char*>(ids), n * sizeof(uint64_t));
+    change->mutable_values()->assign(reinterpret_cast<const char*>(rows),
+                                     n * tables_[table]->row_floats() * sizeof(float));
+    return absl::OkStatus();
+  }
+
+  absl::Status Finish(ShardCut cut) override {
+    ShardCut& whole = Cut(cut.shard);
+    for (rpc::ShardRecord& r : cut.records) whole.records.push_back(std::move(r));
+    for (rpc::ShardRecord& r : whole.records) {
+      r.set_shard(cut.shard);
+      r.set_sequence(cut.sequence);
+    }
+    cut.records = std::move(whole.records);
+    whole = std::move(cut);
+    return absl::OkStatus();
+  }
+
+  std::vector<ShardCut> Take() { return std::move(cuts_); }
+
+ private:
+  // Each shard is built from one thread at a time, in its own place in cuts_.
+  ShardCut& Cut(uint32_t shard) {
+    return cuts_[std::find(shards_.begin(), shards_.end(), shard) - shards_.begin()];
+  }
+
+  const std::vector<uint32_t>& shards_;
+  const std::vector<std::unique_ptr<TableSpec>>& tables_;
+  std::vector<ShardCut> cuts_;
+};
+
+}  // namespace
 
 absl::StatusOr<std::vector<ShardCut>> LoadCheckpointShards(
     const std::string& folder, const rpc::CheckpointManifest& manifest,
     const std::vector<std::unique_ptr<TableSpec>>& tables, uint32_t num_shards,
     const std::vector<uint32_t>& shards, int threads) {
-  std::vector<ShardCut> cuts(shards.size());
-  absl::Status status = LoadCheckpointShards(
-      folder, manifest, tables, num_shards, shards, threads, [&](ShardCut cut) {
-        // Each shard is consumed once, from one thread: its own place in `cuts`.
-        const size_t i = std::find(shards.begin(), shards.end(), cut.shard) - shards.begin();
-        cuts[i] = std::move(cut);
-        return absl::OkStatus();
-      });
+  CutCollector collector(shards, tables);
+  absl::Status status =
+      LoadCheckpointShards(folder, manifest, tables, num_shards, shards, threads, &collector);
   if (!status.ok()) return status;
-  return cuts;
+  return collector.Take();
 }
 
 }  // namespace server

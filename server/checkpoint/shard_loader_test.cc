@@ -205,6 +205,64 @@ TEST_CASE("a chain's shards are its full file's rows with the increments over th
   }
 }
 
+// Builds Shards as a restoring server does: rows straight into them (Shard::BeginRestore ..
+// FinishRestore).
+class ShardsBuilder : public ShardBuilder {
+ public:
+  explicit ShardsBuilder(const ShardConfig& config) : config_(config) {}
+
+  absl::Status Begin(uint32_t shard, uint64_t rows) override {
+    absl::MutexLock lock(&mu_);
+    rows_[shard] = rows;
+    auto& built = shards_[shard];
+    built = std::make_unique<Shard>(shard, config_, std::vector<size_t>{0, 0}, false);
+    built->BeginRestore();
+    return absl::OkStatus();
+  }
+  absl::Status AddRows(uint32_t shard, uint32_t table, const uint64_t* ids, const float* rows,
+                       size_t n) override {
+    return Get(shard)->RestoreRows(table, ids, rows, n);
+  }
+  absl::Status Finish(ShardCut cut) override { return Get(cut.shard)->FinishRestore(cut); }
+
+  Shard* Get(uint32_t shard) {
+    absl::MutexLock lock(&mu_);
+    return shards_.at(shard).get();
+  }
+  uint64_t Rows(uint32_t shard) {
+    absl::MutexLock lock(&mu_);
+    return rows_.at(shard);
+  }
+
+ private:
+  const ShardConfig config_;
+  absl::Mutex mu_;
+  std::map<uint32_t, std::unique_ptr<Shard>> shards_;
+  std::map<uint32_t, uint64_t> rows_;
+};
+
+TEST_CASE("a chain's rows streamed straight into shards give the same shards",
+          "[checkpoint][incremental]") {
+  Fixture f;
+  Chain chain(&f);
+  const uint64_t id = GENERATE(3u, 1u);
+  CAPTURE(id);
+  ShardsBuilder builder(f.config);
+  REQUIRE(LoadCheckpointShards(chain.Folder(id), chain.manifests[id - 1], f.tables, kOldShards,
+                               {0, 1, 2, 3}, /*threads=*/2, &builder)
+              .ok());
+  for (uint32_t s = 0; s < kOldShards; ++s) {
+    CAPTURE(s);
+    CHECK(Contents(builder.Get(s)->Cut(1 << 20), f.tables) == chain.states[id - 1][s]);
+    // Begin was told the rows of the chain's files (each builds on its base_id).
+    uint64_t rows = 0;
+    for (uint64_t c = id; c != 0; c = chain.manifests[c - 1].shards(s).base_id()) {
+      rows += chain.manifests[c - 1].shards(s).rows();
+    }
+    CHECK(builder.Rows(s) == rows);
+  }
+}
+
 TEST_CASE("a chain restored onto another num_shards: every row once, its newest value",
           "[checkpoint][incremental]") {
   const uint32_t num_shards = GENERATE(1u, 3u, 7u);
@@ -220,19 +278,16 @@ TEST_CASE("a chain restored onto another num_shards: every row once, its newest 
   for (uint32_t s = 0; s < num_shards; ++s) all.push_back(s);
   std::map<std::pair<uint32_t, uint64_t>, std::string> got;
   std::map<std::pair<std::string, uint32_t>, std::string> got_dense;
-  absl::Mutex mu;
-  REQUIRE(LoadCheckpointShards(chain.Folder(3), chain.manifests[2], f.tables, num_shards, all, 3,
-                               [&](ShardCut cut) {
-                                 Shard restored(cut.shard, f.config, {0, 0});
-                                 absl::Status status = restored.Restore(cut);
-                                 if (!status.ok()) return status;
-                                 const Contents c(restored.Cut(1 << 20), f.tables);
-                                 absl::MutexLock lock(&mu);
-                                 got.insert(c.rows.begin(), c.rows.end());
-                                 got_dense.insert(c.dense.begin(), c.dense.end());
-                                 return absl::OkStatus();
-                               })
-              .ok());
+  absl::StatusOr<std::vector<ShardCut>> loaded =
+      LoadCheckpointShards(chain.Folder(3), chain.manifests[2], f.tables, num_shards, all, 3);
+  REQUIRE(loaded.ok());
+  for (const ShardCut& cut : *loaded) {
+    Shard restored(cut.shard, f.config, {0, 0});
+    REQUIRE(restored.Restore(cut).ok());
+    const Contents c(restored.Cut(1 << 20), f.tables);
+    got.insert(c.rows.begin(), c.rows.end());
+    got_dense.insert(c.dense.begin(), c.dense.end());
+  }
   CHECK(got.size() == want.size());
   CHECK(got == want);
   CHECK(got_dense == want_dense);

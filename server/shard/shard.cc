@@ -546,13 +546,48 @@ void Shard::SetGenerationForTesting(uint32_t generation) {
 
 absl::Status Shard::Restore(const ShardCut& cut) {
   absl::MutexLock lock(&mu_);
-  rpc::ShardRecord begin;
-  begin.set_shard(id_);
-  begin.set_sequence(cut.sequence);
-  begin.mutable_snapshot_begin()->set_applied_step(cut.applied_step);
-  absl::Status status = ApplyRecordLocked(begin);
+  ResetLocked();
+  return FinishRestoreLocked(cut);
+}
+
+void Shard::BeginRestore() {
+  absl::MutexLock lock(&mu_);
+  ResetLocked();
+  complete_ = false;
+  applied_sequence_ = 0;
+  applied_step_ = -1;
+  restoring_ = true;
+}
+
+absl::Status Shard::RestoreRows(size_t table, const uint64_t* ids, const float* rows, size_t n) {
+  absl::MutexLock lock(&mu_);
+  if (!restoring_) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("shard %d: rows to restore, but no restore was begun", id_));
+  }
+  tables_[table]->AssignRows(absl::MakeConstSpan(ids, n), rows);
+  return absl::OkStatus();
+}
+
+absl::Status Shard::FinishRestore(const ShardCut& cut) {
+  absl::MutexLock lock(&mu_);
+  if (!restoring_) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("shard %d: a restore to finish, but none was begun", id_));
+  }
+  return FinishRestoreLocked(cut);
+}
+
+absl::Status Shard::FinishRestoreLocked(const ShardCut& cut) {
+  // The rows already here (a restore in pieces) stay: from the snapshot_begin's reset on, this is
+  // ApplyRecordLocked's snapshot without its reset.
+  restoring_ = false;
+  complete_ = false;
+  applied_step_ = cut.applied_step;
+  snapshot_id_ = 0;
+  applied_sequence_ = cut.sequence;
+  absl::Status status;
   for (const rpc::ShardRecord& record : cut.records) {
-    if (!status.ok()) break;
     if (record.shard() != id_ || record.sequence() != cut.sequence ||
         !(record.has_rows() || record.has_dense() || record.has_window())) {
       status = absl::InvalidArgumentError(absl::StrFormat(
@@ -562,6 +597,7 @@ absl::Status Shard::Restore(const ShardCut& cut) {
       break;
     }
     status = ApplyRecordLocked(record);
+    if (!status.ok()) break;
   }
   if (!status.ok()) {
     ResetLocked();

@@ -225,6 +225,16 @@ class Shard {
   // a rows, dense or window record of this shard.
   absl::Status Restore(const ShardCut& cut);
 
+  // Restore in pieces, for rows streamed from files rather than held in a cut's records:
+  // BeginRestore empties the shard (not complete, sequence 0); RestoreRows then writes `n` whole
+  // rows (row_floats() floats each, in ids order) of table `table` (a valid index; an id's later
+  // row replaces its earlier one); FinishRestore applies `cut` as Restore does, over those rows.
+  // RestoreRows: FAILED_PRECONDITION, nothing written, unless a restore was begun and not
+  // finished. FinishRestore: Restore's errors, and FAILED_PRECONDITION without BeginRestore.
+  void BeginRestore();
+  absl::Status RestoreRows(size_t table, const uint64_t* ids, const float* rows, size_t n);
+  absl::Status FinishRestore(const ShardCut& cut);
+
   // The snapshot this copy was built from; 0 for a shard never restored from one.
   uint64_t snapshot_id() const;
 
@@ -285,6 +295,8 @@ class Shard {
   void SetGenerationLocked(uint32_t generation) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Replaces every table, the window, the dense chunks and the pending sums with empty ones.
   void ResetLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // FinishRestore's work under the lock (Restore's after its reset).
+  absl::Status FinishRestoreLocked(const ShardCut& cut) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Constant after construction.
   const uint32_t id_;
@@ -310,6 +322,8 @@ class Shard {
   // The full cut whose rows are being read (ReadCutRows), 0 for none; and the last one's number.
   uint64_t cut_read_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t cut_reads_ ABSL_GUARDED_BY(mu_) = 0;
+  // Between BeginRestore and FinishRestore.
+  bool restoring_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace server

@@ -458,6 +458,51 @@ TEST_CASE("reading a cut's rows is ABORTED once abandoned, replaced by a newer c
   CHECK_FALSE(*shard.ReadCutRows(256, &empty));
 }
 
+TEST_CASE("a restore in pieces: rows streamed in, then the cut's state", "[shard][checkpoint]") {
+  Fixture f(/*sync=*/false);
+  Shard shard(6, f.config, {});
+  std::mt19937_64 rng(10);
+  RandomChanges(shard, false, &rng, 200);
+  const ShardCut whole = shard.Cut(1 << 20);
+  // The cut split: its rows (twice, the second time newer values of some: the later one wins),
+  // and its state.
+  ShardCut state = whole;
+  state.records.clear();
+  std::vector<const rpc::RowsChange*> rows;
+  for (const rpc::ShardRecord& r : whole.records) {
+    if (r.has_rows()) {
+      rows.push_back(&r.rows());
+    } else {
+      state.records.push_back(r);
+    }
+  }
+  REQUIRE_FALSE(rows.empty());
+  Shard restored(6, f.config, {}, /*complete=*/false);
+  uint64_t id = 0;
+  std::vector<float> junk(f.tables[0]->row_floats(), 7.0f);
+  CHECK(restored.RestoreRows(0, &id, junk.data(), 1).code() ==
+        absl::StatusCode::kFailedPrecondition);
+  CHECK(restored.FinishRestore(state).code() == absl::StatusCode::kFailedPrecondition);
+  restored.BeginRestore();
+  CHECK_FALSE(restored.complete());
+  for (const rpc::RowsChange* change : rows) {
+    const size_t n = change->keys().size() / sizeof(uint64_t);
+    std::vector<uint64_t> ids(n);
+    std::memcpy(ids.data(), change->keys().data(), n * sizeof(uint64_t));
+    // An older value first, replaced by the cut's.
+    std::vector<float> older(n * f.tables[change->table()]->row_floats(), 1.5f);
+    REQUIRE(restored.RestoreRows(change->table(), ids.data(), older.data(), n).ok());
+    std::vector<float> values(older.size());
+    std::memcpy(values.data(), change->values().data(), change->values().size());
+    REQUIRE(restored.RestoreRows(change->table(), ids.data(), values.data(), n).ok());
+  }
+  REQUIRE(restored.FinishRestore(state).ok());
+  CHECK(restored.complete());
+  CHECK(CutDumpOf(restored, f) == CutDumpOf(shard, f));
+  CHECK(restored.RestoreRows(0, &id, junk.data(), 1).code() ==
+        absl::StatusCode::kFailedPrecondition);
+}
+
 TEST_CASE("a cut is incremental only on the base this shard object cut last",
           "[shard][checkpoint]") {
   Fixture f(/*sync=*/false);

@@ -17,6 +17,10 @@
 //    every shard (servers answer UNAVAILABLE until their shards are loaded; the client retries
 //    for 100 ms, then the pull is started again, so the end is seen within ~100 ms rather than
 //    the client's backoff of up to 1 s); restore_mb_per_s and ratio_vs_disk against the dd read.
+//    decode_seconds: after the restore, every row of the checkpoint's files walked with RocksDB's
+//    reader and nothing else (common/checkpoint_reader.h, two threads, the files in the page
+//    cache as the servers found them after the coordinator's check): the floor of reading this
+//    format on this machine; ratio_vs_decode is its seconds over the restore's.
 //    "exact": those --sample_keys keys (plus one of each shard the sample missed) pulled before the
 //    checkpoint and after the restore are equal bit for bit.
 //  - "push_during_checkpoint": in the restored cluster, one client pushes batches of --batch
@@ -71,6 +75,7 @@
 #include "absl/time/time.h"
 #include "client/ps_client.h"
 #include "common/checkpoint_catalog.h"
+#include "common/checkpoint_reader.h"
 #include "common/coordinator_client.h"
 #include "common/hash.h"
 #include "common/process_tuning.h"
@@ -198,6 +203,40 @@ absl::StatusOr<Line> MeasureDisk(const std::string& folder) {
   return Line{"disk",
               {{"write_mb_per_s", bytes / 1e6 / write_s}, {"read_mb_per_s", bytes / 1e6 / read_s}},
               {{"page_cache_dropped", dropped}}};
+}
+
+// Seconds to walk every row of every file of the checkpoint in `folder` (see "restore"), on two
+// threads.
+absl::StatusOr<double> TimeDecode(const std::string& folder) {
+  PS_ASSIGN_OR_RETURN(rpc::CheckpointManifest manifest, ReadCheckpointManifest(folder));
+  std::atomic<int> next{0};
+  std::atomic<uint64_t> rows{0};
+  absl::Mutex mu;
+  absl::Status status;
+  const absl::Time start = absl::Now();
+  auto walk = [&] {
+    for (int i; (i = next.fetch_add(1)) < manifest.shards_size();) {
+      absl::StatusOr<std::unique_ptr<ShardFileReader>> reader =
+          ShardFileReader::Open(folder + "/" + manifest.shards(i).file());
+      absl::StatusOr<uint64_t> n = reader.ok() ? (*reader)->CountRows(kTable) : reader.status();
+      if (!n.ok()) {
+        absl::MutexLock lock(&mu);
+        status = n.status();
+        return;
+      }
+      rows += *n;
+    }
+  };
+  std::thread other(walk);
+  walk();
+  other.join();
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  PS_RETURN_IF_ERROR(status);
+  if (rows != static_cast<uint64_t>(absl::GetFlag(FLAGS_rows))) {
+    return absl::InternalError(absl::StrFormat("decode: %d rows in the files, not %d", rows.load(),
+                                               absl::GetFlag(FLAGS_rows)));
+  }
+  return seconds;
 }
 
 // Writes the job (checkpoints into `checkpoint_dir`) to "<folder>/job.pbtxt"; returns its path.
@@ -502,6 +541,7 @@ absl::Status RunOnce(int servers, int run, const std::string& folder,
     }
   }
   PS_ASSIGN_OR_RETURN(client, Connect(*cluster));  // patient again, for the pushes
+  PS_ASSIGN_OR_RETURN(double decode_s, TimeDecode(full.path()));
   const double restore_mb_per_s = full.bytes() / 1e6 / restore_s;
   const bool exact = std::memcmp(before.data(), after.data(), before.size() * sizeof(float)) == 0;
   report(Line{"restore",
@@ -511,6 +551,8 @@ absl::Status RunOnce(int servers, int run, const std::string& folder,
                {"bytes", full.bytes()},
                {"restore_mb_per_s", restore_mb_per_s},
                {"ratio_vs_disk", restore_mb_per_s / disk_read},
+               {"decode_seconds", decode_s},
+               {"ratio_vs_decode", decode_s / restore_s},
                {"sampled_keys", sample.size()}},
               {{"exact", exact}, {"page_cache_dropped", dropped}}});
 
