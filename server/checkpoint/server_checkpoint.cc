@@ -26,7 +26,7 @@ namespace {
 
 // Threads writing a server's shards, and their nice value (see WriteServerCheckpoint).
 constexpr size_t kWriterThreads = 2;
-constexpr int kWriterNice = 10;
+constexpr int kWriterNice = 19;
 
 }  // namespace
 

@@ -17,7 +17,7 @@ namespace server {
 // named shard-NNNNN.sst, synced, then syncs the folder. A shard this server cut last for
 // checkpoint request.base_id is written incrementally on it, the others in full (see
 // ShardedStore::BeginCheckpoint). The calling thread cuts the shards, and two threads of lowered
-// priority (nice 10) read their rows (copy-on-write) and write them: memory grows by up to two
+// priority (nice 19) read their rows (copy-on-write) and write them: memory grows by up to two
 // shards' copies, plus the old values of rows changed before they were read (for at most four
 // shards at a time; sync mode: for every shard whose next step came before it was read).
 // The response's max_stall_ms is the longest a shard's lock was held by the cut or one read.
