@@ -717,10 +717,8 @@ std::map<uint64_t, std::vector<float>> CutEmbeddings(const std::vector<ShardCut>
 }
 
 TEST_CASE("a checkpoint cuts each primary shard at its applied sequence", "[server][store]") {
-  auto created = ShardedStore::Create(TestJob(), {});
-  REQUIRE(created.ok());
-  ShardedStore& store = **created;
-  store.SetShardMap(EvenOddMap(3), 0);
+  const std::unique_ptr<ShardedStore> serving = ServingStore();
+  ShardedStore& store = *serving;
   const std::vector<uint64_t> keys = EvenShardKeys(40);
   uint32_t duplicates = 0;
   REQUIRE(store.Push(MakePush(keys, 1.0f, 1), &duplicates).ok());
@@ -760,10 +758,8 @@ TEST_CASE("a checkpoint cuts each primary shard at its applied sequence", "[serv
 }
 
 TEST_CASE("a checkpoint ended before a cut's rows were read abandons the read", "[server][store]") {
-  auto created = ShardedStore::Create(TestJob(), {});
-  REQUIRE(created.ok());
-  ShardedStore& store = **created;
-  store.SetShardMap(EvenOddMap(3), 0);
+  const std::unique_ptr<ShardedStore> serving = ServingStore();
+  ShardedStore& store = *serving;
   const std::vector<uint64_t> keys = EvenShardKeys(40);
   uint32_t duplicates = 0;
   REQUIRE(store.Push(MakePush(keys, 1.0f, 1), &duplicates).ok());
