@@ -186,7 +186,7 @@ class Shard {
   // every row (a full cut): so a shard new to this object (a failover's promoted replica, a
   // restart, a restore, a new snapshot) is cut in full first. A full cut's rows are not copied
   // here but read afterwards by ReadCutRows, as of this instant, while the shard keeps changing
-  // (cut->rows_to_read is set); a new full cut abandons the read of an earlier one.
+  // (cut->rows_to_read is set). Any new cut abandons the read of an earlier one.
   // A request with a checkpoint_id is remembered as the base for the next one.
   void CutRows(size_t max_record_bytes, const CutRequest& request, ShardCut* cut);
 
@@ -195,7 +195,7 @@ class Shard {
   // every row is in `cut`, or if there was nothing to read. The shard's lock is held only while
   // the rows are copied into buffers allocated before, so that pushes wait a few microseconds at
   // most. Until the read ends, the first change to a row not read yet copies it aside (see
-  // TableShard::StartCut). ABORTED if the read was abandoned (AbandonCutRows, a newer full cut)
+  // TableShard::StartCut). ABORTED if the read was abandoned (AbandonCutRows, a newer cut)
   // or the shard's rows were replaced (a restore or a primary's snapshot) since CutRows.
   absl::StatusOr<bool> ReadCutRows(size_t max_record_bytes, ShardCut* cut);
 
