@@ -193,10 +193,11 @@ class Shard {
   // Appends to `cut` the next record of its rows (at most about `max_record_bytes`) as they were
   // at CutRows. Returns true if one was appended, false (with cut->rows_to_read reset to 0) once
   // every row is in `cut`, or if there was nothing to read. The shard's lock is held only while
-  // the rows are copied into buffers allocated before, so that pushes wait a few microseconds at
-  // most. Until the read ends, the first change to a row not read yet copies it aside (see
-  // TableShard::StartCut). ABORTED if the read was abandoned (AbandonCutRows, a newer cut)
-  // or the shard's rows were replaced (a restore or a primary's snapshot) since CutRows.
+  // the rows are copied into buffers allocated before (a memcpy of about max_record_bytes), so
+  // that pushes wait no longer than that copy. Until the read ends, the first change to a row not
+  // read yet copies it aside (see TableShard::StartCut). ABORTED if the read was abandoned
+  // (AbandonCutRows, a newer cut) or the shard's rows were replaced (a restore or a primary's
+  // snapshot) since CutRows.
   absl::StatusOr<bool> ReadCutRows(size_t max_record_bytes, ShardCut* cut);
 
   // Abandons the read of a cut's rows under way, if any, dropping the rows copied aside for it.
