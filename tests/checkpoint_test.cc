@@ -361,19 +361,24 @@ TEST_CASE("a training job checkpoints every k steps and once it is done",
   const std::string result = testing::ResultJson(workers->at(0).stdout_text);
   INFO(result);
 
-  // The periodic checkpoints (boundaries 10 and 20, or the next ones a quick worker left), and
-  // the end-of-training one at boundary 30, which the worker reports.
+  // The periodic checkpoints, then the end-of-training one at boundary 30, which the worker
+  // reports. A periodic checkpoint is due at marks 10 and 20; a worker quicker than the request
+  // moves it to a later boundary, and one still being written when the next mark passes skips
+  // that mark (checkpoint_scheduler.h). So how many periodic ones there are depends on the
+  // machine's speed, and what holds on any machine is: at least one, the k-th at step >= 10k.
   absl::StatusOr<std::vector<rpc::CheckpointManifest>> list = ListCheckpoints(dir);
   REQUIRE(list.ok());
-  REQUIRE(list->size() >= 3);
+  REQUIRE(list->size() >= 2);
   const rpc::CheckpointManifest& last = list->back();
   CHECK(last.step() == 30);
   CHECK_THAT(result, Catch::Contains(absl::StrCat("\"checkpoint\":\"", dir, "/",
                                                   CheckpointFolderName(last.id()), "\"")));
-  CHECK(list->at(0).step() >= 10);
-  CHECK(list->at(0).step() < 20);
-  CHECK(list->at(1).step() >= 20);
-  CHECK(list->at(1).step() <= 30);
+  for (size_t i = 0; i + 1 < list->size(); ++i) {
+    INFO("periodic checkpoint " << i << " at step " << list->at(i).step());
+    CHECK(list->at(i).step() >= 10 * static_cast<int64_t>(i + 1));
+    CHECK(list->at(i).step() <= 30);
+    CHECK(list->at(i).id() < list->at(i + 1).id());
+  }
   // Each holds the worker's state at its boundary, the periodic ones asked of the worker.
   for (const rpc::CheckpointManifest& m : *list) {
     REQUIRE(m.workers_size() == 1);
