@@ -833,6 +833,9 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
                       CoordinatorClient::Connect(options.coordinator, options.connect_timeout));
   PS_ASSIGN_OR_RETURN(rpc::RegisterResponse registration,
                       coordinator->Register(options.role, "", options.rank));
+  if (options.on_coordinator_lost) {
+    coordinator->SetOnCoordinatorLost(options.coordinator_lost_after, options.on_coordinator_lost);
+  }
   PS_RETURN_IF_ERROR(coordinator->StartHeartbeats(
       registration.member_id(), absl::Milliseconds(registration.heartbeat_interval_ms())));
   auto client = std::make_unique<ClientImpl>(options, std::move(coordinator), registration);

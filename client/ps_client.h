@@ -51,6 +51,12 @@ struct ClientOptions {
   // How this client registers with the coordinator: CLIENT, or WORKER with `rank` (-1: any).
   rpc::Role role = rpc::CLIENT;
   int rank = -1;
+  // Called once, from the heartbeat thread, with the latest error when the coordinator has not
+  // answered a heartbeat for `coordinator_lost_after` (CoordinatorClient::SetOnCoordinatorLost):
+  // a daemon says so and exits. Default: none, heartbeats are retried for as long as the client
+  // lives.
+  std::function<void(const absl::Status&)> on_coordinator_lost;
+  absl::Duration coordinator_lost_after = absl::Seconds(45);
 };
 
 // How PushDense's values are used.

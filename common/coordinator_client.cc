@@ -197,10 +197,18 @@ void CoordinatorClient::ReportClockAsync(uint32_t member_id, int64_t clock) {
       });
 }
 
+void CoordinatorClient::SetOnCoordinatorLost(absl::Duration after,
+                                             std::function<void(const absl::Status&)> lost) {
+  absl::MutexLock lock(&mu_);
+  lost_after_ = after;
+  on_lost_ = std::move(lost);
+}
+
 void CoordinatorClient::HeartbeatLoop(uint32_t member_id, absl::Duration interval) {
   rpc::HeartbeatRequest request;
   request.set_member_id(member_id);
   absl::MutexLock lock(&mu_);
+  absl::Time last_success = absl::Now();
   while (!stop_heartbeats_) {
     if (progress_source_) {
       std::function<std::vector<rpc::ShardProgress>()> source = progress_source_;
@@ -221,7 +229,17 @@ void CoordinatorClient::HeartbeatLoop(uint32_t member_id, absl::Duration interva
     heartbeat_call_ = nullptr;
     if (stop_heartbeats_) break;
     last_heartbeat_status_ = FromGrpcStatus(status);
-    if (status.ok()) last_map_version_ = response.map_version();
+    if (status.ok()) {
+      last_map_version_ = response.map_version();
+      last_success = absl::Now();
+    } else if (on_lost_ && absl::Now() - last_success >= lost_after_) {
+      std::function<void(const absl::Status&)> lost = std::move(on_lost_);
+      on_lost_ = nullptr;
+      const absl::Status error = last_heartbeat_status_;
+      mu_.Unlock();
+      lost(error);
+      mu_.Lock();
+    }
     auto wake = [this] { return stop_heartbeats_ || heartbeat_soon_; };
     mu_.AwaitWithTimeout(absl::Condition(&wake), interval);
     heartbeat_soon_ = false;

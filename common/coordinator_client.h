@@ -80,6 +80,13 @@ class CoordinatorClient {
   // StartHeartbeats.
   void SetShardProgressSource(std::function<std::vector<rpc::ShardProgress>()> source);
 
+  // Has the heartbeat thread call `lost`, once, with the latest error, when its heartbeats have
+  // failed for `after` (> 0) with no success in between (since StartHeartbeats when none ever
+  // succeeded): the coordinator is gone, and a daemon should say so and exit rather than wait
+  // forever. `lost` runs on the heartbeat thread without any lock of this client; it must not
+  // call StopHeartbeats. Set it before StartHeartbeats. Default: heartbeats are retried forever.
+  void SetOnCoordinatorLost(absl::Duration after, std::function<void(const absl::Status&)> lost);
+
   // Tells the coordinator that `reporter` could not reach server `server_id`, so that it checks
   // the server at once rather than wait for its heartbeats to stop. Returns at once; the
   // outcome is not reported (the map follows). At most one report per server every
@@ -160,6 +167,8 @@ class CoordinatorClient {
   absl::flat_hash_map<uint32_t, absl::Time> last_report_ ABSL_GUARDED_BY(mu_);
   bool stop_heartbeats_ ABSL_GUARDED_BY(mu_) = false;
   bool heartbeat_soon_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Duration lost_after_ ABSL_GUARDED_BY(mu_) = absl::InfiniteDuration();
+  std::function<void(const absl::Status&)> on_lost_ ABSL_GUARDED_BY(mu_);
   grpc::ClientContext* heartbeat_call_ ABSL_GUARDED_BY(mu_) = nullptr;  // in flight, or null
   uint64_t last_map_version_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status last_heartbeat_status_ ABSL_GUARDED_BY(mu_);

@@ -2,6 +2,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <functional>
 #include <optional>
@@ -174,6 +175,47 @@ TEST_CASE("heartbeats for an unknown member record NOT_FOUND", "[coordinator_cli
   REQUIRE(client->StartHeartbeats(77, absl::Milliseconds(10)).ok());
   CHECK(Eventually(
       [&] { return client->last_heartbeat_status().code() == absl::StatusCode::kNotFound; }));
+}
+
+TEST_CASE("heartbeats that fail for the window report the coordinator lost, once",
+          "[coordinator_client][heartbeat]") {
+  std::optional<InProcessCoordinator> c;
+  c.emplace(1, 1);
+  auto client = c->Connect();
+  const auto member = client->Register(rpc::CLIENT, "", -1);
+  REQUIRE(member.ok());
+  std::atomic<int> heartbeats{0};
+  client->SetShardProgressSource([&heartbeats] {
+    ++heartbeats;
+    return std::vector<rpc::ShardProgress>();
+  });
+  absl::Mutex mu;
+  std::vector<absl::Status> lost;
+  client->SetOnCoordinatorLost(absl::Milliseconds(150), [&](const absl::Status& error) {
+    absl::MutexLock lock(&mu);
+    lost.push_back(error);
+  });
+  REQUIRE(client->StartHeartbeats(member->member_id(), absl::Milliseconds(10)).ok());
+  // Alive for many windows' worth of heartbeats: not lost.
+  REQUIRE(Eventually([&] { return heartbeats.load() >= 40; }));
+  {
+    absl::MutexLock lock(&mu);
+    CHECK(lost.empty());
+  }
+  const absl::Time stopped = absl::Now();
+  c.reset();
+  REQUIRE(Eventually([&] {
+    absl::MutexLock lock(&mu);
+    return !lost.empty();
+  }));
+  CHECK(absl::Now() - stopped >= absl::Milliseconds(150));
+  // Heartbeats go on failing; the report is not repeated.
+  const int at_report = heartbeats.load();
+  REQUIRE(Eventually([&] { return heartbeats.load() >= at_report + 5; }));
+  client->StopHeartbeats();
+  absl::MutexLock lock(&mu);
+  REQUIRE(lost.size() == 1);
+  CHECK(lost[0].code() == absl::StatusCode::kUnavailable);
 }
 
 TEST_CASE("status lists the members", "[coordinator_client]") {

@@ -1,9 +1,11 @@
 // ps_server: a parameter-server daemon.
 //
-//   ps_server --coordinator=HOST:PORT [--host=127.0.0.1] [--port=0] [--port_file=PATH]
+//   ps_server --coordinator=HOST:PORT [--listen=0.0.0.0:0] [--advertise=HOST] [--port_file=PATH]
+//             [--connect_timeout_s=45] [--dry_run]
 //
-// Binds its port (0 picks a free one; the bound port is printed and written to --port_file),
-// registers with the coordinator, which hands it the job and, once every server of the job has
+// Binds --listen (port 0 picks a free one; the bound port is printed and written to --port_file),
+// registers with the coordinator under its advertised address (ADVERTISED_HOST:PORT, which clients
+// and the other servers dial), which hands it the job and, once every server of the job has
 // registered, the shard map; then serves the shards whose primary it is. SIGTERM or SIGINT stops it
 // cleanly (exit 0). In a job restored from a checkpoint it loads its shards from there before it
 // serves; when that fails it says why and exits with status 1.
@@ -27,6 +29,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "common/coordinator_client.h"
+#include "common/net_address.h"
 #include "common/process_tuning.h"
 #include "common/signals.h"
 #include "server/checkpoint/server_checkpoint.h"
@@ -34,12 +37,21 @@
 #include "server/sharded_store.h"
 
 ABSL_FLAG(std::string, coordinator, "", "host:port of the coordinator (required)");
-ABSL_FLAG(std::string, host, "127.0.0.1", "address to serve on, as other processes reach it");
-ABSL_FLAG(int, port, 0, "port to serve on; 0 picks a free one");
+ABSL_FLAG(std::string, listen, "0.0.0.0:0",
+          "HOST:PORT to serve on: 0.0.0.0 (or [::]) for every address, port 0 for a free one");
+ABSL_FLAG(std::string, advertise, "",
+          "the host clients and other servers dial to reach this server; default: the --listen "
+          "host when it is a specific address, else this host's name or first address other than "
+          "loopback");
+ABSL_FLAG(bool, dry_run, false,
+          "check the flags, bind --listen and release it, print ok, and exit (0, or 1 with the "
+          "reason); contacts nothing");
 ABSL_FLAG(std::string, port_file, "", "if set, the bound port is written to this file");
 ABSL_FLAG(bool, empty_handler, false,
           "answer requests without touching storage (to measure the transport; benchmarks only)");
-ABSL_FLAG(int, connect_timeout_s, 60, "how long to wait for the coordinator");
+ABSL_FLAG(int, connect_timeout_s, 45,
+          "how long to wait for the coordinator, at start and when it is away later (a "
+          "coordinator restarting from its data_dir); then the server exits with status 1");
 
 namespace ps {
 namespace {
@@ -133,6 +145,38 @@ int Main() {
     std::fprintf(stderr, "ps_server: --coordinator is required\n");
     return 2;
   }
+  if (const absl::StatusOr<HostPort> parsed = ParseHostPort(coordinator_address); !parsed.ok()) {
+    std::fprintf(stderr, "ps_server: --coordinator: %s\n",
+                 std::string(parsed.status().message()).c_str());
+    return 2;
+  }
+  const absl::StatusOr<HostPort> listen = ParseHostPort(absl::GetFlag(FLAGS_listen));
+  if (!listen.ok()) {
+    std::fprintf(stderr, "ps_server: --listen: %s\n",
+                 std::string(listen.status().message()).c_str());
+    return 2;
+  }
+  const absl::StatusOr<std::string> advertise =
+      ResolveAdvertiseHost(*listen, absl::GetFlag(FLAGS_advertise));
+  if (!advertise.ok()) {
+    std::fprintf(stderr, "ps_server: %s\n", std::string(advertise.status().message()).c_str());
+    return 2;
+  }
+  const int connect_timeout_s = absl::GetFlag(FLAGS_connect_timeout_s);
+  if (connect_timeout_s <= 0) {
+    std::fprintf(stderr, "ps_server: --connect_timeout_s must be > 0, got %d\n", connect_timeout_s);
+    return 2;
+  }
+  if (absl::GetFlag(FLAGS_dry_run)) {
+    const absl::Status can_listen = CheckCanListen(*listen);
+    if (!can_listen.ok()) {
+      std::fprintf(stderr, "ps_server: %s\n", std::string(can_listen.message()).c_str());
+      return 1;
+    }
+    std::printf("ok: ps_server would listen on %s and advertise %s\n",
+                JoinHostPort(listen->host, listen->port).c_str(), advertise->c_str());
+    return 0;
+  }
 
   std::atomic<MapFollower*> follower{nullptr};
   server::ParameterServerService service([&follower](uint64_t) {
@@ -141,8 +185,7 @@ int Main() {
 
   grpc::ServerBuilder builder;
   int port = 0;
-  const std::string host = absl::GetFlag(FLAGS_host);
-  builder.AddListeningPort(absl::StrCat(host, ":", absl::GetFlag(FLAGS_port)),
+  builder.AddListeningPort(JoinHostPort(listen->host, listen->port),
                            grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(&service);
   // The job's own limit (max_message_bytes, at most 1 GiB) is enforced by the store with a clear
@@ -153,21 +196,21 @@ int Main() {
   builder.AddChannelArgument(GRPC_ARG_HTTP2_WRITE_BUFFER_SIZE, 8 << 20);
   std::unique_ptr<grpc::Server> grpc_server = builder.BuildAndStart();
   if (grpc_server == nullptr || port == 0) {
-    std::fprintf(stderr, "ps_server: cannot listen on %s:%d\n", host.c_str(),
-                 absl::GetFlag(FLAGS_port));
+    std::fprintf(stderr, "ps_server: cannot listen on %s\n",
+                 JoinHostPort(listen->host, listen->port).c_str());
     return 1;
   }
-  const std::string address = absl::StrCat(host, ":", port);
+  const std::string address = JoinHostPort(*advertise, port);
 
-  absl::StatusOr<std::unique_ptr<CoordinatorClient>> coordinator = CoordinatorClient::Connect(
-      coordinator_address, absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s)));
+  absl::StatusOr<std::unique_ptr<CoordinatorClient>> coordinator =
+      CoordinatorClient::Connect(coordinator_address, absl::Seconds(connect_timeout_s));
   if (!coordinator.ok()) {
     std::fprintf(stderr, "ps_server: %s\n", coordinator.status().ToString().c_str());
     return 1;
   }
   // A coordinator restarting from its data_dir is waited for (heartbeats and the map follower
   // keep trying on their own).
-  (*coordinator)->SetRetryWindow(absl::Seconds(60));
+  (*coordinator)->SetRetryWindow(absl::Seconds(connect_timeout_s));
   absl::StatusOr<rpc::RegisterResponse> registration =
       (*coordinator)->Register(rpc::SERVER, address, -1);
   if (!registration.ok()) {
@@ -201,6 +244,20 @@ int Main() {
   // Heartbeats carry the progress of every shard copy: failovers promote the most advanced.
   server::ShardedStore* const store_ptr = store->get();
   (*coordinator)->SetShardProgressSource([store_ptr] { return store_ptr->Progress(); });
+  // A server whose coordinator is gone for good stops, rather than serve a map nobody keeps.
+  std::atomic<bool> failed{false};
+  (*coordinator)
+      ->SetOnCoordinatorLost(
+          absl::Seconds(connect_timeout_s),
+          [&failed, server_id, coordinator_address, connect_timeout_s](const absl::Status& error) {
+            std::fprintf(stderr,
+                         "ps_server %u: the coordinator at %s has not answered for %d s (%s); "
+                         "exiting\n",
+                         server_id, coordinator_address.c_str(), connect_timeout_s,
+                         error.ToString().c_str());
+            failed.store(true);
+            kill(getpid(), SIGTERM);  // the main thread's shutdown path, then exit status 1
+          });
   const absl::Status heartbeats =
       (*coordinator)
           ->StartHeartbeats(registration->member_id(),
@@ -211,7 +268,6 @@ int Main() {
   }
   service.SetServerId(server_id);
   service.SetStore(store->get());
-  std::atomic<bool> failed{false};
   auto map_follower =
       std::make_unique<MapFollower>(coordinator->get(), store->get(), server_id, [&failed] {
         failed.store(true);
@@ -245,7 +301,9 @@ int Main() {
 int main(int argc, char** argv) {
   ps::TuneProcess();
   ps::BlockShutdownSignals();
-  absl::SetProgramUsageMessage("ps_server --coordinator=HOST:PORT [--port=0] [--port_file=PATH]");
+  absl::SetProgramUsageMessage(
+      "ps_server --coordinator=HOST:PORT [--listen=HOST:PORT] [--advertise=HOST] "
+      "[--port_file=PATH] [--connect_timeout_s=N] [--dry_run]");
   absl::ParseCommandLine(argc, argv);
   return ps::Main();
 }

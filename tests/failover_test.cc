@@ -309,7 +309,7 @@ void KillRestartAndHeal(Cluster& cluster, int i, Storm& storm, int replication) 
   REQUIRE(storm.error().ok());
   auto restarted = testing::Daemon::Start(
       "server/ps_server", {absl::StrCat("--coordinator=", cluster.coordinator->address()),
-                           absl::StrCat("--port=", port)});
+                           absl::StrCat("--listen=127.0.0.1:", port)});
   INFO(restarted.status().ToString());
   REQUIRE(restarted.ok());
   cluster.servers[i] = std::move(*restarted);

@@ -1,6 +1,12 @@
 // ps_worker: trains the job's model as one worker of a cluster.
 //
-//   ps_worker --coordinator=HOST:PORT [--rank=-1] [--metrics_file=PATH] [--progress_s=5]
+//   ps_worker --coordinator=HOST:PORT [--rank=-1] [--listen=0.0.0.0:0] [--advertise=HOST]
+//             [--metrics_file=PATH] [--progress_s=5] [--connect_timeout_s=45] [--dry_run]
+//
+// The other workers reach this one (Gloo's TCP connections, NCCL's bootstrap) at its advertised
+// host: the --listen host when it is a specific address, else --advertise or this host's default
+// (common/net_address.h). Gloo binds that address and picks its own ports, so --listen takes port
+// 0 only.
 //
 // Registers with the coordinator (which hands it the job and its rank), joins the workers'
 // AllReduce group, trains, and (rank 0) evaluates on the held-out data. Its last line on stdout is
@@ -8,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "absl/flags/flag.h"
@@ -18,6 +25,7 @@
 #include "absl/strings/str_replace.h"
 #include "client/ps_client.h"
 #include "common/coordinator_client.h"
+#include "common/net_address.h"
 #include "common/process_tuning.h"
 #include "cuda_kernels/device.h"
 #include "worker/collective/allreduce.h"
@@ -29,7 +37,18 @@ ABSL_FLAG(int, rank, -1, "this worker's rank, or -1 for the next free one");
 ABSL_FLAG(std::string, metrics_file, "", "append JSON-lines progress metrics to this file");
 ABSL_FLAG(double, progress_s, 5, "seconds between progress lines");
 ABSL_FLAG(int64_t, max_steps, 0, "stop after this many steps (0: as the job says)");
-ABSL_FLAG(int, connect_timeout_s, 120, "how long to wait for the coordinator and the cluster");
+ABSL_FLAG(std::string, listen, "0.0.0.0:0",
+          "HOST:0 the AllReduce binds: a specific address, or 0.0.0.0 for the advertised one");
+ABSL_FLAG(std::string, advertise, "",
+          "the host the other workers dial to reach this one; default: the --listen host when it "
+          "is a specific address, else this host's name or first address other than loopback");
+ABSL_FLAG(bool, dry_run, false,
+          "check the flags, bind the AllReduce's address and release it, print ok, and exit (0, "
+          "or 1 or 2 with the reason); contacts nothing");
+ABSL_FLAG(int, connect_timeout_s, 45,
+          "how long to wait for the coordinator, the cluster and the other workers at start, and "
+          "for a coordinator that stops answering later (one restarting from its data_dir); then "
+          "the worker exits with status 1");
 ABSL_FLAG(std::string, backend, "auto",
           "where the model runs: auto (CUDA when a device is present), cpu or gpu");
 ABSL_FLAG(std::string, collective, "auto",
@@ -44,9 +63,6 @@ ABSL_FLAG(double, slowdown, 1.0,
 
 namespace ps {
 namespace {
-
-// How long calls to a coordinator that is away are tried again.
-constexpr absl::Duration kCoordinatorRetryWindow = absl::Seconds(60);
 
 std::string JsonNumber(double x) {
   return std::isfinite(x) ? absl::StrCat(x) : std::string("null");
@@ -69,12 +85,67 @@ int Main() {
                  collective.c_str());
     return 2;
   }
-  const absl::Duration timeout = absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s));
+  if (const absl::StatusOr<HostPort> parsed = ParseHostPort(address); !parsed.ok()) {
+    std::fprintf(stderr, "ps_worker: --coordinator: %s\n",
+                 std::string(parsed.status().message()).c_str());
+    return 2;
+  }
+  const absl::StatusOr<HostPort> listen = ParseHostPort(absl::GetFlag(FLAGS_listen));
+  if (!listen.ok()) {
+    std::fprintf(stderr, "ps_worker: --listen: %s\n",
+                 std::string(listen.status().message()).c_str());
+    return 2;
+  }
+  if (listen->port != 0) {
+    std::fprintf(stderr,
+                 "ps_worker: --listen=%s: a worker takes port 0 only (the AllReduce picks its own "
+                 "ports)\n",
+                 absl::GetFlag(FLAGS_listen).c_str());
+    return 2;
+  }
+  const absl::StatusOr<std::string> advertise =
+      ResolveAdvertiseHost(*listen, absl::GetFlag(FLAGS_advertise));
+  if (!advertise.ok()) {
+    std::fprintf(stderr, "ps_worker: %s\n", std::string(advertise.status().message()).c_str());
+    return 2;
+  }
+  // Gloo listens on the address it gives its peers: a specific --listen host, else the advertised.
+  const std::string collective_host = IsWildcardHost(listen->host) ? *advertise : listen->host;
+  const int connect_timeout_s = absl::GetFlag(FLAGS_connect_timeout_s);
+  if (connect_timeout_s <= 0) {
+    std::fprintf(stderr, "ps_worker: --connect_timeout_s must be > 0, got %d\n", connect_timeout_s);
+    return 2;
+  }
+  absl::StatusOr<worker::Backend> backend = worker::ParseBackend(absl::GetFlag(FLAGS_backend));
+  if (!backend.ok()) {
+    std::fprintf(stderr, "ps_worker: %s\n", backend.status().ToString().c_str());
+    return 2;
+  }
+  if (absl::GetFlag(FLAGS_dry_run)) {
+    const absl::Status can_listen = CheckCanListen({collective_host, 0});
+    if (!can_listen.ok()) {
+      std::fprintf(stderr, "ps_worker: %s\n", std::string(can_listen.message()).c_str());
+      return 1;
+    }
+    std::printf("ok: ps_worker would reach the coordinator at %s and advertise %s\n",
+                address.c_str(), collective_host.c_str());
+    return 0;
+  }
+  const absl::Duration timeout = absl::Seconds(connect_timeout_s);
   ClientOptions options;
   options.coordinator = address;
   options.connect_timeout = timeout;
   options.role = rpc::WORKER;
   options.rank = absl::GetFlag(FLAGS_rank);
+  // A worker whose coordinator is gone for good stops with a clear message rather than wait.
+  options.coordinator_lost_after = timeout;
+  options.on_coordinator_lost = [address, connect_timeout_s](const absl::Status& error) {
+    std::fprintf(stderr,
+                 "ps_worker: the coordinator at %s has not answered for %d s (%s); exiting\n",
+                 address.c_str(), connect_timeout_s, error.ToString().c_str());
+    std::fflush(stderr);
+    std::_Exit(1);
+  };
   absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
   if (!client.ok()) {
     std::fprintf(stderr, "ps_worker: %s\n", client.status().ToString().c_str());
@@ -99,12 +170,7 @@ int Main() {
     return 1;
   }
   // A coordinator restarting from its data_dir is waited for, not a reason to stop training.
-  (*coordinator)->SetRetryWindow(kCoordinatorRetryWindow);
-  absl::StatusOr<worker::Backend> backend = worker::ParseBackend(absl::GetFlag(FLAGS_backend));
-  if (!backend.ok()) {
-    std::fprintf(stderr, "ps_worker: %s\n", backend.status().ToString().c_str());
-    return 2;
-  }
+  (*coordinator)->SetRetryWindow(timeout);
   worker::SetCpuThreads(absl::GetFlag(FLAGS_compute_threads));
   const int devices = cuda::DeviceCount();
   std::fprintf(stderr, "worker %d: %d CUDA devices, backend %s\n", rank, devices,
@@ -118,9 +184,20 @@ int Main() {
   const std::string group = absl::StrCat(job.name(), "/dense");
   const int workers = static_cast<int>(job.cluster().num_workers());
   std::fprintf(stderr, "worker %d: dense AllReduce over %s\n", rank, nccl ? "NCCL" : "Gloo");
+  if (nccl && std::getenv("NCCL_SOCKET_IFNAME") == nullptr) {
+    // NCCL's bootstrap picks an interface of its own; the advertised address's is the one the
+    // other workers reach.
+    if (absl::StatusOr<std::string> iface = InterfaceWithAddress(collective_host); iface.ok()) {
+      setenv("NCCL_SOCKET_IFNAME", iface->c_str(), 1);
+      std::fprintf(stderr, "worker %d: NCCL_SOCKET_IFNAME=%s (the interface of %s)\n", rank,
+                   iface->c_str(), collective_host.c_str());
+    }
+  }
+  worker::AllReduce::GlooOptions gloo;
+  gloo.hostname = collective_host;
   absl::StatusOr<std::unique_ptr<worker::AllReduce>> allreduce =
       nccl ? worker::AllReduce::CreateNccl(coordinator->get(), group, rank, workers, 0, timeout)
-           : worker::AllReduce::CreateGloo(coordinator->get(), group, rank, workers, timeout);
+           : worker::AllReduce::CreateGloo(coordinator->get(), group, rank, workers, timeout, gloo);
   if (!allreduce.ok()) {
     std::fprintf(stderr, "ps_worker: %s AllReduce: %s%s\n", nccl ? "NCCL" : "Gloo",
                  allreduce.status().ToString().c_str(),
@@ -167,7 +244,9 @@ int Main() {
 
 int main(int argc, char** argv) {
   ps::TuneProcess();
-  absl::SetProgramUsageMessage("ps_worker --coordinator=HOST:PORT [--rank=N]");
+  absl::SetProgramUsageMessage(
+      "ps_worker --coordinator=HOST:PORT [--rank=N] [--listen=HOST:0] [--advertise=HOST] "
+      "[--dry_run]");
   absl::ParseCommandLine(argc, argv);
   return ps::Main();
 }

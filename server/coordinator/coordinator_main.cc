@@ -1,13 +1,14 @@
 // ps_coordinator: the coordinator daemon of one job.
 //
-//   ps_coordinator --job=JOB_FILE [--host=127.0.0.1] [--port=0] [--port_file=PATH]
+//   ps_coordinator --job=JOB_FILE [--listen=0.0.0.0:0] [--advertise=HOST] [--port_file=PATH]
 //                  [--heartbeat_ms=500] [--dead_after_ms=3000] [--restore=CHECKPOINT]
-//                  [--data_dir=DIR]
+//                  [--data_dir=DIR] [--dry_run]
 //
-// Prints `ps_coordinator listening on HOST:PORT` once it serves. SIGTERM or SIGINT shut it down
-// cleanly (exit 0). Exit status 1: the job is bad (`file:line:col: message` on stderr), the
-// checkpoint to restore is damaged or does not fit the job (nothing is started), or the port
-// cannot be bound; 2: a usage error.
+// Prints `ps_coordinator listening on ADVERTISED_HOST:PORT` once it serves. With --dry_run it
+// checks its flags and the job, binds --listen and releases it, prints `ok` and exits. SIGTERM or
+// SIGINT shut it down cleanly (exit 0). Exit status 1: the job is bad (`file:line:col: message` on
+// stderr), the checkpoint to restore is damaged or does not fit the job (nothing is started), or
+// the port cannot be bound; 2: a usage error.
 #include <fcntl.h>
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
@@ -27,14 +28,22 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/job_config.h"
+#include "common/net_address.h"
 #include "server/coordinator/coordinator.h"
 #include "server/coordinator/coordinator_service.h"
 #include "server/coordinator/coordinator_store.h"
 #include "server/coordinator/restore_check.h"
 
 ABSL_FLAG(std::string, job, "", "Path of the job file (protobuf text, proto/job.proto). Required.");
-ABSL_FLAG(std::string, host, "127.0.0.1", "Address to listen on.");
-ABSL_FLAG(int, port, 0, "Port to listen on; 0 picks a free one (see --port_file).");
+ABSL_FLAG(std::string, listen, "0.0.0.0:0",
+          "HOST:PORT to listen on: 0.0.0.0 (or [::]) for every address, port 0 for a free one (see "
+          "--port_file).");
+ABSL_FLAG(std::string, advertise, "",
+          "The host others dial to reach this coordinator. Default: the --listen host when it is "
+          "a specific address, else this host's name or first address other than loopback.");
+ABSL_FLAG(bool, dry_run, false,
+          "Check the flags and the job, bind --listen and release it, print ok, and exit (0, or "
+          "1 with the reason).");
 ABSL_FLAG(std::string, port_file, "",
           "If set, the bound port is written to this file (atomically) once the server listens.");
 ABSL_FLAG(std::string, restore, "",
@@ -43,7 +52,7 @@ ABSL_FLAG(std::string, restore, "",
 ABSL_FLAG(std::string, data_dir, "",
           "Keep the coordinator's state (members, shard map, clocks, rendezvous store) in a "
           "RocksDB database in this folder: a coordinator restarted with the same data_dir (and "
-          "--port) carries on the running job. Empty: in memory only.");
+          "--listen port) carries on the running job. Empty: in memory only.");
 ABSL_FLAG(int, heartbeat_ms, 500, "Heartbeat interval members are told to use, in ms (> 0).");
 ABSL_FLAG(int, dead_after_ms, 3000,
           "A member silent for this long is marked dead, in ms (> heartbeat_ms).");
@@ -116,29 +125,38 @@ absl::Status WritePortFile(const std::string& path, int port) {
   return absl::OkStatus();
 }
 
-std::string HostPort(const std::string& host, int port) {
-  if (absl::StrContains(host, ':') && !absl::StartsWith(host, "[")) {
-    return absl::StrCat("[", host, "]:", port);
-  }
-  return absl::StrCat(host, ":", port);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "ps_coordinator --job=JOB_FILE [--host=H] [--port=P] [--port_file=F] [--heartbeat_ms=N] "
-      "[--dead_after_ms=N] [--restore=CHECKPOINT] [--data_dir=DIR]");
+      "ps_coordinator --job=JOB_FILE [--listen=HOST:PORT] [--advertise=HOST] [--port_file=F] "
+      "[--heartbeat_ms=N] [--dead_after_ms=N] [--restore=CHECKPOINT] [--data_dir=DIR] "
+      "[--dry_run]");
   absl::ParseCommandLine(argc, argv);
 
   const std::string job_path = absl::GetFlag(FLAGS_job);
-  const int port = absl::GetFlag(FLAGS_port);
   if (job_path.empty()) {
     std::fprintf(stderr, "ps_coordinator: --job is required\n");
     return 2;
   }
-  if (port < 0 || port > 65535) {
-    std::fprintf(stderr, "ps_coordinator: --port must be in 0..65535, got %d\n", port);
+  const absl::StatusOr<ps::HostPort> listen = ps::ParseHostPort(absl::GetFlag(FLAGS_listen));
+  if (!listen.ok()) {
+    std::fprintf(stderr, "ps_coordinator: --listen: %s\n",
+                 std::string(listen.status().message()).c_str());
+    return 2;
+  }
+  const absl::StatusOr<std::string> advertise =
+      ps::ResolveAdvertiseHost(*listen, absl::GetFlag(FLAGS_advertise));
+  if (!advertise.ok()) {
+    std::fprintf(stderr, "ps_coordinator: %s\n", std::string(advertise.status().message()).c_str());
+    return 2;
+  }
+  if (absl::GetFlag(FLAGS_heartbeat_ms) <= 0 ||
+      absl::GetFlag(FLAGS_dead_after_ms) <= absl::GetFlag(FLAGS_heartbeat_ms)) {
+    std::fprintf(stderr,
+                 "ps_coordinator: --heartbeat_ms must be > 0 and --dead_after_ms above it, got %d "
+                 "and %d\n",
+                 absl::GetFlag(FLAGS_heartbeat_ms), absl::GetFlag(FLAGS_dead_after_ms));
     return 2;
   }
 
@@ -146,6 +164,16 @@ int main(int argc, char** argv) {
   if (!job.ok()) {
     std::fprintf(stderr, "%s\n", std::string(job.status().message()).c_str());
     return 1;
+  }
+  if (absl::GetFlag(FLAGS_dry_run)) {
+    const absl::Status can_listen = ps::CheckCanListen(*listen);
+    if (!can_listen.ok()) {
+      std::fprintf(stderr, "ps_coordinator: %s\n", std::string(can_listen.message()).c_str());
+      return 1;
+    }
+    std::printf("ok: ps_coordinator would listen on %s and advertise %s\n",
+                ps::JoinHostPort(listen->host, listen->port).c_str(), advertise->c_str());
+    return 0;
   }
 
   ps::coordinator::CoordinatorOptions options;
@@ -205,21 +233,22 @@ int main(int argc, char** argv) {
   }
 
   ps::coordinator::CoordinatorService service(coordinator->get());
-  const std::string host = absl::GetFlag(FLAGS_host);
   int bound_port = 0;
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(HostPort(host, port), grpc::InsecureServerCredentials(), &bound_port);
+  builder.AddListeningPort(ps::JoinHostPort(listen->host, listen->port),
+                           grpc::InsecureServerCredentials(), &bound_port);
   builder.RegisterService(&service);
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || bound_port == 0) {
-    std::fprintf(stderr, "ps_coordinator: cannot listen on %s\n", HostPort(host, port).c_str());
+    std::fprintf(stderr, "ps_coordinator: cannot listen on %s\n",
+                 ps::JoinHostPort(listen->host, listen->port).c_str());
     return 1;
   }
 
   // Printed before the port file is written, so that whoever waits for the file finds the line.
-  std::printf("ps_coordinator listening on %s\n", HostPort(host, bound_port).c_str());
+  std::printf("ps_coordinator listening on %s\n", ps::JoinHostPort(*advertise, bound_port).c_str());
   std::fflush(stdout);
   int exit_code = 0;
   const std::string port_file = absl::GetFlag(FLAGS_port_file);

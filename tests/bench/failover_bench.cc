@@ -89,9 +89,9 @@ class Cluster {
   }
 
   std::unique_ptr<testing::Daemon> StartServer(int port) {
-    return Must(testing::Daemon::Start(
-                    BinDir() + "/server/ps_server",
-                    {"--coordinator=" + coordinator_->address(), absl::StrCat("--port=", port)}),
+    return Must(testing::Daemon::Start(BinDir() + "/server/ps_server",
+                                       {"--coordinator=" + coordinator_->address(),
+                                        absl::StrCat("--listen=127.0.0.1:", port)}),
                 "server");
   }
   void Restart(int i) { servers_[i] = StartServer(servers_[i]->port()); }

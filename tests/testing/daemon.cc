@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "tests/testing/temp_dir.h"
@@ -147,6 +148,11 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const std::string& binary,
   const std::string log_path = UniquePath(binary, ".log");
   unlink(port_file.c_str());
   args.push_back(absl::StrCat("--port_file=", port_file));
+  // Tests stay on loopback unless they say otherwise.
+  if (std::none_of(args.begin(), args.end(),
+                   [](const std::string& a) { return absl::StartsWith(a, "--listen="); })) {
+    args.push_back("--listen=127.0.0.1:0");
+  }
   absl::StatusOr<pid_t> pid = Spawn(binary, args, log_path, log_path);
   if (!pid.ok()) return pid.status();
   std::unique_ptr<Daemon> daemon(new Daemon(binary, *pid, log_path));

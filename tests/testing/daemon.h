@@ -26,7 +26,8 @@ namespace testing {
 // Thread-compatible.
 class Daemon {
  public:
-  // Starts `binary` with `args` plus `--port_file=<a new file>` and waits, polling the file, until
+  // Starts `binary` with `args` plus `--port_file=<a new file>` (and `--listen=127.0.0.1:0` when
+  // `args` have no --listen) and waits, polling the file, until
   // it holds the port. FAILED_PRECONDITION with the tail of the log if the child exits first
   // (e.g. "... exited with status 1 ..."); DEADLINE_EXCEEDED (the child is killed) if no port
   // comes within `timeout`; INTERNAL if the process cannot be started.

@@ -17,7 +17,7 @@ constexpr char kFake[] = "tests/testing/fake_daemon";
 bool Exists(pid_t pid) { return kill(pid, 0) == 0 || errno != ESRCH; }
 
 TEST_CASE("a daemon reports its port and stops on SIGTERM", "[daemon]") {
-  auto daemon = Daemon::Start(kFake, {"--port=4321"});
+  auto daemon = Daemon::Start(kFake, {"--listen=127.0.0.1:4321"});
   INFO(daemon.status().ToString());
   REQUIRE(daemon.ok());
   CHECK((*daemon)->port() == 4321);

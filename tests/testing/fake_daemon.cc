@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "absl/flags/flag.h"
@@ -17,7 +18,8 @@
 #include "absl/strings/str_cat.h"
 
 ABSL_FLAG(std::string, port_file, "", "Where to report the port.");
-ABSL_FLAG(int, port, 4242, "The port to report.");
+ABSL_FLAG(std::string, listen, "127.0.0.1:4242",
+          "HOST:PORT, as our daemons take it; PORT is reported (4242 for port 0).");
 ABSL_FLAG(std::string, mode, "serve", "serve, fail_term, ignore_term, exit or no_port.");
 ABSL_FLAG(int, exit_code, 3, "The exit status of --mode=exit.");
 
@@ -54,7 +56,9 @@ int main(int argc, char** argv) {
     const std::string tmp = path + ".tmp";
     FILE* f = std::fopen(tmp.c_str(), "w");
     if (f == nullptr) return 11;
-    std::fprintf(f, "%d\n", absl::GetFlag(FLAGS_port));
+    const std::string listen = absl::GetFlag(FLAGS_listen);
+    const int port = std::atoi(listen.substr(listen.rfind(':') + 1).c_str());
+    std::fprintf(f, "%d\n", port == 0 ? 4242 : port);
     std::fclose(f);
     if (std::rename(tmp.c_str(), path.c_str()) != 0) return 12;
   }

@@ -50,7 +50,7 @@ absl::Status LocalCluster::RestartCoordinator() {
   const int port = coordinator_->port();
   coordinator_->Kill();
   std::vector<std::string> args = coordinator_args_;
-  args.push_back(absl::StrCat("--port=", port));
+  args.push_back(absl::StrCat("--listen=127.0.0.1:", port));
   PS_ASSIGN_OR_RETURN(
       coordinator_, Daemon::Start(BinaryPath(bin_dir_, "server/coordinator/ps_coordinator"), args));
   return absl::OkStatus();
@@ -70,6 +70,7 @@ absl::StatusOr<std::vector<ProcessResult>> LocalCluster::RunWorkers(
       // products (worker_args may say otherwise: the last flag wins).
       std::vector<std::string> args = {
           "--coordinator=" + coordinator_->address(), absl::StrCat("--rank=", rank),
+          "--listen=127.0.0.1:0",
           absl::StrCat(
               "--compute_threads=",
               std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / workers))};
