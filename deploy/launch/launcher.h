@@ -1,0 +1,63 @@
+// ps_launch's commands: run a job on a cluster (LOCAL or SSH here, SLURM in slurm.h), show a
+// run's state, and stop it. A run keeps everything under its folder on the launching machine:
+// run.pbtxt (proto/launch.proto's LaunchedRun), a copy of the job and cluster files, and
+// logs/<daemon>.log with each daemon's stdout and stderr.
+#ifndef PS_DEPLOY_LAUNCH_LAUNCHER_H_
+#define PS_DEPLOY_LAUNCH_LAUNCHER_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "proto/job.pb.h"
+#include "proto/launch.pb.h"
+
+namespace ps {
+namespace launch {
+
+struct RunOptions {
+  // The job and cluster files. Required.
+  std::string job_path;
+  std::string cluster_path;
+  // The run's folder; empty: out/runs/<job name>-<date>-<time>.
+  std::string run_dir;
+};
+
+// One problem a pre-flight check found: "host node-b: data file /data/x.tsv: not found".
+using Problems = std::vector<std::string>;
+
+// Checks every host of the run before anything starts (plan.h's PreflightScript, all hosts at
+// once): reachable, binaries present and accepting their flags, ports free, data readable.
+// Returns the problems found, empty when every host is ready.
+Problems Preflight(const ClusterSpec& cluster, const config::Job& job,
+                   const std::string& job_text, const std::string& remote_dir);
+
+// Runs a job to its end: validates the job and the cluster, checks the hosts (nothing starts when
+// one has a problem: each is printed with its host), starts the coordinator, then the servers and
+// workers, and waits for the workers. Ctrl-C, SIGTERM, `ps_launch stop` or a failed worker stop
+// every daemon (SIGTERM, then SIGKILL after the cluster's stop_grace_s). Prints worker 0's RESULT
+// line last. Returns the process's exit status: 0 when every worker succeeded, 1 otherwise, 2
+// for bad files.
+int RunJob(const RunOptions& options);
+
+// Prints each daemon of the run in `run_dir` with its host and state, and the job's progress (the
+// coordinator's clocks and members, each worker's latest progress line). 0, or 1 when the run
+// folder cannot be read.
+int ShowStatus(const std::string& run_dir);
+
+// Stops the run in `run_dir`: asks its ps_launch to stop (SIGTERM) and waits for it; when that
+// process is gone, stops the daemons itself, SIGTERM then SIGKILL after stop_grace_s. 0 when
+// everything is stopped, 1 otherwise.
+int StopRun(const std::string& run_dir);
+
+// Writes run.pbtxt of `run_dir` (through a rename). FAILED_PRECONDITION when it cannot.
+absl::Status WriteRun(const std::string& run_dir, const LaunchedRun& run);
+
+// Reads run.pbtxt of `run_dir`. NOT_FOUND, or INVALID_ARGUMENT when it cannot be parsed.
+absl::StatusOr<LaunchedRun> ReadRun(const std::string& run_dir);
+
+}  // namespace launch
+}  // namespace ps
+
+#endif  // PS_DEPLOY_LAUNCH_LAUNCHER_H_

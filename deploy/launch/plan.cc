@@ -1,0 +1,243 @@
+#include "deploy/launch/plan.h"
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+
+namespace ps {
+namespace launch {
+namespace {
+
+bool IsLocal(const ClusterSpec& cluster) {
+  return cluster.backend() == ClusterSpec::LOCAL;
+}
+
+// What the daemons of `host` listen on (the port is added) and advertise.
+std::string ListenHost(const ClusterSpec& cluster) {
+  return IsLocal(cluster) ? "127.0.0.1" : "0.0.0.0";
+}
+
+std::string AdvertiseFlag(const ClusterSpec& cluster, const Host& host) {
+  if (IsLocal(cluster)) return "";  // the listen address, 127.0.0.1
+  return absl::StrCat("--advertise=", host.advertise().empty() ? host.name() : host.advertise());
+}
+
+void Append(std::vector<std::string>* flags, const std::string& flag) {
+  if (!flag.empty()) flags->push_back(flag);
+}
+
+// A job's data path as a shell word: globs stay unquoted so that the shell expands them.
+std::string DataWord(const std::string& path) {
+  if (path.find_first_of("*?[") != std::string::npos && path.find_first_of(" '\"$`\\") ==
+                                                            std::string::npos) {
+    return path;
+  }
+  return ShellQuote(path);
+}
+
+}  // namespace
+
+std::string Daemon::Name() const {
+  return role == "coordinator" ? role : absl::StrCat(role, " ", index);
+}
+
+std::string Daemon::FileName() const {
+  return role == "coordinator" ? role : absl::StrCat(role, index);
+}
+
+std::vector<Host> RunHosts(const ClusterSpec& cluster, const config::Job& job) {
+  if (!IsLocal(cluster)) return {cluster.hosts().begin(), cluster.hosts().end()};
+  Host local;
+  local.set_name("localhost");
+  local.set_coordinator(true);
+  local.set_servers(job.cluster().num_servers());
+  local.set_workers(job.cluster().num_workers());
+  return {local};
+}
+
+Daemon PlanCoordinator(const ClusterSpec& cluster, const config::Job& job,
+                       const std::string& remote_dir) {
+  Daemon d;
+  d.role = "coordinator";
+  for (const Host& host : RunHosts(cluster, job)) {
+    if (!host.coordinator()) continue;
+    d.host = host.name();
+    d.binary = "server/coordinator/ps_coordinator";
+    d.flags = {absl::StrCat("--job=", remote_dir, "/job.pbtxt"),
+               absl::StrCat("--listen=", ListenHost(cluster), ":", cluster.coordinator_port())};
+    Append(&d.flags, AdvertiseFlag(cluster, host));
+    d.flags.insert(d.flags.end(), cluster.coordinator_flags().begin(),
+                   cluster.coordinator_flags().end());
+  }
+  return d;
+}
+
+std::vector<Daemon> PlanMembers(const ClusterSpec& cluster, const config::Job& job,
+                                const std::string& coordinator, const std::string& remote_dir) {
+  const std::vector<Host> hosts = RunHosts(cluster, job);
+  const std::string timeout = absl::StrCat("--connect_timeout_s=", cluster.connect_timeout_s());
+  std::vector<Daemon> daemons;
+  int index = 0;
+  for (const Host& host : hosts) {
+    for (uint32_t i = 0; i < host.servers(); ++i) {
+      Daemon d;
+      d.role = "server";
+      d.index = index++;
+      d.host = host.name();
+      d.binary = "server/ps_server";
+      d.flags = {absl::StrCat("--coordinator=", coordinator),
+                 absl::StrCat("--listen=", ListenHost(cluster), ":0")};
+      Append(&d.flags, AdvertiseFlag(cluster, host));
+      d.flags.push_back(timeout);
+      d.flags.insert(d.flags.end(), cluster.server_flags().begin(), cluster.server_flags().end());
+      daemons.push_back(std::move(d));
+    }
+  }
+  int rank = 0;
+  for (const Host& host : hosts) {
+    for (uint32_t k = 0; k < host.workers(); ++k) {
+      Daemon d;
+      d.role = "worker";
+      d.index = rank++;
+      d.host = host.name();
+      d.binary = "worker/ps_worker";
+      d.workers_on_host = static_cast<int>(host.workers());
+      d.flags = {absl::StrCat("--coordinator=", coordinator), absl::StrCat("--rank=", d.index),
+                 absl::StrCat("--listen=", ListenHost(cluster), ":0")};
+      Append(&d.flags, AdvertiseFlag(cluster, host));
+      d.flags.push_back(timeout);
+      d.flags.push_back(absl::StrCat("--metrics_file=", remote_dir, "/metrics", d.index, ".jsonl"));
+      // LOCAL keeps today's behaviour: the binary picks the device. Elsewhere the description
+      // says which hosts have GPUs.
+      if (host.gpus() > 0) {
+        d.cuda_visible_devices = absl::StrCat(k % host.gpus());
+      } else if (!IsLocal(cluster)) {
+        d.flags.push_back("--backend=cpu");
+      }
+      d.flags.insert(d.flags.end(), cluster.worker_flags().begin(), cluster.worker_flags().end());
+      daemons.push_back(std::move(d));
+    }
+  }
+  return daemons;
+}
+
+std::string ShellQuote(absl::string_view text) {
+  return absl::StrCat("'", absl::StrReplaceAll(text, {{"'", "'\\''"}}), "'");
+}
+
+namespace {
+
+// Enters work_dir and sets the library path: the start of every script.
+std::string Prologue(const ClusterSpec& cluster) {
+  std::string script;
+  if (!cluster.work_dir().empty()) {
+    absl::StrAppend(&script, "cd ", ShellQuote(cluster.work_dir()),
+                    " || { echo \"PROBLEM cannot enter work_dir ", cluster.work_dir(),
+                    "\"; exit 1; }\n");
+  }
+  if (!cluster.lib_dir().empty()) {
+    absl::StrAppend(&script, "LD_LIBRARY_PATH=", ShellQuote(cluster.lib_dir()),
+                    "${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}; export LD_LIBRARY_PATH\n");
+  }
+  return script;
+}
+
+std::string BinaryPath(const ClusterSpec& cluster, const Daemon& daemon) {
+  return absl::StrCat(cluster.bin_dir(), "/", daemon.binary);
+}
+
+// The binary and flags as shell words. A worker's --compute_threads (from $threads, see
+// ThreadsLine) comes first, so that the description's worker_flags may override it.
+std::string CommandLine(const ClusterSpec& cluster, const Daemon& daemon) {
+  std::string line = ShellQuote(BinaryPath(cluster, daemon));
+  if (daemon.workers_on_host > 0) absl::StrAppend(&line, " --compute_threads=$threads");
+  for (const std::string& flag : daemon.flags) absl::StrAppend(&line, " ", ShellQuote(flag));
+  return line;
+}
+
+std::string ThreadsLine(const Daemon& daemon) {
+  if (daemon.workers_on_host == 0) return "";
+  return absl::StrCat("threads=$(( $(nproc) / ", daemon.workers_on_host,
+                      " )); [ \"$threads\" -ge 1 ] || threads=1\n");
+}
+
+}  // namespace
+
+std::string DaemonScript(const ClusterSpec& cluster, const Daemon& daemon) {
+  std::string script = Prologue(cluster);
+  if (!daemon.cuda_visible_devices.empty()) {
+    absl::StrAppend(&script, "CUDA_VISIBLE_DEVICES=", daemon.cuda_visible_devices,
+                    "; export CUDA_VISIBLE_DEVICES\n");
+  }
+  absl::StrAppend(&script, ThreadsLine(daemon));
+  // A background command's stdin is /dev/null: the watchdog reads the script's through fd 3.
+  absl::StrAppend(&script, "exec 3<&0\n", CommandLine(cluster, daemon), " </dev/null 3<&- &\n",
+                  "pid=$!\n",
+                  "echo \"ps_launch: pid $pid\" >&2\n",
+                  // The watchdog: the end of the script's stdin stops the daemon.
+                  "(cat <&3 >/dev/null 2>&1; kill -TERM $pid 2>/dev/null) >/dev/null 2>&1 &\n",
+                  "watchdog=$!\n",
+                  "exec 3<&-\n",
+                  "wait $pid\n",
+                  "status=$?\n",
+                  "kill $watchdog 2>/dev/null\n",
+                  "exit $status\n");
+  return script;
+}
+
+std::string PreflightScript(const ClusterSpec& cluster, const config::Job& job,
+                            const std::string& job_text, const std::string& remote_dir,
+                            const std::vector<Daemon>& daemons) {
+  std::string script = Prologue(cluster);
+  absl::StrAppend(&script, "mkdir -p ", ShellQuote(remote_dir),
+                  " || echo \"PROBLEM cannot create ", remote_dir, "\"\n");
+  // A terminator no job file has on a line of its own.
+  absl::StrAppend(&script, "cat > ", ShellQuote(remote_dir + "/job.pbtxt"),
+                  " <<'PS_LAUNCH_END_OF_JOB_FILE'\n", job_text,
+                  absl::EndsWith(job_text, "\n") ? "" : "\n", "PS_LAUNCH_END_OF_JOB_FILE\n");
+  bool workers = false;
+  for (const Daemon& d : daemons) {
+    workers = workers || d.role == "worker";
+    const std::string binary = BinaryPath(cluster, d);
+    absl::StrAppend(&script, "if [ ! -x ", ShellQuote(binary), " ]; then echo \"PROBLEM ",
+                    d.Name(), ": no binary ", binary, " (bin_dir ", cluster.bin_dir(),
+                    ")\"\n");
+    absl::StrAppend(&script, "else ", ThreadsLine(d), "out=$(", CommandLine(cluster, d),
+                    " --dry_run </dev/null 2>&1) || echo \"PROBLEM ", d.Name(),
+                    ": $(printf '%s' \"$out\" | tail -n 3 | tr '\\n' ' ')\"\nfi\n");
+  }
+  if (workers) {
+    std::vector<std::string> paths(job.data().train_paths().begin(),
+                                   job.data().train_paths().end());
+    paths.insert(paths.end(), job.data().eval_paths().begin(), job.data().eval_paths().end());
+    for (const std::string& path : paths) {
+      absl::StrAppend(&script, "found=0; for f in ", DataWord(path),
+                      "; do [ -r \"$f\" ] && [ -f \"$f\" ] && found=1; done; [ $found = 1 ] || "
+                      "echo \"PROBLEM data file ",
+                      absl::StrReplaceAll(path, {{"\"", "\\\""}, {"$", "\\$"}, {"`", "\\`"}}),
+                      ": not found or not readable (from $(pwd))\"\n");
+    }
+  }
+  absl::StrAppend(&script, "echo 'PREFLIGHT DONE'\n");
+  return script;
+}
+
+std::vector<std::string> HostCommand(const ClusterSpec& cluster, const std::string& host,
+                                     const std::string& script) {
+  if (IsLocal(cluster)) return {"/bin/sh", "-c", script};
+  std::vector<std::string> argv = {
+      "ssh", "-o", "BatchMode=yes", "-o",
+      absl::StrCat("ConnectTimeout=", cluster.ssh().connect_timeout_s())};
+  if (!cluster.ssh().user().empty()) argv.insert(argv.end(), {"-l", cluster.ssh().user()});
+  if (cluster.ssh().port() != 0) {
+    argv.insert(argv.end(), {"-p", absl::StrCat(cluster.ssh().port())});
+  }
+  argv.insert(argv.end(), cluster.ssh().options().begin(), cluster.ssh().options().end());
+  // ssh hands the remote login shell one string: run our script with sh, whatever that shell is.
+  argv.insert(argv.end(), {host, absl::StrCat("sh -c ", ShellQuote(script))});
+  return argv;
+}
+
+}  // namespace launch
+}  // namespace ps
