@@ -133,37 +133,6 @@ class Checker {
   std::string path_;
 };
 
-// Protobuf reports an unknown field or enum value at the token after it, which may be on the next
-// line. When the message quotes the offending name (its last quoted word), move the position back
-// to where that name was written, the last time before the reported position.
-void PointAtQuotedName(const std::string& text, const std::string& message, int* line,
-                       int* column) {
-  const size_t close = message.rfind('"');
-  if (close == std::string::npos || close == 0) return;
-  const size_t open = message.rfind('"', close - 1);
-  if (open == std::string::npos || close == open + 1) return;
-  const std::string name = message.substr(open + 1, close - open - 1);
-  // Offset of (line, column) in text.
-  size_t offset = 0;
-  for (int l = 0; l < *line && offset < text.size(); ++l) {
-    const size_t nl = text.find('\n', offset);
-    if (nl == std::string::npos) return;
-    offset = nl + 1;
-  }
-  offset = std::min(text.size(), offset + static_cast<size_t>(*column));
-  const size_t at = text.rfind(name, offset);
-  if (at == std::string::npos) return;
-  int l = 0;
-  size_t line_start = 0;
-  for (size_t i = 0; i < at; ++i) {
-    if (text[i] == '\n') {
-      ++l;
-      line_start = i + 1;
-    }
-  }
-  *line = l;
-  *column = static_cast<int>(at - line_start);
-}
 
 bool Finite(float x) { return std::isfinite(x); }
 
@@ -406,6 +375,35 @@ absl::Status CheckJob(const Checker& c, const Where& root, const config::Job& jo
 }
 
 }  // namespace
+
+void PointAtQuotedName(const std::string& text, const std::string& message, int* line,
+                       int* column) {
+  const size_t close = message.rfind('"');
+  if (close == std::string::npos || close == 0) return;
+  const size_t open = message.rfind('"', close - 1);
+  if (open == std::string::npos || close == open + 1) return;
+  const std::string name = message.substr(open + 1, close - open - 1);
+  // Offset of (line, column) in text.
+  size_t offset = 0;
+  for (int l = 0; l < *line && offset < text.size(); ++l) {
+    const size_t nl = text.find('\n', offset);
+    if (nl == std::string::npos) return;
+    offset = nl + 1;
+  }
+  offset = std::min(text.size(), offset + static_cast<size_t>(*column));
+  const size_t at = text.rfind(name, offset);
+  if (at == std::string::npos) return;
+  int l = 0;
+  size_t line_start = 0;
+  for (size_t i = 0; i < at; ++i) {
+    if (text[i] == '\n') {
+      ++l;
+      line_start = i + 1;
+    }
+  }
+  *line = l;
+  *column = static_cast<int>(at - line_start);
+}
 
 bool IsKnownOptimizer(absl::string_view type) {
   return type == "sgd" || type == "adagrad" || type == "adam" || type == "ftrl";

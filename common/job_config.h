@@ -30,6 +30,12 @@ absl::StatusOr<config::Job> LoadJobFile(const std::string& path);
 // OK or INVALID_ARGUMENT.
 absl::Status ValidateJob(const config::Job& job);
 
+// Protobuf's text parser reports an unknown field or enum value at the token after it, which may
+// be on the next line. When `message` quotes the offending name (its last quoted word), moves the
+// 0-based (*line, *column) back to where that name was written in `text`, the last time before
+// the reported position; otherwise leaves them. For every config file parsed from text.
+void PointAtQuotedName(const std::string& text, const std::string& message, int* line, int* column);
+
 // The names of the optimizers the servers implement: "sgd", "adagrad", "adam", "ftrl".
 bool IsKnownOptimizer(absl::string_view type);
 

@@ -16,6 +16,9 @@ PACKAGES=(
   zlib1g-dev               # gzip input files
   libopenblas-dev          # CPU GEMMs of the worker
   openmpi-bin libopenmpi-dev  # reference AllReduce in the benchmark
+  slurmctld slurmd slurm-client munge  # real Slurm cluster of tests/cluster/slurm_cluster.sh
+  openssh-server openssh-client iproute2  # ssh hosts of tests/cluster/netns_hosts.sh
+  python3 python3-yaml     # offline checks of the Kubernetes manifests (deploy/k8s)
 )
 
 missing=()

@@ -52,9 +52,8 @@ absl::StatusOr<pid_t> Spawn(const std::vector<std::string>& argv, int stdin_fd, 
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attributes);
   if (rc != 0) {
-    return absl::InternalError(
-        absl::StrCat("cannot start ", absl::StrJoin(argv, " ").substr(0, 200), ": ",
-                     std::strerror(rc)));
+    return absl::InternalError(absl::StrCat(
+        "cannot start ", absl::StrJoin(argv, " ").substr(0, 200), ": ", std::strerror(rc)));
   }
   return pid;
 }
@@ -118,8 +117,7 @@ void Child::Signal(int signal) {
   if (!Poll().has_value()) kill(pid_, signal);
 }
 
-absl::StatusOr<Captured> RunCaptured(const std::vector<std::string>& argv,
-                                     absl::Duration timeout) {
+absl::StatusOr<Captured> RunCaptured(const std::vector<std::string>& argv, absl::Duration timeout) {
   int pipe_fds[2];
   if (pipe2(pipe_fds, O_CLOEXEC) != 0) {
     return absl::InternalError(absl::StrCat("pipe2: ", std::strerror(errno)));

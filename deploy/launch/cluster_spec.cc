@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/job_config.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
 
@@ -19,17 +20,24 @@ using google::protobuf::FieldDescriptor;
 using google::protobuf::Message;
 using google::protobuf::TextFormat;
 
+// Keeps the first syntax error: "line:column: message", 1-based, at the offending name.
 class FirstError : public google::protobuf::io::ErrorCollector {
  public:
+  explicit FirstError(const std::string& text) : text_(text) {}
   void AddError(int line, google::protobuf::io::ColumnNumber column,
                 const std::string& message) override {
     if (!error_.ok()) return;
-    error_ = absl::InvalidArgumentError(absl::StrFormat("%d:%d: %s", line + 1, column + 1, message));
+    int at_line = line;
+    int at_column = column;
+    PointAtQuotedName(text_, message, &at_line, &at_column);
+    error_ = absl::InvalidArgumentError(
+        absl::StrFormat("%d:%d: %s", at_line + 1, at_column + 1, message));
   }
   void AddWarning(int, google::protobuf::io::ColumnNumber, const std::string&) override {}
   const absl::Status& error() const { return error_; }
 
  private:
+  const std::string& text_;
   absl::Status error_;
 };
 
@@ -37,7 +45,8 @@ class FirstError : public google::protobuf::io::ErrorCollector {
 // locates (the position of `fallback` when the field was not written).
 class Errors {
  public:
-  Errors(absl::string_view path, const TextFormat::ParseInfoTree* root) : path_(path), root_(root) {}
+  Errors(absl::string_view path, const TextFormat::ParseInfoTree* root)
+      : path_(path), root_(root) {}
 
   // An error about field `name` (element `index` of a repeated one) of the top-level message,
   // or of hosts[host] when host >= 0.
@@ -52,9 +61,8 @@ class Errors {
       tree = root_->GetTreeForNested(hosts, host);
     }
     if (tree != nullptr && name != nullptr) {
-      const google::protobuf::Descriptor* type = host >= 0
-                                                     ? Host::descriptor()
-                                                     : ClusterSpec::descriptor();
+      const google::protobuf::Descriptor* type =
+          host >= 0 ? Host::descriptor() : ClusterSpec::descriptor();
       const FieldDescriptor* field = type->FindFieldByName(name);
       const auto found = tree->GetLocation(field, field->is_repeated() ? index : -1);
       if (found.line >= 0) where = found;
@@ -85,9 +93,9 @@ absl::Status Check(const ClusterSpec& cluster, const config::Job& job, const Err
   const std::string backend = ClusterSpec::Backend_Name(cluster.backend());
   if (cluster.backend() != ClusterSpec::SSH) {
     if (cluster.hosts_size() > 0) {
-      return errors.At("hosts", 0, -1, "hosts",
-                       absl::StrCat("the ", backend,
-                                    " backend places the daemons itself: hosts are for SSH"));
+      return errors.At(
+          "hosts", 0, -1, "hosts",
+          absl::StrCat("the ", backend, " backend places the daemons itself: hosts are for SSH"));
     }
     if (cluster.has_ssh()) {
       return errors.At("ssh", 0, -1, "ssh", absl::StrCat("is for SSH, not ", backend));
@@ -121,7 +129,8 @@ absl::Status Check(const ClusterSpec& cluster, const config::Job& job, const Err
     }
     if (host.coordinator()) ++coordinators;
     if (coordinators > 1) {
-      return errors.At("coordinator", 0, i, subject, "a second coordinator: exactly one host runs it");
+      return errors.At("coordinator", 0, i, subject,
+                       "a second coordinator: exactly one host runs it");
     }
     if (!host.coordinator() && host.servers() == 0 && host.workers() == 0) {
       return errors.At("name", 0, i, subject, "runs nothing (no coordinator, servers or workers)");
@@ -134,13 +143,17 @@ absl::Status Check(const ClusterSpec& cluster, const config::Job& job, const Err
   }
   if (servers != job.cluster().num_servers()) {
     return errors.At("hosts", 0, -1, "hosts",
-                     absl::StrCat("servers over all hosts add up to ", servers, ", the job's "
-                                  "cluster.num_servers is ", job.cluster().num_servers()));
+                     absl::StrCat("servers over all hosts add up to ", servers,
+                                  ", the job's "
+                                  "cluster.num_servers is ",
+                                  job.cluster().num_servers()));
   }
   if (workers != job.cluster().num_workers()) {
     return errors.At("hosts", 0, -1, "hosts",
-                     absl::StrCat("workers over all hosts add up to ", workers, ", the job's "
-                                  "cluster.num_workers is ", job.cluster().num_workers()));
+                     absl::StrCat("workers over all hosts add up to ", workers,
+                                  ", the job's "
+                                  "cluster.num_workers is ",
+                                  job.cluster().num_workers()));
   }
   return absl::OkStatus();
 }
@@ -148,14 +161,15 @@ absl::Status Check(const ClusterSpec& cluster, const config::Job& job, const Err
 }  // namespace
 
 absl::StatusOr<ClusterSpec> ParseCluster(absl::string_view text, absl::string_view path,
-                                             const config::Job& job) {
+                                         const config::Job& job) {
   ClusterSpec cluster;
   TextFormat::Parser parser;
-  FirstError syntax;
+  const std::string copy(text);
+  FirstError syntax(copy);
   TextFormat::ParseInfoTree tree;
   parser.RecordErrorsTo(&syntax);
   parser.WriteLocationsTo(&tree);
-  if (!parser.ParseFromString(std::string(text), &cluster)) {
+  if (!parser.ParseFromString(copy, &cluster)) {
     if (!syntax.error().ok()) {
       return absl::InvalidArgumentError(absl::StrCat(path, ":", syntax.error().message()));
     }

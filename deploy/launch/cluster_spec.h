@@ -24,7 +24,7 @@ namespace launch {
 // - slurm: no hosts or ssh section; slurm.nodes >= 1.
 // Returns the description; INVALID_ARGUMENT as the header comment says.
 absl::StatusOr<ClusterSpec> ParseCluster(absl::string_view text, absl::string_view path,
-                                             const config::Job& job);
+                                         const config::Job& job);
 
 // Reads the file at `path`: NOT_FOUND when it does not exist, FAILED_PRECONDITION when it cannot
 // be read, otherwise as ParseCluster.

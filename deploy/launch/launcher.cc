@@ -99,7 +99,8 @@ void SignalRemote(const ClusterSpec& cluster, const std::string& host, long pid,
   const absl::StatusOr<Captured> done = RunCaptured(
       HostCommand(cluster, host, absl::StrCat("kill -", signal, " ", pid, " 2>/dev/null; true")),
       absl::Seconds(cluster.ssh().connect_timeout_s() + 5));
-  if (!done.ok()) Say(absl::StrCat("cannot signal pid ", pid, " on ", host, ": ", done.status().ToString()));
+  if (!done.ok())
+    Say(absl::StrCat("cannot signal pid ", pid, " on ", host, ": ", done.status().ToString()));
 }
 
 // Stops the daemons that still run: the end of their stdin (their script sends SIGTERM), then
@@ -152,9 +153,8 @@ int TakeSignal(absl::Duration wait) {
   return signal > 0 ? signal : 0;
 }
 
-int RunSshOrLocal(const ClusterSpec& cluster, const config::Job& job,
-                  const std::string& job_text, const std::string& run_dir,
-                  LaunchedRun run) {
+int RunSshOrLocal(const ClusterSpec& cluster, const config::Job& job, const std::string& job_text,
+                  const std::string& run_dir, LaunchedRun run) {
   const std::string logs = absl::StrCat(run_dir, "/logs");
   const std::string remote_dir =
       cluster.backend() == ClusterSpec::LOCAL
@@ -274,14 +274,14 @@ int RunSshOrLocal(const ClusterSpec& cluster, const config::Job& job,
 
 }  // namespace
 
-Problems Preflight(const ClusterSpec& cluster, const config::Job& job,
-                   const std::string& job_text, const std::string& remote_dir) {
+Problems Preflight(const ClusterSpec& cluster, const config::Job& job, const std::string& job_text,
+                   const std::string& remote_dir) {
   const std::vector<Host> hosts = RunHosts(cluster, job);
   // Ports are not known yet: the servers and workers check their flags with a stand-in address.
   const Daemon coordinator = PlanCoordinator(cluster, job, remote_dir);
-  const std::string stand_in = absl::StrCat(
-      cluster.backend() == ClusterSpec::LOCAL ? "127.0.0.1" : coordinator.host, ":",
-      cluster.coordinator_port() == 0 ? 1 : cluster.coordinator_port());
+  const std::string stand_in =
+      absl::StrCat(cluster.backend() == ClusterSpec::LOCAL ? "127.0.0.1" : coordinator.host, ":",
+                   cluster.coordinator_port() == 0 ? 1 : cluster.coordinator_port());
   const std::vector<Daemon> members = PlanMembers(cluster, job, stand_in, remote_dir);
   std::vector<Problems> found(hosts.size());
   std::vector<std::thread> threads;
@@ -305,14 +305,14 @@ Problems Preflight(const ClusterSpec& cluster, const config::Job& job,
         if (absl::ConsumePrefix(&line, "PROBLEM ")) found[i].push_back(absl::StrCat(who, line));
       }
       if (done->timed_out) {
-        found[i].push_back(absl::StrCat(who, "did not answer within ",
-                                        absl::FormatDuration(timeout)));
+        found[i].push_back(
+            absl::StrCat(who, "did not answer within ", absl::FormatDuration(timeout)));
       } else if (!absl::StrContains(done->output, "PREFLIGHT DONE") && found[i].empty()) {
-        const bool ssh_failed = cluster.backend() == ClusterSpec::SSH &&
-                                WIFEXITED(done->status) && WEXITSTATUS(done->status) == 255;
-        found[i].push_back(absl::StrCat(
-            who, ssh_failed ? "cannot be reached over ssh: " : "the check failed: ",
-            absl::StripAsciiWhitespace(Tail(done->output, 3))));
+        const bool ssh_failed = cluster.backend() == ClusterSpec::SSH && WIFEXITED(done->status) &&
+                                WEXITSTATUS(done->status) == 255;
+        found[i].push_back(
+            absl::StrCat(who, ssh_failed ? "cannot be reached over ssh: " : "the check failed: ",
+                         absl::StripAsciiWhitespace(Tail(done->output, 3))));
       }
     });
   }
@@ -361,8 +361,7 @@ int RunJob(const RunOptions& options) {
     std::fprintf(stderr, "ps_launch: %s\n", written.ToString().c_str());
     return 1;
   }
-  Say(absl::StrCat("run ", run_dir, " (", ClusterSpec::Backend_Name(cluster->backend()),
-                   ")"));
+  Say(absl::StrCat("run ", run_dir, " (", ClusterSpec::Backend_Name(cluster->backend()), ")"));
   if (cluster->backend() == ClusterSpec::SLURM) {
     return RunSlurm(*cluster, *job, run_dir, std::move(run));
   }
@@ -440,7 +439,8 @@ int ShowStatus(const std::string& run_dir) {
       state = "unknown (ps_launch has ended without recording its exit)";
     }
     if (d.role() == "worker") {
-      if (std::optional<std::string> progress = LastMarked(log, absl::StrCat("worker ", d.index(), ": step "))) {
+      if (std::optional<std::string> progress =
+              LastMarked(log, absl::StrCat("worker ", d.index(), ": step "))) {
         absl::StrAppend(&state, "; step ", *progress);
       }
     }
@@ -458,12 +458,13 @@ int ShowStatus(const std::string& run_dir) {
     } else {
       int alive = 0;
       for (const rpc::MemberStatus& m : status->members()) alive += m.alive() ? 1 : 0;
-      std::printf("coordinator %s: %d of %d members alive, shard map version %llu, steps done: "
-                  "slowest worker %lld, fastest %lld\n",
-                  run->coordinator().c_str(), alive, status->members_size(),
-                  static_cast<unsigned long long>(status->shard_map().version()),
-                  static_cast<long long>(status->clocks().min_clock() + 1),
-                  static_cast<long long>(status->clocks().max_clock() + 1));
+      std::printf(
+          "coordinator %s: %d of %d members alive, shard map version %llu, steps done: "
+          "slowest worker %lld, fastest %lld\n",
+          run->coordinator().c_str(), alive, status->members_size(),
+          static_cast<unsigned long long>(status->shard_map().version()),
+          static_cast<long long>(status->clocks().min_clock() + 1),
+          static_cast<long long>(status->clocks().max_clock() + 1));
     }
   }
   return 0;

@@ -30,8 +30,8 @@ using Problems = std::vector<std::string>;
 // Checks every host of the run before anything starts (plan.h's PreflightScript, all hosts at
 // once): reachable, binaries present and accepting their flags, ports free, data readable.
 // Returns the problems found, empty when every host is ready.
-Problems Preflight(const ClusterSpec& cluster, const config::Job& job,
-                   const std::string& job_text, const std::string& remote_dir);
+Problems Preflight(const ClusterSpec& cluster, const config::Job& job, const std::string& job_text,
+                   const std::string& remote_dir);
 
 // Runs a job to its end: validates the job and the cluster, checks the hosts (nothing starts when
 // one has a problem: each is printed with its host), starts the coordinator, then the servers and

@@ -9,9 +9,7 @@ namespace ps {
 namespace launch {
 namespace {
 
-bool IsLocal(const ClusterSpec& cluster) {
-  return cluster.backend() == ClusterSpec::LOCAL;
-}
+bool IsLocal(const ClusterSpec& cluster) { return cluster.backend() == ClusterSpec::LOCAL; }
 
 // What the daemons of `host` listen on (the port is added) and advertise.
 std::string ListenHost(const ClusterSpec& cluster) {
@@ -29,8 +27,8 @@ void Append(std::vector<std::string>* flags, const std::string& flag) {
 
 // A job's data path as a shell word: globs stay unquoted so that the shell expands them.
 std::string DataWord(const std::string& path) {
-  if (path.find_first_of("*?[") != std::string::npos && path.find_first_of(" '\"$`\\") ==
-                                                            std::string::npos) {
+  if (path.find_first_of("*?[") != std::string::npos &&
+      path.find_first_of(" '\"$`\\") == std::string::npos) {
     return path;
   }
   return ShellQuote(path);
@@ -173,16 +171,11 @@ std::string DaemonScript(const ClusterSpec& cluster, const Daemon& daemon) {
   absl::StrAppend(&script, ThreadsLine(daemon));
   // A background command's stdin is /dev/null: the watchdog reads the script's through fd 3.
   absl::StrAppend(&script, "exec 3<&0\n", CommandLine(cluster, daemon), " </dev/null 3<&- &\n",
-                  "pid=$!\n",
-                  "echo \"ps_launch: pid $pid\" >&2\n",
+                  "pid=$!\n", "echo \"ps_launch: pid $pid\" >&2\n",
                   // The watchdog: the end of the script's stdin stops the daemon.
                   "(cat <&3 >/dev/null 2>&1; kill -TERM $pid 2>/dev/null) >/dev/null 2>&1 &\n",
-                  "watchdog=$!\n",
-                  "exec 3<&-\n",
-                  "wait $pid\n",
-                  "status=$?\n",
-                  "kill $watchdog 2>/dev/null\n",
-                  "exit $status\n");
+                  "watchdog=$!\n", "exec 3<&-\n", "wait $pid\n", "status=$?\n",
+                  "kill $watchdog 2>/dev/null\n", "exit $status\n");
   return script;
 }
 
@@ -190,8 +183,8 @@ std::string PreflightScript(const ClusterSpec& cluster, const config::Job& job,
                             const std::string& job_text, const std::string& remote_dir,
                             const std::vector<Daemon>& daemons) {
   std::string script = Prologue(cluster);
-  absl::StrAppend(&script, "mkdir -p ", ShellQuote(remote_dir),
-                  " || echo \"PROBLEM cannot create ", remote_dir, "\"\n");
+  absl::StrAppend(&script, "mkdir -p ", ShellQuote(remote_dir), " || echo \"PROBLEM cannot create ",
+                  remote_dir, "\"\n");
   // A terminator no job file has on a line of its own.
   absl::StrAppend(&script, "cat > ", ShellQuote(remote_dir + "/job.pbtxt"),
                   " <<'PS_LAUNCH_END_OF_JOB_FILE'\n", job_text,
@@ -200,9 +193,8 @@ std::string PreflightScript(const ClusterSpec& cluster, const config::Job& job,
   for (const Daemon& d : daemons) {
     workers = workers || d.role == "worker";
     const std::string binary = BinaryPath(cluster, d);
-    absl::StrAppend(&script, "if [ ! -x ", ShellQuote(binary), " ]; then echo \"PROBLEM ",
-                    d.Name(), ": no binary ", binary, " (bin_dir ", cluster.bin_dir(),
-                    ")\"\n");
+    absl::StrAppend(&script, "if [ ! -x ", ShellQuote(binary), " ]; then echo \"PROBLEM ", d.Name(),
+                    ": no binary ", binary, " (bin_dir ", cluster.bin_dir(), ")\"\n");
     absl::StrAppend(&script, "else ", ThreadsLine(d), "out=$(", CommandLine(cluster, d),
                     " --dry_run </dev/null 2>&1) || echo \"PROBLEM ", d.Name(),
                     ": $(printf '%s' \"$out\" | tail -n 3 | tr '\\n' ' ')\"\nfi\n");

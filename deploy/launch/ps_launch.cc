@@ -51,8 +51,9 @@ int Check() {
     return 2;
   }
   if (cluster->backend() == ps::launch::ClusterSpec::SLURM) {
-    std::printf("ok: the job and the Slurm description are valid (Slurm places the daemons: no "
-                "host to check)\n");
+    std::printf(
+        "ok: the job and the Slurm description are valid (Slurm places the daemons: no "
+        "host to check)\n");
     return 0;
   }
   std::ifstream in(absl::GetFlag(FLAGS_job));

@@ -55,7 +55,8 @@ std::string SlurmScript(const ClusterSpec& cluster, const config::Job& job,
   absl::StrAppend(&s, "#SBATCH --nodes=", slurm.nodes(), "\n");
   absl::StrAppend(&s, "#SBATCH --ntasks=", 1 + servers + workers, "\n");
   absl::StrAppend(&s, "#SBATCH --output=", run_dir, "/logs/sbatch.log\n");
-  if (!slurm.partition().empty()) absl::StrAppend(&s, "#SBATCH --partition=", slurm.partition(), "\n");
+  if (!slurm.partition().empty())
+    absl::StrAppend(&s, "#SBATCH --partition=", slurm.partition(), "\n");
   if (!slurm.time().empty()) absl::StrAppend(&s, "#SBATCH --time=", slurm.time(), "\n");
   if (!slurm.account().empty()) absl::StrAppend(&s, "#SBATCH --account=", slurm.account(), "\n");
   for (const std::string& option : slurm.sbatch_options()) {
@@ -75,14 +76,13 @@ std::string SlurmScript(const ClusterSpec& cluster, const config::Job& job,
   absl::StrAppend(
       &s, "finish() { echo \"$1\" > \"$run/exit_status\"; exit \"$1\"; }\n",
       "first=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1)\n",
-      "rm -f \"$run/coordinator.port\"\n",
-      "srun --nodes=1 --ntasks=1 --nodelist=\"$first\" ", kStepFlags,
+      "rm -f \"$run/coordinator.port\"\n", "srun --nodes=1 --ntasks=1 --nodelist=\"$first\" ",
+      kStepFlags,
       " --output=\"$run/logs/coordinator.log\" \"$bin/server/coordinator/ps_coordinator\" "
       "--job=\"$run/job.pbtxt\" --listen=0.0.0.0:",
       cluster.coordinator_port(), " --port_file=\"$run/coordinator.port\"",
-      Flags(cluster.coordinator_flags()), " &\n", "coordinator=$!\n",
-      "for _ in $(seq 1 ", cluster.connect_timeout_s() * 10, "); do\n",
-      "  [ -s \"$run/coordinator.port\" ] && break\n",
+      Flags(cluster.coordinator_flags()), " &\n", "coordinator=$!\n", "for _ in $(seq 1 ",
+      cluster.connect_timeout_s() * 10, "); do\n", "  [ -s \"$run/coordinator.port\" ] && break\n",
       "  kill -0 $coordinator 2>/dev/null || { echo \"ps_launch: the coordinator exited\"; "
       "finish 1; }\n",
       "  sleep 0.1\n", "done\n",
@@ -94,8 +94,8 @@ std::string SlurmScript(const ClusterSpec& cluster, const config::Job& job,
       "srun --ntasks=", servers, " ", kStepFlags,
       " --output=\"$run/logs/server%t.log\" \"$bin/server/ps_server\" "
       "--coordinator=\"$address\" --listen=0.0.0.0:0 ",
-      timeout, Flags(cluster.server_flags()), " &\n", "servers=$!\n",
-      "srun --ntasks=", workers, " ", kStepFlags);
+      timeout, Flags(cluster.server_flags()), " &\n", "servers=$!\n", "srun --ntasks=", workers,
+      " ", kStepFlags);
   if (slurm.gpus_per_worker() > 0) {
     absl::StrAppend(&s, " --gpus-per-task=", slurm.gpus_per_worker());
   }
@@ -106,8 +106,8 @@ std::string SlurmScript(const ClusterSpec& cluster, const config::Job& job,
       "--rank=$SLURM_PROCID --metrics_file=\"$run/logs/metrics$SLURM_PROCID.jsonl\"' "
       "\"$bin/worker/ps_worker\" \"$run\" "
       "--coordinator=\"$address\" --listen=0.0.0.0:0 ",
-      timeout, slurm.gpus_per_worker() == 0 ? " --backend=cpu" : "",
-      Flags(cluster.worker_flags()), "\n", "status=$?\n",
+      timeout, slurm.gpus_per_worker() == 0 ? " --backend=cpu" : "", Flags(cluster.worker_flags()),
+      "\n", "status=$?\n",
       "echo \"ps_launch: workers ended with status $status; stopping the servers and the "
       "coordinator\"\n",
       "kill -TERM $servers $coordinator 2>/dev/null\n", "wait\n", "finish $status\n");
@@ -131,9 +131,8 @@ bool CancelSlurmJob(const std::string& job_id) {
 int RunSlurm(const ClusterSpec& cluster, const config::Job& job, const std::string& run_dir,
              LaunchedRun run) {
   const std::string absolute = std::filesystem::absolute(run_dir).string();
-  const std::string work_dir = cluster.work_dir().empty()
-                                   ? std::filesystem::current_path().string()
-                                   : cluster.work_dir();
+  const std::string work_dir =
+      cluster.work_dir().empty() ? std::filesystem::current_path().string() : cluster.work_dir();
   const std::string script_path = absl::StrCat(absolute, "/job.sbatch");
   std::ofstream(script_path) << SlurmScript(cluster, job, absolute, work_dir);
   absl::StatusOr<Captured> submitted =

@@ -1,0 +1,203 @@
+#include "deploy/launch/plan.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "deploy/launch/child.h"
+
+namespace ps {
+namespace launch {
+namespace {
+
+config::Job Job(int servers, int workers) {
+  config::Job job;
+  job.set_name("j");
+  job.mutable_cluster()->set_num_servers(servers);
+  job.mutable_cluster()->set_num_workers(workers);
+  return job;
+}
+
+ClusterSpec Ssh() {
+  ClusterSpec c;
+  c.set_backend(ClusterSpec::SSH);
+  c.set_bin_dir("/opt/ps/bin");
+  Host* a = c.add_hosts();
+  a->set_name("node-a");
+  a->set_coordinator(true);
+  a->set_servers(1);
+  Host* b = c.add_hosts();
+  b->set_name("node-b");
+  b->set_advertise("10.0.0.2");
+  b->set_servers(1);
+  b->set_workers(3);
+  b->set_gpus(2);
+  Host* d = c.add_hosts();
+  d->set_name("node-c");
+  d->set_workers(1);
+  c.add_worker_flags("--progress_s=1");
+  return c;
+}
+
+bool Has(const std::vector<std::string>& flags, const std::string& flag) {
+  return std::find(flags.begin(), flags.end(), flag) != flags.end();
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::string TempPath(const std::string& name) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return absl::StrCat(dir != nullptr ? dir : "/tmp", "/", name);
+}
+
+TEST_CASE("ssh: every daemon listens on every address and advertises its host", "[plan]") {
+  const ClusterSpec c = Ssh();
+  const Daemon coordinator = PlanCoordinator(c, Job(2, 4), "/tmp/run");
+  CHECK(coordinator.host == "node-a");
+  CHECK(coordinator.binary == "server/coordinator/ps_coordinator");
+  CHECK(coordinator.flags == std::vector<std::string>{"--job=/tmp/run/job.pbtxt",
+                                                      "--listen=0.0.0.0:0", "--advertise=node-a"});
+  const std::vector<Daemon> members = PlanMembers(c, Job(2, 4), "node-a:7000", "/tmp/run");
+  REQUIRE(members.size() == 6);
+  CHECK(members[0].Name() == "server 0");
+  CHECK(members[0].host == "node-a");
+  CHECK(members[1].host == "node-b");
+  CHECK(Has(members[1].flags, "--advertise=10.0.0.2"));
+  CHECK(Has(members[1].flags, "--coordinator=node-a:7000"));
+  CHECK(Has(members[1].flags, "--listen=0.0.0.0:0"));
+  // Workers take ranks in host order; GPUs are shared round robin.
+  for (int rank = 0; rank < 4; ++rank) {
+    const Daemon& w = members[2 + rank];
+    INFO(w.Name());
+    CHECK(w.index == rank);
+    CHECK(Has(w.flags, absl::StrCat("--rank=", rank)));
+    CHECK(Has(w.flags, "--connect_timeout_s=45"));
+    CHECK(w.flags.back() == "--progress_s=1");
+  }
+  CHECK(members[2].cuda_visible_devices == "0");
+  CHECK(members[3].cuda_visible_devices == "1");
+  CHECK(members[4].cuda_visible_devices == "0");
+  CHECK(members[2].workers_on_host == 3);
+  CHECK(members[5].host == "node-c");
+  CHECK(members[5].cuda_visible_devices.empty());
+  CHECK(Has(members[5].flags, "--backend=cpu"));
+  CHECK(members[5].FileName() == "worker3");
+}
+
+TEST_CASE("local: everything on loopback on this machine", "[plan]") {
+  ClusterSpec c;
+  c.set_bin_dir("bin");
+  const std::vector<Host> hosts = RunHosts(c, Job(2, 2));
+  REQUIRE(hosts.size() == 1);
+  CHECK(hosts[0].servers() == 2);
+  const Daemon coordinator = PlanCoordinator(c, Job(2, 2), "/r");
+  CHECK(Has(coordinator.flags, "--listen=127.0.0.1:0"));
+  for (const Daemon& d : PlanMembers(c, Job(2, 2), "127.0.0.1:5", "/r")) {
+    CHECK(Has(d.flags, "--listen=127.0.0.1:0"));
+    CHECK_FALSE(Has(d.flags, "--backend=cpu"));
+  }
+  CHECK(HostCommand(c, "localhost", "true") == std::vector<std::string>{"/bin/sh", "-c", "true"});
+}
+
+TEST_CASE("ssh commands use BatchMode and the description's settings", "[plan]") {
+  ClusterSpec c = Ssh();
+  c.mutable_ssh()->set_user("ps");
+  c.mutable_ssh()->set_port(2222);
+  c.mutable_ssh()->add_options("-F");
+  c.mutable_ssh()->add_options("/etc/ps/ssh_config");
+  const std::vector<std::string> argv = HostCommand(c, "node-b", "echo 'hi'");
+  CHECK(argv == std::vector<std::string>{"ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10",
+                                         "-l", "ps", "-p", "2222", "-F", "/etc/ps/ssh_config",
+                                         "node-b", "sh -c 'echo '\\''hi'\\'''"});
+}
+
+TEST_CASE("ShellQuote survives the shell", "[plan]") {
+  const std::string text = "a b 'c' \"d\" $HOME `x` \\ ;|&";
+  absl::StatusOr<Captured> out =
+      RunCaptured({"/bin/sh", "-c", "printf %s " + ShellQuote(text)}, absl::Seconds(10));
+  REQUIRE(out.ok());
+  CHECK(out->output == text);
+}
+
+TEST_CASE("a daemon's script stops its daemon when its stdin ends", "[plan]") {
+  ClusterSpec c;
+  c.set_bin_dir("/bin");
+  Daemon d;
+  d.role = "server";
+  d.binary = "sleep";
+  d.flags = {"600"};
+  const std::string log = TempPath("plan_test_sleep.log");
+  std::remove(log.c_str());
+  absl::StatusOr<std::unique_ptr<Child>> child =
+      Child::Start(HostCommand(c, "localhost", DaemonScript(c, d)), log);
+  REQUIRE(child.ok());
+  // The script says the daemon's pid first.
+  absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (!absl::StrContains(ReadFile(log), "ps_launch: pid ") && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  REQUIRE(absl::StrContains(ReadFile(log), "ps_launch: pid "));
+  CHECK_FALSE((*child)->Poll().has_value());
+  (*child)->CloseStdin();
+  const std::optional<int> status = (*child)->WaitUntil(absl::Now() + absl::Seconds(20));
+  REQUIRE(status.has_value());
+  // sleep was killed by SIGTERM: the script exits with 128 + 15.
+  CHECK(ExitDescription(*status) == "exited with status 143");
+}
+
+TEST_CASE("pre-flight finds missing binaries, bad flags and unreadable data", "[plan]") {
+  // The real daemons, from the test's runfiles.
+  ClusterSpec c;
+  c.set_bin_dir(".");
+  config::Job job = Job(1, 1);
+  job.mutable_data()->add_train_paths(TempPath("no_such_train.tsv"));
+  const std::string present = TempPath("plan_test_eval.tsv");
+  std::ofstream(present) << "1\t2\n";
+  job.mutable_data()->add_eval_paths(present);
+  const std::string job_text = "name: \"j\"\ntables { name: \"t\" dim: 4 }\n";
+  const std::string remote_dir = TempPath("plan_test_run");
+
+  std::vector<Daemon> daemons = PlanMembers(c, job, "127.0.0.1:1", remote_dir);
+  Daemon missing = daemons[0];
+  missing.binary = "server/no_such_binary";
+  missing.index = 7;
+  daemons.push_back(missing);
+  Daemon bad_flag = daemons[1];
+  bad_flag.index = 9;
+  bad_flag.flags.push_back("--listen=1.2.3.4:5:6");
+  daemons.push_back(bad_flag);
+
+  absl::StatusOr<Captured> out = RunCaptured(
+      HostCommand(c, "localhost", PreflightScript(c, job, job_text, remote_dir, daemons)),
+      absl::Seconds(60));
+  REQUIRE(out.ok());
+  INFO(out->output);
+  CHECK(absl::StrContains(out->output, "PREFLIGHT DONE"));
+  CHECK(absl::StrContains(out->output, "PROBLEM server 7: no binary ./server/no_such_binary"));
+  CHECK(absl::StrContains(out->output, "PROBLEM worker 9: ps_worker: --listen: bad address"));
+  CHECK(absl::StrContains(out->output,
+                          absl::StrCat("PROBLEM data file ", TempPath("no_such_train.tsv"))));
+  CHECK_FALSE(absl::StrContains(out->output, present));
+  // The real server and worker accept their planned flags.
+  CHECK_FALSE(absl::StrContains(out->output, "PROBLEM server 0"));
+  CHECK_FALSE(absl::StrContains(out->output, "PROBLEM worker 0"));
+  // The job was written where the coordinator will read it.
+  CHECK(ReadFile(remote_dir + "/job.pbtxt") == job_text);
+}
+
+}  // namespace
+}  // namespace launch
+}  // namespace ps
