@@ -424,6 +424,10 @@ int ShowStatus(const std::string& run_dir) {
   if (!run->slurm_job_id().empty()) {
     std::printf("slurm job %s: %s\n", run->slurm_job_id().c_str(),
                 SlurmJobState(run->slurm_job_id()).c_str());
+    // Slurm places the daemons: its steps say where they run.
+    const std::string steps = SlurmJobSteps(run->slurm_job_id());
+    if (!steps.empty())
+      std::printf("%-12s %-40s %s\n%s", "STEP", "PROGRAM", "NODES", steps.c_str());
   }
   std::printf("%-12s %-8s %-20s %-8s %s\n", "DAEMON", "INDEX", "HOST", "PID", "STATE");
   for (const LaunchedDaemon& d : run->daemons()) {

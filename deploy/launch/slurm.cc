@@ -21,9 +21,9 @@ namespace ps {
 namespace launch {
 namespace {
 
-// How each step is placed: one CPU per task, and steps share the allocation (the daemons run at
-// once for the whole job).
-constexpr char kStepFlags[] = "--overlap --cpu-bind=none --kill-on-bad-exit=0";
+// Every step shares the allocation: the daemons run at once for the whole job, and a plain srun
+// step would take every CPU of the job and leave the next one waiting.
+constexpr char kStepFlags[] = "--overlap";
 
 void Say(const std::string& line) {
   std::fprintf(stderr, "ps_launch: %s\n", line.c_str());
@@ -121,6 +121,13 @@ std::string SlurmJobState(const std::string& job_id) {
   const std::string state(absl::StripAsciiWhitespace(out->output));
   if (!ExitedCleanly(out->status) || state.empty()) return "ended";
   return state;
+}
+
+std::string SlurmJobSteps(const std::string& job_id) {
+  absl::StatusOr<Captured> out =
+      RunCaptured({"squeue", "-h", "-s", "-j", job_id, "-o", "%-12i %-40j %N"}, absl::Seconds(30));
+  if (!out.ok() || !ExitedCleanly(out->status)) return "";
+  return out->output;
 }
 
 bool CancelSlurmJob(const std::string& job_id) {

@@ -30,6 +30,9 @@ int RunSlurm(const ClusterSpec& cluster, const config::Job& job, const std::stri
 // squeue's state of a job ("RUNNING", "PENDING"...), or "ended" when squeue no longer lists it.
 std::string SlurmJobState(const std::string& job_id);
 
+// The job's running steps, one line each (squeue -s: step id, program, nodes), or "".
+std::string SlurmJobSteps(const std::string& job_id);
+
 // scancel; whether it succeeded.
 bool CancelSlurmJob(const std::string& job_id);
 

@@ -13,20 +13,31 @@
 #
 # Everything lives under STATE_DIR: a fresh munge key and munged's socket, pid, seed and log files
 # (munge/), slurm.conf, slurmctld's state (ctld/), each slurmd's spool (spool/NODE/), the daemons'
-# logs (log/) and pid files (run/). Nothing under /etc, /run or /var is read or written, so a munged
-# or slurmd that Debian's packages started would not clash: the ports are picked free per `up`.
+# logs (log/) and pid files (run/). Slurm's clients and daemons use that munge socket (AuthInfo), and
+# the ports are picked free at each `up`, so neither a munged or slurmd started from Debian's
+# packages nor a second cluster clashes. Outside STATE_DIR only the network namespaces
+# (/run/netns/) and the bridge of NODES > 1 are made, and `down` removes them.
 #
 # One node is this host (`hostname -s`), its slurmd in this network namespace at 127.0.0.1. With
 # NODES > 1 each node is a separate host: node1..nodeN, each slurmd in its own network and UTS
 # namespace (so `srun hostname` prints the node's name), joined to the host by a veth pair on a
-# bridge, with NodeAddr its own address; slurmctld listens on the bridge's address. Debian's slurmd
-# is built without --enable-multiple-slurmd, which the namespaces make unnecessary: each slurmd has
-# its own address and hostname.
+# bridge 10.2xx.y.0/24, with NodeAddr its own address; slurmctld listens on the bridge's address.
+# (Debian's build has MULTIPLE_SLURMD, so slurmds on per-node ports of 127.0.0.1 would work too,
+# but they would share one address and one hostname.)
 #
-# Each node advertises SLURM_CLUSTER_CPUS CPUs (default 16, or nproc if more; slurmd's
-# config_overrides lets it advertise more than the machine has), so a job of 1 + S + W long-running
-# steps fits on a small machine. Concurrent steps inside one allocation need `srun --overlap` (or
-# --exact with a CPU count each); see slurm_cluster_test.sh.
+# Plugins that need neither systemd nor a cgroup hierarchy of our own: proctrack/linuxproc,
+# task/none, jobacct_gather/none, no accounting. Each node advertises SLURM_CLUSTER_CPUS CPUs
+# (default 16, or nproc if more; SlurmdParameters=config_overrides lets it claim more than the
+# machine has), so a job of 1 + S + W tasks fits on a small machine.
+#
+# Steps that run at the same time inside one allocation need `srun --overlap` (they share the
+# allocation's CPUs and memory; the daemons of a job) or `srun --exact` (each takes only its own
+# tasks' CPUs; add --mem=0 where the cluster tracks memory and the job asked for --mem): a plain
+# srun step takes every CPU of the job and the next one waits. slurm_cluster_test.sh shows both.
+#
+# `down` cancels every job through Slurm, then sends SIGTERM (SIGKILL after 5 s) to the slurmds,
+# slurmctld, any process still holding a file under STATE_DIR/log open (a slurmstepd whose slurmd
+# is gone) with its descendants, and munged last. Needs root, iproute2 and util-linux.
 set -euo pipefail
 
 readonly CLUSTER_NAME=pstest
@@ -62,13 +73,21 @@ free_port() {
 # Whether process $1 exists and is not a zombie (a killed child that its parent has not reaped).
 alive() {
   local stat
-  [[ -n "${1:-}" ]] && read -r stat <"/proc/$1/stat" 2>/dev/null || return 1
+  [[ -n "${1:-}" ]] && read -r stat 2>/dev/null <"/proc/$1/stat" || return 1
   stat=${stat##*) }
   [[ "${stat%% *}" != Z ]]
 }
 
-# The pid a `start` recorded for NAME, or nothing.
-pid_of() { cat "$STATE/run/$1.harness-pid" 2>/dev/null || true; }
+# The pid that `start` recorded for NAME if that process still runs and names STATE on its command
+# line (so not a process that has reused the pid), or nothing.
+pid_of() {
+  local pid
+  pid=$(cat "$STATE/run/$1.harness-pid" 2>/dev/null) || return 0
+  if alive "$pid" && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$STATE"; then
+    echo "$pid"
+  fi
+  return 0
+}
 
 # Starts "$@" in the background in STATE, output to log/NAME.out, and records its pid as NAME.
 start() {
@@ -87,8 +106,11 @@ dump_logs() {
   done >&2
 }
 
-# Fails `up`: prints why and the logs' tails, stops whatever started, exits 1.
+# Fails `up`: prints why and the logs' tails, stops whatever started, exits 1. In a subshell (a
+# command substitution that failed), only exits: the shell that ran `up` sees the failure.
 die() {
+  [[ $BASHPID -eq $$ ]] || exit 1
+  trap - ERR
   log "up failed: $*"
   dump_logs
   cmd_down >/dev/null 2>&1 || true
@@ -104,7 +126,7 @@ wait_for() {
       return 0
     fi
     for name in "${DAEMONS[@]}"; do
-      alive "$(pid_of "$name")" || die "$name exited while waiting for $what"
+      [[ -n "$(pid_of "$name")" ]] || die "$name exited while waiting for $what"
     done
     sleep 0.2
   done
@@ -120,14 +142,17 @@ all_nodes_idle() {
 # Creates a bridge on 10.X.Y.1/24 and, for node i, namespace NS with a veth at 10.X.Y.(10+i).
 # Records every name in STATE/netns so that `down` removes them. Sets BRIDGE_ADDR, NODE_ADDRS.
 make_network() {
-  local id octets net i ns veth
+  local id octets net="" i ns veth
   id=$(($$ % 100000))
   for ((i = 0; i < 50; i++)); do
     octets="$((200 + (id + i) % 50)).$(((id / 50 + i * 7) % 250 + 1))"
-    ip -4 -o addr show | grep -q " 10\.$octets\." || ip -4 route show | grep -q "^10\.$octets\." ||
+    if ! ip -4 -o addr show | grep -q " 10\.$octets\." &&
+      ! ip -4 route show | grep -q "^10\.$octets\."; then
+      net=10.$octets
       break
+    fi
   done
-  net=10.$octets
+  [[ -n "$net" ]] || die "no free 10.2xx.y.0/24 subnet for the bridge"
   BRIDGE=slbr$id
   ip link add "$BRIDGE" type bridge || die "cannot create bridge $BRIDGE"
   echo "bridge $BRIDGE" >>"$STATE/netns"
@@ -154,7 +179,7 @@ write_slurm_conf() {
   shift 2
   local cpus mem i
   cpus=${SLURM_CLUSTER_CPUS:-$(($(nproc) > 16 ? $(nproc) : 16))}
-  mem=$(slurmd -C 2>/dev/null | sed -n 's/.*RealMemory=\([0-9]*\).*/\1/p')
+  mem=$(slurmd -C 2>/dev/null | sed -n 's/.*RealMemory=\([0-9]*\).*/\1/p' || true)
   mem=${mem:-1024}
   cat >"$STATE/slurm.conf" <<EOF
 # Generated by tests/cluster/slurm_cluster.sh for a test cluster under $STATE.
@@ -209,14 +234,21 @@ cmd_up() {
   [[ $(id -u) -eq 0 ]] || { log "must run as root"; exit 2; }
   mkdir -p "$STATE"
   STATE=$(cd "$STATE" && pwd)
+  [[ "$STATE" != *[[:space:]\'\"]* ]] || { log "STATE_DIR must not hold spaces or quotes"; exit 2; }
   mkdir -p "$STATE"/{munge,ctld,spool,log,run}
   local name
   for name in "$STATE"/run/*.harness-pid; do
     [[ -e "$name" ]] || continue
-    alive "$(cat "$name")" && { log "a cluster is already running under $STATE"; exit 1; }
+    name=${name##*/}
+    [[ -z "$(pid_of "${name%.harness-pid}")" ]] ||
+      { log "a cluster is already running under $STATE"; exit 1; }
   done
-  rm -f "$STATE/netns" "$STATE/env" "$STATE"/run/* "$STATE"/log/*
+  [[ ! -f "$STATE/netns" ]] || cmd_down # namespaces of an `up` that was killed half way
+  rm -f "$STATE/env" "$STATE"/run/* "$STATE"/log/*
   DAEMONS=()
+  # Whatever fails from here on stops what has started.
+  set -E
+  trap 'die "line $LINENO failed"' ERR
 
   # munge: a key of our own, a socket of our own. munged insists on safe permissions.
   chmod 755 "$STATE" "$STATE/munge"
@@ -263,6 +295,7 @@ cmd_up() {
       ns=$(sed -n "s/^netns \(.*-node$((i + 1))\)$/\1/p" "$STATE/netns")
       # Not `ip netns exec`: it remounts /sys, without the cgroup mounts that slurmd wants to see.
       # nsenter, unshare and sh all exec: the recorded pid is slurmd's.
+      # shellcheck disable=SC2016
       start "slurmd-$node" nsenter --net="/run/netns/$ns" unshare --uts -- \
         sh -c 'hostname "$0" && exec "$@"' "$node" slurmd -D -f "$conf" -N "$node"
     fi
@@ -279,6 +312,7 @@ export SLURM_CLUSTER_DIR=$STATE
 export SLURM_CLUSTER_NODES=$nodelist
 export SLURM_CLUSTER_PARTITION=$PARTITION
 EOF
+  trap - ERR
   log "up: $NODES node(s) ($nodelist) idle; slurmctld port $CTLD_PORT; source $STATE/env"
 }
 
@@ -334,7 +368,7 @@ cmd_down() {
   local conf=$STATE/slurm.conf i
 
   # Jobs first, through Slurm, so that their steps end as they would on a real cluster.
-  if [[ -f "$conf" ]] && alive "$(pid_of slurmctld)"; then
+  if [[ -f "$conf" && -n "$(pid_of slurmctld)" ]]; then
     local jobs
     jobs=$(SLURM_CONF="$conf" timeout 10 squeue -h -o %i 2>/dev/null || true)
     if [[ -n "$jobs" ]]; then
@@ -347,21 +381,23 @@ cmd_down() {
     fi
   fi
 
-  # Then the slurmds, slurmctld (it stops its slurmscriptd), the steps that are left, and munged
-  # last: the others use it.
-  local name pids=()
+  # Then slurmctld (it stops its slurmscriptd; before the slurmds, or it would wait for their
+  # answers to its last messages), the slurmds, the steps that are left, and munged last: the others
+  # use it.
+  # shellcheck disable=SC2046
+  stop_pids $(pid_of slurmctld)
+  local name slurmds=()
   for name in "$STATE"/run/slurmd-*.harness-pid; do
-    [[ -e "$name" ]] && pids+=("$(cat "$name")")
+    [[ -e "$name" ]] || continue
+    name=${name##*/}
+    slurmds+=("$(pid_of "${name%.harness-pid}")")
   done
-  stop_pids "${pids[@]}"
-  pids=()
-  alive "$(pid_of slurmctld)" && pids=("$(pid_of slurmctld)")
-  stop_pids "${pids[@]}"
+  # shellcheck disable=SC2068
+  stop_pids ${slurmds[@]}
   # shellcheck disable=SC2046
   stop_pids $(cluster_pids | tr ' ' '\n' | grep -vxF "$(pid_of munged)" || true)
-  pids=()
-  alive "$(pid_of munged)" && pids=("$(pid_of munged)")
-  stop_pids "${pids[@]}"
+  # shellcheck disable=SC2046
+  stop_pids $(pid_of munged)
   # shellcheck disable=SC2046
   stop_pids $(cluster_pids)
 

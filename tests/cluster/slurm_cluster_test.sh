@@ -13,7 +13,7 @@
 #     and W=2 workers that run to completion beside them, in one allocation of 1+2+2 = 5 tasks, and
 #     the daemon steps end when their srun is sent SIGTERM;
 #   - with NODES > 1, `srun -N NODES hostname` prints every node's name;
-#   - `down` twice is fine, and leaves no process behind.
+#   - `down` twice is fine, and leaves no process behind, not even a job that was still running.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -108,7 +108,7 @@ wait $coordinator $servers
 exit $rc
 EOF
 rc=0
-timeout "$deadline_s" sbatch --wait --ntasks=5 --output="$work/launcher.out" \
+timeout "$deadline_s" sbatch --wait --nodes="$nodes" --ntasks=5 --output="$work/launcher.out" \
   "$work/launcher.sh" >/dev/null || rc=$?
 [[ $rc -eq 0 ]] || fail "launcher job returned $rc"
 [[ -s worker.0.out && -s worker.1.out ]] || fail "a worker did not finish"
@@ -124,6 +124,17 @@ if ((nodes > 1)); then
     fail "srun -N $nodes hostname printed '$out', expected $SLURM_CLUSTER_NODES"
   pass "srun -N $nodes hostname: $out"
 fi
+
+# --- A job still running at `down`: its batch script and its step must not outlive the cluster.
+# Both the script and its sleep name STATE on their command lines, for the check after `down`.
+# shellcheck disable=SC2016
+printf '%s\n' '#!/bin/bash' '(exec -a "$0.sleep" sleep 1000) &' 'touch "sleeper.$SLURM_STEP_ID"' \
+  'wait' >"$work/sleeper.sh"
+chmod +x "$work/sleeper.sh"
+sbatch --output="$work/sleeper.out" --wrap "srun $work/sleeper.sh" >/dev/null
+for ((i = 0; i < 10 * deadline_s; i++)); do [[ -e sleeper.0 ]] && break; sleep 0.1; done
+[[ -e sleeper.0 ]] || fail "the long-running job did not start"
+pass "a long-running job is running"
 
 # --- down, twice; then nothing of the cluster may be left.
 cd /

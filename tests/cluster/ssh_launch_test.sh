@@ -132,7 +132,9 @@ status=$("$launch" status "$work/run_long")
 echo "$status"
 check "after stop no daemon runs" bash -c "! grep -q running <<<'$status'"
 for a in "${addr[@]}"; do
-  if ssh -F "$state/ssh_config" "root@$a" "pgrep -f /ps_" >/dev/null; then fail "a daemon runs on $a"; fi
+  if ssh -F "$state/ssh_config" "root@$a" "pgrep -f '[/]ps_(server|worker|coordinator) '" >/dev/null; then
+    fail "a daemon runs on $a"
+  fi
 done
 
 # --- A worker whose coordinator is killed exits within its deadline (connect_timeout_s 5).
