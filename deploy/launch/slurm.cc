@@ -76,8 +76,8 @@ std::string SlurmScript(const ClusterSpec& cluster, const config::Job& job,
   absl::StrAppend(
       &s, "finish() { echo \"$1\" > \"$run/exit_status\"; exit \"$1\"; }\n",
       "first=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1)\n",
-      "rm -f \"$run/coordinator.port\"\n", "srun --nodes=1 --ntasks=1 --nodelist=\"$first\" ",
-      kStepFlags,
+      "rm -f \"$run/coordinator.port\"\n",
+      "srun --job-name=ps_coordinator --nodes=1 --ntasks=1 --nodelist=\"$first\" ", kStepFlags,
       " --output=\"$run/logs/coordinator.log\" \"$bin/server/coordinator/ps_coordinator\" "
       "--job=\"$run/job.pbtxt\" --listen=0.0.0.0:",
       cluster.coordinator_port(), " --port_file=\"$run/coordinator.port\"",
@@ -91,11 +91,11 @@ std::string SlurmScript(const ClusterSpec& cluster, const config::Job& job,
       "[ -n \"$address\" ] || { echo \"ps_launch: the coordinator did not listen within ",
       cluster.connect_timeout_s(), " s\"; kill $coordinator; finish 1; }\n",
       "echo \"ps_launch: coordinator on $first listening on $address\"\n",
-      "srun --ntasks=", servers, " ", kStepFlags,
+      "srun --job-name=ps_server --ntasks=", servers, " ", kStepFlags,
       " --output=\"$run/logs/server%t.log\" \"$bin/server/ps_server\" "
       "--coordinator=\"$address\" --listen=0.0.0.0:0 ",
-      timeout, Flags(cluster.server_flags()), " &\n", "servers=$!\n", "srun --ntasks=", workers,
-      " ", kStepFlags);
+      timeout, Flags(cluster.server_flags()), " &\n", "servers=$!\n",
+      "srun --job-name=ps_worker --ntasks=", workers, " ", kStepFlags);
   if (slurm.gpus_per_worker() > 0) {
     absl::StrAppend(&s, " --gpus-per-task=", slurm.gpus_per_worker());
   }
@@ -125,7 +125,7 @@ std::string SlurmJobState(const std::string& job_id) {
 
 std::string SlurmJobSteps(const std::string& job_id) {
   absl::StatusOr<Captured> out =
-      RunCaptured({"squeue", "-h", "-s", "-j", job_id, "-o", "%-12i %-40j %N"}, absl::Seconds(30));
+      RunCaptured({"squeue", "-h", "-s", "-j", job_id, "-o", "%i %j %N"}, absl::Seconds(30));
   if (!out.ok() || !ExitedCleanly(out->status)) return "";
   return out->output;
 }

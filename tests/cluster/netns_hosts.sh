@@ -132,6 +132,8 @@ make_host() {
   if ip -n "$ns" -6 addr show dev lo | grep -q ' ::1/'; then
     ip -n "$ns" addr del ::1/128 dev lo
   fi
+  # No default route: with one, 127.0.0.1 is routed to the bridge, and a connection to it hangs
+  # for minutes (SYN retries) rather than failing at once.
   ip -n "$ns" addr add "$addr/24" dev eth0
   ip -n "$ns" link set eth0 up
   if ip -n "$ns" -o addr show | grep -Eq ' inet6? (127\.|::1/)'; then

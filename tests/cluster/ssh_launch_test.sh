@@ -45,7 +45,7 @@ teacher=$("$datagen" --rows="$rows" --heldout_rows=$((rows / 10)) --cardinalitie
 echo "teacher: $teacher"
 cp "$root/deploy/jobs/quickstart.pbtxt" "$work/job.pbtxt"
 
-# cluster FILE [BIN_DIR] [CONNECT_TIMEOUT_S] [HOST3]
+# cluster FILE [BIN_DIR] [CONNECT_TIMEOUT_S] [WORKERS_ON_HOST3]
 cluster() {
   cat >"$1" <<PB
 backend: SSH
@@ -68,11 +68,11 @@ preflight_fails() {  # preflight_fails NAME CLUSTER JOB EXPECTED
   out=$("$launch" run --job="$3" --cluster="$2" --run_dir="$work/run_$1" 2>&1) || rc=$?
   check "$1: the launch fails" test "$rc" = 1
   check "$1: the message names the host and the problem" grep -qF -- "$4" <<<"$out"
-  check "$1: nothing was started" test -z "$(ls "$work/run_$1/logs")"
+  check "$1: nothing was started" test -z "$(ls "$work/run_$1/logs" 2>/dev/null)"
   if daemons_running; then fail "$1: a daemon runs"; fi
   echo "$out" | sed 's/^/    /'
 }
-cluster "$work/unreachable.pbtxt" "$root" 45 2
+cluster "$work/unreachable.pbtxt"
 sed -i "s/name: \"${addr[2]}\"/name: \"${addr[2]%.*}.99\"/" "$work/unreachable.pbtxt"
 preflight_fails unreachable "$work/unreachable.pbtxt" "$work/job.pbtxt" \
   "host ${addr[2]%.*}.99: cannot be reached over ssh"
