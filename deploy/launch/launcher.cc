@@ -39,18 +39,6 @@ constexpr char kExitMark[] = "ps_launch: exit: ";
 constexpr char kPidMark[] = "ps_launch: pid ";
 constexpr char kListening[] = "ps_coordinator listening on ";
 
-void Say(const std::string& line) {
-  std::fprintf(stderr, "ps_launch: %s\n", line.c_str());
-  std::fflush(stderr);
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 void AppendLine(const std::string& path, const std::string& line) {
   std::ofstream(path, std::ios::app) << line << "\n";
 }
@@ -383,6 +371,18 @@ absl::Status WriteRun(const std::string& run_dir, const LaunchedRun& run) {
         absl::StrCat("cannot rename ", tmp, ": ", std::strerror(errno)));
   }
   return absl::OkStatus();
+}
+
+void Say(const std::string& line) {
+  std::fprintf(stderr, "ps_launch: %s\n", line.c_str());
+  std::fflush(stderr);
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
 }
 
 absl::StatusOr<LaunchedRun> ReadRun(const std::string& run_dir) {

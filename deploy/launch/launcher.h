@@ -51,6 +51,12 @@ int ShowStatus(const std::string& run_dir);
 // everything is stopped, 1 otherwise.
 int StopRun(const std::string& run_dir);
 
+// Prints "ps_launch: <line>" on stderr: the launcher's progress.
+void Say(const std::string& line);
+
+// The file's contents; "" when it cannot be read (a log not written yet).
+std::string ReadFile(const std::string& path);
+
 // Writes run.pbtxt of `run_dir` (through a rename). FAILED_PRECONDITION when it cannot.
 absl::Status WriteRun(const std::string& run_dir, const LaunchedRun& run);
 

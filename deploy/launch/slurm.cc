@@ -25,18 +25,6 @@ namespace {
 // step would take every CPU of the job and leave the next one waiting.
 constexpr char kStepFlags[] = "--overlap";
 
-void Say(const std::string& line) {
-  std::fprintf(stderr, "ps_launch: %s\n", line.c_str());
-  std::fflush(stderr);
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 std::string Flags(const google::protobuf::RepeatedPtrField<std::string>& flags) {
   std::string out;
   for (const std::string& f : flags) absl::StrAppend(&out, " ", ShellQuote(f));

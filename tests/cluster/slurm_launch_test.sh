@@ -6,6 +6,8 @@
 set -euo pipefail
 
 root=$PWD
+# shellcheck source=tests/cluster/checks.sh
+source "$root/tests/cluster/checks.sh"
 launch=$root/deploy/launch/ps_launch
 datagen=$root/worker/tools/ps_datagen
 slurm_sh=$root/tests/cluster/slurm_cluster.sh
@@ -13,19 +15,8 @@ work=$(mktemp -d "${TEST_TMPDIR:-/tmp}/slurm_launch.XXXXXX")
 # munged's socket path must be short (108 bytes) and reachable by every user.
 state=$(mktemp -d /tmp/slurm.XXXXXX)
 chmod 755 "$state"
-failures=0
 
 trap '"$slurm_sh" down "$state" >/dev/null 2>&1 || true; rm -rf "$state"' EXIT
-fail() {
-  echo "FAIL: $*" >&2
-  failures=$((failures + 1))
-}
-check() {
-  local what=$1
-  shift
-  if "$@"; then echo "ok: $what"; else fail "$what"; fi
-}
-field() { grep -o "\"$1\":[^,}]*" <<<"$2" | head -n 1 | cut -d: -f2; }
 
 "$slurm_sh" up "$state" 2
 # shellcheck disable=SC1091
@@ -93,8 +84,4 @@ for _ in $(seq 1 300); do
 done
 check "the Slurm job was cancelled" test -z "$(squeue -h)"
 
-if ((failures > 0)); then
-  echo "$failures check(s) failed"
-  exit 1
-fi
-echo "all checks passed"
+checks_done

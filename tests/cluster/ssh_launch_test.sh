@@ -9,12 +9,13 @@
 set -euo pipefail
 
 root=$PWD
+# shellcheck source=tests/cluster/checks.sh
+source "$root/tests/cluster/checks.sh"
 launch=$root/deploy/launch/ps_launch
 datagen=$root/worker/tools/ps_datagen
 hosts_sh=$root/tests/cluster/netns_hosts.sh
 work=$(mktemp -d "${TEST_TMPDIR:-/tmp}/ssh_launch.XXXXXX")
 state=$work/hosts
-failures=0
 
 cleanup() {
   # Whatever is still running (a failed check) goes with the hosts.
@@ -22,16 +23,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-fail() {
-  echo "FAIL: $*" >&2
-  failures=$((failures + 1))
-}
-check() {  # check DESCRIPTION COMMAND...
-  local what=$1
-  shift
-  if "$@"; then echo "ok: $what"; else fail "$what"; fi
-}
-field() { grep -o "\"$1\":[^,}]*" <<<"$2" | head -n 1 | cut -d: -f2; }
 
 mapfile -t addr < <("$hosts_sh" up "$state" 3)
 [[ ${#addr[@]} == 3 ]] || { echo "FAIL: netns_hosts.sh up gave ${#addr[@]} hosts" >&2; exit 1; }
@@ -157,8 +148,4 @@ check "a worker says its coordinator is gone" \
   grep -q "has not answered for 5 s" "$work/run_kill/logs/worker0.log" "$work/run_kill/logs/worker1.log"
 check "the workers exited within their deadline plus 10 s (took $took s)" test "$took" -le 15
 
-if ((failures > 0)); then
-  echo "$failures check(s) failed"
-  exit 1
-fi
-echo "all checks passed"
+checks_done
