@@ -182,6 +182,17 @@ absl::StatusOr<std::string> ResolveAdvertiseHost(const HostPort& listen,
   return DefaultAdvertiseHost();
 }
 
+absl::StatusOr<DaemonAddress> ParseDaemonAddress(absl::string_view listen,
+                                                 absl::string_view advertise) {
+  absl::StatusOr<HostPort> parsed = ParseHostPort(listen);
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--listen: ", parsed.status().message()));
+  }
+  absl::StatusOr<std::string> host = ResolveAdvertiseHost(*parsed, advertise);
+  if (!host.ok()) return host.status();
+  return DaemonAddress{*std::move(parsed), *std::move(host)};
+}
+
 absl::Status CheckCanListen(const HostPort& listen) {
   addrinfo hints;
   std::memset(&hints, 0, sizeof(hints));
@@ -190,8 +201,7 @@ absl::Status CheckCanListen(const HostPort& listen) {
   hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
   addrinfo* result = nullptr;
   const std::string port = absl::StrCat(listen.port);
-  const std::string host = listen.host == "[::]" ? "::" : listen.host;
-  const int rc = getaddrinfo(host.c_str(), port.c_str(), &hints, &result);
+  const int rc = getaddrinfo(listen.host.c_str(), port.c_str(), &hints, &result);
   if (rc != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("cannot resolve listen host \"", listen.host, "\": ", gai_strerror(rc)));

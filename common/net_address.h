@@ -45,6 +45,17 @@ absl::StatusOr<std::string> DefaultAdvertiseHost();
 absl::StatusOr<std::string> ResolveAdvertiseHost(const HostPort& listen,
                                                  absl::string_view advertise);
 
+// A daemon's --listen and --advertise flags, checked: what it binds and what others dial.
+struct DaemonAddress {
+  HostPort listen;
+  std::string advertise;  // ResolveAdvertiseHost's answer
+};
+
+// Parses --listen=`listen` (INVALID_ARGUMENT "--listen: bad address ...") and resolves the
+// advertised host from it and --advertise=`advertise` (ResolveAdvertiseHost's errors).
+absl::StatusOr<DaemonAddress> ParseDaemonAddress(absl::string_view listen,
+                                                 absl::string_view advertise);
+
 // Binds a TCP socket to `listen` and closes it at once: checks that a daemon could listen there.
 // INVALID_ARGUMENT when the host does not resolve; FAILED_PRECONDITION, with the reason (address
 // in use, not an address of this host, permission denied), when it cannot be bound.

@@ -139,3 +139,26 @@ TEST_CASE("InterfaceWithAddress finds the interface that has an address", "[net_
 
 }  // namespace
 }  // namespace ps
+
+namespace ps {
+namespace {
+
+TEST_CASE("ParseDaemonAddress checks --listen and resolves the advertised host",
+          "[net_address]") {
+  absl::StatusOr<DaemonAddress> a = ParseDaemonAddress("10.1.2.3:7000", "");
+  REQUIRE(a.ok());
+  CHECK(a->listen.host == "10.1.2.3");
+  CHECK(a->listen.port == 7000);
+  CHECK(a->advertise == "10.1.2.3");
+  a = ParseDaemonAddress("0.0.0.0:0", "node-1");
+  REQUIRE(a.ok());
+  CHECK(a->advertise == "node-1");
+  a = ParseDaemonAddress("10.1.2.3", "");
+  CHECK(a.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(a.status().message()), Catch::StartsWith("--listen: bad address"));
+  CHECK(ParseDaemonAddress("0.0.0.0:0", "0.0.0.0").status().code() ==
+        absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace ps

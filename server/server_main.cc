@@ -150,31 +150,26 @@ int Main() {
                  std::string(parsed.status().message()).c_str());
     return 2;
   }
-  const absl::StatusOr<HostPort> listen = ParseHostPort(absl::GetFlag(FLAGS_listen));
-  if (!listen.ok()) {
-    std::fprintf(stderr, "ps_server: --listen: %s\n",
-                 std::string(listen.status().message()).c_str());
+  const absl::StatusOr<DaemonAddress> own =
+      ParseDaemonAddress(absl::GetFlag(FLAGS_listen), absl::GetFlag(FLAGS_advertise));
+  if (!own.ok()) {
+    std::fprintf(stderr, "ps_server: %s\n", std::string(own.status().message()).c_str());
     return 2;
   }
-  const absl::StatusOr<std::string> advertise =
-      ResolveAdvertiseHost(*listen, absl::GetFlag(FLAGS_advertise));
-  if (!advertise.ok()) {
-    std::fprintf(stderr, "ps_server: %s\n", std::string(advertise.status().message()).c_str());
-    return 2;
-  }
+  const HostPort& listen = own->listen;
   const int connect_timeout_s = absl::GetFlag(FLAGS_connect_timeout_s);
   if (connect_timeout_s <= 0) {
     std::fprintf(stderr, "ps_server: --connect_timeout_s must be > 0, got %d\n", connect_timeout_s);
     return 2;
   }
   if (absl::GetFlag(FLAGS_dry_run)) {
-    const absl::Status can_listen = CheckCanListen(*listen);
+    const absl::Status can_listen = CheckCanListen(listen);
     if (!can_listen.ok()) {
       std::fprintf(stderr, "ps_server: %s\n", std::string(can_listen.message()).c_str());
       return 1;
     }
     std::printf("ok: ps_server would listen on %s and advertise %s\n",
-                JoinHostPort(listen->host, listen->port).c_str(), advertise->c_str());
+                JoinHostPort(listen.host, listen.port).c_str(), own->advertise.c_str());
     return 0;
   }
 
@@ -185,7 +180,7 @@ int Main() {
 
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(JoinHostPort(listen->host, listen->port),
+  builder.AddListeningPort(JoinHostPort(listen.host, listen.port),
                            grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(&service);
   // The job's own limit (max_message_bytes, at most 1 GiB) is enforced by the store with a clear
@@ -197,10 +192,10 @@ int Main() {
   std::unique_ptr<grpc::Server> grpc_server = builder.BuildAndStart();
   if (grpc_server == nullptr || port == 0) {
     std::fprintf(stderr, "ps_server: cannot listen on %s\n",
-                 JoinHostPort(listen->host, listen->port).c_str());
+                 JoinHostPort(listen.host, listen.port).c_str());
     return 1;
   }
-  const std::string address = JoinHostPort(*advertise, port);
+  const std::string address = JoinHostPort(own->advertise, port);
 
   absl::StatusOr<std::unique_ptr<CoordinatorClient>> coordinator =
       CoordinatorClient::Connect(coordinator_address, absl::Seconds(connect_timeout_s));

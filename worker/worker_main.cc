@@ -90,27 +90,22 @@ int Main() {
                  std::string(parsed.status().message()).c_str());
     return 2;
   }
-  const absl::StatusOr<HostPort> listen = ParseHostPort(absl::GetFlag(FLAGS_listen));
-  if (!listen.ok()) {
-    std::fprintf(stderr, "ps_worker: --listen: %s\n",
-                 std::string(listen.status().message()).c_str());
+  const absl::StatusOr<DaemonAddress> own =
+      ParseDaemonAddress(absl::GetFlag(FLAGS_listen), absl::GetFlag(FLAGS_advertise));
+  if (!own.ok()) {
+    std::fprintf(stderr, "ps_worker: %s\n", std::string(own.status().message()).c_str());
     return 2;
   }
-  if (listen->port != 0) {
+  if (own->listen.port != 0) {
     std::fprintf(stderr,
                  "ps_worker: --listen=%s: a worker takes port 0 only (the AllReduce picks its own "
                  "ports)\n",
                  absl::GetFlag(FLAGS_listen).c_str());
     return 2;
   }
-  const absl::StatusOr<std::string> advertise =
-      ResolveAdvertiseHost(*listen, absl::GetFlag(FLAGS_advertise));
-  if (!advertise.ok()) {
-    std::fprintf(stderr, "ps_worker: %s\n", std::string(advertise.status().message()).c_str());
-    return 2;
-  }
   // Gloo listens on the address it gives its peers: a specific --listen host, else the advertised.
-  const std::string collective_host = IsWildcardHost(listen->host) ? *advertise : listen->host;
+  const std::string collective_host =
+      IsWildcardHost(own->listen.host) ? own->advertise : own->listen.host;
   const int connect_timeout_s = absl::GetFlag(FLAGS_connect_timeout_s);
   if (connect_timeout_s <= 0) {
     std::fprintf(stderr, "ps_worker: --connect_timeout_s must be > 0, got %d\n", connect_timeout_s);

@@ -123,24 +123,6 @@ void ReportExits(std::vector<Started>& started) {
   }
 }
 
-// Blocks SIGINT and SIGTERM: the watch loop takes them with sigtimedwait.
-sigset_t StopSignals() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGHUP);
-  return set;
-}
-
-// A stop signal that arrived, or 0, waiting up to `wait`.
-int TakeSignal(absl::Duration wait) {
-  const sigset_t set = StopSignals();
-  const timespec timeout = absl::ToTimespec(wait);
-  const int signal = sigtimedwait(&set, nullptr, &timeout);
-  return signal > 0 ? signal : 0;
-}
-
 int RunSshOrLocal(const ClusterSpec& cluster, const config::Job& job, const std::string& job_text,
                   const std::string& run_dir, LaunchedRun run) {
   const std::string logs = absl::StrCat(run_dir, "/logs");
@@ -371,6 +353,22 @@ absl::Status WriteRun(const std::string& run_dir, const LaunchedRun& run) {
         absl::StrCat("cannot rename ", tmp, ": ", std::strerror(errno)));
   }
   return absl::OkStatus();
+}
+
+sigset_t StopSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);
+  return set;
+}
+
+int TakeSignal(absl::Duration wait) {
+  const sigset_t set = StopSignals();
+  const timespec timeout = absl::ToTimespec(wait);
+  const int signal = sigtimedwait(&set, nullptr, &timeout);
+  return signal > 0 ? signal : 0;
 }
 
 void Say(const std::string& line) {

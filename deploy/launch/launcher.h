@@ -5,11 +5,14 @@
 #ifndef PS_DEPLOY_LAUNCH_LAUNCHER_H_
 #define PS_DEPLOY_LAUNCH_LAUNCHER_H_
 
+#include <signal.h>
+
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "proto/job.pb.h"
 #include "proto/launch.pb.h"
 
@@ -50,6 +53,13 @@ int ShowStatus(const std::string& run_dir);
 // process is gone, stops the daemons itself, SIGTERM then SIGKILL after stop_grace_s. 0 when
 // everything is stopped, 1 otherwise.
 int StopRun(const std::string& run_dir);
+
+// SIGINT, SIGTERM and SIGHUP: ps_launch blocks them and its watch loops take them with
+// TakeSignal, so that a stop always goes through the orderly path.
+sigset_t StopSignals();
+
+// A stop signal that arrived (its number), or 0 after waiting `wait` for one.
+int TakeSignal(absl::Duration wait);
 
 // Prints "ps_launch: <line>" on stderr: the launcher's progress.
 void Say(const std::string& line);

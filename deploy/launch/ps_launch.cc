@@ -8,8 +8,6 @@
 // The cluster description (proto/launch.proto) says the backend (LOCAL, SSH or SLURM), the hosts
 // and what runs on each, and where the binaries are. See README, "Running on a cluster".
 #include <cstdio>
-#include <fstream>
-#include <iterator>
 #include <string>
 #include <vector>
 
@@ -56,10 +54,8 @@ int Check() {
         "host to check)\n");
     return 0;
   }
-  std::ifstream in(absl::GetFlag(FLAGS_job));
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const ps::launch::Problems problems =
-      ps::launch::Preflight(*cluster, *job, text, "/tmp/ps_launch/check");
+  const ps::launch::Problems problems = ps::launch::Preflight(
+      *cluster, *job, ps::launch::ReadFile(absl::GetFlag(FLAGS_job)), "/tmp/ps_launch/check");
   for (const std::string& p : problems) std::printf("%s\n", p.c_str());
   if (!problems.empty()) return 1;
   std::printf("ok: every host is ready\n");

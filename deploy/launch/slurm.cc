@@ -145,15 +145,9 @@ int RunSlurm(const ClusterSpec& cluster, const config::Job& job, const std::stri
   Say(absl::StrCat("submitted Slurm job ", id, " (", script_path, "); logs in ", absolute,
                    "/logs"));
 
-  sigset_t stop;
-  sigemptyset(&stop);
-  sigaddset(&stop, SIGINT);
-  sigaddset(&stop, SIGTERM);
-  sigaddset(&stop, SIGHUP);
   std::string last_state;
   while (true) {
-    const timespec wait = absl::ToTimespec(absl::Seconds(1));
-    if (const int signal = sigtimedwait(&stop, nullptr, &wait); signal > 0) {
+    if (const int signal = TakeSignal(absl::Seconds(1)); signal != 0) {
       Say(absl::StrCat("signal ", signal, ": cancelling Slurm job ", id));
       CancelSlurmJob(id);
       return 128 + signal;

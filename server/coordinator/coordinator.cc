@@ -102,18 +102,23 @@ Clock* Clock::Real() {
   return clock;
 }
 
+absl::Status Coordinator::CheckHeartbeatTiming(absl::Duration heartbeat_interval,
+                                               absl::Duration dead_after) {
+  if (heartbeat_interval <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat("heartbeat_interval must be > 0, got ",
+                                                   absl::FormatDuration(heartbeat_interval)));
+  }
+  if (dead_after <= heartbeat_interval) {
+    return absl::InvalidArgumentError(absl::StrCat("dead_after (", absl::FormatDuration(dead_after),
+                                                   ") must be greater than heartbeat_interval (",
+                                                   absl::FormatDuration(heartbeat_interval), ")"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(CoordinatorOptions options) {
   PS_RETURN_IF_ERROR(ValidateJob(options.job));
-  if (options.heartbeat_interval <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "heartbeat_interval must be > 0, got ", absl::FormatDuration(options.heartbeat_interval)));
-  }
-  if (options.dead_after <= options.heartbeat_interval) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("dead_after (", absl::FormatDuration(options.dead_after),
-                     ") must be greater than heartbeat_interval (",
-                     absl::FormatDuration(options.heartbeat_interval), ")"));
-  }
+  PS_RETURN_IF_ERROR(CheckHeartbeatTiming(options.heartbeat_interval, options.dead_after));
   CoordinatorStore* const store = options.store;
   std::unique_ptr<Coordinator> c(new Coordinator(std::move(options)));
   if (store != nullptr) {

@@ -97,6 +97,11 @@ class Coordinator {
   // of another job; the store's errors.
   static absl::StatusOr<std::unique_ptr<Coordinator>> Create(CoordinatorOptions options);
 
+  // The durations' constraints, which Create checks: heartbeat_interval > 0 and dead_after above
+  // it. OK or INVALID_ARGUMENT saying which.
+  static absl::Status CheckHeartbeatTiming(absl::Duration heartbeat_interval,
+                                           absl::Duration dead_after);
+
   // Calls Shutdown().
   ~Coordinator();
 

@@ -139,24 +139,20 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ps_coordinator: --job is required\n");
     return 2;
   }
-  const absl::StatusOr<ps::HostPort> listen = ps::ParseHostPort(absl::GetFlag(FLAGS_listen));
-  if (!listen.ok()) {
-    std::fprintf(stderr, "ps_coordinator: --listen: %s\n",
-                 std::string(listen.status().message()).c_str());
+  const absl::StatusOr<ps::DaemonAddress> address =
+      ps::ParseDaemonAddress(absl::GetFlag(FLAGS_listen), absl::GetFlag(FLAGS_advertise));
+  if (!address.ok()) {
+    std::fprintf(stderr, "ps_coordinator: %s\n", std::string(address.status().message()).c_str());
     return 2;
   }
-  const absl::StatusOr<std::string> advertise =
-      ps::ResolveAdvertiseHost(*listen, absl::GetFlag(FLAGS_advertise));
-  if (!advertise.ok()) {
-    std::fprintf(stderr, "ps_coordinator: %s\n", std::string(advertise.status().message()).c_str());
-    return 2;
-  }
-  if (absl::GetFlag(FLAGS_heartbeat_ms) <= 0 ||
-      absl::GetFlag(FLAGS_dead_after_ms) <= absl::GetFlag(FLAGS_heartbeat_ms)) {
-    std::fprintf(stderr,
-                 "ps_coordinator: --heartbeat_ms must be > 0 and --dead_after_ms above it, got %d "
-                 "and %d\n",
-                 absl::GetFlag(FLAGS_heartbeat_ms), absl::GetFlag(FLAGS_dead_after_ms));
+  const ps::HostPort& listen = address->listen;
+  const absl::Duration heartbeat_interval = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_ms));
+  const absl::Duration dead_after = absl::Milliseconds(absl::GetFlag(FLAGS_dead_after_ms));
+  if (const absl::Status timing =
+          ps::coordinator::Coordinator::CheckHeartbeatTiming(heartbeat_interval, dead_after);
+      !timing.ok()) {
+    std::fprintf(stderr, "ps_coordinator: %s (--heartbeat_ms, --dead_after_ms)\n",
+                 std::string(timing.message()).c_str());
     return 2;
   }
 
@@ -166,13 +162,13 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (absl::GetFlag(FLAGS_dry_run)) {
-    const absl::Status can_listen = ps::CheckCanListen(*listen);
+    const absl::Status can_listen = ps::CheckCanListen(listen);
     if (!can_listen.ok()) {
       std::fprintf(stderr, "ps_coordinator: %s\n", std::string(can_listen.message()).c_str());
       return 1;
     }
     std::printf("ok: ps_coordinator would listen on %s and advertise %s\n",
-                ps::JoinHostPort(listen->host, listen->port).c_str(), advertise->c_str());
+                ps::JoinHostPort(listen.host, listen.port).c_str(), address->advertise.c_str());
     return 0;
   }
 
@@ -217,8 +213,8 @@ int main(int argc, char** argv) {
     options.restore_manifest = std::move(point->manifest);
   }
   options.job = *std::move(job);
-  options.heartbeat_interval = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_ms));
-  options.dead_after = absl::Milliseconds(absl::GetFlag(FLAGS_dead_after_ms));
+  options.heartbeat_interval = heartbeat_interval;
+  options.dead_after = dead_after;
   absl::StatusOr<std::unique_ptr<ps::coordinator::Coordinator>> coordinator =
       ps::coordinator::Coordinator::Create(std::move(options));
   if (!coordinator.ok()) {
@@ -235,7 +231,7 @@ int main(int argc, char** argv) {
   ps::coordinator::CoordinatorService service(coordinator->get());
   int bound_port = 0;
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(ps::JoinHostPort(listen->host, listen->port),
+  builder.AddListeningPort(ps::JoinHostPort(listen.host, listen.port),
                            grpc::InsecureServerCredentials(), &bound_port);
   builder.RegisterService(&service);
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
@@ -243,12 +239,13 @@ int main(int argc, char** argv) {
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || bound_port == 0) {
     std::fprintf(stderr, "ps_coordinator: cannot listen on %s\n",
-                 ps::JoinHostPort(listen->host, listen->port).c_str());
+                 ps::JoinHostPort(listen.host, listen.port).c_str());
     return 1;
   }
 
   // Printed before the port file is written, so that whoever waits for the file finds the line.
-  std::printf("ps_coordinator listening on %s\n", ps::JoinHostPort(*advertise, bound_port).c_str());
+  std::printf("ps_coordinator listening on %s\n",
+              ps::JoinHostPort(address->advertise, bound_port).c_str());
   std::fflush(stdout);
   int exit_code = 0;
   const std::string port_file = absl::GetFlag(FLAGS_port_file);
