@@ -25,6 +25,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
@@ -281,12 +282,29 @@ int Main() {
 
   const int sig = WaitForShutdownSignal();
   std::fprintf(stderr, "ps_server %d: signal %d, shutting down\n", server_id, sig);
+  // Each stage is timed, so that a slow stop says where its time went.
+  absl::Time mark = absl::Now();
+  std::string stages;
+  auto stage_done = [&mark, &stages](const char* name) {
+    const absl::Time now = absl::Now();
+    absl::StrAppendFormat(&stages, "%s%s %.2f s", stages.empty() ? "" : ", ", name,
+                          absl::ToDoubleSeconds(now - mark));
+    mark = now;
+  };
+  const absl::Time stop_start = mark;
   (*store)->Shutdown();  // ends the pulls waiting for a step, so that no call stays open
+  stage_done("store");
   grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  stage_done("calls in flight");
   follower.store(nullptr);
   map_follower.reset();
+  stage_done("map follower");
   (*coordinator)->StopHeartbeats();
+  stage_done("heartbeats");
   grpc_server->Wait();
+  stage_done("rpc server");
+  std::fprintf(stderr, "ps_server %d: stopped in %.2f s (%s)\n", server_id,
+               absl::ToDoubleSeconds(absl::Now() - stop_start), stages.c_str());
   return failed.load() ? 1 : 0;
 }
 

@@ -43,7 +43,7 @@ backend: SSH
 bin_dir: "${2:-$root}"
 work_dir: "$work"
 connect_timeout_s: ${3:-45}
-stop_grace_s: 5
+stop_grace_s: 10
 ssh { user: "root" options: ["-F", "$state/ssh_config"] connect_timeout_s: 3 }
 hosts { name: "${addr[0]}" coordinator: true servers: 1 }
 hosts { name: "${addr[1]}" servers: 1 workers: 1 }
@@ -99,6 +99,9 @@ check "worker 1's Gloo joined from host 3" grep -q "worker 1" "$logs/worker1.log
 check "no log mentions 127.0.0.1" bash -c "! grep -l '127\.0\.0\.1' $logs/*.log"
 check "every daemon exited cleanly" \
   test "$(grep -l 'ps_launch: exit: exited with status 0' "$logs"/*.log | wc -l)" = 5
+for log in "$logs"/*.log; do  # what a daemon that did not exit cleanly was doing
+  grep -q 'ps_launch: exit: exited with status 0' "$log" || { echo "--- $log" && tail -n 15 "$log"; }
+done
 
 # --- status and stop of a running job (steps enough to outlast the checks).
 sed 's/epochs: 2/epochs: 100/' "$work/job.pbtxt" >"$work/long.job.pbtxt"
@@ -123,7 +126,8 @@ status=$("$launch" status "$work/run_long")
 echo "$status"
 check "after stop no daemon runs" bash -c "! grep -q running <<<'$status'"
 for a in "${addr[@]}"; do
-  if ssh -F "$state/ssh_config" "root@$a" "pgrep -f '[/]ps_(server|worker|coordinator) '" >/dev/null; then
+  # The hosts share one process table: only this test's daemons (run from $root) count.
+  if ssh -F "$state/ssh_config" "root@$a" "pgrep -f '$root/(server|worker)/'" >/dev/null; then
     fail "a daemon runs on $a"
   fi
 done
