@@ -161,9 +161,23 @@ absl::Status CheckOptimizer(const Checker& c, const Where& w, const config::Opti
       return c.Error(w, o, "beta2", absl::StrCat("must be in [0, 1), got ", o.beta2()));
     }
   }
+  if (!Finite(o.l2()) || !(o.l2() >= 0)) {
+    return c.Error(w, o, "l2", absl::StrCat("must be >= 0, got ", o.l2()));
+  }
+  if (o.type() != "ftrl") {
+    // ftrl's own settings would do nothing here: refused rather than ignored.
+    const char* field = o.has_l1()          ? "l1"
+                        : o.has_ftrl_beta() ? "ftrl_beta"
+                        : o.has_lr_power()  ? "lr_power"
+                                            : nullptr;
+    if (field != nullptr) {
+      return c.Error(w, o, field,
+                     absl::StrFormat("is a setting of ftrl, not of %s (weight decay is l2)",
+                                     o.type()));
+    }
+  }
   if (o.type() == "ftrl") {
     if (!(o.l1() >= 0)) return c.Error(w, o, "l1", absl::StrCat("must be >= 0, got ", o.l1()));
-    if (!(o.l2() >= 0)) return c.Error(w, o, "l2", absl::StrCat("must be >= 0, got ", o.l2()));
     if (!(o.ftrl_beta() >= 0)) {
       return c.Error(w, o, "ftrl_beta", absl::StrCat("must be >= 0, got ", o.ftrl_beta()));
     }

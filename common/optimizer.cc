@@ -16,26 +16,39 @@ namespace {
 // are disjoint by the header's contract), so that the compiler vectorises them without run-time
 // overlap checks.
 
-void SgdUpdate(uint32_t dim, float lr, const float* __restrict__ g, float* __restrict__ w) {
-  for (uint32_t i = 0; i < dim; ++i) w[i] -= lr * g[i];
+// The gradient of coordinate i with weight decay: g + l2 * w (kL2 false: g itself, so that a job
+// without l2 computes exactly what it did before l2 existed, with no extra work).
+template <bool kL2>
+inline float Decayed(float g, float w, float l2) {
+  return kL2 ? g + l2 * w : g;
 }
 
-void AdagradUpdate(uint32_t dim, float lr, float eps, const float* __restrict__ g,
+template <bool kL2>
+void SgdUpdate(uint32_t dim, float lr, float l2, const float* __restrict__ g,
+               float* __restrict__ w) {
+  for (uint32_t i = 0; i < dim; ++i) w[i] -= lr * Decayed<kL2>(g[i], w[i], l2);
+}
+
+template <bool kL2>
+void AdagradUpdate(uint32_t dim, float lr, float eps, float l2, const float* __restrict__ g,
                    float* __restrict__ w, float* __restrict__ acc) {
   for (uint32_t i = 0; i < dim; ++i) {
-    const float a = acc[i] + g[i] * g[i];
+    const float gi = Decayed<kL2>(g[i], w[i], l2);
+    const float a = acc[i] + gi * gi;
     acc[i] = a;
-    w[i] -= lr * g[i] / (std::sqrt(a) + eps);
+    w[i] -= lr * gi / (std::sqrt(a) + eps);
   }
 }
 
-void AdamUpdate(uint32_t dim, float lr_t, float b1, float b2, float eps,
+template <bool kL2>
+void AdamUpdate(uint32_t dim, float lr_t, float b1, float b2, float eps, float l2,
                 const float* __restrict__ g, float* __restrict__ w, float* __restrict__ m,
                 float* __restrict__ v) {
   const float one_minus_b1 = 1.0f - b1, one_minus_b2 = 1.0f - b2;
   for (uint32_t i = 0; i < dim; ++i) {
-    const float mi = b1 * m[i] + one_minus_b1 * g[i];
-    const float vi = b2 * v[i] + one_minus_b2 * g[i] * g[i];
+    const float gi = Decayed<kL2>(g[i], w[i], l2);
+    const float mi = b1 * m[i] + one_minus_b1 * gi;
+    const float vi = b2 * v[i] + one_minus_b2 * gi * gi;
     m[i] = mi;
     v[i] = vi;
     w[i] -= lr_t * mi / (std::sqrt(vi) + eps);
@@ -65,41 +78,51 @@ void FtrlUpdate(uint32_t dim, float lr, float l1, float l2, float beta, PowP pow
 
 class SgdOptimizer final : public Optimizer {
  public:
-  explicit SgdOptimizer(float lr) : lr_(lr) {}
+  SgdOptimizer(float lr, float l2) : lr_(lr), l2_(l2) {}
 
   uint32_t StateFloats(uint32_t dim) const override { return 0; }
   void InitState(uint32_t dim, float* state) const override {}
   void Apply(uint32_t dim, const float* g, float* w, float* state) const override {
-    SgdUpdate(dim, lr_, g, w);
+    if (l2_ > 0) {
+      SgdUpdate<true>(dim, lr_, l2_, g, w);
+    } else {
+      SgdUpdate<false>(dim, lr_, l2_, g, w);
+    }
   }
 
  private:
   const float lr_;
+  const float l2_;
 };
 
 class AdagradOptimizer final : public Optimizer {
  public:
-  AdagradOptimizer(float lr, float initial_accumulator, float epsilon)
-      : lr_(lr), initial_accumulator_(initial_accumulator), epsilon_(epsilon) {}
+  AdagradOptimizer(float lr, float initial_accumulator, float epsilon, float l2)
+      : lr_(lr), initial_accumulator_(initial_accumulator), epsilon_(epsilon), l2_(l2) {}
 
   uint32_t StateFloats(uint32_t dim) const override { return dim; }
   void InitState(uint32_t dim, float* state) const override {
     std::fill(state, state + dim, initial_accumulator_);
   }
   void Apply(uint32_t dim, const float* g, float* w, float* state) const override {
-    AdagradUpdate(dim, lr_, epsilon_, g, w, state);
+    if (l2_ > 0) {
+      AdagradUpdate<true>(dim, lr_, epsilon_, l2_, g, w, state);
+    } else {
+      AdagradUpdate<false>(dim, lr_, epsilon_, l2_, g, w, state);
+    }
   }
 
  private:
   const float lr_;
   const float initial_accumulator_;
   const float epsilon_;
+  const float l2_;
 };
 
 class AdamOptimizer final : public Optimizer {
  public:
-  AdamOptimizer(float lr, float beta1, float beta2, float epsilon)
-      : lr_(lr), beta1_(beta1), beta2_(beta2), epsilon_(epsilon) {}
+  AdamOptimizer(float lr, float beta1, float beta2, float epsilon, float l2)
+      : lr_(lr), beta1_(beta1), beta2_(beta2), epsilon_(epsilon), l2_(l2) {}
 
   uint32_t StateFloats(uint32_t dim) const override { return 2 * dim + 1; }
   void InitState(uint32_t dim, float* state) const override {
@@ -114,7 +137,11 @@ class AdamOptimizer final : public Optimizer {
     const double t = step;
     const float lr_t = static_cast<float>(lr_ * std::sqrt(1.0 - std::pow(double{beta2_}, t)) /
                                           (1.0 - std::pow(double{beta1_}, t)));
-    AdamUpdate(dim, lr_t, beta1_, beta2_, epsilon_, g, w, state, state + dim);
+    if (l2_ > 0) {
+      AdamUpdate<true>(dim, lr_t, beta1_, beta2_, epsilon_, l2_, g, w, state, state + dim);
+    } else {
+      AdamUpdate<false>(dim, lr_t, beta1_, beta2_, epsilon_, l2_, g, w, state, state + dim);
+    }
   }
 
  private:
@@ -122,6 +149,7 @@ class AdamOptimizer final : public Optimizer {
   const float beta1_;
   const float beta2_;
   const float epsilon_;
+  const float l2_;
 };
 
 class FtrlOptimizer final : public Optimizer {
@@ -167,25 +195,28 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(const config::Optim
   if (!std::isfinite(o.learning_rate()) || !(o.learning_rate() > 0)) {
     return Bad("learning_rate", "must be a positive number", o.learning_rate());
   }
-  if (type == "sgd") return std::unique_ptr<Optimizer>(new SgdOptimizer(o.learning_rate()));
+  if (!std::isfinite(o.l2()) || !(o.l2() >= 0)) return Bad("l2", "must be >= 0", o.l2());
+  if (type != "ftrl" && o.l1() != 0) return Bad("l1", "is an ftrl setting", o.l1());
+  if (type == "sgd") {
+    return std::unique_ptr<Optimizer>(new SgdOptimizer(o.learning_rate(), o.l2()));
+  }
   if (type == "adagrad") {
     if (!(o.initial_accumulator() > 0)) {
       return Bad("initial_accumulator", "must be > 0 for adagrad", o.initial_accumulator());
     }
     if (!(o.epsilon() > 0)) return Bad("epsilon", "must be > 0", o.epsilon());
     return std::unique_ptr<Optimizer>(
-        new AdagradOptimizer(o.learning_rate(), o.initial_accumulator(), o.epsilon()));
+        new AdagradOptimizer(o.learning_rate(), o.initial_accumulator(), o.epsilon(), o.l2()));
   }
   if (type == "adam") {
     if (!(o.epsilon() > 0)) return Bad("epsilon", "must be > 0", o.epsilon());
     if (!(o.beta1() >= 0 && o.beta1() < 1)) return Bad("beta1", "must be in [0, 1)", o.beta1());
     if (!(o.beta2() >= 0 && o.beta2() < 1)) return Bad("beta2", "must be in [0, 1)", o.beta2());
     return std::unique_ptr<Optimizer>(
-        new AdamOptimizer(o.learning_rate(), o.beta1(), o.beta2(), o.epsilon()));
+        new AdamOptimizer(o.learning_rate(), o.beta1(), o.beta2(), o.epsilon(), o.l2()));
   }
   // ftrl
   if (!(o.l1() >= 0)) return Bad("l1", "must be >= 0", o.l1());
-  if (!(o.l2() >= 0)) return Bad("l2", "must be >= 0", o.l2());
   if (!(o.ftrl_beta() >= 0)) return Bad("ftrl_beta", "must be >= 0", o.ftrl_beta());
   if (!(o.lr_power() <= 0)) return Bad("lr_power", "must be <= 0", o.lr_power());
   return std::unique_ptr<Optimizer>(

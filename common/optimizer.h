@@ -20,6 +20,13 @@
 //            sigma = ((n + g^2)^p - n^p) / lr;  z += g - sigma * w;  n += g^2
 //            w = |z| <= l1 ? 0 : -(z - sign(z) * l1) / ((ftrl_beta + n^p) / lr + l2)
 //
+// Weight decay (`l2` > 0, sgd, adagrad and adam): the gradient of coordinate i becomes
+// g + l2 * w (the gradient of the loss plus l2/2 * |w|^2: PyTorch's `weight_decay`, coupled, not
+// AdamW's decoupled form) before the update above, also inside adagrad's accumulator and adam's
+// moments. Applied lazily, as the peers do: a row decays only when an update touches it (a sparse
+// push, or a sync step that sums pushes of it), never in the background. ftrl's `l2` is its own
+// proximal term in the formula above; `l1` is ftrl's only.
+//
 // Arithmetic is in float except adam's lr_t. The update of a row is one virtual call and then a
 // plain loop over coordinates that the compiler vectorises (all but ftrl with lr_power != -0.5,
 // which calls pow per coordinate); the same objects update dense chunks (dim = the chunk length).

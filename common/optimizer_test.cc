@@ -20,7 +20,7 @@ config::Optimizer Options(const std::string& type) {
 
 // The configurations every test runs over: each type, and ftrl on both of its code paths.
 config::Optimizer AnyOptimizer() {
-  const int which = GENERATE(range(0, 6));
+  const int which = GENERATE(range(0, 9));
   switch (which) {
     case 0:
       return Options("sgd");
@@ -43,6 +43,21 @@ config::Optimizer AnyOptimizer() {
       o.set_l2(0.1f);
       return o;
     }
+    case 6: {
+      config::Optimizer o = Options("sgd");
+      o.set_l2(0.5f);
+      return o;
+    }
+    case 7: {
+      config::Optimizer o = Options("adagrad");
+      o.set_l2(0.1f);
+      return o;
+    }
+    case 8: {
+      config::Optimizer o = Options("adam");
+      o.set_l2(0.01f);
+      return o;
+    }
     default: {
       config::Optimizer o = Options("ftrl");
       o.set_l1(0.001f);
@@ -62,8 +77,13 @@ class Reference {
     if (o.type() == "adagrad") a_.assign(dim, o.initial_accumulator());
   }
 
-  void Apply(const std::vector<float>& g, std::vector<float>& w) {
+  void Apply(const std::vector<float>& g_in, std::vector<float>& w) {
     const float lr = o_.learning_rate();
+    // Weight decay (not ftrl's): the gradient of loss + l2/2 |w|^2.
+    std::vector<float> g = g_in;
+    if (o_.type() != "ftrl") {
+      for (size_t i = 0; i < w.size(); ++i) g[i] = g_in[i] + o_.l2() * w[i];
+    }
     if (o_.type() == "sgd") {
       for (size_t i = 0; i < w.size(); ++i) w[i] = w[i] - lr * g[i];
     } else if (o_.type() == "adagrad") {
@@ -135,6 +155,30 @@ TEST_CASE("every optimizer matches a plain reference over many steps", "[storage
       REQUIRE(w[i] == Approx(expected[i]).epsilon(1e-6).margin(1e-12));
     }
   }
+}
+
+TEST_CASE("weight decay shrinks a row that a zero gradient touches", "[storage][optimizer]") {
+  // With g = 0 the decayed gradient is l2 * w: sgd multiplies w by exactly (1 - lr * l2) in
+  // float; adagrad and adam move w towards 0 without crossing it.
+  const std::string type = GENERATE("sgd", "adagrad", "adam");
+  config::Optimizer o = Options(type);
+  o.set_l2(0.5f);
+  auto opt = Optimizer::Create(o);
+  REQUIRE(opt.ok());
+  const uint32_t dim = 4;
+  std::vector<float> w = {1.0f, -2.0f, 0.25f, 0.0f}, g(dim, 0.0f);
+  std::vector<float> state((*opt)->StateFloats(dim));
+  (*opt)->InitState(dim, state.data());
+  const std::vector<float> before = w;
+  (*opt)->Apply(dim, g.data(), w.data(), state.data());
+  for (uint32_t i = 0; i < dim; ++i) {
+    CAPTURE(type, i);
+    if (type == "sgd") CHECK(w[i] == before[i] - 0.05f * (0.5f * before[i]));
+    CHECK(std::fabs(w[i]) <= std::fabs(before[i]));
+    CHECK(w[i] * before[i] >= 0);  // not across 0
+    if (before[i] != 0) CHECK(w[i] != before[i]);
+  }
+  CHECK(w[3] == 0.0f);  // a zero weight stays zero
 }
 
 TEST_CASE("state sizes and initial state", "[storage][optimizer]") {
@@ -221,6 +265,18 @@ TEST_CASE("Create refuses unknown types and bad hyperparameters", "[storage][opt
        [](config::Optimizer* o) {
          o->set_type("adam");
          o->set_epsilon(NAN);
+       }},
+      {"negative l2", [](config::Optimizer* o) { o->set_l2(-0.1f); }},
+      {"infinite l2",
+       [](config::Optimizer* o) {
+         o->set_type("adam");
+         o->set_l2(INFINITY);
+       }},
+      {"l1 of sgd", [](config::Optimizer* o) { o->set_l1(0.1f); }},
+      {"l1 of adagrad",
+       [](config::Optimizer* o) {
+         o->set_type("adagrad");
+         o->set_l1(0.1f);
        }},
       {"ftrl l1",
        [](config::Optimizer* o) {
