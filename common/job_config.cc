@@ -309,6 +309,27 @@ absl::Status CheckJob(const Checker& c, const Where& root, const config::Job& jo
     PS_RETURN_IF_ERROR(CheckOptimizer(c, Nested(wt, tr, "dense_optimizer", -1, "dense_optimizer"),
                                       tr.dense_optimizer()));
   }
+  if (tr.eval_every_epochs() > 0 && tr.eval_every_steps() > 0) {
+    return c.Error(wt, tr, "eval_every_steps", "set eval_every_epochs or eval_every_steps, not both");
+  }
+  const bool evaluates = tr.eval_every_epochs() > 0 || tr.eval_every_steps() > 0;
+  if (evaluates && job.data().eval_paths_size() == 0) {
+    return c.Error(wt, tr, tr.eval_every_epochs() > 0 ? "eval_every_epochs" : "eval_every_steps",
+                   "evaluating during training needs data.eval_paths");
+  }
+  if (tr.has_early_stopping()) {
+    const config::EarlyStopping& es = tr.early_stopping();
+    const Where we = Nested(wt, tr, "early_stopping", -1, "early_stopping");
+    if (!evaluates) {
+      return c.Error(wt, tr, "early_stopping",
+                     "needs training.eval_every_epochs or eval_every_steps (it stops on the "
+                     "held-out metric of those evaluations)");
+    }
+    if (es.patience() == 0) return c.Error(we, es, "patience", "must be >= 1");
+    if (!Finite(es.min_delta()) || !(es.min_delta() >= 0)) {
+      return c.Error(we, es, "min_delta", absl::StrCat("must be >= 0, got ", es.min_delta()));
+    }
+  }
 
   // Cluster.
   const config::Cluster& cl = job.cluster();

@@ -214,5 +214,40 @@ TEST_CASE("job files that cannot be read get a specific error", "[common][job]")
   std::remove(path.c_str());
 }
 
+TEST_CASE("weight decay is l2 for every optimizer; ftrl's own settings only for ftrl",
+          "[common][job][l2]") {
+  const std::string with_l2 = Replace(kGoodJob, "learning_rate: 0.1 }", "learning_rate: 0.1 l2: 0.01 }");
+  const absl::StatusOr<config::Job> job = ParseJob(with_l2, "job.pbtxt");
+  REQUIRE(job.ok());
+  CHECK(job->tables(0).optimizer().l2() == 0.01f);
+  const std::string msg =
+      ErrorOf(Replace(kGoodJob, "learning_rate: 0.1 }", "learning_rate: 0.1 l1: 0.5 }"));
+  CHECK(absl::StrContains(msg, "optimizer.l1: is a setting of ftrl, not of adagrad"));
+  CHECK(absl::StrContains(ErrorOf(Replace(kGoodJob, "learning_rate: 0.1 }", "learning_rate: 0.1 l2: -1 }")),
+                          "optimizer.l2: must be >= 0"));
+}
+
+TEST_CASE("evaluation during training and early stopping are checked", "[common][job][eval]") {
+  const std::string data = "data { eval_paths: \"heldout.tsv\" }\ntraining {";
+  const std::string good = Replace(
+      Replace(kGoodJob, "training {", data), "staleness: 2",
+      "staleness: 2\n  eval_every_epochs: 1\n  early_stopping { metric: LOGLOSS patience: 3 }");
+  const absl::StatusOr<config::Job> job = ParseJob(good, "job.pbtxt");
+  REQUIRE(job.ok());
+  CHECK(job->training().early_stopping().patience() == 3);
+  CHECK(job->training().early_stopping().metric() == config::EarlyStopping::LOGLOSS);
+
+  CHECK(absl::StrContains(
+      ErrorOf(Replace(kGoodJob, "staleness: 2", "staleness: 2 eval_every_steps: 10")),
+      "training.eval_every_steps: evaluating during training needs data.eval_paths"));
+  CHECK(absl::StrContains(
+      ErrorOf(Replace(good, "eval_every_epochs: 1", "eval_every_epochs: 1 eval_every_steps: 5")),
+      "not both"));
+  CHECK(absl::StrContains(ErrorOf(Replace(good, "eval_every_epochs: 1", "")),
+                          "training.early_stopping: needs training.eval_every_epochs"));
+  CHECK(absl::StrContains(ErrorOf(Replace(good, "patience: 3", "patience: 0")),
+                          "early_stopping.patience: must be >= 1"));
+}
+
 }  // namespace
 }  // namespace ps

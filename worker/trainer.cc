@@ -16,7 +16,9 @@
 #include "worker/data/batch.h"
 #include "worker/data/criteo_reader.h"
 #include "worker/data/metrics.h"
+#include "worker/early_stopping.h"
 #include "worker/embedding_io.h"
+#include "worker/heldout_eval.h"
 #include "worker/model/dlrm.h"
 #include "worker/model/model.h"
 #include "worker/step_sync.h"
@@ -89,12 +91,17 @@ absl::StatusOr<TrainResult> Train(const config::Job& job, Client* client,
   const int batch_size = static_cast<int>(tr.batch_size());
   const int64_t block_lines = int64_t{world} * batch_size;
   int64_t total_steps = static_cast<int64_t>(tr.steps());
-  if (total_steps == 0) {
-    PS_ASSIGN_OR_RETURN(const int64_t blocks, CountBlocks(reader.get(), block_lines));
-    total_steps = blocks * std::max<uint32_t>(1, tr.epochs());
+  int64_t epoch_steps = 0;  // blocks in the data, when counted
+  if (total_steps == 0 || tr.eval_every_epochs() > 0) {
+    PS_ASSIGN_OR_RETURN(epoch_steps, CountBlocks(reader.get(), block_lines));
   }
+  if (total_steps == 0) total_steps = epoch_steps * std::max<uint32_t>(1, tr.epochs());
   if (options.max_steps > 0) total_steps = std::min(total_steps, options.max_steps);
   if (total_steps == 0) return absl::FailedPreconditionError("no training data");
+  // Held-out evaluations during training: every eval_interval steps (0: none).
+  const int64_t eval_interval = tr.eval_every_steps() > 0
+                                    ? static_cast<int64_t>(tr.eval_every_steps())
+                                    : int64_t{tr.eval_every_epochs()} * epoch_steps;
 
   const int dim = shape.emb_dim;
   const int num_sparse = shape.num_sparse;
@@ -145,6 +152,11 @@ absl::StatusOr<TrainResult> Train(const config::Job& job, Client* client,
 
   TrainResult result;
   result.backend = model->backend();
+  std::optional<EarlyStopping> early_stopping;
+  if (tr.has_early_stopping()) early_stopping.emplace(tr.early_stopping());
+  int64_t next_eval = eval_interval > 0 ? (options.start_step / eval_interval + 1) * eval_interval
+                                        : std::numeric_limits<int64_t>::max();
+  std::vector<float> eval_figures;
   StreamingAuc running_auc;
   double interval_loss = 0;
   int64_t interval_batches = 0, interval_samples = 0, my_samples = 0;
@@ -196,19 +208,79 @@ absl::StatusOr<TrainResult> Train(const config::Job& job, Client* client,
     PS_RETURN_IF_ERROR(allreduce->SumInPlace(absl::MakeSpan(figures)));
     return balancer.Update(figures);
   };
+  // The held-out evaluation once `steps_done` steps are done, when an evaluation is due: worker 0
+  // evaluates, and one collective hands its figures and its early-stopping decision to every
+  // worker, which then ends training after `steps_done` steps. Called after each dense collective
+  // (every step's gradients, or each averaging of local SGD) in the same order on every worker,
+  // so that the collectives of all workers pair up.
+  auto maybe_evaluate = [&](int64_t steps_done) -> absl::Status {
+    if (steps_done < next_eval || steps_done >= total_steps) return absl::OkStatus();
+    while (next_eval <= steps_done) next_eval += eval_interval;
+    eval_figures.assign(4, 0.0f);  // auc, logloss, samples, stop
+    HeldoutMetrics m;
+    bool stop = false;
+    if (rank == 0) {
+      const int64_t clock = sync.mode() == config::Training::SYNC ? steps_done : -1;
+      PS_ASSIGN_OR_RETURN(m, EvaluateHeldout(job, client, model.get(), clock));
+      if (early_stopping.has_value()) stop = early_stopping->Update(steps_done, m.auc, m.logloss);
+      eval_figures = {static_cast<float>(m.auc), static_cast<float>(m.logloss),
+                      static_cast<float>(m.samples), stop ? 1.0f : 0.0f};
+    }
+    PS_RETURN_IF_ERROR(allreduce->SumInPlace(absl::MakeSpan(eval_figures)));
+    if (rank != 0) {
+      m = HeldoutMetrics{eval_figures[0], eval_figures[1], static_cast<int64_t>(eval_figures[2])};
+      stop = eval_figures[3] > 0.5f;
+    }
+    result.evaluations.push_back(Evaluation{steps_done, m});
+    if (rank == 0 && options.progress != nullptr) {
+      absl::FPrintF(options.progress,
+                    "worker 0: held-out after step %d%s: auc %.4f  logloss %.4f  (%d samples)\n",
+                    steps_done,
+                    epoch_steps > 0 && steps_done % epoch_steps == 0
+                        ? absl::StrFormat(" (epoch %d)", steps_done / epoch_steps)
+                        : std::string(),
+                    m.auc, m.logloss, m.samples);
+    }
+    if (rank == 0 && metrics != nullptr) {
+      absl::FPrintF(metrics,
+                    "{\"rank\":0,\"step\":%d,\"seconds\":%.3f,\"heldout_auc\":%.6f,"
+                    "\"heldout_logloss\":%.6f,\"heldout_samples\":%d}\n",
+                    steps_done, absl::ToDoubleSeconds(absl::Now() - start), m.auc, m.logloss,
+                    m.samples);
+      std::fflush(metrics);
+    }
+    if (stop) {
+      total_steps = steps_done;
+      result.stopped_early_at = steps_done;
+      if (rank == 0 && options.progress != nullptr) {
+        absl::FPrintF(options.progress,
+                      "worker 0: early stopping after step %d: no better held-out %s for %d "
+                      "evaluations (best %.4f after step %d)\n",
+                      steps_done,
+                      tr.early_stopping().metric() == config::EarlyStopping::AUC ? "auc"
+                                                                                 : "logloss",
+                      tr.early_stopping().patience(), early_stopping->best(),
+                      early_stopping->best_step());
+      }
+    }
+    return absl::OkStatus();
+  };
   auto collectives_until = [&](int64_t next_step) -> absl::Status {
     return wait_for_others([&]() -> absl::Status {
-      next_step = std::min(next_step, total_steps);
+      // total_steps shrinks when an evaluation on the way stops training early.
       if (sync_every == 1) {
         zeros.assign(dense_grad.size(), 0.0f);
-        for (; gradient_rounds < next_step; ++gradient_rounds) {
+        for (; gradient_rounds < std::min(next_step, total_steps); ++gradient_rounds) {
           PS_RETURN_IF_ERROR(allreduce->SumInPlace(absl::MakeSpan(zeros)));
+          PS_RETURN_IF_ERROR(maybe_evaluate(gradient_rounds + 1));
         }
       } else {
-        for (; averaging_rounds < next_step / sync_every; ++averaging_rounds) {
+        for (; averaging_rounds < std::min(next_step, total_steps) / sync_every;
+             ++averaging_rounds) {
           PS_RETURN_IF_ERROR(allreduce->SumInPlace(model->params()));
           for (float& w : model->params()) w /= world;
           PS_RETURN_IF_ERROR(exchange_speeds((averaging_rounds + 1) * sync_every));
+          PS_RETURN_IF_ERROR(maybe_evaluate((averaging_rounds + 1) * sync_every));
         }
       }
       return absl::OkStatus();
@@ -292,6 +364,9 @@ absl::StatusOr<TrainResult> Train(const config::Job& job, Client* client,
     if (rank == 0 && tr.dense_push_every() > 0 && (this_step + 1) % tr.dense_push_every() == 0) {
       PS_RETURN_IF_ERROR(client->PushDense(kDenseName, model->params(), DenseUpdate::kAssign));
     }
+    // With every step's AllReduce, the evaluation due after this step (its pushes are done:
+    // a sync evaluation sees the step applied).
+    if (sync_every == 1) PS_RETURN_IF_ERROR(maybe_evaluate(this_step + 1));
 
     ++result.steps;
     my_samples += n;
@@ -313,7 +388,8 @@ absl::StatusOr<TrainResult> Train(const config::Job& job, Client* client,
     }
     const absl::Time now = absl::Now();
     balancer.Record(n, now - step_start - waited);
-    if (now - last_report >= options.progress_interval) {
+    // The first line after the first step, then one per interval; the rest at the end.
+    if (result.steps == 1 || now - last_report >= options.progress_interval || step >= total_steps) {
       const double secs = absl::ToDoubleSeconds(now - last_report);
       const double rate = interval_samples / secs;
       if (interval_batches > 0) result.final_loss = interval_loss / interval_batches;
@@ -347,6 +423,7 @@ absl::StatusOr<TrainResult> Train(const config::Job& job, Client* client,
     PS_RETURN_IF_ERROR(FinishPush(&push));
     PS_RETURN_IF_ERROR(sync.AfterPush(push.step).status());
   }
+  for (StepData& slot : slots) DrainPull(&slot);  // a prefetch past an early stop
   if (interval_batches > 0) result.final_loss = interval_loss / interval_batches;
   PS_RETURN_IF_ERROR(collectives_until(total_steps));
   if (sync_every > 1) {  // one model for everyone: the average
@@ -392,30 +469,25 @@ absl::StatusOr<TrainResult> Train(const config::Job& job, Client* client,
   }
   if (metrics != nullptr) std::fclose(metrics);
 
-  result.heldout_auc = std::numeric_limits<double>::quiet_NaN();
-  result.heldout_logloss = std::numeric_limits<double>::quiet_NaN();
-  if (rank == 0 && options.evaluate && job.data().eval_paths_size() > 0) {
-    std::vector<std::string> eval_paths(job.data().eval_paths().begin(),
-                                        job.data().eval_paths().end());
-    PS_ASSIGN_OR_RETURN(std::unique_ptr<CriteoReader> eval,
-                        CriteoReader::Open(eval_paths, 0, 1, schema));
-    std::vector<float> all_probs, all_labels;
-    StepData d;
-    client->SetClock(-1);
-    while (true) {
-      PS_ASSIGN_OR_RETURN(const int n, eval->Next(4096, &d.batch));
-      if (n == 0) break;
-      StartPull(client, groups, num_sparse, dim, &d);
-      PS_RETURN_IF_ERROR(FinishPull(groups, num_sparse, dim, &d));
-      probs.resize(n);
-      model->Predict(n, d.batch.dense.data(), d.emb.data(), probs.data());
-      all_probs.insert(all_probs.end(), probs.begin(), probs.end());
-      all_labels.insert(all_labels.end(), d.batch.labels.begin(), d.batch.labels.begin() + n);
-    }
-    result.heldout_samples = static_cast<int64_t>(all_probs.size());
-    result.heldout_auc = Auc(all_probs, all_labels);
-    result.heldout_logloss = LogLoss(all_probs, all_labels);
+  // Worker 0 evaluates; one collective gives its figures to every worker's result.
+  HeldoutMetrics heldout;
+  heldout.auc = heldout.logloss = std::numeric_limits<double>::quiet_NaN();
+  if (rank == 0 && options.evaluate) {
+    PS_ASSIGN_OR_RETURN(heldout, EvaluateHeldout(job, client, model.get(), -1));
   }
+  if (world > 1) {
+    eval_figures = {static_cast<float>(heldout.auc), static_cast<float>(heldout.logloss),
+                    static_cast<float>(heldout.samples)};
+    if (rank != 0) eval_figures.assign(3, 0.0f);
+    PS_RETURN_IF_ERROR(allreduce->SumInPlace(absl::MakeSpan(eval_figures)));
+    if (rank != 0) {
+      heldout = HeldoutMetrics{eval_figures[0], eval_figures[1],
+                               static_cast<int64_t>(eval_figures[2])};
+    }
+  }
+  result.heldout_auc = heldout.auc;
+  result.heldout_logloss = heldout.logloss;
+  result.heldout_samples = heldout.samples;
   return result;
 }
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -14,18 +15,21 @@
 #include "common/coordinator_client.h"
 #include "proto/job.pb.h"
 #include "worker/collective/allreduce.h"
+#include "worker/heldout_eval.h"
 #include "worker/model/model.h"
 
 namespace ps {
 namespace worker {
 
 struct TrainerOptions {
-  // Where progress lines go (every progress_interval); null: nowhere.
+  // Where progress lines go (after the first step, every progress_interval, and at the end);
+  // null: nowhere. The metrics file gets a line at the same times.
   FILE* progress = stderr;
   absl::Duration progress_interval = absl::Seconds(5);
   // If set, one JSON object per progress report is appended to this file.
   std::string metrics_path;
-  // Evaluate on the job's eval_paths at the end (rank 0 only).
+  // Evaluate on the job's eval_paths at the end (rank 0, for every worker's result). Evaluations
+  // during training (training.eval_every_*) happen either way.
   bool evaluate = true;
   // Stop after this many steps even if the job asks for more (0: as the job says).
   int64_t max_steps = 0;
@@ -43,6 +47,12 @@ struct TrainerOptions {
   int64_t start_step = 0;
 };
 
+// A held-out evaluation during training.
+struct Evaluation {
+  int64_t step = 0;  // after this many steps
+  HeldoutMetrics metrics;
+};
+
 struct TrainResult {
   // "cpu" or "gpu".
   std::string backend;
@@ -52,7 +62,8 @@ struct TrainResult {
   double samples_per_s = 0;
   double seconds = 0;
   double final_loss = 0;  // mean loss of the last progress interval
-  // Held-out metrics (rank 0 with evaluate and eval_paths; else NaN).
+  // Held-out metrics at the end, evaluated by rank 0 (with evaluate and eval_paths; else NaN)
+  // and handed to every worker.
   double heldout_auc = 0;
   double heldout_logloss = 0;
   int64_t heldout_samples = 0;
@@ -65,6 +76,10 @@ struct TrainResult {
   // Worker 0 of a job with a checkpoint_dir and checkpoint_at_end: the folder of the checkpoint
   // taken once every worker finished. Empty otherwise.
   std::string checkpoint;
+  // The evaluations during training (training.eval_every_*), in order; the same on every worker.
+  std::vector<Evaluation> evaluations;
+  // The step after which early stopping ended training (every worker the same), or -1.
+  int64_t stopped_early_at = -1;
 };
 
 // Trains the job's model on this worker's share of the data. `client` (registered as this
@@ -86,6 +101,12 @@ struct TrainResult {
 // rank x batch_size, or with training.balance_batches (BOUNDED_STALENESS and ASYNC) a share by
 // speed (BatchBalancer). Every worker runs the same number of steps: job.training.steps, or
 // epochs times the blocks in the data.
+//
+// Evaluation: with training.eval_every_epochs or eval_every_steps worker 0 evaluates the held-out
+// data at those steps (a SYNC evaluation sees exactly the steps before it) and hands the figures,
+// and with training.early_stopping its decision to stop, to every worker through the dense
+// collective group; all workers then stop after the same step. At the end worker 0 evaluates
+// once more and every worker's result carries the figures.
 //
 // Checkpoints (SYNC with a checkpoint_dir): the worker keeps its state at its latest step
 // boundaries and gives the coordinator the one a checkpoint asks for (WorkerCheckpointer); worker

@@ -215,19 +215,28 @@ int Main() {
     std::fprintf(stderr, "worker %d: %s\n", rank, result.status().ToString().c_str());
     return 1;
   }
+  // The best held-out AUC of the evaluations during training (NaN without any).
+  double best_auc = std::nan("");
+  for (const worker::Evaluation& e : result->evaluations) {
+    if (std::isnan(best_auc) || e.metrics.auc > best_auc) best_auc = e.metrics.auc;
+  }
   std::printf(
       "RESULT "
       "{\"backend\":\"%s\",\"rank\":%d,\"workers\":%d,\"servers\":%d,\"steps\":%lld,\"samples\":%"
       "lld,"
       "\"samples_per_s\":%.1f,\"seconds\":%.2f,\"final_loss\":%s,\"heldout_auc\":%s,"
       "\"heldout_logloss\":%s,\"heldout_samples\":%lld,\"skipped_lines\":%lld,"
+      "\"heldout_by_rank\":0,\"evaluations\":%d,\"best_heldout_auc\":%s,\"stopped_early_at\":%s,"
       "\"mean_pull_ms\":%.3f,\"mean_push_ms\":%.3f,\"mean_batch\":%.1f,\"checkpoint\":\"%s\"}\n",
       result->backend.c_str(), rank, job.cluster().num_workers(), job.cluster().num_servers(),
       static_cast<long long>(result->steps), static_cast<long long>(result->samples),
       result->samples_per_s, result->seconds, JsonNumber(result->final_loss).c_str(),
       JsonNumber(result->heldout_auc).c_str(), JsonNumber(result->heldout_logloss).c_str(),
       static_cast<long long>(result->heldout_samples),
-      static_cast<long long>(result->skipped_lines), result->mean_pull_ms, result->mean_push_ms,
+      static_cast<long long>(result->skipped_lines), static_cast<int>(result->evaluations.size()),
+      JsonNumber(best_auc).c_str(),
+      result->stopped_early_at >= 0 ? absl::StrCat(result->stopped_early_at).c_str() : "null",
+      result->mean_pull_ms, result->mean_push_ms,
       result->mean_batch,
       absl::StrReplaceAll(result->checkpoint, {{"\\", "\\\\"}, {"\"", "\\\""}}).c_str());
   std::fflush(stdout);

@@ -1,0 +1,50 @@
+#include "worker/heldout_eval.h"
+
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status_macros.h"
+#include "worker/data/criteo_reader.h"
+#include "worker/data/metrics.h"
+#include "worker/embedding_io.h"
+#include "worker/model/dlrm.h"
+
+namespace ps {
+namespace worker {
+
+absl::StatusOr<HeldoutMetrics> EvaluateHeldout(const config::Job& job, Client* client,
+                                               Model* model, int64_t clock) {
+  HeldoutMetrics metrics;
+  metrics.auc = std::numeric_limits<double>::quiet_NaN();
+  metrics.logloss = std::numeric_limits<double>::quiet_NaN();
+  if (job.data().eval_paths_size() == 0) return metrics;
+  PS_ASSIGN_OR_RETURN(const DlrmShape shape, DlrmShape::FromJob(job));
+  const std::vector<FieldGroup> groups = GroupFields(job, shape.num_sparse);
+  std::vector<std::string> paths(job.data().eval_paths().begin(), job.data().eval_paths().end());
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<CriteoReader> reader,
+                      CriteoReader::Open(paths, 0, 1, {shape.num_dense, shape.num_sparse}));
+  std::vector<float> all_probs, all_labels, probs;
+  StepData d;
+  client->SetClock(clock);
+  while (true) {
+    PS_ASSIGN_OR_RETURN(const int n, reader->Next(4096, &d.batch));
+    if (n == 0) break;
+    StartPull(client, groups, shape.num_sparse, shape.emb_dim, &d);
+    PS_RETURN_IF_ERROR(FinishPull(groups, shape.num_sparse, shape.emb_dim, &d));
+    probs.resize(n);
+    model->Predict(n, d.batch.dense.data(), d.emb.data(), probs.data());
+    all_probs.insert(all_probs.end(), probs.begin(), probs.end());
+    all_labels.insert(all_labels.end(), d.batch.labels.begin(), d.batch.labels.begin() + n);
+  }
+  metrics.samples = static_cast<int64_t>(all_probs.size());
+  if (metrics.samples > 0) {
+    metrics.auc = Auc(all_probs, all_labels);
+    metrics.logloss = LogLoss(all_probs, all_labels);
+  }
+  return metrics;
+}
+
+}  // namespace worker
+}  // namespace ps
