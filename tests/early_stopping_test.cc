@@ -1,0 +1,122 @@
+// Early stopping and evaluation during training, for real: a ps_coordinator, two ps_server and two
+// ps_worker processes on loopback train a small synthetic click log built to overfit (ids seen
+// a few times each, many epochs). Worker 0 evaluates the held-out data every epoch; the held-out
+// log loss stops improving and every worker stops after the same step, well before the 20
+// epochs asked for. Every worker's RESULT carries worker 0's held-out figures, and a run of a
+// few seconds still writes its progress and its metrics file.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/time.h"
+#include "tests/testing/json_line.h"
+#include "tests/testing/local_cluster.h"
+#include "tests/testing/temp_dir.h"
+#include "worker/data/synthetic.h"
+
+namespace ps {
+namespace {
+
+int CountLines(const std::string& path, absl::string_view containing) {
+  std::ifstream in(path);
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) n += absl::StrContains(line, containing) ? 1 : 0;
+  return n;
+}
+
+TEST_CASE("early stopping ends every worker at the same step on data built to overfit",
+          "[integration][early_stopping]") {
+  const std::string dir = testing::TempDir();
+  worker::SyntheticOptions data_options;
+  data_options.cardinalities = {100000};  // most ids are seen once or twice: easy to memorise
+  data_options.seed = 11;
+  auto data = worker::SyntheticData::Create(data_options);
+  REQUIRE(data.ok());
+  const std::string train = absl::StrCat(dir, "/es_train.tsv");
+  const std::string heldout = absl::StrCat(dir, "/es_heldout.tsv");
+  REQUIRE(worker::WriteSyntheticFile(**data, worker::SyntheticData::kTrainStream, 8000, train,
+                                     false)
+              .ok());
+  REQUIRE(worker::WriteSyntheticFile(**data, worker::SyntheticData::kHeldoutStream, 2000, heldout,
+                                     false)
+              .ok());
+
+  const std::string job_path = absl::StrCat(dir, "/es_job.pbtxt");
+  {
+    std::ofstream job(job_path);
+    job << R"pb(name: "early_stopping_test"
+tables {
+  name: "emb"
+  dim: 16
+  initializer { kind: ZEROS }
+  optimizer { type: "adagrad" learning_rate: 0.1 initial_accumulator: 0.01 }
+}
+model { bottom_mlp: [64, 16] top_mlp: [64, 32] shared_table: "emb" }
+data { train_paths: ")pb" << train << R"pb(" eval_paths: ")pb" << heldout << R"pb(" }
+training {
+  mode: SYNC
+  batch_size: 64
+  epochs: 20
+  eval_every_epochs: 1
+  early_stopping { metric: LOGLOSS patience: 2 }
+  dense_optimizer { type: "adam" learning_rate: 0.001 }
+  seed: 7
+}
+cluster { num_shards: 16 num_servers: 2 num_workers: 2 }
+)pb";
+  }
+  auto cluster = testing::LocalCluster::Start(job_path, {});
+  INFO(cluster.status().ToString());
+  REQUIRE(cluster.ok());
+  const std::string metrics0 = absl::StrCat(dir, "/es_metrics0.jsonl");
+  const std::string metrics1 = absl::StrCat(dir, "/es_metrics1.jsonl");
+  std::remove(metrics0.c_str());
+  std::remove(metrics1.c_str());
+  // The default progress interval (5 s) is longer than the run.
+  auto workers = (*cluster)->RunWorkers(
+      {{absl::StrCat("--metrics_file=", metrics0)}, {absl::StrCat("--metrics_file=", metrics1)}},
+      absl::Minutes(5));
+  INFO(workers.status().ToString());
+  REQUIRE(workers.ok());
+  const std::string r0 = testing::ResultJson((*workers)[0].stdout_text);
+  const std::string r1 = testing::ResultJson((*workers)[1].stdout_text);
+  std::printf("worker 0: %s\nworker 1: %s\n%s", r0.c_str(), r1.c_str(),
+              (*workers)[0].stderr_text.c_str());
+  INFO("worker 0: " << r0 << "\nworker 1: " << r1 << "\n" << (*workers)[0].stderr_text);
+
+  // 8000 lines / (64 x 2) = 63 steps an epoch; 20 epochs would be 1260 steps.
+  const double stopped = testing::JsonField(r0, "stopped_early_at");
+  CHECK(stopped > 0);
+  CHECK(stopped < 1260);
+  CHECK(std::fmod(stopped, 63) == 0);  // at an epoch's end, where evaluations are
+  CHECK(testing::JsonField(r1, "stopped_early_at") == stopped);
+  CHECK(testing::JsonField(r0, "steps") == stopped);
+  CHECK(testing::JsonField(r1, "steps") == stopped);
+  const double evaluations = testing::JsonField(r0, "evaluations");
+  CHECK(evaluations >= 3);  // the best, then `patience` worse ones
+  CHECK(evaluations == stopped / 63);
+  CHECK(testing::JsonField(r1, "evaluations") == evaluations);
+  CHECK(absl::StrContains((*workers)[0].stderr_text, "early stopping after step"));
+
+  // Worker 1 reports worker 0's held-out figures.
+  CHECK(testing::JsonField(r0, "heldout_samples") == 2000);
+  CHECK(testing::JsonField(r1, "heldout_samples") == 2000);
+  CHECK(testing::JsonField(r1, "heldout_auc") == Approx(testing::JsonField(r0, "heldout_auc")).epsilon(1e-6));
+  CHECK(testing::JsonField(r1, "heldout_by_rank") == 0);
+
+  // A short run: progress from the first step, and a metrics line per report and evaluation.
+  CHECK(absl::StrContains((*workers)[1].stderr_text, "worker 1: step 1/"));
+  CHECK(CountLines(metrics0, "\"heldout_auc\"") == evaluations);
+  CHECK(CountLines(metrics0, "\"loss\"") >= 2);  // after the first step, and at the end
+  CHECK(CountLines(metrics1, "\"loss\"") >= 2);
+  CHECK((*cluster)->Terminate(absl::Seconds(10)).ok());
+}
+
+}  // namespace
+}  // namespace ps
