@@ -9,8 +9,9 @@
 // 0 only.
 //
 // Registers with the coordinator (which hands it the job and its rank), joins the workers'
-// AllReduce group, trains, and (rank 0) evaluates on the held-out data. Its last line on stdout is
-// `RESULT {json}` with the run's figures. Exit status 0 on success, 1 on failure.
+// AllReduce group, trains, and rank 0 evaluates on the held-out data (worker/trainer.h). Its last
+// line on stdout is `RESULT {json}` with the run's figures, the held-out ones (worker 0's) on every
+// rank. Exit status 0 on success, 1 on failure.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
