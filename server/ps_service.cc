@@ -293,8 +293,7 @@ grpc::ServerUnaryReactor* ParameterServerService::PullDense(grpc::CallbackServer
                                                             const grpc::ByteBuffer* request,
                                                             grpc::ByteBuffer* response) {
   bool parsed = false;
-  auto* call =
-      StartCall<rpc::PullDenseRequest, rpc::PullDenseResponse>(request, response, &parsed);
+  auto* call = StartCall<rpc::PullDenseRequest, rpc::PullDenseResponse>(request, response, &parsed);
   if (!parsed) return call;
   absl::Status status;
   ShardedStore* store = Ready(call->request.header(), &status);
@@ -307,8 +306,7 @@ grpc::ServerUnaryReactor* ParameterServerService::PushDense(grpc::CallbackServer
                                                             const grpc::ByteBuffer* request,
                                                             grpc::ByteBuffer* response) {
   bool parsed = false;
-  auto* call =
-      StartCall<rpc::PushDenseRequest, rpc::PushDenseResponse>(request, response, &parsed);
+  auto* call = StartCall<rpc::PushDenseRequest, rpc::PushDenseResponse>(request, response, &parsed);
   if (!parsed) return call;
   // A gradient is admitted once per (worker_id, sequence): it needs a registered worker.
   const bool gradient = call->request.kind() == rpc::PushDenseRequest::GRADIENT;

@@ -30,8 +30,7 @@ class RegisteredWorkers {
  public:
   // Asks the coordinator for its MemberIds and calls `done` once with them or the call's error,
   // on any thread, possibly before returning (CoordinatorClient::GetMemberIdsAsync).
-  using FetchFn =
-      std::function<void(std::function<void(absl::StatusOr<rpc::MemberIds>)> done)>;
+  using FetchFn = std::function<void(std::function<void(absl::StatusOr<rpc::MemberIds>)> done)>;
 
   explicit RegisteredWorkers(FetchFn fetch);
   // Waits for a question to the coordinator in flight.

@@ -195,8 +195,7 @@ TEST_CASE("concurrent checks get the right answers", "[server][registered_worker
           const bool issued = id >= 1 && id < 100;
           workers.Check(id, [&, issued](absl::Status s) {
             absl::MutexLock lock(&answered_mu);
-            if (s.ok() != issued ||
-                (!s.ok() && s.code() != absl::StatusCode::kPermissionDenied)) {
+            if (s.ok() != issued || (!s.ok() && s.code() != absl::StatusCode::kPermissionDenied)) {
               ++wrong[t];
             }
             ++answered;

@@ -700,11 +700,10 @@ absl::Status ShardedStore::PushDense(const rpc::PushDenseRequest& request,
       if (replicated_at != nullptr) replicated_at->back().second = shard.applied_sequence();
       continue;
     }
-    PS_ASSIGN_OR_RETURN(const ApplyWindow::Verdict verdict,
-                        shard.ApplyDenseGradient(request.name(), chunk.chunk(), values,
-                                                 request.total_floats(),
-                                                 request.header().worker_id(),
-                                                 sequence + chunk.chunk()));
+    PS_ASSIGN_OR_RETURN(
+        const ApplyWindow::Verdict verdict,
+        shard.ApplyDenseGradient(request.name(), chunk.chunk(), values, request.total_floats(),
+                                 request.header().worker_id(), sequence + chunk.chunk()));
     if (verdict == ApplyWindow::Verdict::kTooOld) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "dense push sequence %d of worker %d (chunk %d: sequence %d) is more than %d below the "
