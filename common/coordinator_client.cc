@@ -118,6 +118,34 @@ absl::StatusOr<rpc::RegisterResponse> CoordinatorClient::Register(rpc::Role role
   return response;
 }
 
+void CoordinatorClient::GetMemberIdsAsync(
+    absl::Duration timeout, std::function<void(absl::StatusOr<rpc::MemberIds>)> done) {
+  struct Call {
+    grpc::ClientContext context;
+    rpc::MemberIdsRequest request;
+    rpc::MemberIds response;
+    std::function<void(absl::StatusOr<rpc::MemberIds>)> done;
+  };
+  auto* call = new Call;
+  call->done = std::move(done);
+  SetTimeout(&call->context, timeout);
+  {
+    absl::MutexLock lock(&async_mu_);
+    ++async_in_flight_;
+  }
+  stub_->async()->GetMemberIds(
+      &call->context, &call->request, &call->response, [this, call](grpc::Status status) {
+        absl::StatusOr<rpc::MemberIds> result = std::move(call->response);
+        if (!status.ok()) result = FromGrpcStatus(status);
+        std::function<void(absl::StatusOr<rpc::MemberIds>)> done = std::move(call->done);
+        delete call;
+        done(std::move(result));
+        // Counted until `done` returned: the destructor waits for it.
+        absl::MutexLock lock(&async_mu_);
+        --async_in_flight_;
+      });
+}
+
 absl::StatusOr<uint64_t> CoordinatorClient::Heartbeat(uint32_t member_id) {
   rpc::HeartbeatRequest request;
   request.set_member_id(member_id);

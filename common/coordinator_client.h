@@ -56,6 +56,12 @@ class CoordinatorClient {
   absl::StatusOr<rpc::RegisterResponse> Register(rpc::Role role, const std::string& address,
                                                  int32_t rank);
 
+  // The member ids the coordinator has handed out (MemberIds: [first_member_id, next_member_id)),
+  // asked without blocking: `done` is called once, on a gRPC thread, with them or the call's
+  // error (UNAVAILABLE, DEADLINE_EXCEEDED after `timeout`). The destructor waits for `done`.
+  void GetMemberIdsAsync(absl::Duration timeout,
+                         std::function<void(absl::StatusOr<rpc::MemberIds>)> done);
+
   // One heartbeat for `member_id`; returns the shard map's version (0 before it exists).
   // NOT_FOUND for an unknown member.
   absl::StatusOr<uint64_t> Heartbeat(uint32_t member_id);

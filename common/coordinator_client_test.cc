@@ -13,6 +13,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/notification.h"
 #include "common/job_config.h"
 #include "server/coordinator/coordinator.h"
 #include "tests/testing/eventually.h"
@@ -81,6 +82,36 @@ TEST_CASE("the coordinator's error codes come through", "[coordinator_client]") 
   CHECK(client->ReportClock(server, 1).status().code() == absl::StatusCode::kFailedPrecondition);
   CHECK(client->KvSet("", "v").code() == absl::StatusCode::kInvalidArgument);
   CHECK(client->KvGet({"nope"}).status() == absl::NotFoundError("key \"nope\" is not set"));
+}
+
+TEST_CASE("the member ids handed out are asked without blocking", "[coordinator_client]") {
+  InProcessCoordinator c(1, 1);
+  auto client = c.Connect();
+  REQUIRE(client->Register(rpc::SERVER, "h:1", -1).ok());
+  REQUIRE(client->Register(rpc::WORKER, "", -1).ok());
+  absl::Notification answered;
+  absl::StatusOr<rpc::MemberIds> ids;
+  client->GetMemberIdsAsync(absl::Seconds(30), [&](absl::StatusOr<rpc::MemberIds> got) {
+    ids = std::move(got);
+    answered.Notify();
+  });
+  REQUIRE(answered.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  REQUIRE(ids.ok());
+  CHECK(ids->first_member_id() == 1);
+  CHECK(ids->next_member_id() == 3);
+
+  // A coordinator that is gone: the call's error, and the destructor waits for the callback.
+  c.Stop();
+  absl::Notification failed;
+  absl::Status error;
+  client->GetMemberIdsAsync(absl::Seconds(2), [&](absl::StatusOr<rpc::MemberIds> got) {
+    error = got.status();
+    failed.Notify();
+  });
+  client.reset();
+  REQUIRE(failed.HasBeenNotified());
+  CHECK((error.code() == absl::StatusCode::kUnavailable ||
+         error.code() == absl::StatusCode::kDeadlineExceeded));
 }
 
 TEST_CASE("the rendezvous store works across clients and threads", "[coordinator_client][kv]") {

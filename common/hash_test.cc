@@ -10,6 +10,8 @@ namespace {
 
 // These values are part of the on-disk and on-wire contract (shard maps, checkpoints): if this test
 // fails, the hash changed and every existing cluster would route keys to the wrong shards.
+// proto/ps.proto quotes them (rule 2 of its wire contract) as test vectors for clients in other
+// languages: change neither without the other.
 TEST_CASE("hash values are pinned", "[common][hash]") {
   // XXH3-64 of the empty input, the published test vector of the specification.
   CHECK(NameHash("") == 0x2d06800538d394c2ull);
@@ -25,6 +27,21 @@ TEST_CASE("hash values are pinned", "[common][hash]") {
   CHECK(ShardOf(user, 42, 64) == 50);
   CHECK(ShardOf(user, 42, 7) == 5);
   CHECK(ShardOf(user, 1234567890123ull, 7) == 2);
+  CHECK(ShardOf(user, 1234567890123ull, 64) == 23);
+  CHECK(ShardOf(user, 0, 7) == 0);
+  CHECK(ShardOf(user, 0xffffffffffffffffull, 64) == 33);
+  // The id is hashed as its 8 little-endian bytes: 08 07 06 05 04 03 02 01.
+  CHECK(KeyHash(user, 0x0102030405060708ull) == 0x06ede54ddeee863dull);
+  CHECK(ShardOf(user, 0x0102030405060708ull, 64) == 1);
+  // Dense chunks: the tensor's name, and the chunk index as the id.
+  const uint64_t mlp = NameHash("mlp");
+  CHECK(mlp == 0xe23ff8f6a8dec6c2ull);
+  CHECK(KeyHash(mlp, 0) == 0x91df0e043a7738f0ull);
+  CHECK(KeyHash(mlp, 1) == 0x048b8e179af74de5ull);
+  CHECK(KeyHash(mlp, 2) == 0xd9a771d6e59f9034ull);
+  CHECK(ShardOf(mlp, 0, 64) == 36);
+  CHECK(ShardOf(mlp, 1, 64) == 1);
+  CHECK(ShardOf(mlp, 2, 64) == 54);
 }
 
 TEST_CASE("sequential ids spread evenly over the shards", "[common][hash]") {

@@ -92,6 +92,62 @@ grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* context, const absl:
   return reactor;
 }
 
+// Parses the bytes of a request into `message`; INVALID_ARGUMENT naming the message type when
+// they are not one.
+template <typename Message>
+absl::Status ParseRequest(const grpc::ByteBuffer& bytes, Message* message) {
+  grpc::ByteBuffer copy(bytes);  // Deserialize consumes its buffer; the copy shares the slices
+  if (grpc::SerializationTraits<Message>::Deserialize(&copy, message).ok()) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "the request (%d bytes) does not parse as a %s: a field of the wrong wire type, a length "
+      "past the end of the message, or a string field that is not UTF-8",
+      bytes.Length(), Message::descriptor()->full_name()));
+}
+
+// A call of a raw method: the parsed request, the response to serialise, and the reactor, which
+// deletes itself once gRPC is done with the call.
+template <typename Request, typename Response>
+class ParsedCall final : public grpc::ServerUnaryReactor {
+ public:
+  explicit ParsedCall(grpc::ByteBuffer* out) : out_(out) {}
+
+  // Finishes the call: with the response when `status` is OK, with `status` alone otherwise.
+  void Reply(const absl::Status& status) {
+    if (status.ok()) {
+      bool own_buffer = false;
+      const grpc::Status serialized =
+          grpc::SerializationTraits<Response>::Serialize(response, out_, &own_buffer);
+      if (!serialized.ok()) {
+        Finish(serialized);
+        return;
+      }
+    }
+    Finish(ToGrpcStatus(status));
+  }
+
+  void OnDone() override { delete this; }
+
+  Request request;
+  Response response;
+
+ private:
+  grpc::ByteBuffer* const out_;
+};
+
+// Starts a call of a raw method: the call, which has already answered INVALID_ARGUMENT when the
+// request does not parse (then *parsed is false).
+template <typename Request, typename Response>
+ParsedCall<Request, Response>* StartCall(const grpc::ByteBuffer* bytes, grpc::ByteBuffer* out,
+                                         bool* parsed) {
+  auto* call = new ParsedCall<Request, Response>(out);
+  const absl::Status status = ParseRequest(*bytes, &call->request);
+  *parsed = status.ok();
+  if (!status.ok()) call->Reply(status);
+  return call;
+}
+
 }  // namespace
 
 ParameterServerService::ParameterServerService(std::function<void(uint64_t)> on_newer_map)
@@ -118,13 +174,9 @@ ShardedStore* ParameterServerService::Ready(const rpc::RequestHeader& header,
 grpc::ServerUnaryReactor* ParameterServerService::Pull(grpc::CallbackServerContext* context,
                                                        const grpc::ByteBuffer* request_bytes,
                                                        grpc::ByteBuffer* response) {
-  // Deserialize consumes its buffer; the copy shares the request's slices.
-  grpc::ByteBuffer bytes(*request_bytes);
   rpc::PullRequest request;
-  const grpc::Status parsed =
-      grpc::SerializationTraits<rpc::PullRequest>::Deserialize(&bytes, &request);
-  if (!parsed.ok()) return Done(context, FromGrpcStatus(parsed));
-  absl::Status status;
+  absl::Status status = ParseRequest(*request_bytes, &request);
+  if (!status.ok()) return Done(context, status);
   ShardedStore* store = Ready(request.header(), &status);
   if (store == nullptr) return Done(context, status);
   // A pull for step t is answered once step t - 1 is applied (sync mode; at once otherwise).
@@ -164,65 +216,121 @@ void ParameterServerService::ReportLatePush(const rpc::RequestHeader& header, ui
   last_late_report_ = now;
 }
 
+template <typename Then>
+void ParameterServerService::CheckWorker(uint32_t worker_id, bool required, Then then) {
+  RegisteredWorkers* workers = workers_.load(std::memory_order_acquire);
+  if (workers == nullptr || (worker_id == 0 && !required) || workers->Known(worker_id)) {
+    then(absl::OkStatus());
+    return;
+  }
+  workers->Check(worker_id, std::move(then));
+}
+
 grpc::ServerUnaryReactor* ParameterServerService::EndStep(grpc::CallbackServerContext* context,
-                                                          const rpc::EndStepRequest* request,
-                                                          rpc::EndStepResponse* response) {
+                                                          const grpc::ByteBuffer* request,
+                                                          grpc::ByteBuffer* response) {
+  bool parsed = false;
+  auto* call = StartCall<rpc::EndStepRequest, rpc::EndStepResponse>(request, response, &parsed);
+  if (!parsed) return call;
+  CheckWorker(call->request.header().worker_id(), /*required=*/false,
+              [this, call](const absl::Status& checked) {
+                if (checked.ok()) {
+                  ServeEndStep(call);
+                } else {
+                  call->Reply(checked);
+                }
+              });
+  return call;
+}
+
+template <typename Call>
+void ParameterServerService::ServeEndStep(Call* call) {
+  const rpc::RequestHeader& header = call->request.header();
   absl::Status status;
-  ShardedStore* store = Ready(request->header(), &status);
-  if (store == nullptr) return Done(context, status);
-  absl::StatusOr<int64_t> applied =
-      store->EndStep(request->header().worker_id(), request->header().clock());
-  if (applied.ok()) response->set_applied_step(*applied);
-  return Done(context, applied.status());
+  ShardedStore* store = Ready(header, &status);
+  if (store == nullptr) return call->Reply(status);
+  absl::StatusOr<int64_t> applied = store->EndStep(header.worker_id(), header.clock());
+  if (applied.ok()) call->response.set_applied_step(*applied);
+  call->Reply(applied.status());
 }
 
 grpc::ServerUnaryReactor* ParameterServerService::Push(grpc::CallbackServerContext* context,
-                                                       const rpc::PushRequest* request,
-                                                       rpc::PushResponse* response) {
+                                                       const grpc::ByteBuffer* request,
+                                                       grpc::ByteBuffer* response) {
+  bool parsed = false;
+  auto* call = StartCall<rpc::PushRequest, rpc::PushResponse>(request, response, &parsed);
+  if (!parsed) return call;
+  CheckWorker(call->request.header().worker_id(), /*required=*/true,
+              [this, call](const absl::Status& checked) {
+                if (checked.ok()) {
+                  ServePush(call);
+                } else {
+                  call->Reply(checked);
+                }
+              });
+  return call;
+}
+
+template <typename Call>
+void ParameterServerService::ServePush(Call* call) {
   absl::Status status;
-  ShardedStore* store = Ready(request->header(), &status);
-  if (store == nullptr) return Done(context, status);
+  ShardedStore* store = Ready(call->request.header(), &status);
+  if (store == nullptr) return call->Reply(status);
   uint32_t duplicates = 0;
   uint32_t late = 0;
   std::vector<std::pair<uint32_t, uint64_t>> replicated_at;
-  status = store->Push(*request, &duplicates, &late, &replicated_at);
-  response->set_duplicate_keys(duplicates);
-  response->set_late_keys(late);
-  if (late > 0) ReportLatePush(request->header(), late);
-  if (!status.ok() || replicated_at.empty()) return Done(context, status);
+  status = store->Push(call->request, &duplicates, &late, &replicated_at);
+  call->response.set_duplicate_keys(duplicates);
+  call->response.set_late_keys(late);
+  if (late > 0) ReportLatePush(call->request.header(), late);
+  if (!status.ok() || replicated_at.empty()) return call->Reply(status);
   // Acknowledged once the shards' copies hold it (SYNC replication; at once otherwise).
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  store->WhenReplicated(std::move(replicated_at), [reactor](absl::Status replicated) {
-    reactor->Finish(ToGrpcStatus(replicated));
-  });
-  return reactor;
+  store->WhenReplicated(std::move(replicated_at),
+                        [call](absl::Status replicated) { call->Reply(replicated); });
 }
 
 grpc::ServerUnaryReactor* ParameterServerService::PullDense(grpc::CallbackServerContext* context,
-                                                            const rpc::PullDenseRequest* request,
-                                                            rpc::PullDenseResponse* response) {
+                                                            const grpc::ByteBuffer* request,
+                                                            grpc::ByteBuffer* response) {
+  bool parsed = false;
+  auto* call = StartCall<rpc::PullDenseRequest, rpc::PullDenseResponse>(request, response, &parsed);
+  if (!parsed) return call;
   absl::Status status;
-  ShardedStore* store = Ready(request->header(), &status);
-  if (store == nullptr) return Done(context, status);
-  status = store->PullDense(*request, response);
-  if (!status.ok()) response->Clear();
-  return Done(context, status);
+  ShardedStore* store = Ready(call->request.header(), &status);
+  if (store != nullptr) status = store->PullDense(call->request, &call->response);
+  call->Reply(status);
+  return call;
 }
 
 grpc::ServerUnaryReactor* ParameterServerService::PushDense(grpc::CallbackServerContext* context,
-                                                            const rpc::PushDenseRequest* request,
-                                                            rpc::PushDenseResponse* response) {
+                                                            const grpc::ByteBuffer* request,
+                                                            grpc::ByteBuffer* response) {
+  bool parsed = false;
+  auto* call = StartCall<rpc::PushDenseRequest, rpc::PushDenseResponse>(request, response, &parsed);
+  if (!parsed) return call;
+  // A gradient is admitted once per (worker_id, sequence): it needs a registered worker.
+  const bool gradient = call->request.kind() == rpc::PushDenseRequest::GRADIENT;
+  CheckWorker(call->request.header().worker_id(), /*required=*/gradient,
+              [this, call](const absl::Status& checked) {
+                if (checked.ok()) {
+                  ServePushDense(call);
+                } else {
+                  call->Reply(checked);
+                }
+              });
+  return call;
+}
+
+template <typename Call>
+void ParameterServerService::ServePushDense(Call* call) {
   absl::Status status;
-  ShardedStore* store = Ready(request->header(), &status);
-  if (store == nullptr) return Done(context, status);
+  ShardedStore* store = Ready(call->request.header(), &status);
+  if (store == nullptr) return call->Reply(status);
   std::vector<std::pair<uint32_t, uint64_t>> replicated_at;
-  status = store->PushDense(*request, &replicated_at);
-  if (!status.ok() || replicated_at.empty()) return Done(context, status);
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  store->WhenReplicated(std::move(replicated_at), [reactor](absl::Status replicated) {
-    reactor->Finish(ToGrpcStatus(replicated));
-  });
-  return reactor;
+  status = store->PushDense(call->request, &replicated_at);
+  if (!status.ok() || replicated_at.empty()) return call->Reply(status);
+  store->WhenReplicated(std::move(replicated_at),
+                        [call](absl::Status replicated) { call->Reply(replicated); });
 }
 
 grpc::ServerUnaryReactor* ParameterServerService::Replicate(grpc::CallbackServerContext* context,

@@ -1,5 +1,6 @@
-// The gRPC face of a parameter server: decodes requests, hands them to the ShardedStore, encodes
-// the answers. Thin by design; everything that can be tested without gRPC lives in the store.
+// The gRPC face of a parameter server: decodes requests, checks that writes come from registered
+// workers, hands them to the ShardedStore, encodes the answers. Thin by design; everything that
+// can be tested without gRPC lives in the store.
 #ifndef PS_SERVER_PS_SERVICE_H_
 #define PS_SERVER_PS_SERVICE_H_
 
@@ -11,18 +12,35 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "proto/ps.grpc.pb.h"
+#include "server/registered_workers.h"
 #include "server/sharded_store.h"
 
 namespace ps {
 namespace server {
 
+// The ParameterServer methods that clients call, parsed by the service itself (raw methods), so
+// that a request that does not parse gets INVALID_ARGUMENT naming its message type, where gRPC's
+// generated callback handler answers UNIMPLEMENTED with no message.
+using ParameterServerBase = rpc::ParameterServer::WithRawCallbackMethod_Pull<
+    rpc::ParameterServer::WithRawCallbackMethod_Push<
+        rpc::ParameterServer::WithRawCallbackMethod_PullDense<
+            rpc::ParameterServer::WithRawCallbackMethod_PushDense<
+                rpc::ParameterServer::WithRawCallbackMethod_EndStep<
+                    rpc::ParameterServer::CallbackService>>>>>;
+
 // ParameterServerService serves the ParameterServer RPCs on gRPC's callback API. Thread-safe.
 //
-// Pull is a raw method: its response is a PullResponse framed by hand around rows the store
-// writes straight into the buffer gRPC sends, so the megabytes of a pull are neither zero-filled,
-// nor serialised, nor copied into gRPC's slices.
-class ParameterServerService final : public rpc::ParameterServer::WithRawCallbackMethod_Pull<
-                                         rpc::ParameterServer::CallbackService> {
+// Pull, Push, PullDense, PushDense and EndStep are raw methods: the service parses their requests
+// (INVALID_ARGUMENT, naming the message type, for bytes that are not one). Pull's response is a
+// PullResponse framed by hand around rows the store writes straight into the buffer gRPC sends,
+// so the megabytes of a pull are neither zero-filled, nor serialised, nor copied into gRPC's
+// slices.
+//
+// The writes that carry a worker id (Push, PushDense GRADIENT, and EndStep or PushDense ASSIGN
+// when their worker_id is not 0) are refused with PERMISSION_DENIED when the worker id was never
+// issued by the coordinator (RegisteredWorkers, once set); Push and PushDense GRADIENT also when
+// it is 0. Replicate, between servers, carries none.
+class ParameterServerService final : public ParameterServerBase {
  public:
   // `on_newer_map` is called (from a gRPC thread; it must not block) when a request was routed
   // with a newer shard map than the store has, so the owner can fetch it.
@@ -34,24 +52,34 @@ class ParameterServerService final : public rpc::ParameterServer::WithRawCallbac
   // UNAVAILABLE: the server binds its port before it knows its job.
   void SetStore(ShardedStore* store) { store_.store(store, std::memory_order_release); }
 
+  // Checks the worker ids of writes against `workers` (not owned, outlives the service; set it
+  // before SetStore). Until it is set, worker ids are not checked (tests of the service alone).
+  void SetRegisteredWorkers(RegisteredWorkers* workers) {
+    workers_.store(workers, std::memory_order_release);
+  }
+
   void SetServerId(uint32_t id) { server_id_.store(id); }
 
   // `request` holds a PullRequest; `response` gets a PullResponse (nothing on error).
   grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* context,
                                  const grpc::ByteBuffer* request,
                                  grpc::ByteBuffer* response) override;
+  // `request` holds a PushRequest; `response` gets a PushResponse.
   grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* context,
-                                 const rpc::PushRequest* request,
-                                 rpc::PushResponse* response) override;
+                                 const grpc::ByteBuffer* request,
+                                 grpc::ByteBuffer* response) override;
+  // PullDenseRequest, PullDenseResponse.
   grpc::ServerUnaryReactor* PullDense(grpc::CallbackServerContext* context,
-                                      const rpc::PullDenseRequest* request,
-                                      rpc::PullDenseResponse* response) override;
+                                      const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
+  // PushDenseRequest, PushDenseResponse.
   grpc::ServerUnaryReactor* PushDense(grpc::CallbackServerContext* context,
-                                      const rpc::PushDenseRequest* request,
-                                      rpc::PushDenseResponse* response) override;
+                                      const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
+  // EndStepRequest, EndStepResponse.
   grpc::ServerUnaryReactor* EndStep(grpc::CallbackServerContext* context,
-                                    const rpc::EndStepRequest* request,
-                                    rpc::EndStepResponse* response) override;
+                                    const grpc::ByteBuffer* request,
+                                    grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* context,
                                       const rpc::ServerStatusRequest* request,
                                       rpc::ServerStatus* response) override;
@@ -73,12 +101,27 @@ class ParameterServerService final : public rpc::ParameterServer::WithRawCallbac
   // Writes a progress line about pushes dropped as late (sync quorum), at most every 5 s.
   void ReportLatePush(const rpc::RequestHeader& header, uint32_t keys);
 
+  // Calls then(OK) at once when `worker_id` may write: it is known to be issued, no
+  // RegisteredWorkers is set, or it is 0 and not `required`; otherwise once
+  // RegisteredWorkers::Check answered, with its status.
+  template <typename Then>
+  void CheckWorker(uint32_t worker_id, bool required, Then then);
+
+  // The methods' work once the request is parsed and its worker checked.
+  template <typename Call>
+  void ServePush(Call* call);
+  template <typename Call>
+  void ServePushDense(Call* call);
+  template <typename Call>
+  void ServeEndStep(Call* call);
+
   const std::function<void(uint64_t)> on_newer_map_;
   absl::Mutex late_mu_;
   uint64_t late_pushes_ ABSL_GUARDED_BY(late_mu_) = 0;
   uint64_t late_keys_ ABSL_GUARDED_BY(late_mu_) = 0;
   absl::Time last_late_report_ ABSL_GUARDED_BY(late_mu_) = absl::InfinitePast();
   std::atomic<ShardedStore*> store_{nullptr};
+  std::atomic<RegisteredWorkers*> workers_{nullptr};
   absl::Mutex checkpoint_mu_;
   std::thread checkpoint_writer_ ABSL_GUARDED_BY(checkpoint_mu_);
   bool writing_checkpoint_ ABSL_GUARDED_BY(checkpoint_mu_) = false;

@@ -1,5 +1,6 @@
 #include "server/ps_service.h"
 
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
 #include <catch2/catch.hpp>
@@ -10,6 +11,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "common/job_config.h"
 #include "server/internal/test_fixtures.h"
 
@@ -39,8 +41,9 @@ struct Served {
     server = builder.BuildAndStart();
     REQUIRE(server != nullptr);
     REQUIRE(port != 0);
-    stub = rpc::ParameterServer::NewStub(
-        grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+    channel =
+        grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials());
+    stub = rpc::ParameterServer::NewStub(channel);
   }
   ~Served() { server->Shutdown(); }
 
@@ -49,11 +52,45 @@ struct Served {
     return stub->Pull(&context, request, response);
   }
 
+  // Calls `method` of the service with `bytes` as the request, whatever they hold.
+  grpc::Status CallRaw(const std::string& method, const std::string& bytes) {
+    grpc::GenericStub generic(channel);
+    grpc::Slice slice(bytes);
+    grpc::ByteBuffer request(&slice, 1);
+    grpc::ByteBuffer response;
+    grpc::ClientContext context;
+    absl::Notification done;
+    grpc::Status status;
+    generic.UnaryCall(&context, "/ps.rpc.ParameterServer/" + method, grpc::StubOptions(), &request,
+                      &response, [&](grpc::Status s) {
+                        status = std::move(s);
+                        done.Notify();
+                      });
+    done.WaitForNotification();
+    return status;
+  }
+
   ParameterServerService service;
   int port = 0;
   std::unique_ptr<grpc::Server> server;
+  std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<rpc::ParameterServer::Stub> stub;
 };
+
+// A push of gradient 1 to `keys` of "emb" from `worker_id`, routed with map version 3.
+rpc::PushRequest MakePush(const std::vector<uint64_t>& keys, uint32_t worker_id,
+                          uint64_t sequence) {
+  rpc::PushRequest request;
+  request.mutable_header()->set_map_version(3);
+  request.mutable_header()->set_worker_id(worker_id);
+  request.mutable_header()->set_sequence(sequence);
+  request.set_table("emb");
+  testing::SetKeys(keys, &request);
+  const std::vector<float> grads(keys.size() * 4, 1.0f);
+  request.set_grads(
+      std::string(reinterpret_cast<const char*>(grads.data()), grads.size() * sizeof(float)));
+  return request;
+}
 
 TEST_CASE("the hand-framed pull response is the PullResponse the store writes",
           "[server][service]") {
@@ -113,6 +150,140 @@ TEST_CASE("the raw pull keeps every error code", "[server][service]") {
   // The server keeps serving.
   CHECK(served.Pull(MakePull(KeysOnShards(0, 3), 3), &response).ok());
   CHECK(response.values().size() == 3 * 4 * sizeof(float));
+}
+
+TEST_CASE("writes from worker ids the coordinator never issued are refused PERMISSION_DENIED",
+          "[server][service][registered_workers]") {
+  auto store = ShardedStore::Create(TestJob(), {});
+  REQUIRE(store.ok());
+  (*store)->SetShardMap(EvenOddMap(3), 0);
+  // The coordinator has issued member ids 1 and 2.
+  RegisteredWorkers workers([](auto done) {
+    rpc::MemberIds ids;
+    ids.set_first_member_id(1);
+    ids.set_next_member_id(3);
+    done(ids);
+  });
+  Served served;
+  served.service.SetRegisteredWorkers(&workers);
+  served.service.SetStore(store->get());
+  const std::vector<uint64_t> keys = KeysOnShards(0, 5);
+
+  rpc::PushResponse pushed;
+  {
+    grpc::ClientContext context;
+    const grpc::Status status =
+        served.stub->Push(&context, MakePush(keys, 4000000000u, 1), &pushed);
+    CHECK(status.error_code() == grpc::StatusCode::PERMISSION_DENIED);
+    CHECK(absl::StrContains(status.error_message(),
+                            "worker_id 4000000000 was never registered with the coordinator"));
+    CHECK(absl::StrContains(status.error_message(), "Coordinator.Register"));
+  }
+  {
+    grpc::ClientContext context;
+    CHECK(served.stub->Push(&context, MakePush(keys, 0, 1), &pushed).error_code() ==
+          grpc::StatusCode::PERMISSION_DENIED);
+  }
+  {
+    grpc::ClientContext context;
+    const grpc::Status status = served.stub->Push(&context, MakePush(keys, 2, 1), &pushed);
+    INFO(status.error_message());
+    CHECK(status.ok());
+  }
+  {  // Nothing of the refused pushes was applied: one SGD step of 0.5 from the initial rows.
+    rpc::PullRequest pull = MakePull(keys, 3);
+    pull.mutable_header()->set_worker_id(4000000000u);  // reads do not check it
+    rpc::PullResponse rows;
+    REQUIRE(served.Pull(pull, &rows).ok());
+    auto fresh = ShardedStore::Create(TestJob(), {});
+    REQUIRE(fresh.ok());
+    (*fresh)->SetShardMap(EvenOddMap(3), 0);
+    rpc::PullResponse initial;
+    REQUIRE((*fresh)->Pull(pull, &initial).ok());
+    const float* got = reinterpret_cast<const float*>(rows.values().data());
+    const float* was = reinterpret_cast<const float*>(initial.values().data());
+    for (size_t i = 0; i < keys.size() * 4; ++i) CHECK(got[i] == Approx(was[i] - 0.5f));
+  }
+
+  rpc::PushDenseRequest dense;
+  dense.mutable_header()->set_map_version(3);
+  dense.set_name("mlp");
+  dense.set_total_floats(2);
+  rpc::DenseChunk* chunk = dense.add_chunks();
+  chunk->set_chunk(0);
+  const float values[2] = {1, 2};
+  chunk->set_values(std::string(reinterpret_cast<const char*>(values), sizeof(values)));
+  // Where chunk 0 of "mlp" goes in EvenOddMap: this server serves only the even shards.
+  const bool mine = ShardOf(NameHash("mlp"), 0, testing::kTestShards) % 2 == 0;
+  rpc::PushDenseResponse dense_response;
+  {  // An assignment without a worker id is accepted; with an unknown one it is refused.
+    grpc::ClientContext context;
+    const grpc::Status status = served.stub->PushDense(&context, dense, &dense_response);
+    CHECK(status.error_code() ==
+          (mine ? grpc::StatusCode::OK : grpc::StatusCode::FAILED_PRECONDITION));
+    dense.mutable_header()->set_worker_id(77);
+    grpc::ClientContext again;
+    CHECK(served.stub->PushDense(&again, dense, &dense_response).error_code() ==
+          grpc::StatusCode::PERMISSION_DENIED);
+  }
+  {  // A gradient needs a registered worker.
+    dense.set_kind(rpc::PushDenseRequest::GRADIENT);
+    dense.mutable_header()->set_sequence(9);
+    dense.mutable_header()->set_worker_id(0);
+    grpc::ClientContext context;
+    CHECK(served.stub->PushDense(&context, dense, &dense_response).error_code() ==
+          grpc::StatusCode::PERMISSION_DENIED);
+  }
+
+  rpc::EndStepRequest end;
+  end.mutable_header()->set_map_version(3);
+  end.mutable_header()->set_clock(0);
+  rpc::EndStepResponse ended;
+  {  // No worker id: not checked (and a no-op outside sync mode).
+    grpc::ClientContext context;
+    CHECK(served.stub->EndStep(&context, end, &ended).ok());
+  }
+  {
+    end.mutable_header()->set_worker_id(3);  // the next id, not issued yet
+    grpc::ClientContext context;
+    const grpc::Status status = served.stub->EndStep(&context, end, &ended);
+    CHECK(status.error_code() == grpc::StatusCode::PERMISSION_DENIED);
+    CHECK(absl::StrContains(status.error_message(), "member ids 1 to 2"));
+  }
+}
+
+TEST_CASE("a request that does not parse gets INVALID_ARGUMENT naming its message type",
+          "[server][service]") {
+  auto store = ShardedStore::Create(TestJob(), {});
+  REQUIRE(store.ok());
+  (*store)->SetShardMap(EvenOddMap(3), 0);
+  Served served;
+  served.service.SetStore(store->get());
+  const std::string method = GENERATE("Pull", "Push", "PullDense", "PushDense", "EndStep");
+  // Field 1 (the header, length-delimited) says 16 bytes follow; 3 do.
+  const std::string truncated("\x0a\x10abc", 5);
+  const grpc::Status status = served.CallRaw(method, truncated);
+  INFO(method << ": " << status.error_message());
+  CHECK(status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK(absl::StrContains(status.error_message(),
+                          absl::StrCat("does not parse as a ps.rpc.", method, "Request")));
+
+  // The server keeps serving.
+  rpc::PullResponse response;
+  CHECK(served.Pull(MakePull(KeysOnShards(0, 3), 3), &response).ok());
+}
+
+TEST_CASE("a table name that is not UTF-8 does not parse", "[server][service]") {
+  auto store = ShardedStore::Create(TestJob(), {});
+  REQUIRE(store.ok());
+  (*store)->SetShardMap(EvenOddMap(3), 0);
+  Served served;
+  served.service.SetStore(store->get());
+  // Field 2 (table, a proto3 string): 0xc3 0x28 is not UTF-8.
+  const std::string table("\x12\x02\xc3\x28", 4);
+  const grpc::Status status = served.CallRaw("Push", table);
+  INFO(status.error_message());
+  CHECK(status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
 }
 
 }  // namespace

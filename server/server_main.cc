@@ -35,6 +35,7 @@
 #include "common/signals.h"
 #include "server/checkpoint/server_checkpoint.h"
 #include "server/ps_service.h"
+#include "server/registered_workers.h"
 #include "server/sharded_store.h"
 
 ABSL_FLAG(std::string, coordinator, "", "host:port of the coordinator (required)");
@@ -129,6 +130,10 @@ class MapFollower {
   bool poked_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
+
+// How long a push from a worker id this server does not know yet waits for the coordinator's
+// word; then it is answered UNAVAILABLE, which clients retry.
+constexpr absl::Duration kMemberIdsTimeout = absl::Seconds(2);
 
 bool WritePortFile(const std::string& path, int port) {
   const std::string tmp = path + ".tmp";
@@ -262,6 +267,12 @@ int Main() {
     std::fprintf(stderr, "ps_server: %s\n", heartbeats.ToString().c_str());
     return 1;
   }
+  // Writes are accepted from the member ids the coordinator issued; an id above those this server
+  // knows is asked about (once for every request waiting on it).
+  server::RegisteredWorkers registered_workers([coordinator_client](auto done) {
+    coordinator_client->GetMemberIdsAsync(kMemberIdsTimeout, std::move(done));
+  });
+  service.SetRegisteredWorkers(&registered_workers);
   service.SetServerId(server_id);
   service.SetStore(store->get());
   auto map_follower =

@@ -156,6 +156,11 @@ std::vector<std::function<void(absl::Status)>> ShardedStore::ApplyPendingStep() 
 
 absl::StatusOr<int64_t> ShardedStore::EndStep(uint32_t worker_id, int64_t step) {
   if (!sync_) return int64_t{-1};
+  if (worker_id == 0) {
+    return absl::InvalidArgumentError(
+        "EndStep in sync mode needs the worker's id (header.worker_id: the member_id from "
+        "Coordinator.Register)");
+  }
   std::vector<std::function<void(absl::Status)>> released;
   int64_t applied = 0;
   {
@@ -589,10 +594,12 @@ absl::Status ShardedStore::Push(const rpc::PushRequest& request, uint32_t* dupli
         *duplicate_keys += run.count();
         break;
       case ApplyWindow::Verdict::kTooOld:
-        status = absl::AbortedError(absl::StrFormat(
-            "push %d of worker %d is older than shard %d's exactly-once window; that shard's "
-            "part was not applied",
-            sequence, worker, run.shard()));
+        status = absl::InvalidArgumentError(absl::StrFormat(
+            "push sequence %d of worker %d is more than %d below the newest sequence shard %d "
+            "admitted from that worker, so the shard cannot tell whether it applied it: its part "
+            "was not applied (each shard decides on its own part); keep fewer than %d pushes "
+            "of a worker outstanding",
+            sequence, worker, ApplyWindow::kWindow, run.shard(), ApplyWindow::kWindow));
         break;
     }
     // The shard's newest sequence covers this push's record (or, for a retry, its first try's).
@@ -640,10 +647,30 @@ absl::Status ShardedStore::PushDense(const rpc::PushDenseRequest& request,
     return absl::UnavailableError("no shard map yet: the server is starting");
   }
   if (request.name().empty()) return absl::InvalidArgumentError("dense tensor without a name");
+  const bool gradient = request.kind() == rpc::PushDenseRequest::GRADIENT;
+  const uint64_t sequence = request.header().sequence();
+  if (gradient && sequence == 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "gradient push to dense tensor \"%s\" without a sequence number (header.sequence >= 1; "
+        "chunk c is admitted once as sequence + c)",
+        request.name()));
+  }
   absl::ReaderMutexLock map_lock(&map_mu_);
   const uint64_t name_hash = NameHash(request.name());
+  // Every chunk is checked before any is written: a malformed request changes nothing.
+  absl::flat_hash_set<uint32_t> chunks;
   for (const rpc::DenseChunk& chunk : request.chunks()) {
-    PS_RETURN_IF_ERROR(CheckServed(ShardOf(name_hash, chunk.chunk(), num_shards_)));
+    const uint32_t s = ShardOf(name_hash, chunk.chunk(), num_shards_);
+    PS_RETURN_IF_ERROR(CheckServed(s));
+    if (!chunks.insert(chunk.chunk()).second) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "chunk %d of \"%s\" is in the request twice", chunk.chunk(), request.name()));
+    }
+    if (gradient && sequence > UINT64_MAX - chunk.chunk()) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("sequence %d + chunk %d of \"%s\" is above 2^64 - 1", sequence,
+                          chunk.chunk(), request.name()));
+    }
     if (chunk.values().size() % sizeof(float) != 0) {
       return absl::InvalidArgumentError(
           absl::StrFormat("chunk %d of \"%s\" is %d bytes, not whole floats", chunk.chunk(),
@@ -656,6 +683,8 @@ absl::Status ShardedStore::PushDense(const rpc::PushDenseRequest& request,
           absl::StrFormat("chunk %d of \"%s\" has a NaN or Inf value; nothing was applied",
                           chunk.chunk(), request.name()));
     }
+    PS_RETURN_IF_ERROR(shards_[s]->CheckDenseWrite(request.name(), chunk.chunk(), check.size(),
+                                                   request.total_floats()));
   }
   for (const rpc::DenseChunk& chunk : request.chunks()) {
     Shard& shard = *shards_[ShardOf(name_hash, chunk.chunk(), num_shards_)];
@@ -665,7 +694,7 @@ absl::Status ShardedStore::PushDense(const rpc::PushDenseRequest& request,
       // Taken after the write below: the chunk's record is at or before the shard's newest.
       replicated_at->emplace_back(ShardOf(name_hash, chunk.chunk(), num_shards_), 0);
     }
-    if (request.kind() == rpc::PushDenseRequest::ASSIGN) {
+    if (!gradient) {
       PS_RETURN_IF_ERROR(
           shard.AssignDense(request.name(), chunk.chunk(), values, request.total_floats()));
       if (replicated_at != nullptr) replicated_at->back().second = shard.applied_sequence();
@@ -673,14 +702,15 @@ absl::Status ShardedStore::PushDense(const rpc::PushDenseRequest& request,
     }
     PS_ASSIGN_OR_RETURN(
         const ApplyWindow::Verdict verdict,
-        shard.ApplyDenseGradient(
-            request.name(), chunk.chunk(), values, request.total_floats(),
-            request.header().worker_id(),
-            request.header().sequence() == 0 ? 0 : request.header().sequence() + chunk.chunk()));
+        shard.ApplyDenseGradient(request.name(), chunk.chunk(), values, request.total_floats(),
+                                 request.header().worker_id(), sequence + chunk.chunk()));
     if (verdict == ApplyWindow::Verdict::kTooOld) {
-      return absl::AbortedError(
-          absl::StrFormat("dense push %d of worker %d is older than the exactly-once window",
-                          request.header().sequence(), request.header().worker_id()));
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "dense push sequence %d of worker %d (chunk %d: sequence %d) is more than %d below the "
+          "newest sequence its shard admitted from that worker, so the shard cannot tell whether "
+          "it applied it: that chunk and those after it were not applied",
+          sequence, request.header().worker_id(), chunk.chunk(), sequence + chunk.chunk(),
+          ApplyWindow::kWindow));
     }
     if (replicated_at != nullptr) replicated_at->back().second = shard.applied_sequence();
   }

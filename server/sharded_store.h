@@ -132,11 +132,13 @@ class ShardedStore {
                     absl::FunctionRef<float*(size_t num_keys, uint32_t dim)> allocate);
 
   // Applies the request's gradients with the table's optimizer, duplicates within the request
-  // summed, exactly once per (worker_id, sequence) and shard. `duplicate_keys` counts keys of
-  // shards that had already applied this sequence (a retry). Errors as Pull, plus
-  // INVALID_ARGUMENT for gradients whose length disagrees with keys x dim, a NaN or Inf gradient
-  // (nothing of the push is applied), or sequence 0; ABORTED if a shard cannot tell whether an
-  // old sequence was applied (older than its window; that shard's part was not applied).
+  // summed, exactly once per (worker_id, sequence) and shard (the worker_id is not checked here:
+  // the service checks it with RegisteredWorkers). `duplicate_keys` counts keys of shards that
+  // had already applied this sequence (a retry). Errors as Pull, plus INVALID_ARGUMENT for
+  // gradients whose length disagrees with keys x dim, a NaN or Inf gradient, or sequence 0
+  // (nothing of the push is applied); INVALID_ARGUMENT if a shard cannot tell whether the
+  // sequence was applied: more than ApplyWindow::kWindow below the newest it admitted from the
+  // worker (that shard's part was not applied; each shard decides on its own part).
   //
   // Sync mode: the push belongs to step header.clock (INVALID_ARGUMENT if negative). It is summed
   // with the other workers' pushes of that step and applied with them when the step ends
@@ -168,8 +170,8 @@ class ShardedStore {
   // ended the pending step (or, with a quorum below 1, sync_timeout_ms after the first did), its
   // summed gradients are applied at once (the quorum is the nearest whole number of workers to
   // sync_quorum x workers, at least 1: 0.67 of 3 is 2). Returns the newest applied step.
-  // UNAVAILABLE (retryable) for a step after the pending one; ending an applied step is a no-op.
-  // Other modes: a no-op returning -1.
+  // UNAVAILABLE (retryable) for a step after the pending one; ending an applied step is a no-op;
+  // INVALID_ARGUMENT for worker_id 0. Other modes: a no-op returning -1.
   absl::StatusOr<int64_t> EndStep(uint32_t worker_id, int64_t step);
 
   // Sync mode: ABORTED if `step` was already applied (a straggler outside the quorum pulling for a
@@ -192,9 +194,13 @@ class ShardedStore {
   // exist; errors of routing as Pull.
   absl::Status PullDense(const rpc::PullDenseRequest& request, rpc::PullDenseResponse* response);
 
-  // Assigns or applies gradients to chunks of a dense tensor (created by its first push).
-  // INVALID_ARGUMENT for a length that disagrees with the chunking or total, NaN or Inf values.
-  // `replicated_at` as for Push.
+  // Assigns or applies gradients to chunks of a dense tensor (created by its first push). A
+  // gradient's chunk c is applied once per (worker_id, sequence + c) and shard. Every chunk is
+  // checked before any is written: INVALID_ARGUMENT, with nothing applied, for a length that
+  // disagrees with the chunking or total, NaN or Inf values, a chunk given twice, or a gradient
+  // without a sequence (0); errors of routing as Pull. INVALID_ARGUMENT if a chunk's sequence is
+  // more than ApplyWindow::kWindow below the newest its shard admitted from the worker (that chunk
+  // and the later ones of the request are not applied). `replicated_at` as for Push.
   absl::Status PushDense(const rpc::PushDenseRequest& request,
                          std::vector<std::pair<uint32_t, uint64_t>>* replicated_at = nullptr);
 

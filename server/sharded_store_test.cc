@@ -192,7 +192,47 @@ TEST_CASE("bad requests get specific errors and change nothing", "[server][store
     CHECK(store->Push(MakePush(keys, 1.0f, 0), &duplicates).code() ==
           absl::StatusCode::kInvalidArgument);
   }
+  SECTION("a run naming a shard outside the job's") {
+    rpc::PullRequest pull;
+    pull.set_table("emb");
+    SetKeys(keys, &pull);
+    pull.mutable_runs(0)->set_shard(kShards);
+    rpc::PullResponse response;
+    const absl::Status status = store->Pull(pull, &response);
+    CHECK(status.code() == absl::StatusCode::kInvalidArgument);
+    CHECK(absl::StrContains(status.message(), "out of range"));
+  }
   CHECK(PullRows(*store, keys) == before);
+}
+
+// The rules proto/ps.proto states for RequestHeader.sequence (ApplyWindow::kWindow = 1024).
+TEST_CASE("sequences: repeats are duplicates, gaps are fine, more than the window below is refused",
+          "[server][store]") {
+  auto store = ServingStore();
+  const std::vector<uint64_t> keys = EvenShardKeys(6);
+  const auto before = PullRows(*store, keys);
+  uint32_t duplicates = 0;
+  REQUIRE(store->Push(MakePush(keys, 1.0f, 10), &duplicates).ok());
+  // A gap: 11 to 2009 never arrive; 2010 is applied.
+  REQUIRE(store->Push(MakePush(keys, 1.0f, 2010), &duplicates).ok());
+  CHECK(duplicates == 0);
+  // A repeat: acknowledged, counted, not applied.
+  REQUIRE(store->Push(MakePush(keys, 1.0f, 2010), &duplicates).ok());
+  CHECK(duplicates == keys.size());
+  // Within the window below the newest (2010 - 1024 = 986 is its oldest): applied once.
+  REQUIRE(store->Push(MakePush(keys, 1.0f, 986), &duplicates).ok());
+  CHECK(duplicates == 0);
+  REQUIRE(store->Push(MakePush(keys, 1.0f, 986), &duplicates).ok());
+  CHECK(duplicates == keys.size());
+  // More than the window below: the shards cannot tell, and refuse.
+  const absl::Status old = store->Push(MakePush(keys, 1.0f, 985), &duplicates);
+  CHECK(old.code() == absl::StatusCode::kInvalidArgument);
+  CHECK(absl::StrContains(old.message(), "push sequence 985 of worker 7 is more than 1024 below"));
+  CHECK(store->Push(MakePush(keys, 1.0f, 10), &duplicates).code() ==
+        absl::StatusCode::kInvalidArgument);
+  // Applied: 10, 2010 and 986, three SGD steps of 0.5.
+  const auto after = PullRows(*store, keys);
+  for (uint64_t k : keys) CHECK(after.at(k)[0] == Approx(before.at(k)[0] - 3 * 0.5f));
 }
 
 TEST_CASE("requests before the shard map are refused as retryable", "[server][store]") {
@@ -272,9 +312,47 @@ TEST_CASE("dense tensors are chunked over the served shards", "[server][store]")
   chunk->set_values(std::string(reinterpret_cast<char*>(c1.data()), 8));
   REQUIRE(store.PushDense(push).ok());
 
-  // A gradient step with the default dense optimizer (sgd, lr 0.01).
+  // A gradient step with the default dense optimizer (sgd, lr 0.01). Chunk c is admitted once as
+  // (worker_id, sequence + c): this push takes sequences 20 and 21, and its retry applies nothing.
   push.set_kind(rpc::PushDenseRequest::GRADIENT);
+  push.mutable_header()->set_worker_id(3);
+  push.mutable_header()->set_sequence(20);
   REQUIRE(store.PushDense(push).ok());
+  REQUIRE(store.PushDense(push).ok());
+
+  // Each section leaves the values as they are.
+  SECTION("a gradient without a sequence is refused") {
+    rpc::PushDenseRequest bad = push;
+    bad.mutable_header()->set_sequence(0);
+    const absl::Status status = store.PushDense(bad);
+    CHECK(status.code() == absl::StatusCode::kInvalidArgument);
+    CHECK(absl::StrContains(status.message(), "without a sequence number"));
+  }
+  SECTION("a malformed chunk anywhere: nothing applied") {
+    rpc::PushDenseRequest bad = push;
+    bad.mutable_header()->set_sequence(100);
+    SECTION("a short chunk") { bad.mutable_chunks(1)->mutable_values()->resize(4); }
+    SECTION("torn floats") { bad.mutable_chunks(1)->mutable_values()->push_back('x'); }
+    SECTION("a chunk twice") { *bad.add_chunks() = bad.chunks(1); }
+    SECTION("a chunk beyond the tensor") { bad.mutable_chunks(1)->set_chunk(2); }
+    SECTION("another total") { bad.set_total_floats(7); }
+    const absl::Status status = store.PushDense(bad);
+    INFO(status.message());
+    CHECK(status.code() == absl::StatusCode::kInvalidArgument);
+    CHECK(absl::StrContains(status.message(), "\"mlp.w\""));
+  }
+  SECTION("a chunk's sequence more than the window below the newest is refused") {
+    rpc::PushDenseRequest zeros = push;  // a zero gradient: sgd changes nothing
+    zeros.mutable_header()->set_sequence(5000);
+    zeros.mutable_chunks(0)->set_values(std::string(16, '\0'));
+    zeros.mutable_chunks(1)->set_values(std::string(8, '\0'));
+    REQUIRE(store.PushDense(zeros).ok());
+    zeros.mutable_header()->set_sequence(30);  // 5000 - 30 > 1024
+    const absl::Status status = store.PushDense(zeros);
+    CHECK(status.code() == absl::StatusCode::kInvalidArgument);
+    CHECK(absl::StrContains(status.message(), "dense push sequence 30 of worker 3"));
+    CHECK(absl::StrContains(status.message(), "more than 1024 below"));
+  }
 
   rpc::PullDenseRequest pull;
   pull.set_name("mlp.w");
@@ -357,6 +435,8 @@ TEST_CASE("sync mode sums a step's pushes and applies them once, when every work
   // Ending an applied step again is a no-op; a future step is refused.
   CHECK(*store->EndStep(1, 0) == 0);
   CHECK(store->EndStep(1, 5).status().code() == absl::StatusCode::kUnavailable);
+  // A step end counts a worker: it needs the worker's id.
+  CHECK(store->EndStep(0, 1).status().code() == absl::StatusCode::kInvalidArgument);
   CHECK(store->Push(StepPush(keys, 1.0f, 1, 7), &duplicates).code() ==
         absl::StatusCode::kUnavailable);
   CHECK(store->Push(StepPush(keys, 1.0f, 1, -1), &duplicates).code() ==

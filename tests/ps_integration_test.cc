@@ -10,11 +10,14 @@
 #include <thread>
 #include <vector>
 
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "client/ps_client.h"
+#include "common/coordinator_client.h"
 #include "common/hash.h"
 #include "common/job_config.h"
 #include "proto/ps.grpc.pb.h"
@@ -313,6 +316,170 @@ TEST_CASE("bad requests get specific errors and the servers keep serving", "[int
   // Nothing of the refused pushes was applied, and the servers still serve.
   REQUIRE(client.Pull("sgd", keys, absl::MakeSpan(rows)).ok());
   CHECK(rows == before);
+}
+
+// The wire contract (proto/ps.proto) as the daemons enforce it, through raw stubs as a client in
+// another language would send: a push's worker_id must be a member id from Coordinator.Register,
+// and a malformed request is INVALID_ARGUMENT naming what is wrong.
+TEST_CASE("pushes from worker ids never registered are PERMISSION_DENIED; malformed requests "
+          "INVALID_ARGUMENT",
+          "[integration][wire]") {
+  Cluster cluster = StartCluster();
+  Client& client = *cluster.client;
+  const rpc::ShardMap map = client.shard_map();
+  const uint64_t table_hash = NameHash("sgd");
+  std::vector<std::unique_ptr<rpc::ParameterServer::Stub>> stubs;
+  std::vector<std::shared_ptr<grpc::Channel>> channels;
+  for (const rpc::ServerInfo& server : map.servers()) {
+    channels.push_back(
+        grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials()));
+    stubs.push_back(rpc::ParameterServer::NewStub(channels.back()));
+  }
+  // A key of each server's.
+  std::vector<uint64_t> key_of(map.servers_size());
+  for (int s = 0; s < map.servers_size(); ++s) {
+    while (map.shards(ShardOf(table_hash, key_of[s], map.num_shards())).primary() !=
+           static_cast<uint32_t>(s)) {
+      ++key_of[s];
+    }
+  }
+  auto make_push = [&](int server, uint32_t worker_id, uint64_t sequence) {
+    rpc::PushRequest request;
+    request.mutable_header()->set_map_version(map.version());
+    request.mutable_header()->set_worker_id(worker_id);
+    request.mutable_header()->set_sequence(sequence);
+    request.mutable_header()->set_clock(-1);
+    request.set_table("sgd");
+    const uint64_t key = key_of[server];
+    request.set_keys(std::string(reinterpret_cast<const char*>(&key), 8));
+    rpc::ShardRun* run = request.add_runs();
+    run->set_shard(ShardOf(table_hash, key, map.num_shards()));
+    run->set_count(1);
+    const std::vector<float> g(8, 1.0f);
+    request.set_grads(std::string(reinterpret_cast<const char*>(g.data()), 32));
+    return request;
+  };
+  auto push = [&](int server, const rpc::PushRequest& request) {
+    rpc::PushResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+    return stubs[server]->Push(&context, request, &response);
+  };
+  std::vector<float> before(map.servers_size() * 8);
+  REQUIRE(client.Pull("sgd", key_of, absl::MakeSpan(before)).ok());
+
+  // Every server refuses a worker id the coordinator never issued, and says what to use.
+  for (int s = 0; s < map.servers_size(); ++s) {
+    const grpc::Status status = push(s, make_push(s, 4000000000u, 1));
+    INFO("server " << s << ": " << status.error_message());
+    CHECK(status.error_code() == grpc::StatusCode::PERMISSION_DENIED);
+    CHECK(absl::StrContains(status.error_message(),
+                            "worker_id 4000000000 was never registered with the coordinator"));
+    CHECK(absl::StrContains(status.error_message(), "Coordinator.Register"));
+    CHECK(push(s, make_push(s, 0, 1)).error_code() == grpc::StatusCode::PERMISSION_DENIED);
+  }
+  {  // Dense gradients and step ends of a stranger too.
+    rpc::PushDenseRequest dense;
+    dense.mutable_header()->set_map_version(map.version());
+    dense.mutable_header()->set_worker_id(4000000000u);
+    dense.mutable_header()->set_sequence(1);
+    dense.set_name("mlp");
+    dense.set_kind(rpc::PushDenseRequest::GRADIENT);
+    dense.set_total_floats(1);
+    rpc::DenseChunk* chunk = dense.add_chunks();
+    chunk->set_chunk(0);
+    const float one = 1.0f;
+    chunk->set_values(std::string(reinterpret_cast<const char*>(&one), 4));
+    rpc::PushDenseResponse response;
+    grpc::ClientContext context;
+    CHECK(stubs[0]->PushDense(&context, dense, &response).error_code() ==
+          grpc::StatusCode::PERMISSION_DENIED);
+    rpc::EndStepRequest end;
+    end.mutable_header()->set_map_version(map.version());
+    end.mutable_header()->set_worker_id(4000000000u);
+    rpc::EndStepResponse ended;
+    grpc::ClientContext end_context;
+    CHECK(stubs[1]->EndStep(&end_context, end, &ended).error_code() ==
+          grpc::StatusCode::PERMISSION_DENIED);
+  }
+
+  // The registered client's pushes work, through the library and through a raw stub.
+  const std::vector<float> grads(map.servers_size() * 8, 1.0f);
+  REQUIRE(client.Push("sgd", key_of, grads).ok());
+  for (int s = 0; s < map.servers_size(); ++s) {
+    const grpc::Status status = push(s, make_push(s, client.worker_id(), uint64_t{1} << 40));
+    INFO(status.error_message());
+    CHECK(status.ok());
+  }
+  // A member registered after the servers last asked the coordinator: they ask again.
+  auto coordinator = CoordinatorClient::Connect(cluster.coordinator->address(), absl::Seconds(10));
+  REQUIRE(coordinator.ok());
+  const absl::StatusOr<rpc::RegisterResponse> late = (*coordinator)->Register(rpc::CLIENT, "", -1);
+  REQUIRE(late.ok());
+  for (int s = 0; s < map.servers_size(); ++s) {
+    const grpc::Status status = push(s, make_push(s, late->member_id(), 1));
+    INFO(status.error_message());
+    CHECK(status.ok());
+  }
+  // Applied: the library's push and two raw ones per key, SGD with learning rate 0.1.
+  std::vector<float> after(before.size());
+  REQUIRE(client.Pull("sgd", key_of, absl::MakeSpan(after)).ok());
+  for (size_t i = 0; i < after.size(); ++i) CHECK(after[i] == Approx(before[i] - 0.3f));
+
+  // Malformed requests: INVALID_ARGUMENT, naming what is wrong, nothing applied.
+  auto refused = [&](const rpc::PushRequest& request, const std::string& says) {
+    const grpc::Status status = push(0, request);
+    INFO(says << ": " << status.error_message());
+    CHECK(status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK(absl::StrContains(status.error_message(), says));
+  };
+  uint64_t sequence = 100;
+  {
+    rpc::PushRequest torn = make_push(0, client.worker_id(), ++sequence);
+    torn.mutable_keys()->pop_back();
+    refused(torn, "keys are 7 bytes, not a multiple of 8");
+  }
+  {
+    rpc::PushRequest short_grads = make_push(0, client.worker_id(), ++sequence);
+    short_grads.mutable_grads()->resize(28);
+    refused(short_grads, "gradients are 28 bytes, 1 keys of dim 8 need 32");
+  }
+  {
+    rpc::PushRequest runs = make_push(0, client.worker_id(), ++sequence);
+    runs.mutable_runs(0)->set_count(2);
+    refused(runs, "shard runs cover 2 keys, the request has 1");
+  }
+  {
+    rpc::PushRequest out_of_range = make_push(0, client.worker_id(), ++sequence);
+    out_of_range.mutable_runs(0)->set_shard(map.num_shards());
+    refused(out_of_range, absl::StrCat("shard ", map.num_shards(), " out of range"));
+  }
+  {
+    rpc::PushRequest no_sequence = make_push(0, client.worker_id(), 0);
+    refused(no_sequence, "without a sequence number");
+  }
+  {  // Bytes that are no PushRequest at all.
+    grpc::GenericStub generic(channels[0]);
+    const std::string garbage("\x0a\x10abc", 5);
+    grpc::Slice slice(garbage);
+    grpc::ByteBuffer request(&slice, 1);
+    grpc::ByteBuffer response;
+    grpc::ClientContext context;
+    absl::Notification done;
+    grpc::Status status;
+    generic.UnaryCall(&context, "/ps.rpc.ParameterServer/Push", grpc::StubOptions(), &request,
+                      &response, [&](grpc::Status s) {
+                        status = std::move(s);
+                        done.Notify();
+                      });
+    done.WaitForNotification();
+    INFO(status.error_message());
+    CHECK(status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK(absl::StrContains(status.error_message(), "does not parse as a ps.rpc.PushRequest"));
+  }
+  std::vector<float> last(before.size());
+  REQUIRE(client.Pull("sgd", key_of, absl::MakeSpan(last)).ok());
+  CHECK(last == after);
 }
 
 // With replication_factor 1 a killed server's shards have no copy left: the coordinator, told by

@@ -157,7 +157,8 @@ Coordinator::Coordinator(CoordinatorOptions options)
                           options.restore_manifest.step() > 0
                       ? options.restore_manifest.step()
                       : 0),
-      next_member_id_(std::max<uint32_t>(1, options.restore_manifest.next_member_id())),
+      first_member_id_(std::max<uint32_t>(1, options.restore_manifest.next_member_id())),
+      next_member_id_(first_member_id_),
       workers_(num_workers_),
       progress_(num_servers_) {
   // Every rank has finished the steps before the restored one.
@@ -167,6 +168,7 @@ Coordinator::Coordinator(CoordinatorOptions options)
 void Coordinator::TakeUpLocked(const SavedCoordinator& saved, absl::Time now) {
   const rpc::CoordinatorState& st = saved.state;
   next_member_id_ = std::max(next_member_id_, st.next_member_id());
+  if (st.first_member_id() != 0) first_member_id_ = st.first_member_id();
   for (const rpc::SavedMember& m : st.members()) {
     Member member;
     member.member_id = m.member_id();
@@ -216,6 +218,7 @@ void Coordinator::PersistLocked() {
   }
   rpc::CoordinatorState st;
   st.set_job_digest(job_digest_);
+  st.set_first_member_id(first_member_id_);
   st.set_next_member_id(next_member_id_);
   for (const auto& [id, m] : members_) {
     rpc::SavedMember* saved = st.add_members();
@@ -240,6 +243,14 @@ void Coordinator::PersistLocked() {
 uint32_t Coordinator::next_member_id() const {
   absl::MutexLock lock(&mu_);
   return next_member_id_;
+}
+
+rpc::MemberIds Coordinator::MemberIds() const {
+  absl::MutexLock lock(&mu_);
+  rpc::MemberIds ids;
+  ids.set_first_member_id(first_member_id_);
+  ids.set_next_member_id(next_member_id_);
+  return ids;
 }
 
 Coordinator::~Coordinator() { Shutdown(); }

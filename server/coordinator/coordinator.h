@@ -116,6 +116,10 @@ class Coordinator {
 
   // Member ids handed out so far are below this (CheckpointManifest.next_member_id).
   uint32_t next_member_id() const;
+  // Every member id this coordinator handed out, and no other, is in [first_member_id,
+  // next_member_id): ids are given in increasing order from 1 (a restored job: from its
+  // checkpoint's next_member_id) and never reused, also across a restart from the store.
+  rpc::MemberIds MemberIds() const;
   absl::Duration heartbeat_interval() const { return heartbeat_interval_; }
 
   // --- Membership ---
@@ -334,6 +338,7 @@ class Coordinator {
                             // than timer_wake_at_ arrives
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time timer_wake_at_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
+  uint32_t first_member_id_ ABSL_GUARDED_BY(mu_) = 1;
   uint32_t next_member_id_ ABSL_GUARDED_BY(mu_) = 1;
   std::map<uint32_t, Member> members_ ABSL_GUARDED_BY(mu_);
   std::vector<ServerSlot> servers_ ABSL_GUARDED_BY(mu_);  // index: server_id

@@ -89,6 +89,13 @@ grpc::ServerUnaryReactor* CoordinatorService::Register(grpc::CallbackServerConte
   return Done(context, registered.status());
 }
 
+grpc::ServerUnaryReactor* CoordinatorService::GetMemberIds(grpc::CallbackServerContext* context,
+                                                           const rpc::MemberIdsRequest* request,
+                                                           rpc::MemberIds* response) {
+  *response = coordinator_->MemberIds();
+  return Done(context, absl::OkStatus());
+}
+
 namespace {
 
 // Opens (and closes) a TCP connection to host:port within CoordinatorService::kReachableTimeout.

@@ -56,6 +56,9 @@ class CoordinatorService final : public rpc::Coordinator::CallbackService {
   grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* context,
                                      const rpc::RegisterRequest* request,
                                      rpc::RegisterResponse* response) override;
+  grpc::ServerUnaryReactor* GetMemberIds(grpc::CallbackServerContext* context,
+                                         const rpc::MemberIdsRequest* request,
+                                         rpc::MemberIds* response) override;
   grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* context,
                                       const rpc::HeartbeatRequest* request,
                                       rpc::HeartbeatResponse* response) override;

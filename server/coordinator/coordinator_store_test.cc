@@ -81,6 +81,34 @@ TEST_CASE("a coordinator restarted on its store carries the job on", "[coordinat
   CHECK(alive == 0);
 }
 
+TEST_CASE("a restarted coordinator keeps the range of member ids it handed out",
+          "[coordinator][store]") {
+  const std::string dir = testing::TempDir() + "/coordinator_store_ids";
+  FakeClock clock;
+  {
+    auto store = CoordinatorStore::Open(dir);
+    REQUIRE(store.ok());
+    // A job restored from a checkpoint: its ids start at the checkpoint's next_member_id.
+    CoordinatorOptions options;
+    options.job = Job(2);
+    options.clock = &clock;
+    options.store = store->get();
+    options.restore_from = "/ckpt/00000000000000000001";
+    options.restore_manifest.set_next_member_id(30);
+    absl::StatusOr<std::unique_ptr<Coordinator>> c = Coordinator::Create(std::move(options));
+    REQUIRE(c.ok());
+    REQUIRE((*c)->Register(rpc::WORKER, "", -1).ok());
+    REQUIRE((*c)->Register(rpc::CLIENT, "", -1).ok());
+  }
+  // Restarted as ps_coordinator restarts it: the data_dir, not the checkpoint's manifest.
+  auto store = CoordinatorStore::Open(dir);
+  REQUIRE(store.ok());
+  auto c = Start(store->get(), &clock);
+  CHECK(c->MemberIds().first_member_id() == 30);
+  CHECK(c->MemberIds().next_member_id() == 32);
+  CHECK(c->Register(rpc::CLIENT, "", -1)->member_id() == 32);
+}
+
 TEST_CASE("a store holding another job's state is refused", "[coordinator][store]") {
   const std::string dir = testing::TempDir() + "/coordinator_store_other";
   FakeClock clock;

@@ -120,6 +120,38 @@ TEST_CASE("a restored sync job starts at its checkpoint's step with new member i
   CHECK(coordinator.next_member_id() == 44);
 }
 
+TEST_CASE("the member ids handed out are exactly [first_member_id, next_member_id)",
+          "[coordinator][register]") {
+  Fixture f(2, 2);
+  CHECK(f.coordinator->MemberIds().first_member_id() == 1);
+  CHECK(f.coordinator->MemberIds().next_member_id() == 1);  // none yet
+  const uint32_t server = f.MustRegister(rpc::SERVER, "h:1", -1).member_id();
+  const uint32_t worker = f.MustRegister(rpc::WORKER, "", -1).member_id();
+  // A restarted server replaces its old member; the old id stays issued, never given again.
+  const uint32_t restarted = f.MustRegister(rpc::SERVER, "h:1", -1).member_id();
+  const uint32_t client = f.MustRegister(rpc::CLIENT, "", -1).member_id();
+  CHECK(std::vector<uint32_t>{server, worker, restarted, client} ==
+        std::vector<uint32_t>{1, 2, 3, 4});
+  const rpc::MemberIds ids = f.coordinator->MemberIds();
+  CHECK(ids.first_member_id() == 1);
+  CHECK(ids.next_member_id() == 5);
+  CHECK(ids.next_member_id() == f.coordinator->next_member_id());
+
+  // A restored job hands out ids from its checkpoint's next_member_id: the ones below were the
+  // checkpoint's cluster's, not this coordinator's.
+  FakeClock clock;
+  CoordinatorOptions options;
+  options.job = MakeJob(1, 1, 8);
+  options.clock = &clock;
+  options.restore_from = "/ckpt/00000000000000000002";
+  options.restore_manifest.set_next_member_id(40);
+  absl::StatusOr<std::unique_ptr<Coordinator>> restored = Coordinator::Create(std::move(options));
+  REQUIRE(restored.ok());
+  REQUIRE((*restored)->Register(rpc::WORKER, "", -1).ok());
+  CHECK((*restored)->MemberIds().first_member_id() == 40);
+  CHECK((*restored)->MemberIds().next_member_id() == 41);
+}
+
 TEST_CASE("servers get ids in registration order and the job", "[coordinator][register]") {
   Fixture f;
   const rpc::RegisterResponse a = f.MustRegister(rpc::SERVER, "10.0.0.1:7000", -1);

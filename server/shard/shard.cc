@@ -180,6 +180,12 @@ absl::Status Shard::ReadDense(absl::string_view name, uint32_t chunk, std::vecto
   return absl::OkStatus();
 }
 
+absl::Status Shard::CheckDenseWrite(absl::string_view name, uint32_t chunk, size_t length,
+                                    uint64_t total_floats) const {
+  absl::MutexLock lock(&mu_);
+  return dense_.CheckWrite(name, chunk, length, total_floats);
+}
+
 absl::Status Shard::AssignDense(absl::string_view name, uint32_t chunk,
                                 absl::Span<const float> values, uint64_t total_floats) {
   absl::MutexLock lock(&mu_);

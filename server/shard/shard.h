@@ -132,6 +132,11 @@ class Shard {
   absl::Status ReadDense(absl::string_view name, uint32_t chunk, std::vector<float>* values,
                          uint64_t* total_floats) const;
 
+  // Whether a write of `length` floats to a dense chunk would be accepted
+  // (DenseChunkStore::CheckWrite): OK or INVALID_ARGUMENT saying why.
+  absl::Status CheckDenseWrite(absl::string_view name, uint32_t chunk, size_t length,
+                               uint64_t total_floats) const;
+
   // Replaces the values of a dense chunk (DenseChunkStore::Assign). Advances applied_sequence()
   // by one when it succeeds; INVALID_ARGUMENT as Assign.
   absl::Status AssignDense(absl::string_view name, uint32_t chunk, absl::Span<const float> values,

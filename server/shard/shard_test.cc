@@ -121,6 +121,13 @@ TEST_CASE("dense chunks: assign, gradients once per sequence, refused writes rec
   REQUIRE(shard.ReadDense("w", 0, &values, &total).ok());
   CHECK(values == init);
   CHECK(total == 10);
+  // CheckDenseWrite says beforehand what a write would say, and changes nothing.
+  CHECK(shard.CheckDenseWrite("w", 0, 8, 10).ok());
+  CHECK(shard.CheckDenseWrite("w", 1, 2, 10).ok());
+  CHECK(shard.CheckDenseWrite("w", 1, 3, 10).code() == absl::StatusCode::kInvalidArgument);
+  CHECK(shard.CheckDenseWrite("w", 0, 8, 12).code() == absl::StatusCode::kInvalidArgument);
+  CHECK(shard.CheckDenseWrite("w", 2, 8, 10).code() == absl::StatusCode::kInvalidArgument);
+  CHECK(shard.applied_sequence() == 1);
   // A gradient of the wrong length is refused and does not use up its sequence.
   const std::vector<float> short_grad(3, 1.0f);
   CHECK(shard.ApplyDenseGradient("w", 0, short_grad, 10, 1, 5).status().code() ==
