@@ -260,12 +260,13 @@ class ClientTest(unittest.TestCase):
 
         client = ps_client.connect(self.cluster.address, role="client")
         with client:
-            # Without heartbeats it would not have been heard of since it registered.
-            time.sleep(1.5)
+            # Without heartbeats it would not have been heard of for 2 s, since it registered;
+            # they come every 500 ms (the coordinator's default).
+            time.sleep(2.0)
             m = member(client)
             self.assertEqual(m.role, coordinator_pb2.CLIENT)
             self.assertTrue(m.alive)
-            self.assertLess(m.last_seen_ms, 1000)
+            self.assertLess(m.last_seen_ms, 1500)
         # The default dead_after_ms is 3000.
         cluster_case.wait_until(lambda: not member(client).alive, 20, "the closed client dead")
         with self.assertRaises(ps_client.FailedPreconditionError):
