@@ -108,6 +108,7 @@ class Recorder(grpc.UnaryUnaryClientInterceptor):
 
     def __init__(self):
         self.calls = []  # (method, request, response) with response bytes/message or None
+        self.failures = []  # (method, grpc.StatusCode) of the calls that failed
         self.lose_replies = {}
         self._lock = threading.Lock()
 
@@ -118,6 +119,8 @@ class Recorder(grpc.UnaryUnaryClientInterceptor):
         response = None if failed else outcome.result()
         with self._lock:
             self.calls.append((method, request, response))
+            if failed:
+                self.failures.append((method, outcome.exception().code()))
             lose = not failed and self.lose_replies.get(method, 0) > 0
             if lose:
                 self.lose_replies[method] -= 1
@@ -130,6 +133,7 @@ class Recorder(grpc.UnaryUnaryClientInterceptor):
     def clear(self):
         with self._lock:
             self.calls.clear()
+            self.failures.clear()
 
 
 class _LostReply(grpc.RpcError, grpc.Future, grpc.Call):

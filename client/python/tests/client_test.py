@@ -283,22 +283,46 @@ cluster { num_shards: 8 num_servers: 2 replication_factor: 2 replication_mode: S
 
 class FailoverTest(unittest.TestCase):
 
-    def test_follows_the_map_when_a_server_dies(self):
+    def test_follows_the_map_when_a_server_dies_and_returns(self):
         with cluster_case.start_cluster(FAILOVER_JOB) as cluster:
-            with ps_client.connect(cluster.address, retry_timeout=30,
-                                   request_timeout=5) as client:
+            options = dict(retry_timeout=30, request_timeout=5)
+            recorder = cluster_case.Recorder()
+            client = ps_client.connect(cluster.address, **options)
+            # A client that does not follow the map by itself: its heartbeats are stopped.
+            stale = ps_client.connect(cluster.address, interceptors=(recorder,), **options)
+            stale._coordinator.stop_heartbeats()
+            with client, stale:
                 keys = np.arange(1000, dtype=np.uint64)
                 grads = np.random.default_rng(7).standard_normal((1000, 4)).astype(np.float32)
                 client.push("t", keys, grads)
                 before = client.pull("t", keys)
                 version = client.shard_map.version
+                self.assertEqual(stale.shard_map.version, version)
                 self.assertEqual({a.primary for a in client.shard_map.shards}, {0, 1})
+                port = cluster.servers[0].port
                 cluster.servers[0].kill()
+                # Unavailable server 0: reported, failed over, the client follows.
                 np.testing.assert_array_equal(client.pull("t", keys), before)
                 client.push("t", keys, grads)
                 np.testing.assert_array_equal(client.pull("t", keys), before - grads)
                 self.assertGreater(client.shard_map.version, version)
                 self.assertEqual({a.primary for a in client.shard_map.shards}, {1})
+                # Server 0 returns at its address and becomes a replica of every shard.
+                cluster.add_server(["--listen=127.0.0.1:%d" % port])
+                coordinator = ps_client.coordinator.CoordinatorConnection(cluster.address, 10)
+
+                def healed():
+                    shards = coordinator.status().shard_map.shards
+                    return all(len(a.replicas) == 1 and not a.catching_up for a in shards)
+                cluster_case.wait_until(healed, 30, "every shard with 2 copies")
+                coordinator.close()
+                # The stale client's requests for server 0's old shards reach a replica, which
+                # refuses them (FAILED_PRECONDITION); it refreshes its map and goes to server 1.
+                self.assertEqual(stale.shard_map.version, version)
+                stale.push("t", keys, grads)
+                self.assertIn((PUSH, grpc.StatusCode.FAILED_PRECONDITION), recorder.failures)
+                self.assertGreater(stale.shard_map.version, version)
+                np.testing.assert_array_equal(stale.pull("t", keys), before - grads - grads)
 
 
 SYNC_JOB = """
