@@ -12,7 +12,8 @@ Needs the stubs generated from proto/ (``bazel build //client/python:ps_client``
 PYTHONPATH=client/python:bazel-bin/client/python. See README.md, "Python".
 """
 
-from .client import Client, ClientOptions, DenseUpdate, PushResult, connect
+from .client import Client, connect
+from .options import ClientOptions, DenseUpdate, PushResult
 from .errors import (DataLossError, DeadlineExceededError, FailedPreconditionError,
                      InternalError, InvalidArgumentError, NotFoundError, PermissionDeniedError,
                      PsError, ResourceExhaustedError, UnavailableError)

@@ -14,23 +14,21 @@ for a retryable reason (a server unavailable, a stale shard map) with the same s
 so a retried push is never applied twice.
 """
 
-import collections
-import dataclasses
-import enum
 import threading
 import time
 
 import grpc
 import numpy as np
 
-from proto import coordinator_pb2
 from proto import job_pb2
 from proto import ps_pb2
 
 from . import errors
+from . import inputs
 from . import routing
 from . import wire
 from .coordinator import CoordinatorConnection
+from .options import ROLES, ClientOptions, DenseUpdate, PushResult
 from .shard_map import Routing, ServerConnection
 
 # Room for the header, table name and runs of a request beyond keys and values.
@@ -38,61 +36,6 @@ REQUEST_OVERHEAD_BYTES = 64 << 10
 _RETRYABLE = frozenset([grpc.StatusCode.UNAVAILABLE,
                         grpc.StatusCode.FAILED_PRECONDITION,  # a stale map: retried after refresh
                         grpc.StatusCode.DEADLINE_EXCEEDED])
-_ROLES = {"client": coordinator_pb2.CLIENT, "worker": coordinator_pb2.WORKER}
-
-
-class DenseUpdate(enum.Enum):
-    """How push_dense's values are used."""
-    ASSIGN = "assign"      # the values replace the tensor (the dense master copy)
-    GRADIENT = "gradient"  # gradients, applied with the job's dense optimizer on the servers
-
-
-PushResult = collections.namedtuple("PushResult", ["duplicate_keys", "late_keys"])
-PushResult.__doc__ = """What the servers said of a push: keys whose shard had already applied the
-request (a retry after a lost reply: not applied again), and keys dropped as late (sync mode,
-a straggler's push to a step applied without it)."""
-
-
-@dataclasses.dataclass
-class ClientOptions:
-    """How to connect; the fields and defaults of the C++ ps::ClientOptions."""
-    # host:port of the coordinator. Required.
-    coordinator: str
-    # Seconds connect() waits for the coordinator and a complete shard map.
-    connect_timeout: float = 60.0
-    # gRPC channels (TCP connections) to each server; requests are spread over them. >= 1.
-    channels_per_server: int = 2
-    # Upper bound on the keys of one request. >= 1.
-    max_keys_per_request: int = 32768
-    # Largest request or response in bytes; 0 takes the job's cluster.max_message_bytes.
-    max_message_bytes: int = 0
-    # Seconds a call keeps retrying retryable errors before it raises the last one.
-    retry_timeout: float = 60.0
-    # Deadline of one request to a server, in seconds.
-    request_timeout: float = 60.0
-    # How this client registers: "client", or "worker" with `rank` (-1: any).
-    role: str = "client"
-    rank: int = -1
-    # gRPC client interceptors wrapped around every server channel (tracing, fault injection).
-    interceptors: tuple = ()
-
-    def validate(self):
-        """InvalidArgumentError naming the first bad field."""
-        def bad(what):
-            raise errors.InvalidArgumentError("ClientOptions.%s" % what)
-        if not isinstance(self.coordinator, str) or not self.coordinator:
-            bad("coordinator must be a non-empty host:port")
-        if self.channels_per_server < 1 or self.max_keys_per_request < 1:
-            bad("channels_per_server and max_keys_per_request must be >= 1")
-        if self.max_message_bytes < 0:
-            bad("max_message_bytes must be >= 0")
-        for name in ("connect_timeout", "retry_timeout", "request_timeout"):
-            if not getattr(self, name) > 0:
-                bad("%s must be > 0 seconds" % name)
-        if self.role not in _ROLES:
-            bad("role must be one of %s, got %r" % (sorted(_ROLES), self.role))
-        if self.rank < -1:
-            bad("rank must be >= -1")
 
 
 def connect(coordinator, **options):
@@ -108,7 +51,7 @@ def connect(coordinator, **options):
     conn = CoordinatorConnection(opts.coordinator, opts.connect_timeout)
     client = None
     try:
-        registration = conn.register(_ROLES[opts.role], opts.rank)
+        registration = conn.register(ROLES[opts.role], opts.rank)
         client = Client(opts, conn, registration)
         conn.start_heartbeats(registration.member_id,
                               max(registration.heartbeat_interval_ms, 1) / 1000.0,
@@ -191,7 +134,7 @@ class Client:
         retry_timeout has passed.
         """
         info = self._table(table)
-        keys = _as_keys(keys)
+        keys = inputs.as_keys(keys)
         self._check_open()
         if len(keys) == 0:
             return np.empty((0, info.dim), dtype=np.float32)
@@ -216,8 +159,8 @@ class Client:
         servers as pull.
         """
         info = self._table(table)
-        keys = _as_keys(keys)
-        grads = _as_grads(grads, len(keys), info)
+        keys = inputs.as_keys(keys)
+        grads = inputs.as_grads(grads, len(keys), info)
         self._check_open()
         if len(keys) == 0:
             return PushResult(0, 0)
@@ -235,7 +178,7 @@ class Client:
         NotFoundError if it was never pushed; InvalidArgumentError if it does not have ``size``
         floats; errors of servers as pull.
         """
-        size = _as_size(size)
+        size = inputs.as_size(size)
         self._check_open()
         chunk_floats = self.job.cluster.dense_chunk_floats
         out = np.empty(size, dtype=np.float32)
@@ -248,7 +191,7 @@ class Client:
                 self._fill_header(current, request.header)
                 requests.append((server, lambda stub: stub.PullDense, request))
             for response in self._send_all(current, requests, "PullDense"):
-                _copy_dense_chunks(name, response, chunk_floats, out)
+                wire.copy_dense_chunks(name, response, chunk_floats, out)
         self._retry_dense(attempt)
         return out
 
@@ -261,10 +204,10 @@ class Client:
         InvalidArgumentError for an empty name or values, a size that disagrees with the
         tensor's, a NaN or Inf value, or an unknown kind; errors of servers as pull.
         """
-        kind = _as_dense_kind(kind)
+        kind = inputs.as_dense_kind(kind)
         if not isinstance(name, str) or not name:
             raise errors.InvalidArgumentError("dense tensor without a name")
-        values = _as_floats(values, "values of dense tensor \"%s\"" % name).ravel()
+        values = inputs.as_floats(values, "values of dense tensor \"%s\"" % name).ravel()
         if values.size == 0:
             raise errors.InvalidArgumentError("dense tensor \"%s\" has no values" % name)
         if not np.isfinite(values).all():
@@ -388,7 +331,7 @@ class Client:
                     answer = _result(call, "Pull" if grads is None else "Push",
                                      current.servers[request.part.server].address)
                     if grads is None:
-                        _place_rows(answer, request.part, info.dim, rows)
+                        wire.place_pull_rows(answer, request.part, info.dim, rows)
                     else:
                         response = ps_pb2.PushResponse.FromString(answer)
                         duplicate += response.duplicate_keys
@@ -456,8 +399,9 @@ class Client:
         """Sends (server, method_of(stub), request) triples in parallel; their responses in
         order. Raises the first non-retryable error, else the first retryable one, after every
         request ended; UNAVAILABLE servers are reported to the coordinator."""
-        calls = [(server, method(current.servers[server].stub()).future(
-            request, timeout=self._options.request_timeout)) for server, method, request in requests]
+        timeout = self._options.request_timeout
+        calls = [(server, method(current.servers[server].stub()).future(request, timeout=timeout))
+                 for server, method, request in requests]
         responses, failures = [], []
         for server, call in calls:
             try:
@@ -519,78 +463,3 @@ def _result(call, what, address):
         return call.result()
     except grpc.RpcError as e:
         raise errors.from_rpc_error(e, "%s to %s" % (what, address)) from None
-
-
-def _place_rows(answer, part, dim, rows):
-    try:
-        values, _ = wire.decode_pull_response(answer)
-    except ValueError as e:
-        raise errors.InternalError("malformed PullResponse: %s" % e) from None
-    if len(values) != part.num_keys * dim:
-        raise errors.InternalError("server answered %d floats for %d keys of dim %d" %
-                                   (len(values), part.num_keys, dim))
-    at = 0
-    for _, begin, count in part.segments:
-        rows[begin:begin + count] = values[at:at + count * dim].reshape(count, dim)
-        at += count * dim
-
-
-def _copy_dense_chunks(name, response, chunk_floats, out):
-    if response.total_floats != out.size:
-        raise errors.InvalidArgumentError("dense tensor \"%s\" has %d floats, the caller asked "
-                                          "for %d" % (name, response.total_floats, out.size))
-    for chunk in response.chunks:
-        begin = chunk.chunk * chunk_floats
-        if begin >= out.size:
-            raise errors.InternalError("dense chunk out of range")
-        count = min(chunk_floats, out.size - begin)
-        if len(chunk.values) != count * 4:
-            raise errors.InternalError("dense chunk of unexpected size")
-        out[begin:begin + count] = np.frombuffer(chunk.values, dtype="<f4")
-
-
-def _as_keys(keys):
-    a = np.asarray(keys)
-    if a.ndim != 1:
-        raise errors.InvalidArgumentError("keys must be a 1-D array, got shape %s" % (a.shape,))
-    if a.size == 0:
-        return np.empty(0, dtype=np.uint64)
-    if a.dtype.kind not in "ui":
-        raise errors.InvalidArgumentError("keys must be integers (uint64), got dtype %s" % a.dtype)
-    if a.dtype.kind == "i" and a.min() < 0:
-        raise errors.InvalidArgumentError("keys must be non-negative, got %d" % a.min())
-    return np.ascontiguousarray(a, dtype="<u8")
-
-
-def _as_floats(values, what):
-    a = np.asarray(values)
-    if a.dtype.kind not in "fiu":
-        raise errors.InvalidArgumentError("%s must be real numbers, got dtype %s" % (what, a.dtype))
-    return np.ascontiguousarray(a, dtype="<f4")
-
-
-def _as_grads(grads, n, info):
-    g = _as_floats(grads, "gradients of table \"%s\"" % info.name)
-    if g.shape != (n, info.dim):
-        raise errors.InvalidArgumentError(
-            "push of %d keys of dim %d needs gradients of shape (%d, %d), got %s" %
-            (n, info.dim, n, info.dim, g.shape))
-    if not np.isfinite(g).all():
-        raise errors.InvalidArgumentError("push to table \"%s\" has a NaN or Inf gradient; "
-                                          "nothing was applied" % info.name)
-    return g
-
-
-def _as_size(size):
-    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
-        raise errors.InvalidArgumentError("size must be a positive integer, got %r" % (size,))
-    return int(size)
-
-
-def _as_dense_kind(kind):
-    try:
-        return DenseUpdate(kind.value if isinstance(kind, DenseUpdate) else kind)
-    except ValueError:
-        raise errors.InvalidArgumentError(
-            "kind must be DenseUpdate.ASSIGN/\"assign\" or DenseUpdate.GRADIENT/\"gradient\", "
-            "got %r" % (kind,)) from None

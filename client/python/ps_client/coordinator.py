@@ -22,7 +22,8 @@ class CoordinatorConnection:
     """A connection to a job's coordinator, with an optional heartbeat thread. Thread-safe."""
 
     def __init__(self, address, timeout):
-        """Connects to ``address`` (host:port). UnavailableError if it is not up in ``timeout`` s."""
+        """Connects to ``address`` (host:port); UnavailableError if it is not up within
+        ``timeout`` seconds."""
         self.address = address
         self._channel = grpc.insecure_channel(address, options=[
             ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),

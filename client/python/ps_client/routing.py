@@ -77,7 +77,9 @@ def key_hashes_reference(name_hash_value, ids):
 
 
 def shards_of_hashes(hashes, num_shards):
-    """The shard of each key hash: the high 64 bits of hash * num_shards (1 <= num_shards < 2^32)."""
+    """The shard of each key hash: the high 64 bits of hash * num_shards, as uint32.
+
+    ValueError unless 1 <= num_shards < 2^32."""
     if not 1 <= num_shards < (1 << 32):
         raise ValueError("num_shards must be in [1, 2^32), got %r" % (num_shards,))
     n = _U64(num_shards)

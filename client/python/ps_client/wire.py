@@ -11,6 +11,8 @@ import numpy as np
 
 from proto import ps_pb2
 
+from . import errors
+
 KEYS_FIELD = 3
 GRADS_FIELD = 5
 _PULL_VALUES_FIELD = 1
@@ -115,3 +117,31 @@ def sparse_fields(header, table, segments):
         run.shard = shard
         run.count = count
     return fields
+
+
+def place_pull_rows(answer, part, dim, rows):
+    try:
+        values, _ = decode_pull_response(answer)
+    except ValueError as e:
+        raise errors.InternalError("malformed PullResponse: %s" % e) from None
+    if len(values) != part.num_keys * dim:
+        raise errors.InternalError("server answered %d floats for %d keys of dim %d" %
+                                   (len(values), part.num_keys, dim))
+    at = 0
+    for _, begin, count in part.segments:
+        rows[begin:begin + count] = values[at:at + count * dim].reshape(count, dim)
+        at += count * dim
+
+
+def copy_dense_chunks(name, response, chunk_floats, out):
+    if response.total_floats != out.size:
+        raise errors.InvalidArgumentError("dense tensor \"%s\" has %d floats, the caller asked "
+                                          "for %d" % (name, response.total_floats, out.size))
+    for chunk in response.chunks:
+        begin = chunk.chunk * chunk_floats
+        if begin >= out.size:
+            raise errors.InternalError("dense chunk out of range")
+        count = min(chunk_floats, out.size - begin)
+        if len(chunk.values) != count * 4:
+            raise errors.InternalError("dense chunk of unexpected size")
+        out[begin:begin + count] = np.frombuffer(chunk.values, dtype="<f4")

@@ -12,8 +12,8 @@
 //
 // Exit status: 0 on success, 1 when the call failed (the status on stderr), 2 on a usage error.
 #include <cstdint>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <memory>
@@ -77,8 +77,8 @@ int Plan() {
     shard_to_server.push_back(server);
   }
   const ps::client_internal::KeyPlan plan =
-      ps::client_internal::PlanKeys(keys, ps::NameHash(absl::GetFlag(FLAGS_table)),
-                                    shard_to_server, absl::GetFlag(FLAGS_max_keys));
+      ps::client_internal::PlanKeys(keys, ps::NameHash(absl::GetFlag(FLAGS_table)), shard_to_server,
+                                    absl::GetFlag(FLAGS_max_keys));
   for (const ps::client_internal::Part& part : plan.parts) {
     std::printf("part %u", part.server);
     for (const ps::client_internal::Segment& seg : part.segments) {
@@ -99,11 +99,13 @@ int Run(const std::string& command) {
     std::vector<float> values;
     if (command == "pull_dense") {
       values.resize(absl::GetFlag(FLAGS_size));
-      const absl::Status s = (*client)->PullDense(absl::GetFlag(FLAGS_name), absl::MakeSpan(values));
+      const absl::Status s =
+          (*client)->PullDense(absl::GetFlag(FLAGS_name), absl::MakeSpan(values));
       if (!s.ok()) return Fail(s);
       return WriteArray(absl::GetFlag(FLAGS_out), values) ? 0 : Fail(absl::InternalError("out"));
     }
-    if (!ReadArray(absl::GetFlag(FLAGS_values), &values)) return Fail(absl::NotFoundError("values"));
+    if (!ReadArray(absl::GetFlag(FLAGS_values), &values))
+      return Fail(absl::NotFoundError("values"));
     const absl::Status s = (*client)->PushDense(
         absl::GetFlag(FLAGS_name), values,
         absl::GetFlag(FLAGS_gradient) ? ps::DenseUpdate::kGradient : ps::DenseUpdate::kAssign);
