@@ -147,7 +147,7 @@ class Client:
         rows = np.empty((len(plan.unique), info.dim), dtype=np.float32)
         requests = [_Request(part, 0) for part in plan.parts]
         self._sparse_call(info, plan, requests, current, rows=rows)
-        return rows[plan.index]
+        return routing.gather_rows(rows, plan.index)
 
     def push(self, table, keys, grads):
         """Applies ``grads`` (float32, shape (len(keys), dim), in the order of ``keys``) with the

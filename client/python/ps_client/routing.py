@@ -201,7 +201,7 @@ def sum_gradients(plan, grads):
     client takes them (each key's gradients in call order), so both give the same bits.
     """
     if not plan.has_repeats:
-        return grads[plan.order]
+        return gather_rows(grads, plan.order)
     # NumPy's reductions (add.reduceat, add.reduce over a contiguous axis) sum pairwise, which
     # gives other bits than one addition after another; add.at is sequential but slow. So: the
     # k-th gradient of every key at once, k = 0, 1, ... (each round's keys distinct), for keys
@@ -217,7 +217,7 @@ def sum_gradients(plan, grads):
     key_counts = counts[keys]
     k = 0
     while len(keys):
-        sums[keys] += grads[by_key[key_starts + k]]
+        sums[keys] += gather_rows(grads, by_key[key_starts + k])
         k += 1
         more = key_counts > k
         keys, key_starts, key_counts = keys[more], key_starts[more], key_counts[more]
@@ -230,6 +230,14 @@ def sum_gradients(plan, grads):
 
 # Keys repeated more often than this are summed one by one (sum_gradients).
 _HEAVY = 64
+
+
+def gather_rows(rows, index):
+    """``rows[index]`` for a C-contiguous 2-D array: each row moved as one item, which NumPy
+    does about twice as fast as fancy indexing of a 2-D array."""
+    rows = np.ascontiguousarray(rows)
+    items = rows.view(np.dtype((np.void, rows.shape[1] * rows.itemsize))).ravel()
+    return np.take(items, index).view(rows.dtype).reshape(len(index), rows.shape[1])
 
 
 def reroute(part, shard_to_server):
