@@ -137,6 +137,30 @@ def _add_segment(parts, server, shard, begin, count, max_keys):
         count -= take
 
 
+def _dedupe(keys):
+    """(first, unique_of) of a non-empty key array: ``first`` the positions where each distinct
+    key first appears, ascending (``keys[first]`` are the distinct keys in order of appearance),
+    ``unique_of[p]`` the index in ``first`` of the key at position p; (None, None) when no key
+    repeats. A sort, as np.unique, but an unstable one: the first positions come from a
+    minimum over each run of equal keys."""
+    n = len(keys)
+    perm = np.argsort(keys)
+    ordered = keys[perm]
+    starts_run = np.empty(n, dtype=bool)
+    starts_run[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=starts_run[1:])
+    run_of = np.cumsum(starts_run) - 1  # by sorted position, its run of equal keys
+    if run_of[-1] + 1 == n:
+        return None, None
+    run_first = np.minimum.reduceat(perm, np.flatnonzero(starts_run))
+    by_first = np.argsort(run_first)
+    position = np.empty(len(run_first), dtype=np.intp)
+    position[by_first] = np.arange(len(run_first))
+    unique_of = np.empty(n, dtype=np.intp)
+    unique_of[perm] = position[run_of]
+    return run_first[by_first], unique_of
+
+
 def plan_keys(keys, name_hash_value, shard_to_server, max_keys_per_part):
     """Plans a call on ``keys`` (1-D uint64) of the table whose name hash is ``name_hash_value``.
 
@@ -165,23 +189,17 @@ def plan_keys(keys, name_hash_value, shard_to_server, max_keys_per_part):
     order = np.argsort(ranks, kind="stable")
     sorted_keys = keys[order]
     sorted_ranks = ranks[order]
-    distinct, first, inverse = np.unique(sorted_keys, return_index=True, return_inverse=True)
-    if len(distinct) == n:
-        plan.unique = sorted_keys
-        plan.index = np.empty(n, dtype=np.intp)
-        plan.index[order] = np.arange(n)
-        plan.has_repeats = False
-        unique_ranks = sorted_ranks
+    first, unique_of = _dedupe(sorted_keys)
+    plan.index = np.empty(n, dtype=np.intp)
+    plan.has_repeats = first is not None
+    if plan.has_repeats:
+        plan.unique = sorted_keys[first]
+        plan.index[order] = unique_of
+        unique_ranks = sorted_ranks[first]
     else:
-        # Each key where it first appears in the grouped order, as key_router.cc dedupes.
-        by_first = np.argsort(first)
-        plan.unique = distinct[by_first]
-        position = np.empty(len(distinct), dtype=np.intp)
-        position[by_first] = np.arange(len(distinct))
-        plan.index = np.empty(n, dtype=np.intp)
-        plan.index[order] = position[inverse]
-        plan.has_repeats = True
-        unique_ranks = sorted_ranks[first[by_first]]
+        plan.unique = sorted_keys
+        plan.index[order] = np.arange(n)
+        unique_ranks = sorted_ranks
     plan.order = order
     counts = np.bincount(unique_ranks, minlength=num_shards)
     begin = 0

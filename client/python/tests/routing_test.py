@@ -79,6 +79,8 @@ class PlanTest(unittest.TestCase):
             ("item", rng.integers(0, 2**64, size=20000, dtype=np.uint64),
              rng.integers(0, 3, size=64).tolist(), 777),
             ("t", np.array([5, 5, 5, 9], np.uint64), [2], 1),
+            ("t", np.array([42], np.uint64), [0, 1], 5),
+            ("t", np.full(1000, 3, np.uint64), [0, 1], 5),
             ("t", (rng.zipf(1.3, size=30000) % 3000).astype(np.uint64), [1, 0, 2, 0, 1] * 5, 64),
         ]
         for table, keys, shard_to_server, max_keys in cases:
