@@ -19,6 +19,7 @@ PACKAGES=(
   slurmctld slurmd slurm-client munge  # real Slurm cluster of tests/cluster/slurm_cluster.sh
   openssh-server openssh-client iproute2  # ssh hosts of tests/cluster/netns_hosts.sh
   python3 python3-yaml     # offline checks of the Kubernetes manifests (deploy/k8s)
+  python3-grpcio python3-xxhash python3-protobuf python3-numpy  # the Python client (client/python)
 )
 
 missing=()
