@@ -1,8 +1,8 @@
 """A push whose header.worker_id the coordinator never issued is refused with PERMISSION_DENIED
 (proto/ps.proto: a push's worker id comes from Register), and nothing of it is applied.
 
-Written against a raw stub. The server side of this rule comes from branch `wire`: until it is
-merged, this test fails (the server applies the push)."""
+Written against a raw stub; the server asks the coordinator (Coordinator.GetMemberIds) about an
+id it does not know yet (server/registered_workers.h)."""
 
 import os
 import sys
