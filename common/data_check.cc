@@ -29,10 +29,10 @@ constexpr unsigned kChunkBytes = 64 << 10;
 // What reading the start (or all) of one file found.
 struct Scan {
   bool gzip = false;
-  int64_t size = 0;   // bytes on disk
-  int64_t lines = 0;  // lines seen (at least the lines asked for, unless the file ended)
-  int64_t data = 0;   // bytes of text read (uncompressed)
-  int64_t raw = 0;    // bytes of the file consumed for them
+  int64_t size = 0;    // bytes on disk
+  int64_t lines = 0;   // lines seen (at least the lines asked for, unless the file ended)
+  int64_t data = 0;    // bytes of text read (uncompressed)
+  int64_t raw = 0;     // bytes of the file consumed for them
   bool ended = false;  // the file was read to its end: `lines` are all of its lines
 };
 
@@ -162,10 +162,8 @@ std::vector<NamedFile> FilesOf(const Reporter& reporter, absl::string_view field
 
 // The warning for a job of fewer than min_steps steps, with what to change.
 std::string ShortJobWarning(const Reporter& reporter, const StepsEstimate& e, int64_t min_steps) {
-  const std::string lines =
-      absl::StrCat(e.exact ? "" : "about ", e.lines, " lines");
-  const std::string advice =
-      absl::StrCat("fewer than ", min_steps, " steps rarely trains well: ");
+  const std::string lines = absl::StrCat(e.exact ? "" : "about ", e.lines, " lines");
+  const std::string advice = absl::StrCat("fewer than ", min_steps, " steps rarely trains well: ");
   if (e.epochs == 0) {  // training.steps
     return absl::StrCat(reporter.Where("training.steps"), ": ", e.total_steps,
                         " steps in all (training.steps; an epoch of the data, ", lines, " / (",
@@ -183,9 +181,8 @@ std::string ShortJobWarning(const Reporter& reporter, const StepsEstimate& e, in
     if (batch < e.batch_size && CeilDiv(e.lines, batch * e.workers) * e.epochs >= min_steps) break;
   }
   const int64_t epochs = CeilDiv(min_steps, std::max<int64_t>(1, e.steps_per_epoch));
-  const std::string more_epochs =
-      absl::StrCat("raise training.epochs (e.g. ", epochs, " gives ~",
-                   epochs * e.steps_per_epoch, " steps)");
+  const std::string more_epochs = absl::StrCat("raise training.epochs (e.g. ", epochs, " gives ~",
+                                               epochs * e.steps_per_epoch, " steps)");
   if (batch >= 1) {
     absl::StrAppend(&text, "lower training.batch_size (e.g. ", batch, " gives ~",
                     CeilDiv(e.lines, batch * e.workers) * e.epochs, " steps) or ", more_epochs);
@@ -275,8 +272,8 @@ DataCheckResult CheckJobData(const config::Job& job, const DataCheckOptions& opt
     }
     e.exact = false;
     if (s.gzip) {  // this file's own lines per byte of the file
-      e.lines += s.raw > 0 ? static_cast<int64_t>(static_cast<double>(s.size) * s.lines / s.raw)
-                           : s.lines;
+      e.lines +=
+          s.raw > 0 ? static_cast<int64_t>(static_cast<double>(s.size) * s.lines / s.raw) : s.lines;
     } else if (bytes_per_line > 0) {
       e.lines += static_cast<int64_t>(s.size / bytes_per_line);
     }

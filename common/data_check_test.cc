@@ -120,13 +120,16 @@ TEST_CASE("relative paths are taken from the current directory, which the messag
   REQUIRE(chdir(cwd) == 0);
   REQUIRE(r.errors.size() == 2);
   // Both train_paths were written as one list: its position.
-  CHECK(r.errors[0] == absl::StrCat(f.path, ":5:3: data.eval_paths[0]: the pattern \"eval/*.tsv\" "
+  CHECK(r.errors[0] == absl::StrCat(f.path,
+                                    ":5:3: data.eval_paths[0]: the pattern \"eval/*.tsv\" "
                                     "matches no file (relative to ",
                                     d, ", the current directory of the test)"));
-  CHECK(r.errors[1] == absl::StrCat(f.path, ":4:3: data.train_paths[1]: cannot read "
+  CHECK(r.errors[1] == absl::StrCat(f.path,
+                                    ":4:3: data.train_paths[1]: cannot read "
                                     "\"missing.tsv\" (relative to ",
-                                    d, ", the current directory of the test): No such file or "
-                                       "directory"));
+                                    d,
+                                    ", the current directory of the test): No such file or "
+                                    "directory"));
 }
 
 TEST_CASE("a folder, an empty glob and empty training data are errors", "[common][data_check]") {
@@ -145,9 +148,10 @@ TEST_CASE("a folder, an empty glob and empty training data are errors", "[common
     const JobFile f = WriteJob(d, Quoted(d + "/empty.tsv"), "[]", 64, 1);
     const DataCheckResult r = Check(f);
     REQUIRE(r.errors.size() == 1);
-    CHECK(r.errors[0] == absl::StrCat(f.path, ":4:3: data.train_paths: the training files hold no "
-                                              "line (1 file, 0 bytes): there is nothing to train "
-                                              "on"));
+    CHECK(r.errors[0] == absl::StrCat(f.path,
+                                      ":4:3: data.train_paths: the training files hold no "
+                                      "line (1 file, 0 bytes): there is nothing to train "
+                                      "on"));
   }
 }
 
@@ -224,10 +228,10 @@ TEST_CASE("large data is estimated from its first lines, gzip from their compres
   WritePlain(d + "/a.tsv", Lines(lines, 11));
   WritePlain(d + "/b.tsv", Lines(lines, 12));
   WriteGzip(d + "/c.tsv.gz", Lines(lines, 13));
-  const JobFile f =
-      WriteJob(d, absl::StrCat("[", Quoted(d + "/a.tsv"), ", ", Quoted(d + "/b.tsv"), ", ",
-                               Quoted(d + "/c.tsv.gz"), "]"),
-               "[]", 256, 2);
+  const JobFile f = WriteJob(d,
+                             absl::StrCat("[", Quoted(d + "/a.tsv"), ", ", Quoted(d + "/b.tsv"),
+                                          ", ", Quoted(d + "/c.tsv.gz"), "]"),
+                             "[]", 256, 2);
   DataCheckOptions sampled;
   sampled.count_bytes = 0;  // never read whole
   const DataCheckResult r = Check(f, sampled);

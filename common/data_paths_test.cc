@@ -36,7 +36,8 @@ TEST_CASE("a glob names the files it matches, sorted", "[common][data]") {
   CHECK(IsDataGlob("part-[12].tsv"));
   const auto star = ExpandDataPath(d + "/part-*.tsv");
   REQUIRE(star.ok());
-  CHECK(*star == std::vector<std::string>{d + "/part-1.tsv", d + "/part-10.tsv", d + "/part-2.tsv"});
+  CHECK(*star ==
+        std::vector<std::string>{d + "/part-1.tsv", d + "/part-10.tsv", d + "/part-2.tsv"});
   const auto one = ExpandDataPath(d + "/part-?.tsv");
   REQUIRE(one.ok());
   CHECK(*one == std::vector<std::string>{d + "/part-1.tsv", d + "/part-2.tsv"});
