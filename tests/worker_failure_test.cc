@@ -197,5 +197,42 @@ TEST_CASE("a coordinator refuses a job whose data cannot be read, naming field, 
   CHECK((*unchecked)->Terminate(absl::Seconds(10)).ok());
 }
 
+TEST_CASE("workers that finish leave: their silence is no failure, and status shows the step",
+          "[integration][failure]") {
+  const std::string train = WriteData("finished.tsv", 2000);
+  Cluster c = StartCluster(JobText("finished", train, 2), "finished");
+  c.StartWorkers(2);
+  for (auto& worker : c.workers) {
+    CHECK(ExitStatus(*worker, absl::Now() + absl::Seconds(120)) == 0);
+  }
+  // 2000 lines / (64 x 2 workers): 16 steps, 0 to 15. The workers are found silent after
+  // dead_after, which fails nothing, as they left.
+  auto client = CoordinatorClient::Connect(c.coordinator->address(), absl::Seconds(10));
+  REQUIRE(client.ok());
+  REQUIRE(testing::Eventually(
+      [&] {
+        const absl::StatusOr<rpc::ClusterStatus> s = (*client)->GetStatus();
+        if (!s.ok()) return false;
+        for (const rpc::MemberStatus& m : s->members()) {
+          if (m.role() == rpc::WORKER && m.alive()) return false;
+        }
+        return true;
+      },
+      absl::Seconds(30), absl::Milliseconds(50)));
+  const auto ctl =
+      testing::RunProcess("client/ps_ctl", {"status", "--coordinator=" + c.coordinator->address()});
+  REQUIRE(ctl.ok());
+  INFO(ctl->stdout_text << ctl->stderr_text);
+  CHECK(ctl->exit_code == 0);
+  CHECK_FALSE(absl::StrContains(ctl->stdout_text, "JOB FAILED"));
+  CHECK_THAT(ctl->stdout_text,
+             Catch::Contains("clocks: steps done: slowest worker 16, fastest 16; workers: 2 of 2 "
+                             "registered: 2 left (done)\n"));
+  CHECK_THAT(ctl->stdout_text,
+             Catch::Contains("applied step: 15 (servers: the last step every shard applied)\n"));
+  for (auto& server : c.servers) CHECK(server->Terminate(absl::Seconds(10)).ok());
+  CHECK(c.coordinator->Terminate(absl::Seconds(10)).ok());
+}
+
 }  // namespace
 }  // namespace ps
