@@ -77,6 +77,8 @@ constexpr int kMaxMessageBytes = 256 << 20;
 constexpr absl::Duration kShutdownGrace = absl::Seconds(5);
 // The exit status of a coordinator whose job failed.
 constexpr int kJobFailedExit = 3;
+// After a job failed, the calls in flight are those of members that are exiting: they get less.
+constexpr absl::Duration kFailedShutdownGrace = absl::Seconds(1);
 
 // The self-pipe: the signal handler writes a byte, main reads it.
 int g_signal_pipe[2] = {-1, -1};
@@ -291,6 +293,7 @@ int main(int argc, char** argv) {
               ps::JoinHostPort(address->advertise, bound_port).c_str());
   std::fflush(stdout);
   int exit_code = 0;
+  absl::Duration shutdown_grace = kShutdownGrace;
   const std::string port_file = absl::GetFlag(FLAGS_port_file);
   const absl::Status written =
       port_file.empty() ? absl::OkStatus() : WritePortFile(port_file, bound_port);
@@ -306,6 +309,7 @@ int main(int argc, char** argv) {
                    told ? "every live member was told" : "not every live member could be told",
                    absl::ToDoubleSeconds(absl::Now() - start));
       exit_code = kJobFailedExit;
+      shutdown_grace = kFailedShutdownGrace;
     } else {
       std::fprintf(stderr, "ps_coordinator: shutting down\n");
     }
@@ -316,7 +320,7 @@ int main(int argc, char** argv) {
 
   // End pending waits first so that the server's shutdown does not wait for their deadlines.
   (*coordinator)->Shutdown();
-  server->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(kShutdownGrace));
+  server->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(shutdown_grace));
   server.reset();
   coordinator->reset();
   return exit_code;
