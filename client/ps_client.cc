@@ -39,6 +39,8 @@ using client_internal::Segment;
 
 // Room for the header, table name and runs of a request beyond keys and values.
 constexpr uint64_t kRequestOverheadBytes = 64 << 10;
+// How long a worker's closing client waits for the coordinator to hear that it leaves.
+constexpr absl::Duration kLeaveTimeout = absl::Seconds(1);
 
 // Pull and Push go through the generic stub with messages built and read in place
 // (client/internal/sparse_wire.h); these are their gRPC method names.
@@ -216,9 +218,16 @@ class ClientImpl final : public Client {
   }
 
   ~ClientImpl() override {
-    absl::MutexLock lock(&calls_mu_);
-    auto idle = [this] { return calls_in_flight_ == 0; };
-    calls_mu_.Await(absl::Condition(&idle));
+    {
+      absl::MutexLock lock(&calls_mu_);
+      auto idle = [this] { return calls_in_flight_ == 0; };
+      calls_mu_.Await(absl::Condition(&idle));
+    }
+    // A worker that closes its client is done; one that falls silent without this has failed.
+    if (options_.role == rpc::WORKER) {
+      coordinator_->StopHeartbeats();
+      coordinator_->Leave(worker_id_, kLeaveTimeout).IgnoreError();
+    }
   }
 
   absl::Status Start() {
@@ -836,6 +845,7 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
   if (options.on_coordinator_lost) {
     coordinator->SetOnCoordinatorLost(options.coordinator_lost_after, options.on_coordinator_lost);
   }
+  if (options.on_job_failed) coordinator->SetOnJobFailed(options.on_job_failed);
   PS_RETURN_IF_ERROR(coordinator->StartHeartbeats(
       registration.member_id(), absl::Milliseconds(registration.heartbeat_interval_ms())));
   auto client = std::make_unique<ClientImpl>(options, std::move(coordinator), registration);

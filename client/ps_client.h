@@ -57,6 +57,10 @@ struct ClientOptions {
   // lives.
   std::function<void(const absl::Status&)> on_coordinator_lost;
   absl::Duration coordinator_lost_after = absl::Seconds(45);
+  // Called once, from the heartbeat thread, when the coordinator answers a heartbeat saying that
+  // the job failed (a worker failed; CoordinatorClient::SetOnJobFailed): a worker says why and
+  // exits. Default: none, the client carries on (its calls fail once the servers are gone).
+  std::function<void(const rpc::JobFailure&)> on_job_failed;
 };
 
 // How PushDense's values are used.
@@ -66,7 +70,9 @@ enum class DenseUpdate {
 };
 
 // A Client is one connection to a parameter-server cluster. Thread-safe: any number of threads may
-// call it concurrently. Destroying it waits for the calls in flight.
+// call it concurrently. Destroying it waits for the calls in flight; a WORKER's client then tells
+// the coordinator that the worker leaves the job (done: its silence is no failure), for up to a
+// second.
 class Client {
  public:
   using Callback = std::function<void(absl::Status)>;

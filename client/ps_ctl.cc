@@ -1,8 +1,14 @@
 // ps_ctl: the command-line tool for operators.
 //
-//   ps_ctl validate JOB_FILE        check a job file; prints a summary or `file:line:col: error`
+//   ps_ctl validate [--check_data=false] JOB_FILE
+//                                   check a job file and the data files it names (relative paths
+//                                   from the current directory); prints a summary with the steps
+//                                   the job will train, or `file:line:col: error`, and warns of a
+//                                   job too short to train well (exit 0)
 //   ps_ctl status --coordinator=HOST:PORT
-//                                   members, shard map (version, shards per server) and clocks
+//                                   members (workers: training, left, FAILED or SILENT, and steps
+//                                   done), shard map (version, shards per server), clocks, the
+//                                   step the servers applied (sync), and a failed job's reason
 //   ps_ctl checkpoint --coordinator=HOST:PORT [--step=T]   take a checkpoint now
 //   ps_ctl checkpoint list DIR      the complete checkpoints in a checkpoint_dir, full or on which
 //                                   base
@@ -31,10 +37,15 @@
 #include "common/checkpoint_catalog.h"
 #include "common/checkpoint_reader.h"
 #include "common/coordinator_client.h"
+#include "common/data_check.h"
 #include "common/job_config.h"
 #include "proto/ps.grpc.pb.h"
 
 ABSL_FLAG(std::string, coordinator, "", "status: the coordinator's host:port.");
+ABSL_FLAG(bool, check_data, true,
+          "validate: check that the job's data files can be read from the current directory, and "
+          "estimate the steps it trains (false: the job file alone, e.g. where the data is not "
+          "mounted).");
 ABSL_FLAG(int, timeout_ms, 5000, "status: how long to try to reach the coordinator, in ms.");
 ABSL_FLAG(int64_t, step, -1,
           "checkpoint: sync jobs' step boundary to cut at (-1: the coordinator picks the next).");
@@ -48,7 +59,7 @@ ABSL_FLAG(std::string, format, "tsv",
 namespace {
 
 constexpr char kUsage[] =
-    "usage: ps_ctl validate JOB_FILE\n"
+    "usage: ps_ctl validate [--check_data=false] JOB_FILE\n"
     "       ps_ctl status --coordinator=HOST:PORT [--timeout_ms=N]\n"
     "       ps_ctl checkpoint --coordinator=HOST:PORT [--step=T]\n"
     "       ps_ctl checkpoint list CHECKPOINT_DIR\n"
@@ -66,6 +77,15 @@ int Validate(const std::string& path) {
     std::fprintf(stderr, "%s\n", std::string(job.status().message()).c_str());
     return 1;
   }
+  ps::DataCheckResult data;
+  if (absl::GetFlag(FLAGS_check_data)) {
+    ps::DataCheckOptions options;
+    options.job_path = path;
+    options.checker = "ps_ctl";
+    data = ps::CheckJobData(*job, options);
+    for (const std::string& error : data.errors) std::fprintf(stderr, "%s\n", error.c_str());
+    if (!data.ok()) return 1;
+  }
   std::printf("%s: job \"%s\" is valid\n", path.c_str(), job->name().c_str());
   for (const auto& t : job->tables()) {
     std::printf("  table %-16s dim %-5u optimizer %s\n", t.name().c_str(), t.dim(),
@@ -77,6 +97,17 @@ int Validate(const std::string& path) {
   const char* modes[] = {"sync", "bounded_staleness", "async"};
   std::printf("  training: %s, batch %u\n", modes[job->training().mode()],
               job->training().batch_size());
+  if (data.estimate.has_value()) {
+    std::printf("  data: %s\n", data.estimate->Describe().c_str());
+  } else if (!absl::GetFlag(FLAGS_check_data)) {
+    std::printf("  data: not checked (--check_data=false)\n");
+  } else if (job->data().train_paths_size() == 0) {
+    std::printf("  data: no train_paths (a job for clients only: ps_worker needs them)\n");
+  }
+  std::fflush(stdout);
+  for (const std::string& warning : data.warnings) {
+    std::fprintf(stderr, "warning: %s\n", warning.c_str());
+  }
   return 0;
 }
 
@@ -91,6 +122,46 @@ const char* RoleName(ps::rpc::Role role) {
     default:
       return "?";
   }
+}
+
+const char* WorkerState(const ps::rpc::MemberStatus& m) {
+  if (m.failed()) return "FAILED";
+  if (m.left()) return "left";
+  return m.alive() ? "training" : "SILENT";
+}
+
+// "clocks: steps done: slowest worker N, fastest M; workers: 2 of 2 registered: 1 training,
+// 1 left". Steps done are the clocks + 1; the slowest is unknown until every rank registered.
+std::string ClocksLine(const ps::rpc::ClusterStatus& status) {
+  int registered = 0;
+  int training = 0, left = 0, failed = 0, silent = 0;
+  for (const auto& m : status.members()) {
+    if (m.role() != ps::rpc::WORKER) continue;
+    ++registered;
+    const std::string state = WorkerState(m);
+    training += state == "training";
+    left += state == "left";
+    failed += state == "FAILED";
+    silent += state == "SILENT";
+  }
+  const ps::rpc::ClockState& clocks = status.clocks();
+  if (registered == 0) {
+    return absl::StrFormat("clocks: no worker has registered yet (the job expects %u)",
+                           status.num_workers());
+  }
+  std::string line = static_cast<uint32_t>(registered) >= status.num_workers()
+                         ? absl::StrFormat("clocks: steps done: slowest worker %d, fastest %d",
+                                           clocks.min_clock() + 1, clocks.max_clock() + 1)
+                         : absl::StrFormat("clocks: steps done: fastest worker %d, slowest unknown",
+                                           clocks.max_clock() + 1);
+  absl::StrAppendFormat(&line, "; workers: %d of %u registered", registered, status.num_workers());
+  std::vector<std::string> states;
+  if (training > 0) states.push_back(absl::StrCat(training, " training"));
+  if (left > 0) states.push_back(absl::StrCat(left, " left (done)"));
+  if (failed > 0) states.push_back(absl::StrCat(failed, " FAILED"));
+  if (silent > 0) states.push_back(absl::StrCat(silent, " SILENT"));
+  absl::StrAppend(&line, ": ", absl::StrJoin(states, ", "));
+  return line;
 }
 
 int Status(const std::string& address) {
@@ -112,12 +183,20 @@ int Status(const std::string& address) {
   }
 
   std::printf("job \"%s\", coordinator %s\n", status->job_name().c_str(), address.c_str());
+  if (status->has_failure()) {
+    std::printf("JOB FAILED: %s\n", ps::DescribeJobFailure(status->failure()).c_str());
+  }
   std::printf("members: %d\n", status->members_size());
-  std::printf("  %-6s %-7s %-5s %-24s %-6s %s\n", "id", "role", "rank", "address", "alive",
-              "last seen");
+  // A worker's state: training, left (done), FAILED (it reported an error) or SILENT (its
+  // heartbeats stopped without its leaving); its steps done (clock + 1).
+  std::printf("  %-6s %-7s %-5s %-24s %-6s %-9s %-7s %s\n", "id", "role", "rank", "address",
+              "alive", "state", "steps", "last seen");
   for (const auto& m : status->members()) {
-    std::printf("  %-6u %-7s %-5d %-24s %-6s %llu ms ago\n", m.member_id(), RoleName(m.role()),
-                m.rank(), m.address().empty() ? "-" : m.address().c_str(), m.alive() ? "yes" : "NO",
+    const bool worker = m.role() == ps::rpc::WORKER;
+    std::printf("  %-6u %-7s %-5d %-24s %-6s %-9s %-7s %llu ms ago\n", m.member_id(),
+                RoleName(m.role()), m.rank(), m.address().empty() ? "-" : m.address().c_str(),
+                m.alive() ? "yes" : "NO", worker ? WorkerState(m) : "-",
+                worker ? absl::StrCat(m.clock() + 1).c_str() : "-",
                 static_cast<unsigned long long>(m.last_seen_ms()));
   }
 
@@ -184,8 +263,12 @@ int Status(const std::string& address) {
                   others.empty() ? "-" : others.c_str());
     }
   }
-  std::printf("clocks: min %lld, max %lld\n", static_cast<long long>(status->clocks().min_clock()),
-              static_cast<long long>(status->clocks().max_clock()));
+  std::printf("%s\n", ClocksLine(*status).c_str());
+  if (status->has_applied_step()) {
+    std::printf(
+        "applied step: %s (servers: the last step every shard applied)\n",
+        status->applied_step() < 0 ? "none yet" : absl::StrCat(status->applied_step()).c_str());
+  }
   for (const auto& server : map.servers()) {
     if (!server.alive()) continue;
     auto stub = ps::rpc::ParameterServer::NewStub(

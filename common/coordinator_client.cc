@@ -225,6 +225,33 @@ void CoordinatorClient::ReportClockAsync(uint32_t member_id, int64_t clock) {
       });
 }
 
+void CoordinatorClient::SetOnJobFailed(std::function<void(const rpc::JobFailure&)> failed) {
+  absl::MutexLock lock(&mu_);
+  on_job_failed_ = std::move(failed);
+}
+
+absl::Status CoordinatorClient::Leave(uint32_t member_id, absl::Duration timeout) {
+  rpc::LeaveRequest request;
+  request.set_member_id(member_id);
+  rpc::LeaveResponse response;
+  grpc::ClientContext context;
+  SetTimeout(&context, timeout);
+  return FromGrpcStatus(stub_->Leave(&context, request, &response));
+}
+
+absl::Status CoordinatorClient::ReportWorkerFailure(uint32_t member_id, const std::string& reason) {
+  return Retrying([&]() -> absl::Status {
+    rpc::ReportFailureRequest request;
+    request.set_reporter(member_id);
+    request.set_reporter_failed(true);
+    request.set_reason(reason);
+    rpc::ReportFailureResponse response;
+    grpc::ClientContext context;
+    SetTimeout(&context, kRpcTimeout);
+    return FromGrpcStatus(stub_->ReportFailure(&context, request, &response));
+  });
+}
+
 void CoordinatorClient::SetOnCoordinatorLost(absl::Duration after,
                                              std::function<void(const absl::Status&)> lost) {
   absl::MutexLock lock(&mu_);
@@ -260,6 +287,13 @@ void CoordinatorClient::HeartbeatLoop(uint32_t member_id, absl::Duration interva
     if (status.ok()) {
       last_map_version_ = response.map_version();
       last_success = absl::Now();
+      if (response.has_job_failure() && on_job_failed_) {
+        std::function<void(const rpc::JobFailure&)> failed = std::move(on_job_failed_);
+        on_job_failed_ = nullptr;
+        mu_.Unlock();
+        failed(response.job_failure());
+        mu_.Lock();
+      }
     } else if (on_lost_ && absl::Now() - last_success >= lost_after_) {
       std::function<void(const absl::Status&)> lost = std::move(on_lost_);
       on_lost_ = nullptr;
@@ -272,6 +306,18 @@ void CoordinatorClient::HeartbeatLoop(uint32_t member_id, absl::Duration interva
     mu_.AwaitWithTimeout(absl::Condition(&wake), interval);
     heartbeat_soon_ = false;
   }
+}
+
+std::string DescribeJobFailure(const rpc::JobFailure& failure) {
+  std::string text = failure.failures_size() > 0
+                         ? failure.failures(0)
+                         : absl::StrCat("worker ", failure.rank(), " (member ", failure.member_id(),
+                                        "): ", failure.reason());
+  for (int i = 1; i < failure.failures_size(); ++i) {
+    absl::StrAppend(&text, i == 1 ? " (then " : "; ", failure.failures(i),
+                    i + 1 == failure.failures_size() ? ")" : "");
+  }
+  return text;
 }
 
 uint64_t CoordinatorClient::last_map_version() const {

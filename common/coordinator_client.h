@@ -93,6 +93,22 @@ class CoordinatorClient {
   // call StopHeartbeats. Set it before StartHeartbeats. Default: heartbeats are retried forever.
   void SetOnCoordinatorLost(absl::Duration after, std::function<void(const absl::Status&)> lost);
 
+  // Has the heartbeat thread call `failed`, once, when a heartbeat's answer says that the job
+  // failed (HeartbeatResponse.job_failure): a daemon should say why (DescribeJobFailure) and exit
+  // with an error. `failed` runs on the heartbeat thread without any lock of this client; it must
+  // not call StopHeartbeats. Set it before StartHeartbeats. Default: the failure is ignored.
+  void SetOnJobFailed(std::function<void(const rpc::JobFailure&)> failed);
+
+  // Worker `member_id` is done with the job: its silence from now on is not a failure. Waits up
+  // to `timeout` for the answer. The coordinator's error (NOT_FOUND for an unknown member), or
+  // gRPC's.
+  absl::Status Leave(uint32_t member_id, absl::Duration timeout);
+
+  // Worker `member_id` cannot go on, for `reason`, and is about to exit: the job fails. Retried
+  // within the retry window while the coordinator is away. The coordinator's error (NOT_FOUND,
+  // FAILED_PRECONDITION for a member that is not a worker), or gRPC's.
+  absl::Status ReportWorkerFailure(uint32_t member_id, const std::string& reason);
+
   // Tells the coordinator that `reporter` could not reach server `server_id`, so that it checks
   // the server at once rather than wait for its heartbeats to stop. Returns at once; the
   // outcome is not reported (the map follows). At most one report per server every
@@ -129,9 +145,10 @@ class CoordinatorClient {
   absl::StatusOr<rpc::ClockState> WaitClock(int64_t clock, absl::Duration timeout);
 
   // Calls to the rendezvous store, the clocks and the status (KvSet, KvGet, KvWait,
-  // ReportClock, WaitClock, GetStatus) that fail UNAVAILABLE (the coordinator is away, maybe
-  // restarting from its data_dir) are tried again, with pauses growing to 1 s, for up to
-  // `window` (default 0: not tried again). Daemons set it; tests of failures leave it.
+  // ReportClock, WaitClock, GetStatus) and ReportWorkerFailure that fail UNAVAILABLE (the
+  // coordinator is away, maybe restarting from its data_dir) are tried again, with pauses growing
+  // to 1 s, for up to `window` (default 0: not tried again). Daemons set it; tests of failures
+  // leave it.
   void SetRetryWindow(absl::Duration window);
 
   // Members, shard map, clocks and job name.
@@ -175,10 +192,15 @@ class CoordinatorClient {
   bool heartbeat_soon_ ABSL_GUARDED_BY(mu_) = false;
   absl::Duration lost_after_ ABSL_GUARDED_BY(mu_) = absl::InfiniteDuration();
   std::function<void(const absl::Status&)> on_lost_ ABSL_GUARDED_BY(mu_);
+  std::function<void(const rpc::JobFailure&)> on_job_failed_ ABSL_GUARDED_BY(mu_);
   grpc::ClientContext* heartbeat_call_ ABSL_GUARDED_BY(mu_) = nullptr;  // in flight, or null
   uint64_t last_map_version_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status last_heartbeat_status_ ABSL_GUARDED_BY(mu_);
 };
+
+// "worker 1 (member 6): its heartbeats stopped: ..." and the other failures known then, for the
+// message of a member that exits because the job failed.
+std::string DescribeJobFailure(const rpc::JobFailure& failure);
 
 }  // namespace ps
 

@@ -279,5 +279,62 @@ TEST_CASE("shutting the coordinator down ends a pending wait with UNAVAILABLE",
   CHECK(client->GetStatus().status().code() == absl::StatusCode::kUnavailable);
 }
 
+TEST_CASE("a worker's failure report fails the job; heartbeats then say so, once",
+          "[coordinator_client][ends]") {
+  InProcessCoordinator c(1, 2);
+  auto server = c.Connect();
+  auto w0 = c.Connect();
+  auto w1 = c.Connect();
+  const uint32_t s = server->Register(rpc::SERVER, "h:1", -1)->member_id();
+  const uint32_t r0 = w0->Register(rpc::WORKER, "", 0)->member_id();
+  const uint32_t r1 = w1->Register(rpc::WORKER, "", 1)->member_id();
+  CHECK(server->ReportWorkerFailure(s, "x").code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(server->Leave(99, absl::Seconds(5)).code() == absl::StatusCode::kNotFound);
+  absl::Mutex mu;
+  std::vector<rpc::JobFailure> told;
+  server->SetOnJobFailed([&](const rpc::JobFailure& failure) {
+    absl::MutexLock lock(&mu);
+    told.push_back(failure);
+  });
+  std::atomic<int> heartbeats{0};
+  server->SetShardProgressSource([&heartbeats] {
+    ++heartbeats;
+    return std::vector<rpc::ShardProgress>();
+  });
+  REQUIRE(server->StartHeartbeats(s, absl::Milliseconds(10)).ok());
+  // Worker 1 is done; worker 0 fails.
+  REQUIRE(w1->Leave(r1, absl::Seconds(5)).ok());
+  REQUIRE(w0->ReportWorkerFailure(r0, "NOT_FOUND: data/x.tsv: no such file").ok());
+  REQUIRE(Eventually([&] {
+    absl::MutexLock lock(&mu);
+    return !told.empty();
+  }));
+  // Heartbeats go on (a daemon exits on the call); the call is not repeated.
+  const int at_call = heartbeats.load();
+  REQUIRE(Eventually([&] { return heartbeats.load() >= at_call + 5; }));
+  server->StopHeartbeats();
+  absl::MutexLock lock(&mu);
+  REQUIRE(told.size() == 1);
+  CHECK(told[0].rank() == 0);
+  CHECK(told[0].member_id() == r0);
+  CHECK(DescribeJobFailure(told[0]) ==
+        absl::StrCat("worker 0 (member ", r0, "): NOT_FOUND: data/x.tsv: no such file"));
+  CHECK(c.coordinator->AwaitFailureTold(absl::ZeroDuration()));
+}
+
+TEST_CASE("DescribeJobFailure names the cause, then the other failures", "[coordinator_client]") {
+  rpc::JobFailure failure;
+  failure.set_rank(1);
+  failure.set_member_id(6);
+  failure.set_reason("its heartbeats stopped");
+  CHECK(DescribeJobFailure(failure) == "worker 1 (member 6): its heartbeats stopped");
+  failure.add_failures("worker 1 (member 6): its heartbeats stopped");
+  failure.add_failures("worker 0 (member 5): AllReduce: connection reset");
+  failure.add_failures("worker 2 (member 7): AllReduce: connection reset");
+  CHECK(DescribeJobFailure(failure) ==
+        "worker 1 (member 6): its heartbeats stopped (then worker 0 (member 5): AllReduce: "
+        "connection reset; worker 2 (member 7): AllReduce: connection reset)");
+}
+
 }  // namespace
 }  // namespace ps

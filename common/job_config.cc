@@ -10,12 +10,14 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "common/status_macros.h"
 
 namespace ps {
@@ -485,5 +487,35 @@ absl::StatusOr<config::Job> LoadJobFile(const std::string& path) {
 }
 
 absl::Status ValidateJob(const config::Job& job) { return CheckJob(Checker(""), Where{}, job); }
+
+std::string JobFieldPosition(absl::string_view text, absl::string_view path,
+                             absl::string_view field_path, int index) {
+  const std::string unknown(path);
+  config::Job job;
+  TextFormat::Parser parser;
+  FirstErrorCollector errors;  // keeps protobuf's own reports off stderr
+  TextFormat::ParseInfoTree tree;
+  parser.RecordErrorsTo(&errors);
+  parser.WriteLocationsTo(&tree);
+  if (!parser.ParseFromString(std::string(text), &job)) return unknown;
+  const std::vector<std::string> names = absl::StrSplit(field_path, '.');
+  const google::protobuf::Descriptor* descriptor = job.GetDescriptor();
+  const TextFormat::ParseInfoTree* at = &tree;
+  for (size_t i = 0; i < names.size(); ++i) {
+    const FieldDescriptor* f = descriptor->FindFieldByName(names[i]);
+    if (f == nullptr || at == nullptr) return unknown;
+    if (i + 1 < names.size()) {
+      if (f->message_type() == nullptr) return unknown;
+      at = at->GetTreeForNested(f, f->is_repeated() ? 0 : -1);
+      descriptor = f->message_type();
+      continue;
+    }
+    auto loc = at->GetLocation(f, f->is_repeated() ? std::max(index, 0) : -1);
+    if (loc.line < 0 && f->is_repeated()) loc = at->GetLocation(f, 0);
+    if (loc.line < 0) return unknown;
+    return absl::StrFormat("%s:%d:%d", path, loc.line + 1, loc.column + 1);
+  }
+  return unknown;
+}
 
 }  // namespace ps

@@ -30,6 +30,14 @@ absl::StatusOr<config::Job> LoadJobFile(const std::string& path);
 // OK or INVALID_ARGUMENT.
 absl::Status ValidateJob(const config::Job& job);
 
+// Where element `index` of the field `field_path` (field names from the job's root, joined by
+// '.', e.g. "data.train_paths" or "training.batch_size"; `index` -1 for a field that is not
+// repeated) was written in the job text `text`: "path:line:col" (1-based), for messages about a
+// job that loaded. `path` alone when the text does not parse, a name is not a field, or the field
+// was not written (an element of a list written `[a, b]` gets the list's position).
+std::string JobFieldPosition(absl::string_view text, absl::string_view path,
+                             absl::string_view field_path, int index = -1);
+
 // Protobuf's text parser reports an unknown field or enum value at the token after it, which may
 // be on the next line. When `message` quotes the offending name (its last quoted word), moves the
 // 0-based (*line, *column) back to where that name was written in `text`, the last time before

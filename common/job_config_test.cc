@@ -249,5 +249,28 @@ TEST_CASE("evaluation during training and early stopping are checked", "[common]
                           "early_stopping.patience: must be >= 1"));
 }
 
+TEST_CASE("JobFieldPosition finds where a field was written", "[common][job]") {
+  const std::string text =
+      "name: \"t\"\n"
+      "tables { name: \"emb\" dim: 4 }\n"
+      "data {\n"
+      "  train_paths: \"a.tsv\"\n"
+      "  train_paths: \"b.tsv\"\n"
+      "  eval_paths: [\"c.tsv\", \"d.tsv\"]\n"
+      "}\n"
+      "training { batch_size: 64 }\n";
+  REQUIRE(ParseJob(text, "job.pbtxt").ok());
+  CHECK(JobFieldPosition(text, "job.pbtxt", "data.train_paths", 0) == "job.pbtxt:4:3");
+  CHECK(JobFieldPosition(text, "job.pbtxt", "data.train_paths", 1) == "job.pbtxt:5:3");
+  // Elements of a list share its position.
+  CHECK(JobFieldPosition(text, "job.pbtxt", "data.eval_paths", 1) == "job.pbtxt:6:3");
+  CHECK(JobFieldPosition(text, "job.pbtxt", "training.batch_size") == "job.pbtxt:8:12");
+  CHECK(JobFieldPosition(text, "job.pbtxt", "tables.dim") == "job.pbtxt:2:22");
+  // Not written, not a field, not a job: the file alone.
+  CHECK(JobFieldPosition(text, "job.pbtxt", "training.epochs") == "job.pbtxt");
+  CHECK(JobFieldPosition(text, "job.pbtxt", "data.no_such_field") == "job.pbtxt");
+  CHECK(JobFieldPosition("tables {", "job.pbtxt", "tables") == "job.pbtxt");
+}
+
 }  // namespace
 }  // namespace ps

@@ -24,13 +24,13 @@ bazel build -c opt //client:ps_ctl //server:ps_server //server/coordinator:ps_co
   //worker:ps_worker //worker/tools:ps_datagen //deploy/launch:ps_launch 2>&1 | tail -n 1
 bin=bazel-out/k8-opt/bin
 
-"$bin/client/ps_ctl" validate "$job"
-
 echo "quickstart: generating $rows training rows and $((rows / 10)) held-out rows"
 mkdir -p out/data
 teacher=$("$bin/worker/tools/ps_datagen" --rows="$rows" --heldout_rows=$((rows / 10)) \
   --out=out/data/train.tsv --heldout_out=out/data/heldout.tsv ${DATAGEN_FLAGS:---cardinalities=1000})
 echo "quickstart: teacher $teacher"
+# The job and its data files (ps_ctl reads them to count the job's steps).
+"$bin/client/ps_ctl" validate "$job"
 
 # The launcher checks the machine, starts the coordinator, 2 servers and 2 workers on loopback,
 # waits for the workers and stops everything (also on Ctrl-C or when a worker fails).

@@ -8,7 +8,9 @@
 // and the other servers dial), which hands it the job and, once every server of the job has
 // registered, the shard map; then serves the shards whose primary it is. SIGTERM or SIGINT stops it
 // cleanly (exit 0). In a job restored from a checkpoint it loads its shards from there before it
-// serves; when that fails it says why and exits with status 1.
+// serves; when that fails it says why and exits with status 1. When the job fails (a worker
+// failed: the coordinator's answer to a heartbeat says so) it says which worker and why, and
+// exits with status 1.
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <unistd.h>
@@ -259,6 +261,13 @@ int Main() {
             failed.store(true);
             kill(getpid(), SIGTERM);  // the main thread's shutdown path, then exit status 1
           });
+  // A job whose worker failed cannot go on: say why and stop, rather than serve nobody.
+  (*coordinator)->SetOnJobFailed([&failed, server_id](const rpc::JobFailure& failure) {
+    std::fprintf(stderr, "ps_server %u: the job failed: %s; exiting\n", server_id,
+                 DescribeJobFailure(failure).c_str());
+    failed.store(true);
+    kill(getpid(), SIGTERM);  // the main thread's shutdown path, then exit status 1
+  });
   const absl::Status heartbeats =
       (*coordinator)
           ->StartHeartbeats(registration->member_id(),

@@ -747,6 +747,7 @@ std::vector<rpc::ShardProgress> ShardedStore::Progress() const {
     rpc::ShardProgress p;
     p.set_shard(s);
     p.set_applied_sequence(shards_[s]->applied_sequence());
+    p.set_applied_step(shards_[s]->applied_step());
     p.set_caught_up(roles_[s] == Role::kCatchingUp && shards_[s]->complete());
     if (roles_[s] == Role::kPrimary && replicator_ != nullptr) {
       for (rpc::ReplicaLag& lag : replicator_->Lags(s)) *p.add_replica_lags() = std::move(lag);

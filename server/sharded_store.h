@@ -162,8 +162,9 @@ class ShardedStore {
   // Applies a primary's records to the copies this server holds (ApplyReplicateRequest).
   void ApplyReplicated(const rpc::ReplicateRequest& request, rpc::ReplicateResponse* response);
 
-  // Every copy of a shard this server holds, for its heartbeats: applied sequence, whether a copy
-  // catching up is complete, and (primaries) the lag of each replica.
+  // Every copy of a shard this server holds, for its heartbeats: applied sequence and (sync
+  // training) step, whether a copy catching up is complete, and (primaries) the lag of each
+  // replica.
   std::vector<rpc::ShardProgress> Progress() const;
 
   // Sync mode: `worker_id` has pushed all of `step`. When sync_quorum of the job's workers have

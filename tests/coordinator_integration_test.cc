@@ -156,7 +156,8 @@ TEST_CASE("a coordinator process runs membership, the map, the store and clocks"
   CHECK(absl::StrContains(ctl->stdout_text, "job \"integration\""));
   CHECK(absl::StrContains(ctl->stdout_text, "127.0.0.1:7101"));
   CHECK(absl::StrContains(ctl->stdout_text, "primary 32, replica 0 shards"));
-  CHECK(absl::StrContains(ctl->stdout_text, "clocks: min"));
+  CHECK(absl::StrContains(ctl->stdout_text, "clocks: steps done: slowest worker "));
+  CHECK(absl::StrContains(ctl->stdout_text, "workers: 2 of 2 registered: 2 training"));
 
   // SIGTERM: a clean exit, after which the clients find nobody there.
   const absl::Status terminated = daemon->Terminate(absl::Seconds(20));
@@ -203,6 +204,54 @@ TEST_CASE("a killed coordinator leaves its clients UNAVAILABLE", "[integration][
   REQUIRE(ctl.ok());
   CHECK(ctl->exit_code == 1);
   CHECK(absl::StrContains(ctl->stderr_text, "UNAVAILABLE"));
+}
+
+TEST_CASE(
+    "a failed job shows in ps_ctl status until every member was told, then the coordinator "
+    "exits 3",
+    "[integration][coordinator][failure]") {
+  // Members are dead only after 20 s: the server below stays alive, untold, until it heartbeats.
+  std::unique_ptr<Daemon> daemon =
+      StartCoordinator({"--heartbeat_ms=100", "--dead_after_ms=20000"});
+  auto server = Connect(*daemon);
+  auto w0 = Connect(*daemon);
+  auto w1 = Connect(*daemon);
+  const auto s0 = server->Register(rpc::SERVER, "127.0.0.1:7300", -1);
+  const auto s1 = server->Register(rpc::SERVER, "127.0.0.1:7301", -1);
+  const auto r0 = w0->Register(rpc::WORKER, "", 0);
+  const auto r1 = w1->Register(rpc::WORKER, "", 1);
+  REQUIRE((s0.ok() && s1.ok() && r0.ok() && r1.ok()));
+  REQUIRE(w0->ReportClock(r0->member_id(), 6).ok());
+  REQUIRE(w1->ReportClock(r1->member_id(), 9).ok());
+  REQUIRE(w1->Leave(r1->member_id(), absl::Seconds(5)).ok());
+  REQUIRE(w0->ReportWorkerFailure(r0->member_id(), "NOT_FOUND: data/x.tsv: no such file").ok());
+
+  const auto ctl = testing::RunProcess(kPsCtl, {"status", "--coordinator=" + daemon->address()});
+  REQUIRE(ctl.ok());
+  INFO(ctl->stdout_text << ctl->stderr_text);
+  CHECK(ctl->exit_code == 0);
+  CHECK(absl::StrContains(ctl->stdout_text,
+                          absl::StrCat("JOB FAILED: worker 0 (member ", r0->member_id(),
+                                       "): NOT_FOUND: data/x.tsv: no such file\n")));
+  CHECK(absl::StrContains(ctl->stdout_text, " FAILED    7 "));
+  CHECK(absl::StrContains(ctl->stdout_text, " left      10 "));
+  CHECK(absl::StrContains(
+      ctl->stdout_text,
+      "clocks: steps done: slowest worker 7, fastest 10; workers: 2 of 2 registered: 1 left "
+      "(done), 1 FAILED\n"));
+
+  // The servers have not heartbeaten since: once both have, each was told, and the coordinator
+  // exits.
+  REQUIRE(server->Heartbeat(s0->member_id()).ok());
+  CHECK(daemon->Wait(absl::Milliseconds(300)).status().code() ==
+        absl::StatusCode::kDeadlineExceeded);
+  REQUIRE(server->Heartbeat(s1->member_id()).ok());
+  const absl::StatusOr<int> exited = daemon->Wait(absl::Seconds(20));
+  INFO(daemon->ReadLog());
+  REQUIRE(exited.ok());
+  CHECK(*exited == 3);
+  CHECK(absl::StrContains(daemon->ReadLog(), "ps_coordinator: the job failed: worker 0 (member "));
+  CHECK(absl::StrContains(daemon->ReadLog(), "every live member was told"));
 }
 
 }  // namespace

@@ -6,9 +6,11 @@
 #include <fstream>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "cuda_kernels/device.h"
+#include "tests/testing/eventually.h"
 #include "tests/testing/json_line.h"
 #include "tests/testing/local_cluster.h"
 #include "tests/testing/temp_dir.h"
@@ -73,10 +75,12 @@ cluster { num_shards: 16 num_servers: 2 num_workers: 2 }
 TEST_CASE("a worker refuses a collective it cannot have", "[integration][training]") {
   const std::string dir = testing::TempDir();
   const std::string job_path = absl::StrCat(dir, "/collective_job.pbtxt");
+  // The coordinator checks that the data can be read; no worker gets as far as reading it.
+  std::ofstream(absl::StrCat(dir, "/unread.tsv")) << "1\n";
   std::ofstream(job_path) << R"pb(name: "collective_test"
 tables { name: "emb" dim: 8 }
 model { bottom_mlp: [8] top_mlp: [8] shared_table: "emb" }
-data { train_paths: ")pb" << dir << R"pb(/none.tsv" }
+data { train_paths: ")pb" << dir << R"pb(/unread.tsv" }
 training { mode: SYNC batch_size: 16 }
 cluster { num_shards: 4 num_servers: 1 num_workers: 1 }
 )pb";
@@ -101,10 +105,18 @@ cluster { num_shards: 4 num_servers: 1 num_workers: 1 }
     CHECK_THAT(std::string(nccl.message()), Catch::StartsWith("worker 0 exited with 1:"));
     CHECK_THAT(std::string(nccl.message()),
                Catch::Contains("NCCL AllReduce: FAILED_PRECONDITION: no CUDA device"));
+    // A registered worker's failure fails the job: the cluster stops on its own, not cleanly.
+    CHECK(testing::Eventually(
+        [&] {
+          return absl::StrContains((*cluster)->coordinator().ReadLog(),
+                                   "ps_coordinator: the job failed: worker 0 (member ");
+        },
+        absl::Seconds(30), absl::Milliseconds(20)));
+    CHECK_FALSE((*cluster)->Terminate(absl::Seconds(10)).ok());
   } else {
     std::printf("a CUDA device is present: not checking NCCL's refusal without one\n");
+    CHECK((*cluster)->Terminate(absl::Seconds(10)).ok());
   }
-  CHECK((*cluster)->Terminate(absl::Seconds(10)).ok());
 }
 
 }  // namespace

@@ -11,7 +11,9 @@
 // Registers with the coordinator (which hands it the job and its rank), joins the workers'
 // AllReduce group, trains, and rank 0 evaluates on the held-out data (worker/trainer.h). Its last
 // line on stdout is `RESULT {json}` with the run's figures, the held-out ones (worker 0's) on every
-// rank. Exit status 0 on success, 1 on failure.
+// rank, and it leaves the job. Exit status 0 on success, 1 on failure: once registered, a worker
+// that fails reports its error to the coordinator, which fails the job, and a worker told by the
+// coordinator that the job failed (another worker failed) says so and exits with status 1.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -128,6 +130,15 @@ int Main() {
     return 0;
   }
   const absl::Duration timeout = absl::Seconds(connect_timeout_s);
+  // Before registering, so that every failure after it can be reported.
+  absl::StatusOr<std::unique_ptr<CoordinatorClient>> coordinator =
+      CoordinatorClient::Connect(address, timeout);
+  if (!coordinator.ok()) {
+    std::fprintf(stderr, "ps_worker: %s\n", coordinator.status().ToString().c_str());
+    return 1;
+  }
+  // A coordinator restarting from its data_dir is waited for, not a reason to stop training.
+  (*coordinator)->SetRetryWindow(timeout);
   ClientOptions options;
   options.coordinator = address;
   options.connect_timeout = timeout;
@@ -142,6 +153,13 @@ int Main() {
     std::fflush(stderr);
     std::_Exit(1);
   };
+  // Another worker failed: the job cannot go on.
+  options.on_job_failed = [](const rpc::JobFailure& failure) {
+    std::fprintf(stderr, "ps_worker: the job failed: %s; exiting\n",
+                 DescribeJobFailure(failure).c_str());
+    std::fflush(stderr);
+    std::_Exit(1);
+  };
   absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
   if (!client.ok()) {
     std::fprintf(stderr, "ps_worker: %s\n", client.status().ToString().c_str());
@@ -149,24 +167,31 @@ int Main() {
   }
   const config::Job& job = (*client)->job();
   const int rank = (*client)->rank();
+  // From here on a failure is reported, so that the coordinator fails the job at once (and the
+  // servers and other workers stop) rather than find this worker silent.
+  const uint32_t member_id = (*client)->worker_id();
+  // The worker then exits at once: calls in flight may wait on steps that will never be applied,
+  // and its heartbeats must stop.
+  auto fail = [&](const std::string& message) {
+    std::fprintf(stderr, "%s\n", message.c_str());
+    const absl::Status reported = (*coordinator)->ReportWorkerFailure(member_id, message);
+    if (!reported.ok()) {
+      std::fprintf(stderr, "worker %d: could not report the failure to the coordinator: %s\n", rank,
+                   reported.ToString().c_str());
+    }
+    std::fflush(stdout);
+    std::fflush(stderr);
+    std::_Exit(1);
+    return 1;
+  };
   // A restored job resumes: sync jobs at the checkpoint's step, with the workers' state in it.
   const std::string restored = (*client)->shard_map().restore_from();
   if (!restored.empty() && job.training().mode() != config::Training::SYNC) {
-    std::fprintf(stderr,
-                 "ps_worker: the job was restored from checkpoint %s, and workers resume only sync "
-                 "jobs (in the other modes no step boundary holds the workers' state). The "
-                 "restored tables are served to clients (ps_client).\n",
-                 restored.c_str());
-    return 1;
+    return fail(absl::StrCat(
+        "ps_worker: the job was restored from checkpoint ", restored,
+        ", and workers resume only sync jobs (in the other modes no step boundary holds the "
+        "workers' state). The restored tables are served to clients (ps_client)."));
   }
-  absl::StatusOr<std::unique_ptr<CoordinatorClient>> coordinator =
-      CoordinatorClient::Connect(address, timeout);
-  if (!coordinator.ok()) {
-    std::fprintf(stderr, "ps_worker: %s\n", coordinator.status().ToString().c_str());
-    return 1;
-  }
-  // A coordinator restarting from its data_dir is waited for, not a reason to stop training.
-  (*coordinator)->SetRetryWindow(timeout);
   worker::SetCpuThreads(absl::GetFlag(FLAGS_compute_threads));
   const int devices = cuda::DeviceCount();
   std::fprintf(stderr, "worker %d: %d CUDA devices, backend %s\n", rank, devices,
@@ -195,12 +220,11 @@ int Main() {
       nccl ? worker::AllReduce::CreateNccl(coordinator->get(), group, rank, workers, 0, timeout)
            : worker::AllReduce::CreateGloo(coordinator->get(), group, rank, workers, timeout, gloo);
   if (!allreduce.ok()) {
-    std::fprintf(stderr, "ps_worker: %s AllReduce: %s%s\n", nccl ? "NCCL" : "Gloo",
-                 allreduce.status().ToString().c_str(),
-                 absl::IsDeadlineExceeded(allreduce.status())
-                     ? " (do all workers use the same --collective?)"
-                     : "");
-    return 1;
+    return fail(absl::StrCat("ps_worker: ", nccl ? "NCCL" : "Gloo",
+                             " AllReduce: ", allreduce.status().ToString(),
+                             absl::IsDeadlineExceeded(allreduce.status())
+                                 ? " (do all workers use the same --collective?)"
+                                 : ""));
   }
   worker::TrainerOptions trainer;
   trainer.metrics_path = absl::GetFlag(FLAGS_metrics_file);
@@ -212,10 +236,7 @@ int Main() {
   trainer.start_step = (*client)->start_step();
   absl::StatusOr<worker::TrainResult> result = worker::Train(
       job, client->get(), coordinator->get(), (*client)->worker_id(), allreduce->get(), trainer);
-  if (!result.ok()) {
-    std::fprintf(stderr, "worker %d: %s\n", rank, result.status().ToString().c_str());
-    return 1;
-  }
+  if (!result.ok()) return fail(absl::StrCat("worker ", rank, ": ", result.status().ToString()));
   // The best held-out AUC of the evaluations during training (NaN without any).
   double best_auc = std::nan("");
   for (const worker::Evaluation& e : result->evaluations) {

@@ -157,6 +157,7 @@ Coordinator::Coordinator(CoordinatorOptions options)
                           options.restore_manifest.step() > 0
                       ? options.restore_manifest.step()
                       : 0),
+      on_job_failed_(std::move(options.on_job_failed)),
       first_member_id_(std::max<uint32_t>(1, options.restore_manifest.next_member_id())),
       next_member_id_(first_member_id_),
       workers_(num_workers_),
@@ -177,6 +178,7 @@ void Coordinator::TakeUpLocked(const SavedCoordinator& saved, absl::Time now) {
     member.address = m.address();
     member.alive = true;
     member.last_seen = now;
+    member.left = m.left();
     members_[m.member_id()] = member;
   }
   servers_.clear();
@@ -213,7 +215,7 @@ void Coordinator::StoreFailedLocked(const absl::Status& status) {
 void Coordinator::PersistLocked() {
   if (store_ == nullptr) return;
   if (persisted_next_id_ != 0 && persisted_version_ == map_.version() &&
-      persisted_next_id_ == next_member_id_) {
+      persisted_next_id_ == next_member_id_ && !members_changed_) {
     return;
   }
   rpc::CoordinatorState st;
@@ -226,6 +228,7 @@ void Coordinator::PersistLocked() {
     saved->set_role(m.role);
     saved->set_rank(m.rank);
     saved->set_address(m.address);
+    saved->set_left(m.left);
   }
   for (const ServerSlot& slot : servers_) {
     st.add_server_addresses(slot.address);
@@ -238,6 +241,7 @@ void Coordinator::PersistLocked() {
   StoreFailedLocked(store_->SaveState(st));
   persisted_version_ = map_.version();
   persisted_next_id_ = next_member_id_;
+  members_changed_ = false;
 }
 
 uint32_t Coordinator::next_member_id() const {
@@ -352,10 +356,14 @@ size_t Coordinator::NumPendingWaits() const {
 void Coordinator::SweepLocked(absl::Time now, Completions* out) {
   bool server_changed = false;
   bool any_changed = false;
+  std::vector<uint32_t> silent_workers;
   for (auto& [id, member] : members_) {
     if (member.alive && now - member.last_seen >= dead_after_) {
       member.alive = false;
       any_changed = true;
+      if (member.role == rpc::WORKER && !member.left && !member.failed) {
+        silent_workers.push_back(id);
+      }
       if (member.role == rpc::SERVER) {
         server_changed = true;
         std::fprintf(stderr, "coordinator: server %d (%s) missed its heartbeats: failing it over\n",
@@ -367,6 +375,18 @@ void Coordinator::SweepLocked(absl::Time now, Completions* out) {
   if (server_changed) {
     if (has_map_) HealLocked();
     MapChangedLocked();
+  }
+  for (const uint32_t id : silent_workers) {
+    const Member& worker = members_.at(id);
+    const int64_t clock = workers_[worker.rank].clock;
+    WorkerFailedLocked(
+        worker,
+        absl::StrFormat("its heartbeats stopped: not heard from for %s (killed, crashed or hung, "
+                        "or its host is gone), after %d steps done",
+                        absl::FormatDuration(
+                            absl::Milliseconds(absl::ToInt64Milliseconds(now - worker.last_seen))),
+                        clock + 1),
+        /*silent=*/true, now, out);
   }
   if (any_changed) PollWaitersLocked(out);
   for (auto it = waiters_.begin(); it != waiters_.end();) {
@@ -569,7 +589,8 @@ void Coordinator::TouchLocked(Member* member, absl::Time now) {
 }
 
 absl::StatusOr<uint64_t> Coordinator::Heartbeat(uint32_t member_id,
-                                                const std::vector<rpc::ShardProgress>& shards) {
+                                                const std::vector<rpc::ShardProgress>& shards,
+                                                std::optional<rpc::JobFailure>* failure) {
   Completions out;
   uint64_t version = 0;
   {
@@ -605,10 +626,132 @@ absl::StatusOr<uint64_t> Coordinator::Heartbeat(uint32_t member_id,
     }
     if (changed) MapChangedLocked();
     if (!was_alive || changed) PollWaitersLocked(&out);
+    MaybeFailJobLocked(&out);  // this worker is heard from after a report
+    if (failure_.has_value()) {
+      it->second.told = true;
+      if (failure != nullptr) *failure = failure_;
+    }
     version = has_map_ ? map_.version() : 0;
   }
   Run(&out);
   return version;
+}
+
+// --- Workers' ends ---
+
+absl::Status Coordinator::Leave(uint32_t member_id) {
+  Completions out;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = members_.find(member_id);
+    if (it == members_.end()) {
+      return absl::NotFoundError(absl::StrCat("leave: unknown member_id ", member_id));
+    }
+    Member& member = it->second;
+    // A worker that reported its failure closes its client too: it stays failed.
+    if (member.role != rpc::WORKER || member.left || member.failed) return absl::OkStatus();
+    member.left = true;
+    members_changed_ = true;
+    PersistLocked();
+    std::fprintf(stderr, "coordinator: worker %d (member %u) left the job after %lld steps done\n",
+                 member.rank, member_id, static_cast<long long>(workers_[member.rank].clock + 1));
+    MaybeFailJobLocked(&out);  // a failure report may have waited for it
+  }
+  Run(&out);
+  return absl::OkStatus();
+}
+
+absl::Status Coordinator::ReportWorkerFailure(uint32_t member_id, absl::string_view reason) {
+  Completions out;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = members_.find(member_id);
+    if (it == members_.end()) {
+      return absl::NotFoundError(absl::StrCat("report failure: unknown member_id ", member_id));
+    }
+    Member& member = it->second;
+    if (member.role != rpc::WORKER) {
+      return absl::FailedPreconditionError(absl::StrCat("report failure: member ", member_id,
+                                                        " is a ", RoleName(member.role),
+                                                        "; only workers report their failure"));
+    }
+    if (member.failed) return absl::OkStatus();
+    member.failed = true;
+    member.told = true;  // it knows, and is about to exit
+    const absl::Time now = clock_->Now();
+    first_report_ = std::min(first_report_, now);
+    WorkerFailedLocked(member, std::string(reason), /*silent=*/false, now, &out);
+  }
+  Run(&out);
+  return absl::OkStatus();
+}
+
+void Coordinator::WorkerFailedLocked(const Member& worker, std::string reason, bool silent,
+                                     absl::Time now, Completions* out) {
+  std::fprintf(stderr, "coordinator: worker %d (member %u) %s: %s\n", worker.rank, worker.member_id,
+               silent ? "is silent" : "failed", reason.c_str());
+  if (failure_.has_value()) return;  // the job failed already
+  WorkerFailure f;
+  f.rank = worker.rank;
+  f.member_id = worker.member_id;
+  f.reason = std::move(reason);
+  f.silent = silent;
+  worker_failures_.push_back(std::move(f));
+  MaybeFailJobLocked(out);
+}
+
+void Coordinator::MaybeFailJobLocked(Completions* out) {
+  if (failure_.has_value() || worker_failures_.empty()) return;
+  const bool silent = std::any_of(worker_failures_.begin(), worker_failures_.end(),
+                                  [](const WorkerFailure& f) { return f.silent; });
+  if (!silent) {
+    // Only reports: wait for every other worker to show it is not the silent cause.
+    for (const WorkerSlot& slot : workers_) {
+      const auto it = members_.find(slot.member_id);
+      if (slot.member_id == 0 || it == members_.end()) continue;
+      const Member& m = it->second;
+      if (m.left || m.failed || !m.alive || m.last_seen > first_report_) continue;
+      return;
+    }
+  }
+  std::stable_partition(worker_failures_.begin(), worker_failures_.end(),
+                        [](const WorkerFailure& f) { return f.silent; });
+  rpc::JobFailure failure;
+  failure.set_rank(worker_failures_[0].rank);
+  failure.set_member_id(worker_failures_[0].member_id);
+  failure.set_reason(worker_failures_[0].reason);
+  for (const WorkerFailure& f : worker_failures_) {
+    failure.add_failures(
+        absl::StrFormat("worker %d (member %u): %s", f.rank, f.member_id, f.reason));
+  }
+  std::fprintf(stderr, "coordinator: the job failed: %s\n",
+               absl::StrJoin(failure.failures(), "; then ").c_str());
+  failure_ = failure;
+  if (on_job_failed_) {
+    out->push_back([callback = on_job_failed_, failure] { callback(failure); });
+  }
+}
+
+std::optional<rpc::JobFailure> Coordinator::failure() const {
+  absl::MutexLock lock(&mu_);
+  return failure_;
+}
+
+bool Coordinator::AllToldLocked() const {
+  if (!failure_.has_value()) return false;
+  for (const auto& [id, m] : members_) {
+    if (m.alive && !m.left && !m.failed && !m.told) return false;
+  }
+  return true;
+}
+
+bool Coordinator::AwaitFailureTold(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto told = [this] {
+    mu_.AssertHeld();
+    return AllToldLocked();
+  };
+  return mu_.AwaitWithTimeout(absl::Condition(&told), timeout);
 }
 
 std::optional<std::string> Coordinator::AddressToCheck(uint32_t server_id) {
@@ -1007,7 +1150,13 @@ rpc::ClusterStatus Coordinator::Status() {
       m->set_alive(member.alive);
       m->set_last_seen_ms(static_cast<uint64_t>(
           std::max<int64_t>(0, absl::ToInt64Milliseconds(now - member.last_seen))));
+      if (member.role == rpc::WORKER) {
+        m->set_left(member.left);
+        m->set_failed(member.failed);
+        m->set_clock(workers_[member.rank].clock);
+      }
     }
+    if (failure_.has_value()) *status.mutable_failure() = *failure_;
     if (has_map_) {
       *status.mutable_shard_map() = map_;
       for (const rpc::ShardAssignment& a : map_.shards()) {
@@ -1043,7 +1192,22 @@ rpc::ClusterStatus Coordinator::Status() {
         }
       }
     }
+    if (has_map_ && job_.training().mode() == config::Training::SYNC) {
+      // The step every shard applied, as its primary last reported it.
+      std::optional<int64_t> applied;
+      for (const rpc::ShardAssignment& a : map_.shards()) {
+        if (a.lost()) continue;
+        const auto p = progress_[a.primary()].find(a.shard());
+        if (p == progress_[a.primary()].end()) {
+          applied.reset();
+          break;
+        }
+        applied = std::min(applied.value_or(p->second.applied_step()), p->second.applied_step());
+      }
+      if (applied.has_value()) status.set_applied_step(*applied);
+    }
     status.set_failovers(failovers_);
+    status.set_num_workers(num_workers_);
     *status.mutable_clocks() = ClocksLocked();
     status.set_job_name(job_.name());
   }

@@ -79,6 +79,10 @@ struct CoordinatorOptions {
   // is taken up: every member it knew counts as alive, and as heard from at the start, and must
   // heartbeat within dead_after as usual; restore_from is not applied again.
   CoordinatorStore* store = nullptr;
+
+  // Called once when the job fails (see "Workers' ends" below), without the coordinator's lock,
+  // on the thread whose call or sweep failed it; it must not block. Default: none.
+  std::function<void(const rpc::JobFailure&)> on_job_failed;
 };
 
 // Identifies a pending wait, for CancelWait. Never reused within a coordinator's life.
@@ -146,9 +150,39 @@ class Coordinator {
   // exists); NOT_FOUND for an unknown member. A server's heartbeat carries the progress of every
   // shard copy it holds: the applied sequences decide which replica a failover promotes, and a
   // copy catching up that its primary reports caught up (ReplicaLag.caught_up) becomes a replica
-  // (a new map version).
+  // (a new map version). Once the job failed, sets `*failure` (when given) to why, and the member
+  // counts as told (AwaitFailureTold).
   absl::StatusOr<uint64_t> Heartbeat(uint32_t member_id,
-                                     const std::vector<rpc::ShardProgress>& shards = {});
+                                     const std::vector<rpc::ShardProgress>& shards = {},
+                                     std::optional<rpc::JobFailure>* failure = nullptr);
+
+  // --- Workers' ends ---
+  //
+  // A worker ends by leaving (its client closes after its last step: done), by reporting that it
+  // failed, or by falling silent: no heartbeat for dead_after without having left (killed,
+  // crashed, hung, its host gone). Either of the last two fails the job, which no member can
+  // carry on: a silent worker at once, a reported failure once every other registered worker has
+  // been heard from since the report, has left, has failed or was found silent (a worker whose
+  // peer was killed often fails first, and the silent one is the cause). failure() then says
+  // why, and every heartbeat's answer tells its member, which exits. A straggler, or a worker
+  // outside a sync quorum, keeps heartbeating and is no failure.
+
+  // Worker `member_id` is done with the job: its silence from now on is not a failure. OK (and
+  // nothing changes) for a member of another role; NOT_FOUND for an unknown member.
+  absl::Status Leave(uint32_t member_id);
+
+  // Worker `member_id` cannot go on, for `reason` (its error), and is about to exit: the job fails
+  // as described above. NOT_FOUND for an unknown member; FAILED_PRECONDITION for one that is not
+  // a worker. A second report of the same worker changes nothing.
+  absl::Status ReportWorkerFailure(uint32_t member_id, absl::string_view reason);
+
+  // Why the job failed; nullopt while it has not.
+  std::optional<rpc::JobFailure> failure() const;
+
+  // Waits, up to `timeout` of real time, until the job has failed and every alive member that
+  // has neither left nor reported a failure was told so by a heartbeat's answer (members found
+  // dead meanwhile are not waited for). Returns whether that happened.
+  bool AwaitFailureTold(absl::Duration timeout);
 
   // --- Failover ---
 
@@ -233,8 +267,9 @@ class Coordinator {
 
   // --- Operations ---
 
-  // Members (by member_id, liveness as of now), the shard map (empty before it exists), clocks and
-  // the job's name.
+  // Members (by member_id, liveness as of now; workers with their ends and clocks), the shard map
+  // (empty before it exists), clocks, the job's name, its failure, and in SYNC training the step
+  // every shard applied (once every primary reported one).
   rpc::ClusterStatus Status();
 
   // Ends every pending wait with UNAVAILABLE, makes later waits end so at once, and joins the
@@ -262,6 +297,17 @@ class Coordinator {
     std::string address;
     bool alive = true;
     absl::Time last_seen;
+    bool left = false;    // a worker done with the job
+    bool failed = false;  // a worker that reported its failure
+    bool told = false;    // its heartbeat was answered with the job's failure
+  };
+
+  // A worker's failure, before the job failed on it.
+  struct WorkerFailure {
+    int32_t rank = -1;
+    uint32_t member_id = 0;
+    std::string reason;
+    bool silent = false;  // found by its missed heartbeats, not reported
   };
 
   struct ServerSlot {
@@ -317,6 +363,12 @@ class Coordinator {
   void PersistLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Reports a store error (once).
   void StoreFailedLocked(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records a worker's failure and fails the job when it may (see "Workers' ends"); the
+  // on_job_failed call goes to `out`.
+  void WorkerFailedLocked(const Member& worker, std::string reason, bool silent, absl::Time now,
+                          Completions* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MaybeFailJobLocked(Completions* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool AllToldLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   static void Run(Completions* completions);
 
@@ -332,6 +384,7 @@ class Coordinator {
   const uint64_t job_digest_;
   // Sync jobs restored from a checkpoint cut at step t: t; 0 otherwise.
   const int64_t start_step_;
+  const std::function<void(const rpc::JobFailure&)> on_job_failed_;
 
   mutable absl::Mutex mu_;
   absl::CondVar timer_cv_;  // signalled on shutdown and when a waiter with an earlier deadline
@@ -355,6 +408,12 @@ class Coordinator {
   uint64_t persisted_version_ ABSL_GUARDED_BY(mu_) = 0;
   uint32_t persisted_next_id_ ABSL_GUARDED_BY(mu_) = 0;
   bool store_failed_ ABSL_GUARDED_BY(mu_) = false;
+  // A member's `left` changed since the last write to the store.
+  bool members_changed_ ABSL_GUARDED_BY(mu_) = false;
+  // Workers' failures before the job failed, and when the first was reported.
+  std::vector<WorkerFailure> worker_failures_ ABSL_GUARDED_BY(mu_);
+  absl::Time first_report_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
+  std::optional<rpc::JobFailure> failure_ ABSL_GUARDED_BY(mu_);
   WaitId next_wait_id_ ABSL_GUARDED_BY(mu_) = 1;
   std::map<WaitId, Waiter> waiters_ ABSL_GUARDED_BY(mu_);
 

@@ -2,13 +2,19 @@
 //
 //   ps_coordinator --job=JOB_FILE [--listen=0.0.0.0:0] [--advertise=HOST] [--port_file=PATH]
 //                  [--heartbeat_ms=500] [--dead_after_ms=3000] [--restore=CHECKPOINT]
-//                  [--data_dir=DIR] [--dry_run]
+//                  [--data_dir=DIR] [--check_data=true] [--dry_run]
 //
-// Prints `ps_coordinator listening on ADVERTISED_HOST:PORT` once it serves. With --dry_run it
-// checks its flags and the job, binds --listen and releases it, prints `ok` and exits. SIGTERM or
-// SIGINT shut it down cleanly (exit 0). Exit status 1: the job is bad (`file:line:col: message` on
-// stderr), the checkpoint to restore is damaged or does not fit the job (nothing is started), or
-// the port cannot be bound; 2: a usage error.
+// Before it serves it checks that the job's data files can be read from its current directory
+// (common/data_check.h; --check_data=false where its host does not hold the data) and warns of a
+// job too short to train well. Prints `ps_coordinator listening on ADVERTISED_HOST:PORT` once it
+// serves. With --dry_run it checks its flags and the job (not the data), binds --listen and
+// releases it, prints `ok` and exits. SIGTERM or SIGINT shut it down cleanly (exit 0). When a
+// worker fails (it reports an error, or its heartbeats stop without its having left), the job
+// fails: the coordinator tells the servers and the other workers through their heartbeats, which
+// makes them exit, and then exits with status 3, saying which worker failed and why. Exit status
+// 1: the job or its data is bad (`file:line:col: message` on stderr), the checkpoint to restore
+// is damaged or does not fit the job (nothing is started), or the port cannot be bound; 2: a usage
+// error; 3: the job failed.
 #include <fcntl.h>
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
@@ -27,6 +33,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "common/coordinator_client.h"
+#include "common/data_check.h"
 #include "common/job_config.h"
 #include "common/net_address.h"
 #include "server/coordinator/coordinator.h"
@@ -53,6 +61,10 @@ ABSL_FLAG(std::string, data_dir, "",
           "Keep the coordinator's state (members, shard map, clocks, rendezvous store) in a "
           "RocksDB database in this folder: a coordinator restarted with the same data_dir (and "
           "--listen port) carries on the running job. Empty: in memory only.");
+ABSL_FLAG(bool, check_data, true,
+          "Check at start that the job's data files (train_paths, eval_paths) can be read from "
+          "this process's current directory, and refuse the job when they cannot. false: where "
+          "this host does not hold the workers' data.");
 ABSL_FLAG(int, heartbeat_ms, 500, "Heartbeat interval members are told to use, in ms (> 0).");
 ABSL_FLAG(int, dead_after_ms, 3000,
           "A member silent for this long is marked dead, in ms (> heartbeat_ms).");
@@ -63,6 +75,10 @@ namespace {
 constexpr int kMaxMessageBytes = 256 << 20;
 // How long in-flight calls get to finish at shutdown before they are cancelled.
 constexpr absl::Duration kShutdownGrace = absl::Seconds(5);
+// The exit status of a coordinator whose job failed.
+constexpr int kJobFailedExit = 3;
+// After a job failed, the calls in flight are those of members that are exiting: they get less.
+constexpr absl::Duration kFailedShutdownGrace = absl::Seconds(1);
 
 // The self-pipe: the signal handler writes a byte, main reads it.
 int g_signal_pipe[2] = {-1, -1};
@@ -93,7 +109,14 @@ absl::Status InstallSignalHandlers() {
   return absl::OkStatus();
 }
 
-// Blocks until a termination signal arrives.
+// Wakes WaitForSignal() as a signal would (the job failed).
+void WakeMain() {
+  const char byte = 2;
+  if (write(g_signal_pipe[1], &byte, 1) < 0) {
+  }
+}
+
+// Blocks until a termination signal arrives, or WakeMain().
 void WaitForSignal() {
   char byte;
   while (read(g_signal_pipe[0], &byte, 1) < 0 && errno == EINTR) {
@@ -161,6 +184,26 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", std::string(job.status().message()).c_str());
     return 1;
   }
+  if (absl::GetFlag(FLAGS_check_data) && !absl::GetFlag(FLAGS_dry_run)) {
+    ps::DataCheckOptions data_options;
+    data_options.job_path = job_path;
+    data_options.checker = "ps_coordinator";
+    const ps::DataCheckResult data = ps::CheckJobData(*job, data_options);
+    for (const std::string& error : data.errors) std::fprintf(stderr, "%s\n", error.c_str());
+    if (!data.ok()) {
+      std::fprintf(stderr,
+                   "ps_coordinator: the job's workers could not read their data; nothing is "
+                   "started (--check_data=false skips this check where this host does not hold "
+                   "the data)\n");
+      return 1;
+    }
+    if (data.estimate.has_value()) {
+      std::fprintf(stderr, "ps_coordinator: data: %s\n", data.estimate->Describe().c_str());
+    }
+    for (const std::string& warning : data.warnings) {
+      std::fprintf(stderr, "ps_coordinator: warning: %s\n", warning.c_str());
+    }
+  }
   if (absl::GetFlag(FLAGS_dry_run)) {
     const absl::Status can_listen = ps::CheckCanListen(listen);
     if (!can_listen.ok()) {
@@ -215,17 +258,19 @@ int main(int argc, char** argv) {
   options.job = *std::move(job);
   options.heartbeat_interval = heartbeat_interval;
   options.dead_after = dead_after;
+  // A failed job wakes main, which tells the members and exits.
+  options.on_job_failed = [](const ps::rpc::JobFailure&) { WakeMain(); };
+  // Before the coordinator exists: a restored state may fail the job early.
+  const absl::Status signals = InstallSignalHandlers();
+  if (!signals.ok()) {
+    std::fprintf(stderr, "ps_coordinator: %s\n", signals.ToString().c_str());
+    return 1;
+  }
   absl::StatusOr<std::unique_ptr<ps::coordinator::Coordinator>> coordinator =
       ps::coordinator::Coordinator::Create(std::move(options));
   if (!coordinator.ok()) {
     std::fprintf(stderr, "ps_coordinator: %s\n", coordinator.status().ToString().c_str());
     return 2;
-  }
-
-  const absl::Status signals = InstallSignalHandlers();
-  if (!signals.ok()) {
-    std::fprintf(stderr, "ps_coordinator: %s\n", signals.ToString().c_str());
-    return 1;
   }
 
   ps::coordinator::CoordinatorService service(coordinator->get());
@@ -248,12 +293,26 @@ int main(int argc, char** argv) {
               ps::JoinHostPort(address->advertise, bound_port).c_str());
   std::fflush(stdout);
   int exit_code = 0;
+  absl::Duration shutdown_grace = kShutdownGrace;
   const std::string port_file = absl::GetFlag(FLAGS_port_file);
   const absl::Status written =
       port_file.empty() ? absl::OkStatus() : WritePortFile(port_file, bound_port);
   if (written.ok()) {
     WaitForSignal();
-    std::fprintf(stderr, "ps_coordinator: shutting down\n");
+    if (const std::optional<ps::rpc::JobFailure> failure = (*coordinator)->failure()) {
+      // Every live member hears of it with its next heartbeat's answer; a member that never
+      // heartbeats again is found dead within dead_after.
+      const absl::Time start = absl::Now();
+      const bool told = (*coordinator)->AwaitFailureTold(dead_after + 2 * heartbeat_interval);
+      std::fprintf(stderr, "ps_coordinator: the job failed: %s; %s in %.1f s; exiting\n",
+                   ps::DescribeJobFailure(*failure).c_str(),
+                   told ? "every live member was told" : "not every live member could be told",
+                   absl::ToDoubleSeconds(absl::Now() - start));
+      exit_code = kJobFailedExit;
+      shutdown_grace = kFailedShutdownGrace;
+    } else {
+      std::fprintf(stderr, "ps_coordinator: shutting down\n");
+    }
   } else {
     std::fprintf(stderr, "ps_coordinator: %s\n", written.ToString().c_str());
     exit_code = 1;
@@ -261,7 +320,7 @@ int main(int argc, char** argv) {
 
   // End pending waits first so that the server's shutdown does not wait for their deadlines.
   (*coordinator)->Shutdown();
-  server->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(kShutdownGrace));
+  server->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(shutdown_grace));
   server.reset();
   coordinator->reset();
   return exit_code;

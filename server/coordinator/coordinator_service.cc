@@ -170,6 +170,12 @@ void CoordinatorService::CheckLoop() {
 grpc::ServerUnaryReactor* CoordinatorService::ReportFailure(
     grpc::CallbackServerContext* context, const rpc::ReportFailureRequest* request,
     rpc::ReportFailureResponse* response) {
+  if (request->reporter_failed()) {
+    const absl::Status reported =
+        coordinator_->ReportWorkerFailure(request->reporter(), request->reason());
+    response->set_map_version(coordinator_->Status().shard_map().version());
+    return Done(context, reported);
+  }
   {
     absl::MutexLock lock(&check_mu_);
     to_check_.insert(request->server_id());
@@ -182,9 +188,18 @@ grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(grpc::CallbackServerCont
                                                         const rpc::HeartbeatRequest* request,
                                                         rpc::HeartbeatResponse* response) {
   const std::vector<rpc::ShardProgress> shards(request->shards().begin(), request->shards().end());
-  const absl::StatusOr<uint64_t> version = coordinator_->Heartbeat(request->member_id(), shards);
+  std::optional<rpc::JobFailure> failure;
+  const absl::StatusOr<uint64_t> version =
+      coordinator_->Heartbeat(request->member_id(), shards, &failure);
   if (version.ok()) response->set_map_version(*version);
+  if (failure.has_value()) *response->mutable_job_failure() = std::move(*failure);
   return Done(context, version.status());
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::Leave(grpc::CallbackServerContext* context,
+                                                    const rpc::LeaveRequest* request,
+                                                    rpc::LeaveResponse* response) {
+  return Done(context, coordinator_->Leave(request->member_id()));
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::GetShardMap(grpc::CallbackServerContext* context,

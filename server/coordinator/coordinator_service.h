@@ -62,6 +62,9 @@ class CoordinatorService final : public rpc::Coordinator::CallbackService {
   grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* context,
                                       const rpc::HeartbeatRequest* request,
                                       rpc::HeartbeatResponse* response) override;
+  grpc::ServerUnaryReactor* Leave(grpc::CallbackServerContext* context,
+                                  const rpc::LeaveRequest* request,
+                                  rpc::LeaveResponse* response) override;
   grpc::ServerUnaryReactor* GetShardMap(grpc::CallbackServerContext* context,
                                         const rpc::GetShardMapRequest* request,
                                         rpc::ShardMap* response) override;
@@ -81,7 +84,8 @@ class CoordinatorService final : public rpc::Coordinator::CallbackService {
                                    const rpc::KvGetRequest* request,
                                    rpc::KvGetResponse* response) override;
   // Answers at once with the current map version; the reported server is checked on the
-  // service's own thread and failed over when it cannot be reached.
+  // service's own thread and failed over when it cannot be reached. A worker's report of its own
+  // failure (reporter_failed) goes to Coordinator::ReportWorkerFailure, whose error it answers.
   grpc::ServerUnaryReactor* ReportFailure(grpc::CallbackServerContext* context,
                                           const rpc::ReportFailureRequest* request,
                                           rpc::ReportFailureResponse* response) override;

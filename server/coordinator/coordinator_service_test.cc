@@ -170,6 +170,53 @@ TEST_CASE("the server shuts down at once with waits pending", "[coordinator][ser
   }
 }
 
+TEST_CASE("a worker's own failure report fails the job; heartbeat answers carry it",
+          "[coordinator][service]") {
+  Fixture f;
+  const uint32_t worker = f.coordinator->Register(rpc::WORKER, "", 0)->member_id();
+  const uint32_t server = f.coordinator->Register(rpc::SERVER, "h:1", -1)->member_id();
+  rpc::HeartbeatResponse beat;
+  {
+    grpc::ClientContext context;
+    rpc::HeartbeatRequest request;
+    request.set_member_id(server);
+    REQUIRE(f.stub->Heartbeat(&context, request, &beat).ok());
+    CHECK_FALSE(beat.has_job_failure());
+  }
+  {
+    grpc::ClientContext context;
+    rpc::ReportFailureRequest request;
+    request.set_reporter(server);
+    request.set_reporter_failed(true);
+    rpc::ReportFailureResponse response;
+    CHECK(f.stub->ReportFailure(&context, request, &response).error_code() ==
+          grpc::StatusCode::FAILED_PRECONDITION);
+  }
+  {
+    grpc::ClientContext context;
+    rpc::LeaveRequest request;
+    request.set_member_id(99);
+    rpc::LeaveResponse response;
+    CHECK(f.stub->Leave(&context, request, &response).error_code() == grpc::StatusCode::NOT_FOUND);
+  }
+  grpc::ClientContext context;
+  rpc::ReportFailureRequest request;
+  request.set_reporter(worker);
+  request.set_reporter_failed(true);
+  request.set_reason("cannot read data/x.tsv");
+  rpc::ReportFailureResponse response;
+  REQUIRE(f.stub->ReportFailure(&context, request, &response).ok());
+  REQUIRE(f.coordinator->failure().has_value());
+  grpc::ClientContext beat_context;
+  rpc::HeartbeatRequest beat_request;
+  beat_request.set_member_id(server);
+  REQUIRE(f.stub->Heartbeat(&beat_context, beat_request, &beat).ok());
+  REQUIRE(beat.has_job_failure());
+  CHECK(beat.job_failure().rank() == 0);
+  CHECK(beat.job_failure().member_id() == worker);
+  CHECK(beat.job_failure().reason() == "cannot read data/x.tsv");
+}
+
 }  // namespace
 }  // namespace coordinator
 }  // namespace ps

@@ -130,6 +130,34 @@ TEST_CASE("a store holding another job's state is refused", "[coordinator][store
   CHECK(CoordinatorStore::Open(dir).status().code() == absl::StatusCode::kInternal);
 }
 
+TEST_CASE("a restarted coordinator remembers the workers that left", "[coordinator][store]") {
+  const std::string dir = testing::TempDir() + "/coordinator_store_left";
+  FakeClock clock;
+  uint32_t left = 0, training = 0;
+  {
+    auto store = CoordinatorStore::Open(dir);
+    REQUIRE(store.ok());
+    auto c = Start(store->get(), &clock);
+    REQUIRE(c->Register(rpc::SERVER, "h:1", -1).ok());
+    REQUIRE(c->Register(rpc::SERVER, "h:2", -1).ok());
+    left = c->Register(rpc::WORKER, "", -1)->member_id();
+    training = c->Register(rpc::WORKER, "", -1)->member_id();
+    REQUIRE(c->Leave(left).ok());
+  }
+  auto store = CoordinatorStore::Open(dir);
+  REQUIRE(store.ok());
+  auto c = Start(store->get(), &clock);
+  // The worker that left stays silent: no failure. The one that trained must heartbeat.
+  REQUIRE(c->Leave(training).ok());
+  clock.Advance(absl::Seconds(10));
+  c->Sweep();
+  CHECK_FALSE(c->failure().has_value());
+  const rpc::ClusterStatus status = c->Status();
+  for (const rpc::MemberStatus& m : status.members()) {
+    if (m.role() == rpc::WORKER) CHECK(m.left());
+  }
+}
+
 }  // namespace
 }  // namespace coordinator
 }  // namespace ps

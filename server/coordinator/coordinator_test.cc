@@ -687,6 +687,204 @@ TEST_CASE("replicas go to other hosts first", "[coordinator][map]") {
   CHECK(map.servers(0).host() == "a");
 }
 
+// --- Workers' ends ---
+
+// A coordinator on a fake clock with one server and two workers registered, counting its
+// on_job_failed calls.
+struct EndsFixture {
+  explicit EndsFixture(config::Training::Mode mode = config::Training::SYNC) {
+    CoordinatorOptions options;
+    options.job = MakeJob(1, 2, /*shards=*/4);
+    options.job.mutable_training()->set_mode(mode);
+    options.clock = &clock;
+    options.on_job_failed = [this](const rpc::JobFailure& failure) {
+      absl::MutexLock lock(&mu);
+      ++calls;
+      last = failure;
+    };
+    absl::StatusOr<std::unique_ptr<Coordinator>> c = Coordinator::Create(std::move(options));
+    REQUIRE(c.ok());
+    coordinator = std::move(*c);
+    server = Register(rpc::SERVER, "h0:1", -1);
+    w0 = Register(rpc::WORKER, "", 0);
+    w1 = Register(rpc::WORKER, "", 1);
+  }
+
+  uint32_t Register(rpc::Role role, const std::string& address, int rank) {
+    absl::StatusOr<rpc::RegisterResponse> r = coordinator->Register(role, address, rank);
+    REQUIRE(r.ok());
+    return r->member_id();
+  }
+
+  // Advances the clock by `d` with heartbeats of `alive` at its end, then sweeps.
+  void Pass(absl::Duration d, const std::vector<uint32_t>& alive) {
+    clock.Advance(d);
+    for (const uint32_t id : alive) REQUIRE(coordinator->Heartbeat(id).ok());
+    coordinator->Sweep();
+  }
+
+  int Calls() {
+    absl::MutexLock lock(&mu);
+    return calls;
+  }
+
+  FakeClock clock;
+  std::unique_ptr<Coordinator> coordinator;
+  uint32_t server = 0, w0 = 0, w1 = 0;
+  absl::Mutex mu;
+  int calls ABSL_GUARDED_BY(mu) = 0;
+  rpc::JobFailure last ABSL_GUARDED_BY(mu);
+};
+
+TEST_CASE("workers that leave are done: their silence fails nothing", "[coordinator][ends]") {
+  EndsFixture f;
+  REQUIRE(f.coordinator->ReportClock(f.w0, 15).ok());
+  REQUIRE(f.coordinator->ReportClock(f.w1, 15).ok());
+  REQUIRE(f.coordinator->Leave(f.w0).ok());
+  REQUIRE(f.coordinator->Leave(f.w0).ok());      // twice is once
+  REQUIRE(f.coordinator->Leave(f.server).ok());  // changes nothing for a server
+  CHECK(f.coordinator->Leave(99).code() == absl::StatusCode::kNotFound);
+  f.Pass(absl::Seconds(2), {f.server, f.w1});
+  REQUIRE(f.coordinator->Leave(f.w1).ok());
+  f.Pass(absl::Seconds(10), {f.server});
+  CHECK_FALSE(f.coordinator->failure().has_value());
+  CHECK(f.Calls() == 0);
+  const rpc::ClusterStatus status = f.coordinator->Status();
+  CHECK_FALSE(status.has_failure());
+  for (const rpc::MemberStatus& m : status.members()) {
+    if (m.role() != rpc::WORKER) continue;
+    CHECK_FALSE(m.alive());
+    CHECK(m.left());
+    CHECK_FALSE(m.failed());
+    CHECK(m.clock() == 15);
+  }
+  // A new worker may take a rank that was left.
+  CHECK(f.coordinator->Register(rpc::WORKER, "", -1).ok());
+}
+
+TEST_CASE("a worker whose heartbeats stop fails the job at once, and members are told",
+          "[coordinator][ends]") {
+  EndsFixture f;
+  REQUIRE(f.coordinator->ReportClock(f.w1, 11).ok());
+  f.Pass(absl::Seconds(2), {f.server, f.w0, f.w1});
+  f.Pass(absl::Seconds(2), {f.server, f.w0});
+  CHECK_FALSE(f.coordinator->failure().has_value());
+  f.Pass(absl::Seconds(1), {f.server, f.w0});  // w1 silent for 3 s
+  const std::optional<rpc::JobFailure> failure = f.coordinator->failure();
+  REQUIRE(failure.has_value());
+  CHECK(failure->rank() == 1);
+  CHECK(failure->member_id() == f.w1);
+  CHECK_THAT(failure->reason(), Catch::StartsWith("its heartbeats stopped: not heard from for 3s"));
+  CHECK_THAT(failure->reason(), Catch::EndsWith("after 12 steps done"));
+  REQUIRE(failure->failures_size() == 1);
+  CHECK(failure->failures(0) == absl::StrCat("worker 1 (member ", f.w1, "): ", failure->reason()));
+  CHECK(f.Calls() == 1);
+  CHECK(f.coordinator->Status().failure().SerializeAsString() == failure->SerializeAsString());
+
+  // Not every live member has heard of it yet; each heartbeat's answer tells one.
+  CHECK_FALSE(f.coordinator->AwaitFailureTold(absl::ZeroDuration()));
+  std::optional<rpc::JobFailure> told;
+  REQUIRE(f.coordinator->Heartbeat(f.server, {}, &told).ok());
+  REQUIRE(told.has_value());
+  CHECK(told->rank() == 1);
+  CHECK_FALSE(f.coordinator->AwaitFailureTold(absl::ZeroDuration()));
+  REQUIRE(f.coordinator->Heartbeat(f.w0, {}, &told).ok());
+  CHECK(f.coordinator->AwaitFailureTold(absl::ZeroDuration()));
+  // The job failed once: later ends change nothing.
+  REQUIRE(f.coordinator->ReportWorkerFailure(f.w0, "later").ok());
+  CHECK(f.coordinator->failure()->failures_size() == 1);
+  CHECK(f.Calls() == 1);
+}
+
+TEST_CASE("a reported failure fails the job once the other workers are accounted for",
+          "[coordinator][ends]") {
+  EndsFixture f;
+  f.Pass(absl::Milliseconds(500), {f.server, f.w0, f.w1});
+  REQUIRE(f.coordinator->ReportWorkerFailure(f.w0, "NOT_FOUND: data/x.tsv: no such file").ok());
+  REQUIRE(f.coordinator->ReportWorkerFailure(f.w0, "again").ok());  // the first report counts
+  // w1 was last heard from before the report: it may be the cause.
+  CHECK_FALSE(f.coordinator->failure().has_value());
+
+  SECTION("the other worker heartbeats: the reporter is the cause") {
+    f.Pass(absl::Milliseconds(500), {f.server, f.w1});
+    const std::optional<rpc::JobFailure> failure = f.coordinator->failure();
+    REQUIRE(failure.has_value());
+    CHECK(failure->rank() == 0);
+    CHECK(failure->reason() == "NOT_FOUND: data/x.tsv: no such file");
+    CHECK(failure->failures_size() == 1);
+    CHECK(f.Calls() == 1);
+  }
+  SECTION("the other worker reports too: the first report is the cause") {
+    REQUIRE(f.coordinator->ReportWorkerFailure(f.w1, "AllReduce: connection reset").ok());
+    const std::optional<rpc::JobFailure> failure = f.coordinator->failure();
+    REQUIRE(failure.has_value());
+    CHECK(failure->rank() == 0);
+    REQUIRE(failure->failures_size() == 2);
+    CHECK(failure->failures(1) ==
+          absl::StrCat("worker 1 (member ", f.w1, "): AllReduce: connection reset"));
+  }
+  SECTION("the other worker falls silent: it is the cause, the report comes second") {
+    f.Pass(absl::Seconds(3), {f.server});
+    const std::optional<rpc::JobFailure> failure = f.coordinator->failure();
+    REQUIRE(failure.has_value());
+    CHECK(failure->rank() == 1);
+    CHECK_THAT(failure->reason(), Catch::StartsWith("its heartbeats stopped"));
+    REQUIRE(failure->failures_size() == 2);
+    CHECK_THAT(failure->failures(1), Catch::EndsWith("data/x.tsv: no such file"));
+    CHECK(f.Calls() == 1);
+  }
+  SECTION("the other worker leaves") {
+    REQUIRE(f.coordinator->Leave(f.w1).ok());
+    REQUIRE(f.coordinator->failure().has_value());
+    CHECK(f.coordinator->failure()->rank() == 0);
+  }
+  // The reporter's own later close does not make it a worker that left.
+  REQUIRE(f.coordinator->Leave(f.w0).ok());
+  const rpc::ClusterStatus status = f.coordinator->Status();
+  for (const rpc::MemberStatus& m : status.members()) {
+    if (m.member_id() == f.w0) CHECK((m.failed() && !m.left()));
+  }
+}
+
+TEST_CASE("only workers report their own failure", "[coordinator][ends]") {
+  EndsFixture f;
+  CHECK(f.coordinator->ReportWorkerFailure(f.server, "x").code() ==
+        absl::StatusCode::kFailedPrecondition);
+  CHECK(f.coordinator->ReportWorkerFailure(99, "x").code() == absl::StatusCode::kNotFound);
+  const uint32_t client = f.Register(rpc::CLIENT, "", -1);
+  // A client that falls silent fails nothing.
+  f.Pass(absl::Seconds(5), {f.server, f.w0, f.w1});
+  CHECK_FALSE(f.coordinator->failure().has_value());
+  CHECK(f.coordinator->ReportWorkerFailure(client, "x").code() ==
+        absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_CASE("a sync job's status has the step every shard applied", "[coordinator][ends]") {
+  EndsFixture f;
+  CHECK_FALSE(f.coordinator->Status().has_applied_step());  // no heartbeat with progress yet
+  std::vector<rpc::ShardProgress> progress;
+  for (uint32_t shard = 0; shard < 4; ++shard) {
+    progress.push_back(Progress(shard, 10));
+    progress.back().set_applied_step(shard == 2 ? 14 : 15);
+  }
+  REQUIRE(f.coordinator->Heartbeat(f.server, progress).ok());
+  rpc::ClusterStatus status = f.coordinator->Status();
+  REQUIRE(status.has_applied_step());
+  CHECK(status.applied_step() == 14);
+  CHECK(status.num_workers() == 2);
+
+  SECTION("before any step: -1") {
+    for (rpc::ShardProgress& p : progress) p.set_applied_step(-1);
+    REQUIRE(f.coordinator->Heartbeat(f.server, progress).ok());
+    CHECK(f.coordinator->Status().applied_step() == -1);
+  }
+  SECTION("other modes have no applied step") {
+    EndsFixture async(config::Training::ASYNC);
+    REQUIRE(async.coordinator->Heartbeat(async.server, progress).ok());
+    CHECK_FALSE(async.coordinator->Status().has_applied_step());
+  }
+}
+
 }  // namespace
 }  // namespace coordinator
 }  // namespace ps

@@ -188,6 +188,14 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const std::string& binary,
   }
 }
 
+absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Launch(const std::string& binary,
+                                                       const std::vector<std::string>& args) {
+  const std::string log_path = UniquePath(binary, ".log");
+  absl::StatusOr<pid_t> pid = Spawn(binary, args, log_path, log_path);
+  if (!pid.ok()) return pid.status();
+  return std::unique_ptr<Daemon>(new Daemon(binary, *pid, log_path));
+}
+
 Daemon::~Daemon() { Kill(); }
 
 std::string Daemon::address() const { return absl::StrCat("127.0.0.1:", port_); }
@@ -198,6 +206,16 @@ void Daemon::Kill() {
   if (reaped_) return;
   KillAndReap(pid_);
   reaped_ = true;
+}
+
+absl::StatusOr<int> Daemon::Wait(absl::Duration timeout) {
+  if (reaped_) {
+    return absl::FailedPreconditionError(absl::StrCat(binary_, " (pid ", pid_, ") has ended"));
+  }
+  const absl::StatusOr<int> status = WaitUntil(pid_, absl::Now() + timeout);
+  if (!status.ok()) return status.status();
+  reaped_ = true;
+  return WIFEXITED(*status) ? WEXITSTATUS(*status) : 128 + WTERMSIG(*status);
 }
 
 absl::Status Daemon::Terminate(absl::Duration timeout) {

@@ -35,6 +35,11 @@ class Daemon {
                                                        std::vector<std::string> args,
                                                        absl::Duration timeout = absl::Seconds(30));
 
+  // Starts `binary` with `args` as they are, for a child that reports no port (a ps_worker):
+  // port() is 0. INTERNAL if the process cannot be started.
+  static absl::StatusOr<std::unique_ptr<Daemon>> Launch(const std::string& binary,
+                                                        const std::vector<std::string>& args);
+
   // Kills the child if it still runs.
   ~Daemon();
 
@@ -51,6 +56,11 @@ class Daemon {
 
   // SIGKILL, then reaps the child. Does nothing if it was already reaped.
   void Kill();
+
+  // Waits up to `timeout` for the child to exit by itself, and reaps it. Its exit status, or
+  // 128 + the signal that ended it. DEADLINE_EXCEEDED if it still runs then (it is left running);
+  // FAILED_PRECONDITION if it was already reaped.
+  absl::StatusOr<int> Wait(absl::Duration timeout);
 
   // SIGTERM, then waits up to `timeout` for the child to exit. OK iff it exited with status 0;
   // INTERNAL naming the exit status or signal otherwise, with the log's tail; DEADLINE_EXCEEDED if

@@ -91,6 +91,29 @@ TEST_CASE("RunProcess captures exit status, stdout and stderr apart", "[daemon]"
   CHECK(hung.status().code() == absl::StatusCode::kDeadlineExceeded);
 }
 
+TEST_CASE("Launch starts a child without a port; Wait gives its exit status", "[daemon]") {
+  auto child = Daemon::Launch(kFake, {"--mode=exit", "--exit_code=6"});
+  REQUIRE(child.ok());
+  CHECK((*child)->port() == 0);
+  const absl::StatusOr<int> status = (*child)->Wait(absl::Seconds(10));
+  REQUIRE(status.ok());
+  CHECK(*status == 6);
+  CHECK(absl::StrContains((*child)->ReadLog(), "failing on purpose"));
+  CHECK((*child)->Wait(absl::Seconds(1)).status().code() == absl::StatusCode::kFailedPrecondition);
+
+  SECTION("a child still running is left running; one killed by a signal gives 128 + it") {
+    auto daemon = Daemon::Start(kFake, {"--mode=ignore_term"});
+    REQUIRE(daemon.ok());
+    CHECK((*daemon)->Wait(absl::Milliseconds(50)).status().code() ==
+          absl::StatusCode::kDeadlineExceeded);
+    REQUIRE(Exists((*daemon)->pid()));
+    kill((*daemon)->pid(), SIGKILL);
+    const absl::StatusOr<int> killed = (*daemon)->Wait(absl::Seconds(10));
+    REQUIRE(killed.ok());
+    CHECK(*killed == 128 + SIGKILL);
+  }
+}
+
 }  // namespace
 }  // namespace testing
 }  // namespace ps

@@ -14,6 +14,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "common/data_paths.h"
 #include "common/status_macros.h"
 
 namespace ps {
@@ -328,6 +329,7 @@ absl::StatusOr<std::unique_ptr<CriteoReader>> CriteoReader::Open(std::vector<std
                                                                  int rank, int world_size,
                                                                  SchemaOptions schema) {
   if (paths.empty()) return absl::InvalidArgumentError("CriteoReader: no input files");
+  PS_ASSIGN_OR_RETURN(paths, ExpandDataPaths(paths));
   if (world_size < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("CriteoReader: world_size must be >= 1, got ", world_size));

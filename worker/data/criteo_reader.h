@@ -73,10 +73,11 @@ class CriteoReader {
   static constexpr int kMaxBatchSamples = 1 << 24;
 
   // Returns a reader of the samples of `rank` among `world_size` workers in `paths`, positioned
-  // at the first sample. Every file is opened and its format detected now. Errors:
+  // at the first sample. A path may be a shell-style glob, read as the files it matches in order
+  // (common/data_paths.h). Every file is opened and its format detected now. Errors:
   //   INVALID_ARGUMENT: `paths` is empty, world_size < 1, rank outside [0, world_size), a
-  //     negative count in `schema`, or a path that is a directory;
-  //   NOT_FOUND: a file does not exist (the message names it);
+  //     negative count in `schema`, or a path that is a directory or empty;
+  //   NOT_FOUND: a file does not exist, or a glob matches none (the message names it);
   //   PERMISSION_DENIED or UNAVAILABLE: a file cannot be opened or read for another reason.
   static absl::StatusOr<std::unique_ptr<CriteoReader>> Open(std::vector<std::string> paths,
                                                             int rank, int world_size,

@@ -633,6 +633,24 @@ TEST_CASE("random bytes give reports or errors, never a crash", "[worker][criteo
   }
 }
 
+TEST_CASE("a glob reads the files it matches in order, one that matches none is NOT_FOUND",
+          "[worker][criteo]") {
+  auto dir = testing::ScopedTempDir::Create("criteo_glob");
+  REQUIRE(dir.ok());
+  const std::string d = (*dir)->path();
+  LineMaker maker(31);
+  std::vector<Row> rows;
+  for (const char* name : {"part-1.tsv", "part-2.tsv"}) {
+    std::ofstream(absl::StrCat(d, "/", name), std::ios::binary) << MakeLines(&maker, 7, &rows);
+  }
+  const std::unique_ptr<CriteoReader> reader = MustOpen({d + "/part-*.tsv"});
+  CHECK(ReadAll(reader.get(), 4) == rows);
+
+  const absl::Status none = CriteoReader::Open({d + "/trian-*.tsv"}, 0, 1).status();
+  CHECK(none.code() == absl::StatusCode::kNotFound);
+  CHECK(absl::StrContains(none.message(), "trian-*.tsv\" matches no file"));
+}
+
 }  // namespace
 }  // namespace worker
 }  // namespace ps
