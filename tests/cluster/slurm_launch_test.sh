@@ -75,6 +75,10 @@ done
 echo "$status"
 check "status shows the Slurm job running" grep -q "slurm job [0-9]*: RUNNING" <<<"$status"
 check "status shows the workers' step on both nodes" grep -q "ps_worker .*node\[1-2\]" <<<"$status"
+if ! grep -q "slurm job [0-9]*: RUNNING" <<<"$status"; then  # why the run ended early
+  tail -n 20 "$work/long.err"
+  for log in "$work"/run_long/logs/*.log; do echo "--- $log" && tail -n 8 "$log"; done
+fi
 check "stop succeeds" "$launch" stop "$work/run_long"
 wait "$launcher" && rc=0 || rc=$?
 check "the launcher ended on stop (status $rc)" test "$rc" = 143
