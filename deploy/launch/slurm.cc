@@ -70,7 +70,11 @@ std::string SlurmScript(const ClusterSpec& cluster, const config::Job& job,
       "--job=\"$run/job.pbtxt\" --listen=0.0.0.0:",
       cluster.coordinator_port(), " --port_file=\"$run/coordinator.port\"",
       Flags(cluster.coordinator_flags()), " &\n", "coordinator=$!\n", "for _ in $(seq 1 ",
-      cluster.connect_timeout_s() * 10, "); do\n", "  [ -s \"$run/coordinator.port\" ] && break\n",
+      // The port file, and the log line after it: srun writes the step's output to the log
+      // behind the process, later than the port file under load.
+      cluster.connect_timeout_s() * 10, "); do\n",
+      "  [ -s \"$run/coordinator.port\" ] &&\n",
+      "    grep -qs '^ps_coordinator listening on ' \"$run/logs/coordinator.log\" && break\n",
       "  kill -0 $coordinator 2>/dev/null || { echo \"ps_launch: the coordinator exited\"; "
       "finish 1; }\n",
       "  sleep 0.1\n", "done\n",
