@@ -216,14 +216,21 @@ void ParameterServerService::ReportLatePush(const rpc::RequestHeader& header, ui
   last_late_report_ = now;
 }
 
-template <typename Then>
-void ParameterServerService::CheckWorker(uint32_t worker_id, bool required, Then then) {
+template <typename Call, typename Serve>
+void ParameterServerService::ServeIfWorkerMayWrite(Call* call, bool required, Serve serve) {
+  const uint32_t worker_id = call->request.header().worker_id();
   RegisteredWorkers* workers = workers_.load(std::memory_order_acquire);
   if (workers == nullptr || (worker_id == 0 && !required) || workers->Known(worker_id)) {
-    then(absl::OkStatus());
+    serve(call);
     return;
   }
-  workers->Check(worker_id, std::move(then));
+  workers->Check(worker_id, [call, serve](const absl::Status& checked) {
+    if (checked.ok()) {
+      serve(call);
+    } else {
+      call->Reply(checked);
+    }
+  });
 }
 
 grpc::ServerUnaryReactor* ParameterServerService::EndStep(grpc::CallbackServerContext* context,
@@ -232,14 +239,8 @@ grpc::ServerUnaryReactor* ParameterServerService::EndStep(grpc::CallbackServerCo
   bool parsed = false;
   auto* call = StartCall<rpc::EndStepRequest, rpc::EndStepResponse>(request, response, &parsed);
   if (!parsed) return call;
-  CheckWorker(call->request.header().worker_id(), /*required=*/false,
-              [this, call](const absl::Status& checked) {
-                if (checked.ok()) {
-                  ServeEndStep(call);
-                } else {
-                  call->Reply(checked);
-                }
-              });
+  ServeIfWorkerMayWrite(call, /*required=*/false,
+                        [this](auto* checked_call) { ServeEndStep(checked_call); });
   return call;
 }
 
@@ -260,14 +261,8 @@ grpc::ServerUnaryReactor* ParameterServerService::Push(grpc::CallbackServerConte
   bool parsed = false;
   auto* call = StartCall<rpc::PushRequest, rpc::PushResponse>(request, response, &parsed);
   if (!parsed) return call;
-  CheckWorker(call->request.header().worker_id(), /*required=*/true,
-              [this, call](const absl::Status& checked) {
-                if (checked.ok()) {
-                  ServePush(call);
-                } else {
-                  call->Reply(checked);
-                }
-              });
+  ServeIfWorkerMayWrite(call, /*required=*/true,
+                        [this](auto* checked_call) { ServePush(checked_call); });
   return call;
 }
 
@@ -310,14 +305,8 @@ grpc::ServerUnaryReactor* ParameterServerService::PushDense(grpc::CallbackServer
   if (!parsed) return call;
   // A gradient is admitted once per (worker_id, sequence): it needs a registered worker.
   const bool gradient = call->request.kind() == rpc::PushDenseRequest::GRADIENT;
-  CheckWorker(call->request.header().worker_id(), /*required=*/gradient,
-              [this, call](const absl::Status& checked) {
-                if (checked.ok()) {
-                  ServePushDense(call);
-                } else {
-                  call->Reply(checked);
-                }
-              });
+  ServeIfWorkerMayWrite(call, /*required=*/gradient,
+                        [this](auto* checked_call) { ServePushDense(checked_call); });
   return call;
 }
 

@@ -101,11 +101,11 @@ class ParameterServerService final : public ParameterServerBase {
   // Writes a progress line about pushes dropped as late (sync quorum), at most every 5 s.
   void ReportLatePush(const rpc::RequestHeader& header, uint32_t keys);
 
-  // Calls then(OK) at once when `worker_id` may write: it is known to be issued, no
-  // RegisteredWorkers is set, or it is 0 and not `required`; otherwise once
-  // RegisteredWorkers::Check answered, with its status.
-  template <typename Then>
-  void CheckWorker(uint32_t worker_id, bool required, Then then);
+  // Calls serve(call) when the request's worker_id may write: at once when it is known to be
+  // issued, no RegisteredWorkers is set, or it is 0 and not `required`; otherwise once
+  // RegisteredWorkers::Check said so. When Check refuses it, replies with its status instead.
+  template <typename Call, typename Serve>
+  void ServeIfWorkerMayWrite(Call* call, bool required, Serve serve);
 
   // The methods' work once the request is parsed and its worker checked.
   template <typename Call>
