@@ -1,6 +1,5 @@
 #include "worker/heldout_eval.h"
 
-#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,8 +16,6 @@ namespace worker {
 absl::StatusOr<HeldoutMetrics> EvaluateHeldout(const config::Job& job, Client* client,
                                                Model* model, int64_t clock) {
   HeldoutMetrics metrics;
-  metrics.auc = std::numeric_limits<double>::quiet_NaN();
-  metrics.logloss = std::numeric_limits<double>::quiet_NaN();
   if (job.data().eval_paths_size() == 0) return metrics;
   PS_ASSIGN_OR_RETURN(const DlrmShape shape, DlrmShape::FromJob(job));
   const std::vector<FieldGroup> groups = GroupFields(job, shape.num_sparse);

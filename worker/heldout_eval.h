@@ -4,6 +4,7 @@
 #define PS_WORKER_HELDOUT_EVAL_H_
 
 #include <cstdint>
+#include <limits>
 
 #include "absl/status/statusor.h"
 #include "client/ps_client.h"
@@ -15,8 +16,8 @@ namespace worker {
 
 struct HeldoutMetrics {
   // NaN when nothing was evaluated (no eval_paths, or files without a valid line).
-  double auc = 0;
-  double logloss = 0;
+  double auc = std::numeric_limits<double>::quiet_NaN();
+  double logloss = std::numeric_limits<double>::quiet_NaN();
   int64_t samples = 0;
 };
 

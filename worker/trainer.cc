@@ -67,6 +67,23 @@ absl::StatusOr<int64_t> CountBlocks(CriteoReader* reader, int64_t block_lines) {
   return blocks;
 }
 
+// Hands worker 0's held-out figures and its `stop` decision to every worker through one
+// collective, in which the others' inputs count for nothing; a group of one has nothing to do.
+absl::Status ShareFromWorkerZero(AllReduce* allreduce, HeldoutMetrics* metrics, bool* stop) {
+  const bool zero = allreduce->rank() == 0;
+  std::vector<float> figures(4, 0.0f);
+  if (zero) {
+    figures = {static_cast<float>(metrics->auc), static_cast<float>(metrics->logloss),
+               static_cast<float>(metrics->samples), *stop ? 1.0f : 0.0f};
+  }
+  PS_RETURN_IF_ERROR(allreduce->SumInPlace(absl::MakeSpan(figures)));
+  if (!zero) {
+    *metrics = HeldoutMetrics{figures[0], figures[1], static_cast<int64_t>(figures[2])};
+    *stop = figures[3] > 0.5f;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<TrainResult> Train(const config::Job& job, Client* client,
@@ -156,7 +173,6 @@ absl::StatusOr<TrainResult> Train(const config::Job& job, Client* client,
   if (tr.has_early_stopping()) early_stopping.emplace(tr.early_stopping());
   int64_t next_eval = eval_interval > 0 ? (options.start_step / eval_interval + 1) * eval_interval
                                         : std::numeric_limits<int64_t>::max();
-  std::vector<float> eval_figures;
   StreamingAuc running_auc;
   double interval_loss = 0;
   int64_t interval_batches = 0, interval_samples = 0, my_samples = 0;
@@ -216,21 +232,14 @@ absl::StatusOr<TrainResult> Train(const config::Job& job, Client* client,
   auto maybe_evaluate = [&](int64_t steps_done) -> absl::Status {
     if (steps_done < next_eval || steps_done >= total_steps) return absl::OkStatus();
     while (next_eval <= steps_done) next_eval += eval_interval;
-    eval_figures.assign(4, 0.0f);  // auc, logloss, samples, stop
     HeldoutMetrics m;
     bool stop = false;
     if (rank == 0) {
       const int64_t clock = sync.mode() == config::Training::SYNC ? steps_done : -1;
       PS_ASSIGN_OR_RETURN(m, EvaluateHeldout(job, client, model.get(), clock));
       if (early_stopping.has_value()) stop = early_stopping->Update(steps_done, m.auc, m.logloss);
-      eval_figures = {static_cast<float>(m.auc), static_cast<float>(m.logloss),
-                      static_cast<float>(m.samples), stop ? 1.0f : 0.0f};
     }
-    PS_RETURN_IF_ERROR(allreduce->SumInPlace(absl::MakeSpan(eval_figures)));
-    if (rank != 0) {
-      m = HeldoutMetrics{eval_figures[0], eval_figures[1], static_cast<int64_t>(eval_figures[2])};
-      stop = eval_figures[3] > 0.5f;
-    }
+    PS_RETURN_IF_ERROR(ShareFromWorkerZero(allreduce, &m, &stop));
     result.evaluations.push_back(Evaluation{steps_done, m});
     if (rank == 0 && options.progress != nullptr) {
       absl::FPrintF(options.progress,
@@ -471,20 +480,11 @@ absl::StatusOr<TrainResult> Train(const config::Job& job, Client* client,
 
   // Worker 0 evaluates; one collective gives its figures to every worker's result.
   HeldoutMetrics heldout;
-  heldout.auc = heldout.logloss = std::numeric_limits<double>::quiet_NaN();
   if (rank == 0 && options.evaluate) {
     PS_ASSIGN_OR_RETURN(heldout, EvaluateHeldout(job, client, model.get(), -1));
   }
-  if (world > 1) {
-    eval_figures = {static_cast<float>(heldout.auc), static_cast<float>(heldout.logloss),
-                    static_cast<float>(heldout.samples)};
-    if (rank != 0) eval_figures.assign(3, 0.0f);
-    PS_RETURN_IF_ERROR(allreduce->SumInPlace(absl::MakeSpan(eval_figures)));
-    if (rank != 0) {
-      heldout = HeldoutMetrics{eval_figures[0], eval_figures[1],
-                               static_cast<int64_t>(eval_figures[2])};
-    }
-  }
+  bool no_stop = false;
+  PS_RETURN_IF_ERROR(ShareFromWorkerZero(allreduce, &heldout, &no_stop));
   result.heldout_auc = heldout.auc;
   result.heldout_logloss = heldout.logloss;
   result.heldout_samples = heldout.samples;
