@@ -20,6 +20,8 @@ PACKAGES=(
   openssh-server openssh-client iproute2  # ssh hosts of tests/cluster/netns_hosts.sh
   python3 python3-yaml     # offline checks of the Kubernetes manifests (deploy/k8s)
   python3-grpcio python3-xxhash python3-protobuf python3-numpy  # the Python client (client/python)
+  prometheus               # tests/metrics: a real Prometheus scrapes a cluster; promtool checks /metrics
+  python3-matplotlib       # the training report's plots (deploy/report)
 )
 
 missing=()
