@@ -368,8 +368,12 @@ grpc::ServerUnaryReactor* ParameterServerService::WriteCheckpoint(
   }
   // Minutes of disk writes hold no gRPC thread.
   checkpoint_writer_ = std::thread([this, store, request, response, reactor, deadline] {
+    const absl::Time start = absl::Now();
     absl::StatusOr<rpc::WriteCheckpointResponse> written =
         WriteServerCheckpoint(store, *request, deadline);
+    if (checkpoint_durations_ != nullptr && written.ok()) {
+      checkpoint_durations_->Observe(absl::ToDoubleSeconds(absl::Now() - start));
+    }
     if (written.ok()) *response = *std::move(written);
     {
       absl::MutexLock lock(&checkpoint_mu_);

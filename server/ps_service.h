@@ -11,6 +11,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/metrics/registry.h"
 #include "proto/ps.grpc.pb.h"
 #include "server/registered_workers.h"
 #include "server/sharded_store.h"
@@ -59,6 +60,10 @@ class ParameterServerService final : public ParameterServerBase {
   }
 
   void SetServerId(uint32_t id) { server_id_.store(id); }
+
+  // Observes the time each WriteCheckpoint takes, from its start to its shards being written
+  // (not owned; outlives the service). Set it before the server starts; none by default.
+  void SetCheckpointDurations(metrics::Histogram* durations) { checkpoint_durations_ = durations; }
 
   // `request` holds a PullRequest; `response` gets a PullResponse (nothing on error).
   grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* context,
@@ -126,6 +131,7 @@ class ParameterServerService final : public ParameterServerBase {
   std::thread checkpoint_writer_ ABSL_GUARDED_BY(checkpoint_mu_);
   bool writing_checkpoint_ ABSL_GUARDED_BY(checkpoint_mu_) = false;
   std::atomic<uint32_t> server_id_{0};
+  metrics::Histogram* checkpoint_durations_ = nullptr;
 };
 
 }  // namespace server

@@ -1,7 +1,8 @@
 // ps_server: a parameter-server daemon.
 //
 //   ps_server --coordinator=HOST:PORT [--listen=0.0.0.0:0] [--advertise=HOST] [--port_file=PATH]
-//             [--connect_timeout_s=45] [--dry_run]
+//             [--metrics_listen=HOST:PORT] [--metrics_port_file=PATH] [--connect_timeout_s=45]
+//             [--dry_run]
 //
 // Binds --listen (port 0 picks a free one; the bound port is printed and written to --port_file),
 // registers with the coordinator under its advertised address (ADVERTISED_HOST:PORT, which clients
@@ -32,12 +33,17 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "common/coordinator_client.h"
+#include "common/metrics/grpc_server_metrics.h"
+#include "common/metrics/http_endpoint.h"
+#include "common/metrics/registry.h"
 #include "common/net_address.h"
+#include "common/port_file.h"
 #include "common/process_tuning.h"
 #include "common/signals.h"
 #include "server/checkpoint/server_checkpoint.h"
 #include "server/ps_service.h"
 #include "server/registered_workers.h"
+#include "server/server_metrics.h"
 #include "server/sharded_store.h"
 
 ABSL_FLAG(std::string, coordinator, "", "host:port of the coordinator (required)");
@@ -51,6 +57,11 @@ ABSL_FLAG(bool, dry_run, false,
           "check the flags, bind --listen and release it, print ok, and exit (0, or 1 with the "
           "reason); contacts nothing");
 ABSL_FLAG(std::string, port_file, "", "if set, the bound port is written to this file");
+ABSL_FLAG(std::string, metrics_listen, "",
+          "HOST:PORT to serve Prometheus metrics on (GET /metrics; port 0 for a free one, printed "
+          "and written to --metrics_port_file); empty: no metrics endpoint");
+ABSL_FLAG(std::string, metrics_port_file, "",
+          "if set, the metrics endpoint's bound port is written to this file");
 ABSL_FLAG(bool, empty_handler, false,
           "answer requests without touching storage (to measure the transport; benchmarks only)");
 ABSL_FLAG(int, connect_timeout_s, 45,
@@ -137,16 +148,6 @@ class MapFollower {
 // word; then it is answered UNAVAILABLE, which clients retry.
 constexpr absl::Duration kMemberIdsTimeout = absl::Seconds(2);
 
-bool WritePortFile(const std::string& path, int port) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << port << "\n";
-    if (!out) return false;
-  }
-  return std::rename(tmp.c_str(), path.c_str()) == 0;
-}
-
 int Main() {
   const std::string coordinator_address = absl::GetFlag(FLAGS_coordinator);
   if (coordinator_address.empty()) {
@@ -176,6 +177,17 @@ int Main() {
       std::fprintf(stderr, "ps_server: %s\n", std::string(can_listen.message()).c_str());
       return 1;
     }
+    const std::string metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+    if (!metrics_listen.empty()) {
+      absl::StatusOr<HostPort> metrics_address = ParseHostPort(metrics_listen);
+      absl::Status can_serve_metrics = metrics_address.status();
+      if (can_serve_metrics.ok()) can_serve_metrics = CheckCanListen(*metrics_address);
+      if (!can_serve_metrics.ok()) {
+        std::fprintf(stderr, "ps_server: --metrics_listen: %s\n",
+                     std::string(can_serve_metrics.message()).c_str());
+        return 1;
+      }
+    }
     std::printf("ok: ps_server would listen on %s and advertise %s\n",
                 JoinHostPort(listen.host, listen.port).c_str(), own->advertise.c_str());
     return 0;
@@ -185,6 +197,20 @@ int Main() {
   server::ParameterServerService service([&follower](uint64_t) {
     if (MapFollower* f = follower.load()) f->Poke();
   });
+
+  // Metrics: every call by method and code (the interceptor), the store's figures at scrape time.
+  metrics::Registry registry;
+  std::atomic<server::ShardedStore*> metrics_store{nullptr};
+  server::AddServerCollector(&registry, [&metrics_store](rpc::ServerStatus* status) {
+    server::ShardedStore* store = metrics_store.load(std::memory_order_acquire);
+    if (store == nullptr) return false;
+    store->FillStatus(status);
+    return true;
+  });
+  service.SetCheckpointDurations(registry.GetHistogram(
+      "ps_server_checkpoint_duration_seconds",
+      "Time this server took to write its shards of a checkpoint.",
+      metrics::ExponentialBuckets(0.01, 2, 16)));
 
   grpc::ServerBuilder builder;
   int port = 0;
@@ -197,6 +223,9 @@ int Main() {
   builder.SetMaxSendMessageSize(std::numeric_limits<int>::max());
   builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 << 20);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_WRITE_BUFFER_SIZE, 8 << 20);
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(metrics::MakeServerMetricsInterceptorFactory(&registry, "ps_server"));
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   std::unique_ptr<grpc::Server> grpc_server = builder.BuildAndStart();
   if (grpc_server == nullptr || port == 0) {
     std::fprintf(stderr, "ps_server: cannot listen on %s\n",
@@ -204,6 +233,13 @@ int Main() {
     return 1;
   }
   const std::string address = JoinHostPort(own->advertise, port);
+  absl::StatusOr<std::unique_ptr<metrics::MetricsEndpoint>> metrics_endpoint =
+      metrics::StartDaemonEndpoint("ps_server", absl::GetFlag(FLAGS_metrics_listen),
+                                   absl::GetFlag(FLAGS_metrics_port_file), &registry);
+  if (!metrics_endpoint.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(metrics_endpoint.status().message()).c_str());
+    return 1;
+  }
 
   absl::StatusOr<std::unique_ptr<CoordinatorClient>> coordinator =
       CoordinatorClient::Connect(coordinator_address, absl::Seconds(connect_timeout_s));
@@ -284,6 +320,7 @@ int Main() {
   service.SetRegisteredWorkers(&registered_workers);
   service.SetServerId(server_id);
   service.SetStore(store->get());
+  metrics_store.store(store->get(), std::memory_order_release);
   auto map_follower =
       std::make_unique<MapFollower>(coordinator->get(), store->get(), server_id, [&failed] {
         failed.store(true);
@@ -295,9 +332,11 @@ int Main() {
   std::printf("ps_server %d listening on %s\n", server_id, address.c_str());
   std::fflush(stdout);
   const std::string port_file = absl::GetFlag(FLAGS_port_file);
-  if (!port_file.empty() && !WritePortFile(port_file, port)) {
-    std::fprintf(stderr, "ps_server: cannot write %s\n", port_file.c_str());
-    return 1;
+  if (!port_file.empty()) {
+    if (const absl::Status written = WritePortFile(port_file, port); !written.ok()) {
+      std::fprintf(stderr, "ps_server: --port_file: %s\n", std::string(written.message()).c_str());
+      return 1;
+    }
   }
 
   const int sig = WaitForShutdownSignal();
@@ -314,6 +353,9 @@ int Main() {
   const absl::Time stop_start = mark;
   (*store)->Shutdown();  // ends the pulls waiting for a step, so that no call stays open
   stage_done("store");
+  metrics_endpoint->reset();  // scrapes read the store
+  metrics_store.store(nullptr);
+  stage_done("metrics");
   grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   stage_done("calls in flight");
   follower.store(nullptr);
@@ -336,7 +378,8 @@ int main(int argc, char** argv) {
   ps::BlockShutdownSignals();
   absl::SetProgramUsageMessage(
       "ps_server --coordinator=HOST:PORT [--listen=HOST:PORT] [--advertise=HOST] "
-      "[--port_file=PATH] [--connect_timeout_s=N] [--dry_run]");
+      "[--port_file=PATH] [--metrics_listen=HOST:PORT] [--metrics_port_file=PATH] "
+      "[--connect_timeout_s=N] [--dry_run]");
   absl::ParseCommandLine(argc, argv);
   return ps::Main();
 }

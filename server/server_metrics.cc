@@ -1,0 +1,63 @@
+#include "server/server_metrics.h"
+
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace ps {
+namespace server {
+
+void AddServerCollector(metrics::Registry* registry,
+                        std::function<bool(rpc::ServerStatus*)> fill_status) {
+  registry->AddCollector([fill_status = std::move(fill_status)](metrics::Sink& sink) {
+    rpc::ServerStatus status;
+    if (!fill_status(&status)) return;
+    for (const rpc::TableStatus& table : status.tables()) {
+      const metrics::Labels labels = {{"table", table.name()}};
+      sink.Gauge("ps_server_rows", "Rows this server holds (every copy, primary or replica).",
+                 labels, table.rows());
+      sink.Gauge("ps_server_memory_bytes",
+                 "Bytes of rows and optimizer state this server holds (every copy).", labels,
+                 table.bytes());
+    }
+    sink.Counter("ps_server_late_pushes_dropped_total",
+                 "Sync mode: pushes for a step already applied without them (stragglers outside "
+                 "the quorum), dropped.",
+                 {}, status.late_pushes_dropped());
+    sink.Counter("ps_server_late_keys_dropped_total", "The keys of the late pushes dropped.", {},
+                 status.late_keys_dropped());
+    sink.Gauge("ps_server_pull_staleness_mean_steps",
+               "Pulls that carried their step: the mean number of steps of pushes each might have "
+               "been missing.",
+               {}, status.mean_pull_staleness());
+    sink.Gauge("ps_server_pull_staleness_max_steps",
+               "Pulls that carried their step: the most steps of pushes one might have missed.", {},
+               static_cast<double>(status.max_pull_staleness()));
+    sink.Gauge("ps_server_applied_step", "Sync mode: the newest step applied (-1 before any).", {},
+               static_cast<double>(status.applied_step()));
+    sink.Gauge("ps_server_primary_shards", "Shards this server is the primary of.", {},
+               status.primary_shards_size());
+    sink.Gauge("ps_server_replica_shards",
+               "Shards this server holds a copy of without being their primary.", {},
+               status.replica_shards_size());
+    sink.Gauge("ps_server_shard_map_version", "The version of the shard map this server serves.",
+               {}, static_cast<double>(status.map_version()));
+    for (const rpc::ShardProgress& shard : status.shards()) {
+      for (const rpc::ReplicaLag& lag : shard.replica_lags()) {
+        const metrics::Labels labels = {{"shard", absl::StrCat(shard.shard())},
+                                        {"replica", absl::StrCat(lag.server_id())}};
+        sink.Gauge("ps_server_replica_lag_records",
+                   "Records this primary sent a replica that it has not acknowledged yet.", labels,
+                   lag.records());
+        sink.Gauge("ps_server_replica_lag_bytes", "The bytes of those records.", labels,
+                   lag.bytes());
+        sink.Gauge("ps_server_replica_lag_seconds", "The age of the oldest of those records.",
+                   labels, lag.millis() / 1000.0);
+      }
+    }
+  });
+}
+
+}  // namespace server
+}  // namespace ps

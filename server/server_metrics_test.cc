@@ -1,0 +1,66 @@
+#include "server/server_metrics.h"
+
+#include <catch2/catch.hpp>
+#include <string>
+
+namespace ps {
+namespace server {
+namespace {
+
+bool Contains(const std::string& text, const std::string& line) {
+  return text.find(line) != std::string::npos;
+}
+
+TEST_CASE("The server's collector emits its status at scrape time, nothing before it has one",
+          "[server_metrics]") {
+  metrics::Registry registry;
+  bool ready = false;
+  uint64_t user_rows = 10;
+  AddServerCollector(&registry, [&](rpc::ServerStatus* status) {
+    if (!ready) return false;
+    rpc::TableStatus* table = status->add_tables();
+    table->set_name("user");
+    table->set_rows(user_rows);
+    table->set_bytes(user_rows * 136);
+    status->set_late_pushes_dropped(3);
+    status->set_late_keys_dropped(300);
+    status->set_applied_step(41);
+    status->set_max_pull_staleness(2);
+    status->set_mean_pull_staleness(0.5);
+    status->add_primary_shards(0);
+    status->add_primary_shards(2);
+    status->add_replica_shards(1);
+    status->set_map_version(7);
+    rpc::ShardProgress* shard = status->add_shards();
+    shard->set_shard(2);
+    rpc::ReplicaLag* lag = shard->add_replica_lags();
+    lag->set_server_id(1);
+    lag->set_records(5);
+    lag->set_bytes(680);
+    lag->set_millis(1500);
+    return true;
+  });
+  CHECK(registry.Render().empty());
+  ready = true;
+  user_rows = 12;
+  const std::string text = registry.Render();
+  INFO(text);
+  CHECK(Contains(text, "ps_server_rows{table=\"user\"} 12\n"));
+  CHECK(Contains(text, "ps_server_memory_bytes{table=\"user\"} 1632\n"));
+  CHECK(Contains(text, "# TYPE ps_server_late_pushes_dropped_total counter\n"));
+  CHECK(Contains(text, "ps_server_late_pushes_dropped_total 3\n"));
+  CHECK(Contains(text, "ps_server_late_keys_dropped_total 300\n"));
+  CHECK(Contains(text, "ps_server_applied_step 41\n"));
+  CHECK(Contains(text, "ps_server_pull_staleness_max_steps 2\n"));
+  CHECK(Contains(text, "ps_server_pull_staleness_mean_steps 0.5\n"));
+  CHECK(Contains(text, "ps_server_primary_shards 2\n"));
+  CHECK(Contains(text, "ps_server_replica_shards 1\n"));
+  CHECK(Contains(text, "ps_server_shard_map_version 7\n"));
+  CHECK(Contains(text, "ps_server_replica_lag_records{shard=\"2\",replica=\"1\"} 5\n"));
+  CHECK(Contains(text, "ps_server_replica_lag_bytes{shard=\"2\",replica=\"1\"} 680\n"));
+  CHECK(Contains(text, "ps_server_replica_lag_seconds{shard=\"2\",replica=\"1\"} 1.5\n"));
+}
+
+}  // namespace
+}  // namespace server
+}  // namespace ps
