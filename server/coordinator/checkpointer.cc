@@ -92,7 +92,33 @@ std::vector<uint64_t> Retired(const std::vector<rpc::CheckpointManifest>& comple
 Checkpointer::Checkpointer(Coordinator* coordinator, WriteFn write, absl::Duration timeout)
     : coordinator_(coordinator), write_(write ? std::move(write) : GrpcWrite(timeout)) {}
 
+void Checkpointer::SetMetrics(metrics::Registry* registry) {
+  constexpr char kHelp[] = "Checkpoints asked of the coordinator, by outcome.";
+  taken_ = registry->GetCounter("ps_coordinator_checkpoints_total", kHelp, {{"outcome", "ok"}});
+  failed_ =
+      registry->GetCounter("ps_coordinator_checkpoints_total", kHelp, {{"outcome", "failed"}});
+  durations_ = registry->GetHistogram(
+      "ps_coordinator_checkpoint_duration_seconds",
+      "Time to take a checkpoint, from its start to its manifest being written.",
+      metrics::ExponentialBuckets(0.01, 2, 16));
+}
+
 absl::StatusOr<rpc::CheckpointResponse> Checkpointer::Take(
+    int64_t step, std::vector<rpc::CheckpointWorkerState> workers) {
+  const absl::Time start = absl::Now();
+  absl::StatusOr<rpc::CheckpointResponse> taken = TakeUnmeasured(step, std::move(workers));
+  if (taken_ != nullptr) {
+    if (taken.ok()) {
+      taken_->Increment();
+      durations_->Observe(absl::ToDoubleSeconds(absl::Now() - start));
+    } else {
+      failed_->Increment();
+    }
+  }
+  return taken;
+}
+
+absl::StatusOr<rpc::CheckpointResponse> Checkpointer::TakeUnmeasured(
     int64_t step, std::vector<rpc::CheckpointWorkerState> workers) {
   const config::Job& job = coordinator_->job();
   const std::string dir = job.cluster().checkpoint_dir();

@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/metrics/registry.h"
 #include "proto/checkpoint.pb.h"
 #include "proto/coordinator.pb.h"
 #include "proto/ps.pb.h"
@@ -56,12 +57,23 @@ class Checkpointer {
   absl::StatusOr<rpc::CheckpointResponse> Take(
       int64_t step, std::vector<rpc::CheckpointWorkerState> workers = {});
 
+  // Counts every Take in `registry` (not owned; outlives the Checkpointer):
+  // ps_coordinator_checkpoints_total{outcome="ok"|"failed"} and, for those taken,
+  // ps_coordinator_checkpoint_duration_seconds. Call it before the first Take.
+  void SetMetrics(metrics::Registry* registry);
+
   // How long Take waits for the workers' states after the servers wrote their shards.
   static constexpr absl::Duration kWorkerWait = absl::Minutes(2);
 
  private:
+  absl::StatusOr<rpc::CheckpointResponse> TakeUnmeasured(
+      int64_t step, std::vector<rpc::CheckpointWorkerState> workers);
+
   Coordinator* const coordinator_;
   const WriteFn write_;
+  metrics::Counter* taken_ = nullptr;
+  metrics::Counter* failed_ = nullptr;
+  metrics::Histogram* durations_ = nullptr;
 
   absl::Mutex mu_;
   bool taking_ ABSL_GUARDED_BY(mu_) = false;

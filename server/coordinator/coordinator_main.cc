@@ -2,7 +2,8 @@
 //
 //   ps_coordinator --job=JOB_FILE [--listen=0.0.0.0:0] [--advertise=HOST] [--port_file=PATH]
 //                  [--heartbeat_ms=500] [--dead_after_ms=3000] [--restore=CHECKPOINT]
-//                  [--data_dir=DIR] [--check_data=true] [--dry_run]
+//                  [--data_dir=DIR] [--check_data=true] [--metrics_listen=HOST:PORT]
+//                  [--metrics_port_file=PATH] [--dry_run]
 //
 // Before it serves it checks that the job's data files can be read from its current directory
 // (common/data_check.h; --check_data=false where its host does not hold the data) and warns of a
@@ -36,8 +37,13 @@
 #include "common/coordinator_client.h"
 #include "common/data_check.h"
 #include "common/job_config.h"
+#include "common/metrics/grpc_server_metrics.h"
+#include "common/metrics/http_endpoint.h"
+#include "common/metrics/registry.h"
 #include "common/net_address.h"
+#include "common/port_file.h"
 #include "server/coordinator/coordinator.h"
+#include "server/coordinator/coordinator_metrics.h"
 #include "server/coordinator/coordinator_service.h"
 #include "server/coordinator/coordinator_store.h"
 #include "server/coordinator/restore_check.h"
@@ -54,6 +60,11 @@ ABSL_FLAG(bool, dry_run, false,
           "1 with the reason).");
 ABSL_FLAG(std::string, port_file, "",
           "If set, the bound port is written to this file (atomically) once the server listens.");
+ABSL_FLAG(std::string, metrics_listen, "",
+          "HOST:PORT to serve Prometheus metrics on (GET /metrics; port 0 for a free one, printed "
+          "and written to --metrics_port_file); empty: no metrics endpoint.");
+ABSL_FLAG(std::string, metrics_port_file, "",
+          "If set, the metrics endpoint's bound port is written to this file.");
 ABSL_FLAG(std::string, restore, "",
           "Start the job from a checkpoint: a checkpoint's folder, or a checkpoint_dir (its newest "
           "complete one). Overrides the job's cluster.restore_from and cluster.resume.");
@@ -123,30 +134,6 @@ void WaitForSignal() {
   }
 }
 
-// Writes `port` to `path` through a temporary file and a rename, so readers never see half of it.
-absl::Status WritePortFile(const std::string& path, int port) {
-  const std::string tmp = absl::StrCat(path, ".tmp.", getpid());
-  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot create ", tmp, ": ", std::strerror(errno)));
-  }
-  const std::string text = absl::StrCat(port, "\n");
-  const bool written = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-  const int write_errno = errno;
-  if (close(fd) != 0 || !written) {
-    unlink(tmp.c_str());
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot write ", tmp, ": ", std::strerror(written ? errno : write_errno)));
-  }
-  if (rename(tmp.c_str(), path.c_str()) != 0) {
-    const int rename_errno = errno;
-    unlink(tmp.c_str());
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot rename ", tmp, " to ", path, ": ", std::strerror(rename_errno)));
-  }
-  return absl::OkStatus();
-}
 
 }  // namespace
 
@@ -154,7 +141,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "ps_coordinator --job=JOB_FILE [--listen=HOST:PORT] [--advertise=HOST] [--port_file=F] "
       "[--heartbeat_ms=N] [--dead_after_ms=N] [--restore=CHECKPOINT] [--data_dir=DIR] "
-      "[--dry_run]");
+      "[--metrics_listen=HOST:PORT] [--metrics_port_file=F] [--dry_run]");
   absl::ParseCommandLine(argc, argv);
 
   const std::string job_path = absl::GetFlag(FLAGS_job);
@@ -209,6 +196,17 @@ int main(int argc, char** argv) {
     if (!can_listen.ok()) {
       std::fprintf(stderr, "ps_coordinator: %s\n", std::string(can_listen.message()).c_str());
       return 1;
+    }
+    if (const std::string metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+        !metrics_listen.empty()) {
+      absl::StatusOr<ps::HostPort> metrics_address = ps::ParseHostPort(metrics_listen);
+      absl::Status can_serve_metrics = metrics_address.status();
+      if (can_serve_metrics.ok()) can_serve_metrics = ps::CheckCanListen(*metrics_address);
+      if (!can_serve_metrics.ok()) {
+        std::fprintf(stderr, "ps_coordinator: --metrics_listen: %s\n",
+                     std::string(can_serve_metrics.message()).c_str());
+        return 1;
+      }
     }
     std::printf("ok: ps_coordinator would listen on %s and advertise %s\n",
                 ps::JoinHostPort(listen.host, listen.port).c_str(), address->advertise.c_str());
@@ -274,8 +272,16 @@ int main(int argc, char** argv) {
   }
 
   ps::coordinator::CoordinatorService service(coordinator->get());
+  ps::metrics::Registry registry;
+  ps::coordinator::Coordinator* const coordinator_ptr = coordinator->get();
+  ps::coordinator::AddCoordinatorCollector(&registry,
+                                           [coordinator_ptr] { return coordinator_ptr->Status(); });
+  service.SetMetrics(&registry);
   int bound_port = 0;
   grpc::ServerBuilder builder;
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(ps::metrics::MakeServerMetricsInterceptorFactory(&registry, "ps_coordinator"));
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   builder.AddListeningPort(ps::JoinHostPort(listen.host, listen.port),
                            grpc::InsecureServerCredentials(), &bound_port);
   builder.RegisterService(&service);
@@ -288,6 +294,15 @@ int main(int argc, char** argv) {
     return 1;
   }
 
+  absl::StatusOr<std::unique_ptr<ps::metrics::MetricsEndpoint>> metrics_endpoint =
+      ps::metrics::StartDaemonEndpoint("ps_coordinator", absl::GetFlag(FLAGS_metrics_listen),
+                                       absl::GetFlag(FLAGS_metrics_port_file), &registry);
+  if (!metrics_endpoint.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(metrics_endpoint.status().message()).c_str());
+    (*coordinator)->Shutdown();
+    server->Shutdown();
+    return 1;
+  }
   // Printed before the port file is written, so that whoever waits for the file finds the line.
   std::printf("ps_coordinator listening on %s\n",
               ps::JoinHostPort(address->advertise, bound_port).c_str());
@@ -296,7 +311,7 @@ int main(int argc, char** argv) {
   absl::Duration shutdown_grace = kShutdownGrace;
   const std::string port_file = absl::GetFlag(FLAGS_port_file);
   const absl::Status written =
-      port_file.empty() ? absl::OkStatus() : WritePortFile(port_file, bound_port);
+      port_file.empty() ? absl::OkStatus() : ps::WritePortFile(port_file, bound_port);
   if (written.ok()) {
     WaitForSignal();
     if (const std::optional<ps::rpc::JobFailure> failure = (*coordinator)->failure()) {
@@ -318,6 +333,7 @@ int main(int argc, char** argv) {
     exit_code = 1;
   }
 
+  metrics_endpoint->reset();  // scrapes read the coordinator
   // End pending waits first so that the server's shutdown does not wait for their deadlines.
   (*coordinator)->Shutdown();
   server->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(shutdown_grace));

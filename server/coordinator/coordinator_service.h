@@ -98,6 +98,9 @@ class CoordinatorService final : public rpc::Coordinator::CallbackService {
                                       const rpc::StatusRequest* request,
                                       rpc::ClusterStatus* response) override;
 
+  // Counts the checkpoints taken in `registry` (Checkpointer::SetMetrics). Before serving.
+  void SetMetrics(metrics::Registry* registry) { checkpointer_.SetMetrics(registry); }
+
  private:
   // Checks the servers reported unreachable, one at a time, until the service is destroyed.
   void CheckLoop();
