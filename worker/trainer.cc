@@ -9,6 +9,7 @@
 #include <optional>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/optimizer.h"
 #include "common/status_macros.h"
@@ -85,6 +86,29 @@ absl::Status ShareFromWorkerZero(AllReduce* allreduce, HeldoutMetrics* metrics, 
 }
 
 }  // namespace
+
+WorkerMetrics::WorkerMetrics(metrics::Registry* registry, int rank) {
+  const metrics::Labels labels = {{"rank", absl::StrCat(rank)}};
+  step = registry->GetGauge("ps_worker_step", "Steps this worker finished.", labels);
+  samples = registry->GetCounter("ps_worker_samples_total", "Samples this worker trained.", labels);
+  samples_per_second = registry->GetGauge(
+      "ps_worker_samples_per_second", "This worker's samples per second over its last progress "
+      "interval.", labels);
+  loss = registry->GetGauge("ps_worker_loss", "Mean training loss over the last progress interval.",
+                            labels);
+  auc = registry->GetGauge("ps_worker_auc", "Running AUC over the last progress interval.", labels);
+  pull = registry->GetHistogram("ps_worker_pull_duration_seconds",
+                                "A step's wait for its embedding rows.", metrics::LatencyBuckets(),
+                                labels);
+  push = registry->GetHistogram(
+      "ps_worker_push_duration_seconds",
+      "A step's push of its embedding gradients (pipelined modes: with the wait for the previous "
+      "step's).",
+      metrics::LatencyBuckets(), labels);
+  allreduce = registry->GetHistogram("ps_worker_allreduce_duration_seconds",
+                                     "A step's AllReduce of the dense gradients, waits included.",
+                                     metrics::LatencyBuckets(), labels);
+}
 
 absl::StatusOr<TrainResult> Train(const config::Job& job, Client* client,
                                   CoordinatorClient* coordinator, uint32_t member_id,
@@ -177,6 +201,11 @@ absl::StatusOr<TrainResult> Train(const config::Job& job, Client* client,
   double interval_loss = 0;
   int64_t interval_batches = 0, interval_samples = 0, my_samples = 0;
   double pull_ms_total = 0, push_ms_total = 0;
+  // The means of the progress interval (lines and the metrics file), over interval_steps.
+  double interval_pull_ms = 0, interval_push_ms = 0;
+  int64_t interval_steps = 0;
+  std::optional<WorkerMetrics> metrics_out;
+  if (options.metrics != nullptr) metrics_out.emplace(options.metrics, rank);
   const absl::Time start = absl::Now();
   absl::Time last_report = start;
 
@@ -317,7 +346,10 @@ absl::StatusOr<TrainResult> Train(const config::Job& job, Client* client,
     }
     if (step >= total_steps) break;
     PS_RETURN_IF_ERROR(pulled);
-    pull_ms_total += absl::ToDoubleMilliseconds(absl::Now() - step_start);
+    const double pull_ms = absl::ToDoubleMilliseconds(absl::Now() - step_start);
+    pull_ms_total += pull_ms;
+    interval_pull_ms += pull_ms;
+    if (metrics_out) metrics_out->pull->Observe(pull_ms / 1e3);
     StepData& next = slots[1 - cur];
     if (prefetch && step + 1 < total_steps) {
       PS_RETURN_IF_ERROR(read_batch(&next.batch));
@@ -341,8 +373,12 @@ absl::StatusOr<TrainResult> Train(const config::Job& job, Client* client,
     }
     if (sync_every == 1) {
       PS_RETURN_IF_ERROR(collectives_until(step));
+      const absl::Time allreduce_start = absl::Now();
       PS_RETURN_IF_ERROR(
           wait_for_others([&] { return allreduce->SumInPlace(absl::MakeSpan(dense_grad)); }));
+      if (metrics_out) {
+        metrics_out->allreduce->Observe(absl::ToDoubleSeconds(absl::Now() - allreduce_start));
+      }
       gradient_rounds = step + 1;
       PS_RETURN_IF_ERROR(wait_for_others([&] { return exchange_speeds(step + 1); }));
     }
@@ -363,7 +399,11 @@ absl::StatusOr<TrainResult> Train(const config::Job& job, Client* client,
     } else {
       ++step;
     }
-    push_ms_total += absl::ToDoubleMilliseconds(absl::Now() - t_push);
+    const double push_ms = absl::ToDoubleMilliseconds(absl::Now() - t_push);
+    push_ms_total += push_ms;
+    interval_push_ms += push_ms;
+    ++interval_steps;
+    if (metrics_out) metrics_out->push->Observe(push_ms / 1e3);
 
     if (n > 0 || sync_every == 1) {  // with local SGD an empty batch has nothing to apply
       dense_optimizer->Apply(model->num_params(), dense_grad.data(), model->params().data(),
@@ -380,6 +420,10 @@ absl::StatusOr<TrainResult> Train(const config::Job& job, Client* client,
     ++result.steps;
     my_samples += n;
     interval_samples += n;
+    if (metrics_out) {
+      metrics_out->step->Set(static_cast<double>(this_step + 1));
+      metrics_out->samples->Increment(n);
+    }
     if (n > 0) {
       interval_loss += loss;
       ++interval_batches;
@@ -402,14 +446,19 @@ absl::StatusOr<TrainResult> Train(const config::Job& job, Client* client,
       const double secs = absl::ToDoubleSeconds(now - last_report);
       const double rate = interval_samples / secs;
       if (interval_batches > 0) result.final_loss = interval_loss / interval_batches;
-      const double pull_ms = pull_ms_total / result.steps;
-      const double push_ms = push_ms_total / result.steps;
+      const double mean_pull_ms = interval_steps > 0 ? interval_pull_ms / interval_steps : 0;
+      const double mean_push_ms = interval_steps > 0 ? interval_push_ms / interval_steps : 0;
+      if (metrics_out) {
+        metrics_out->samples_per_second->Set(rate);
+        metrics_out->loss->Set(result.final_loss);
+        metrics_out->auc->Set(running_auc.Auc());
+      }
       if (options.progress != nullptr) {
         absl::FPrintF(options.progress,
                       "worker %d: step %d/%d  batch %d  %.0f samples/s  loss %.4f  auc %.4f  "
                       "pull %.2f ms  push %.2f ms\n",
                       rank, this_step + 1, total_steps, n, rate, result.final_loss,
-                      running_auc.Auc(), pull_ms, push_ms);
+                      running_auc.Auc(), mean_pull_ms, mean_push_ms);
         std::fflush(options.progress);
       }
       if (metrics != nullptr) {
@@ -418,10 +467,13 @@ absl::StatusOr<TrainResult> Train(const config::Job& job, Client* client,
                       "\"samples_per_s\":%.1f,\"loss\":%.6f,\"auc\":%.6f,\"pull_ms\":%.3f,"
                       "\"push_ms\":%.3f}\n",
                       rank, this_step + 1, n, absl::ToDoubleSeconds(now - start), rate,
-                      result.final_loss, running_auc.Auc(), pull_ms, push_ms);
+                      result.final_loss, running_auc.Auc(), mean_pull_ms, mean_push_ms);
         std::fflush(metrics);
       }
       last_report = now;
+      interval_pull_ms = 0;
+      interval_push_ms = 0;
+      interval_steps = 0;
       interval_loss = 0;
       interval_batches = 0;
       interval_samples = 0;

@@ -13,6 +13,7 @@
 #include "absl/time/time.h"
 #include "client/ps_client.h"
 #include "common/coordinator_client.h"
+#include "common/metrics/registry.h"
 #include "proto/job.pb.h"
 #include "worker/collective/allreduce.h"
 #include "worker/heldout_eval.h"
@@ -21,13 +22,33 @@
 namespace ps {
 namespace worker {
 
+// The Prometheus series of one worker, labelled rank="<rank>".
+struct WorkerMetrics {
+  WorkerMetrics(metrics::Registry* registry, int rank);
+
+  metrics::Gauge* step;                // ps_worker_step: steps finished
+  metrics::Counter* samples;           // ps_worker_samples_total: samples trained
+  metrics::Gauge* samples_per_second;  // ps_worker_samples_per_second: over the last interval
+  metrics::Gauge* loss;                // ps_worker_loss: mean over the last interval
+  metrics::Gauge* auc;                 // ps_worker_auc: running AUC over the last interval
+  // ps_worker_{pull,push,allreduce}_duration_seconds: a step's wait for its rows, its push
+  // (with the wait for the previous step's, pipelined), and the dense AllReduce.
+  metrics::Histogram* pull;
+  metrics::Histogram* push;
+  metrics::Histogram* allreduce;
+};
+
 struct TrainerOptions {
   // Where progress lines go (after the first step, every progress_interval, and at the end);
   // null: nowhere. The metrics file gets a line at the same times.
   FILE* progress = stderr;
   absl::Duration progress_interval = absl::Seconds(5);
-  // If set, one JSON object per progress report is appended to this file.
+  // If set, one JSON object per progress report is appended to this file. Its pull_ms and
+  // push_ms (as the progress lines') are the means per step over the report's interval.
   std::string metrics_path;
+  // If set (not owned; outlives Train), the worker's Prometheus metrics go here, labelled with
+  // its rank (WorkerMetrics).
+  metrics::Registry* metrics = nullptr;
   // Evaluate on the job's eval_paths at the end (rank 0, for every worker's result). Evaluations
   // during training (training.eval_every_*) happen either way.
   bool evaluate = true;

@@ -1,7 +1,9 @@
 // ps_worker: trains the job's model as one worker of a cluster.
 //
 //   ps_worker --coordinator=HOST:PORT [--rank=-1] [--listen=0.0.0.0:0] [--advertise=HOST]
-//             [--metrics_file=PATH] [--progress_s=5] [--connect_timeout_s=45] [--dry_run]
+//             [--metrics_file=PATH] [--progress_s=5] [--metrics_listen=HOST:PORT]
+//             [--metrics_port_file=PATH] [--metrics_final_scrape_s=0] [--connect_timeout_s=45]
+//             [--dry_run]
 //
 // The other workers reach this one (Gloo's TCP connections, NCCL's bootstrap) at its advertised
 // host: the --listen host when it is a specific address, else --advertise or this host's default
@@ -28,6 +30,8 @@
 #include "absl/strings/str_replace.h"
 #include "client/ps_client.h"
 #include "common/coordinator_client.h"
+#include "common/metrics/http_endpoint.h"
+#include "common/metrics/registry.h"
 #include "common/net_address.h"
 #include "common/process_tuning.h"
 #include "cuda_kernels/device.h"
@@ -39,6 +43,14 @@ ABSL_FLAG(std::string, coordinator, "", "host:port of the coordinator (required)
 ABSL_FLAG(int, rank, -1, "this worker's rank, or -1 for the next free one");
 ABSL_FLAG(std::string, metrics_file, "", "append JSON-lines progress metrics to this file");
 ABSL_FLAG(double, progress_s, 5, "seconds between progress lines");
+ABSL_FLAG(std::string, metrics_listen, "",
+          "HOST:PORT to serve Prometheus metrics on (GET /metrics; port 0 for a free one, printed "
+          "and written to --metrics_port_file); empty: no metrics endpoint");
+ABSL_FLAG(std::string, metrics_port_file, "",
+          "if set, the metrics endpoint's bound port is written to this file");
+ABSL_FLAG(double, metrics_final_scrape_s, 0,
+          "with --metrics_listen: after training, wait up to this many seconds for one more "
+          "scrape of /metrics, so that the scraper sees the final step (0: exit at once)");
 ABSL_FLAG(int64_t, max_steps, 0, "stop after this many steps (0: as the job says)");
 ABSL_FLAG(std::string, listen, "0.0.0.0:0",
           "HOST:0 the AllReduce binds: a specific address, or 0.0.0.0 for the advertised one");
@@ -125,11 +137,30 @@ int Main() {
       std::fprintf(stderr, "ps_worker: %s\n", std::string(can_listen.message()).c_str());
       return 1;
     }
+    if (const std::string metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+        !metrics_listen.empty()) {
+      absl::StatusOr<HostPort> metrics_address = ParseHostPort(metrics_listen);
+      absl::Status can_serve_metrics = metrics_address.status();
+      if (can_serve_metrics.ok()) can_serve_metrics = CheckCanListen(*metrics_address);
+      if (!can_serve_metrics.ok()) {
+        std::fprintf(stderr, "ps_worker: --metrics_listen: %s\n",
+                     std::string(can_serve_metrics.message()).c_str());
+        return 1;
+      }
+    }
     std::printf("ok: ps_worker would reach the coordinator at %s and advertise %s\n",
                 address.c_str(), collective_host.c_str());
     return 0;
   }
   const absl::Duration timeout = absl::Seconds(connect_timeout_s);
+  metrics::Registry registry;
+  absl::StatusOr<std::unique_ptr<metrics::MetricsEndpoint>> metrics_endpoint =
+      metrics::StartDaemonEndpoint("ps_worker", absl::GetFlag(FLAGS_metrics_listen),
+                                   absl::GetFlag(FLAGS_metrics_port_file), &registry);
+  if (!metrics_endpoint.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(metrics_endpoint.status().message()).c_str());
+    return 1;
+  }
   // Before registering, so that every failure after it can be reported.
   absl::StatusOr<std::unique_ptr<CoordinatorClient>> coordinator =
       CoordinatorClient::Connect(address, timeout);
@@ -228,6 +259,7 @@ int Main() {
   }
   worker::TrainerOptions trainer;
   trainer.metrics_path = absl::GetFlag(FLAGS_metrics_file);
+  if (*metrics_endpoint != nullptr) trainer.metrics = &registry;
   trainer.progress_interval = absl::Seconds(absl::GetFlag(FLAGS_progress_s));
   trainer.max_steps = absl::GetFlag(FLAGS_max_steps);
   trainer.slowdown = std::max(1.0, absl::GetFlag(FLAGS_slowdown));
@@ -262,6 +294,11 @@ int Main() {
       result->mean_batch,
       absl::StrReplaceAll(result->checkpoint, {{"\\", "\\\\"}, {"\"", "\\\""}}).c_str());
   std::fflush(stdout);
+  if (*metrics_endpoint != nullptr && absl::GetFlag(FLAGS_metrics_final_scrape_s) > 0) {
+    (*metrics_endpoint)
+        ->AwaitScrapeAfter((*metrics_endpoint)->scrapes(),
+                           absl::Seconds(absl::GetFlag(FLAGS_metrics_final_scrape_s)));
+  }
   return 0;
 }
 

@@ -13,8 +13,14 @@
 namespace ps {
 namespace metrics {
 
-MetricsEndpoint::MetricsEndpoint(std::unique_ptr<httplib::Server> server, int port)
+MetricsEndpoint::MetricsEndpoint(std::unique_ptr<httplib::Server> server, int port,
+                                 const Registry* registry)
     : server_(std::move(server)), port_(port) {
+  server_->Get("/metrics", [this, registry](const httplib::Request&, httplib::Response& response) {
+    response.set_content(registry->Render(), "text/plain; version=0.0.4; charset=utf-8");
+    absl::MutexLock lock(&mu_);
+    ++scrapes_;
+  });
   thread_ = std::thread([this] {
     server_->listen_after_bind();
     absl::MutexLock lock(&mu_);
@@ -35,6 +41,17 @@ MetricsEndpoint::~MetricsEndpoint() {
   mu_.Lock();
 }
 
+uint64_t MetricsEndpoint::scrapes() const {
+  absl::MutexLock lock(&mu_);
+  return scrapes_;
+}
+
+bool MetricsEndpoint::AwaitScrapeAfter(uint64_t seen, absl::Duration timeout) const {
+  absl::MutexLock lock(&mu_);
+  auto scraped = [this, seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return scrapes_ > seen; };
+  return mu_.AwaitWithTimeout(absl::Condition(&scraped), timeout);
+}
+
 absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(const std::string& listen,
                                                                         const Registry* registry) {
   const absl::StatusOr<HostPort> address = ParseHostPort(listen);
@@ -48,9 +65,6 @@ absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(const st
   });
   // Scrapes come every few seconds, from one or two Prometheus servers: one thread serves them.
   server->new_task_queue = [] { return new httplib::ThreadPool(1); };
-  server->Get("/metrics", [registry](const httplib::Request&, httplib::Response& response) {
-    response.set_content(registry->Render(), "text/plain; version=0.0.4; charset=utf-8");
-  });
   const std::string host = address->host.empty() ? "0.0.0.0" : address->host;
   int port = address->port;
   if (port == 0) {
@@ -65,7 +79,7 @@ absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(const st
                      " for metrics (the port is in use, or the host is not an address of this "
                      "machine)"));
   }
-  return std::unique_ptr<MetricsEndpoint>(new MetricsEndpoint(std::move(server), port));
+  return std::unique_ptr<MetricsEndpoint>(new MetricsEndpoint(std::move(server), port, registry));
 }
 
 absl::StatusOr<std::unique_ptr<MetricsEndpoint>> StartDaemonEndpoint(const std::string& who,

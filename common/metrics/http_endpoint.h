@@ -10,6 +10,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "common/metrics/registry.h"
 
 namespace httplib {
@@ -40,14 +41,21 @@ class MetricsEndpoint {
   // The bound port.
   int port() const { return port_; }
 
+  // GET /metrics answered so far.
+  uint64_t scrapes() const;
+  // Waits until more than `seen` scrapes were answered (true), or `timeout` passed (false): a
+  // daemon about to exit gives its scraper the chance to see its final values.
+  bool AwaitScrapeAfter(uint64_t seen, absl::Duration timeout) const;
+
  private:
-  MetricsEndpoint(std::unique_ptr<httplib::Server> server, int port);
+  MetricsEndpoint(std::unique_ptr<httplib::Server> server, int port, const Registry* registry);
 
   const std::unique_ptr<httplib::Server> server_;
   const int port_;
   std::thread thread_;
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;  // the server thread has left its loop
+  uint64_t scrapes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // Starts a daemon's endpoint from its flags: nothing when `listen` is empty (metrics off, the

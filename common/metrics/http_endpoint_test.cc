@@ -31,6 +31,10 @@ TEST_CASE("GET /metrics serves the registry as it is at each scrape", "[http_end
   REQUIRE(second);
   CHECK(second->body.find("ps_test_total 42\n") != std::string::npos);
 
+  CHECK((*endpoint)->scrapes() == 2);
+  CHECK((*endpoint)->AwaitScrapeAfter(1, absl::ZeroDuration()));
+  CHECK_FALSE((*endpoint)->AwaitScrapeAfter(2, absl::Milliseconds(10)));
+
   auto other = client.Get("/");
   REQUIRE(other);
   CHECK(other->status == 404);

@@ -29,6 +29,9 @@ std::string FormatValue(double value) {
   if (value == std::floor(value) && std::fabs(value) < 1e15) {
     return absl::StrFormat("%.0f", value);
   }
+  // The shortest of %.15g and %.17g that reads back as the same double.
+  const std::string short_form = absl::StrFormat("%.15g", value);
+  if (std::strtod(short_form.c_str(), nullptr) == value) return short_form;
   return absl::StrFormat("%.17g", value);
 }
 

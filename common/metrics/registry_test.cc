@@ -99,7 +99,7 @@ TEST_CASE("A histogram counts a known sequence into cumulative buckets", "[regis
   CHECK(h->Sum() == Approx(0.05 + 0.1 + 0.5 + 1.0 + 2.0 + 9.0 + 11.0 + 1e9));
   const std::string text = registry.Render();
   CHECK(Contains(text, "# TYPE ps_test_duration_seconds histogram\n"));
-  CHECK(Contains(text, "ps_test_duration_seconds_bucket{method=\"Pull\",le=\"0.10000000000000001\"} 2\n"));
+  CHECK(Contains(text, "ps_test_duration_seconds_bucket{method=\"Pull\",le=\"0.1\"} 2\n"));
   CHECK(Contains(text, "ps_test_duration_seconds_bucket{method=\"Pull\",le=\"1\"} 4\n"));
   CHECK(Contains(text, "ps_test_duration_seconds_bucket{method=\"Pull\",le=\"10\"} 6\n"));
   CHECK(Contains(text, "ps_test_duration_seconds_bucket{method=\"Pull\",le=\"+Inf\"} 8\n"));
