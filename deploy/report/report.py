@@ -91,9 +91,9 @@ def read_metrics(paths):
                     continue
                 where = "%s:%d" % (path, number)
                 try:
-                    record = json.loads(_NON_FINITE.sub(r"\1null", line))
+                    record = json.loads(_NON_FINITE.sub(r"\1null", line.strip()))
                 except ValueError as e:
-                    raise ReportError("%s: not a JSON line (%s): %s" % (where, e, _clip(line)))
+                    raise ReportError("%s: not a JSON line (%s): %s" % (where, _why(e), _clip(line)))
                 if not isinstance(record, dict):
                     raise ReportError("%s: not a JSON object: %s" % (where, _clip(line)))
                 missing = [k for k in REQUIRED if k not in record]
@@ -110,6 +110,13 @@ def read_metrics(paths):
                 for k, v in row.items():
                     series.setdefault(k, []).append(v)
     return by_rank
+
+
+def _why(error):
+    """A JSON parse error without its line number (always 1: one line is parsed at a time)."""
+    if isinstance(error, json.JSONDecodeError):
+        return "%s at column %d" % (error.msg.lower(), error.colno)
+    return str(error)
 
 
 def _clip(line, limit=200):
@@ -135,9 +142,9 @@ def read_result(run_dir):
             return None, path
         where = "%s:%d" % (path, found[0])
         try:
-            result = json.loads(_NON_FINITE.sub(r"\1null", found[1]))
+            result = json.loads(_NON_FINITE.sub(r"\1null", found[1].strip()))
         except ValueError as e:
-            raise ReportError("%s: the RESULT line is not JSON (%s): %s" % (where, e, _clip(found[1])))
+            raise ReportError("%s: the RESULT line is not JSON (%s): %s" % (where, _why(e), _clip(found[1])))
         if not isinstance(result, dict):
             raise ReportError("%s: the RESULT line is not a JSON object" % where)
         return result, where
@@ -165,7 +172,7 @@ def draw(by_rank, out_dir, stem, dpi):
             series = by_rank[rank]
             n = len(series["step"])
             # A worker with a few lines shows its points; a single one is only a point.
-            style = {"marker": "o", "markersize": 5 if n == 1 else 3} if n <= 40 else {}
+            style = {"marker": "o", "markersize": 7 if n == 1 else 3} if n <= 40 else {}
             for ax, x in zip(axes, ("step", "seconds")):
                 ax.plot(series[x], series[field], label="worker %d" % rank,
                         color=colors[i % len(colors)], linewidth=1.4, **style)
@@ -187,12 +194,20 @@ def draw(by_rank, out_dir, stem, dpi):
 
 
 def _fmt(value):
+    """A RESULT figure as the worker wrote it (JSON's shortest form); "-" for none."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value)
+    return str(value)
+
+
+def _short(value):
+    """A worker's figure for its table: 4 significant digits, whole numbers from 1000."""
     if isinstance(value, float):
         if math.isnan(value):
             return "-"
-        return "%.6g" % value
-    if value is None:
-        return "-"
+        return "%.0f" % value if abs(value) >= 1000 else "%.4g" % value
     return str(value)
 
 
@@ -233,7 +248,7 @@ def write_html(path, run_dir, by_rank, images, result, result_where, texts):
                  s["auc"][-1], sum(rates) / len(rates) if rates else math.nan, s["pull_ms"][-1],
                  s["push_ms"][-1]]
         out.append("<tr>%s<td class=\"k\"><code>%s</code></td></tr>" % (
-            "".join("<td>%s</td>" % e(_fmt(c)) for c in cells), e(os.path.relpath(s["file"], run_dir))))
+            "".join("<td>%s</td>" % e(_short(c)) for c in cells), e(os.path.relpath(s["file"], run_dir))))
     out.append("</table>")
     out.append("<p>Loss and AUC are each interval's own (the batches since the worker's previous "
                "line); samples/s is the interval's rate; pull and push latency are the worker's "
