@@ -268,6 +268,22 @@ def write_html(path, run_dir, by_rank, images, result, result_where, texts):
         f.write("\n".join(out))
 
 
+def _ssh_hint(run_dir):
+    """Where an SSH run's workers wrote their metrics (on their own hosts), from run.pbtxt."""
+    try:
+        with open(os.path.join(run_dir, "run.pbtxt"), encoding="utf-8") as f:
+            run = f.read()
+    except OSError:
+        return ""
+    backend = re.search(r"^backend:\s*(\w+)", run, re.M)
+    remote = re.search(r'^remote_dir:\s*"([^"]*)"', run, re.M)
+    if not backend or backend.group(1) != "SSH" or not remote:
+        return ""
+    return ("; this is an SSH run: each worker wrote its file on its own host, as %s/metrics<rank>"
+            ".jsonl; copy them here (scp HOST:%s/metrics*.jsonl %s/)"
+            % (remote.group(1), remote.group(1), run_dir))
+
+
 def make_report(run_dir, output=None, dpi=100):
     """Writes the report of run_dir to output (default run_dir/report.html); returns its path."""
     if not os.path.isdir(run_dir):
@@ -275,7 +291,7 @@ def make_report(run_dir, output=None, dpi=100):
     paths = metrics_files(run_dir)
     if not paths:
         raise ReportError("%s: no metrics files (metrics*.jsonl, written by the workers' "
-                          "--metrics_file) in the folder or its logs/" % run_dir)
+                          "--metrics_file) in the folder or its logs/%s" % (run_dir, _ssh_hint(run_dir)))
     by_rank = read_metrics(paths)
     if not by_rank:
         raise ReportError("%s: the metrics files hold no lines (%s): did the workers run a step?"

@@ -154,6 +154,12 @@ class ReportTest(unittest.TestCase):
         self.write("logs/worker0.log", ["RESULT " + json.dumps(RESULT)])
         self.assert_fails("no metrics files (metrics*.jsonl")
 
+    def test_an_ssh_run_says_where_its_metrics_are(self):
+        self.write("run.pbtxt", ['job_name: "quickstart"', "backend: SSH", "launcher_pid: 7",
+                                 'remote_dir: "/tmp/ps_launch/quickstart-1"'])
+        self.assert_fails("an SSH run: each worker wrote its file on its own host, as "
+                          "/tmp/ps_launch/quickstart-1/metrics<rank>.jsonl")
+
     def test_only_empty_metrics_files(self):
         self.write("metrics0.jsonl", [])
         self.write("metrics1.jsonl", [""])
