@@ -5,7 +5,9 @@
 # teacher model (plus a held-out file), and runs the job with the launcher's LOCAL backend
 # (deploy/clusters/local.pbtxt: a coordinator, 2 servers and 2 workers on loopback), which trains
 # in sync mode; prints the held-out AUC beside the teacher's. Everything it starts is stopped on
-# exit, Ctrl-C or failure. Run folder: out/quickstart/ (logs/, run.pbtxt). The last line is
+# exit, Ctrl-C or failure. Run folder: out/quickstart/ (logs/, run.pbtxt, the workers' metrics
+# every second, and the training report deploy/report/report.py draws from them: report.html and
+# its plots). The last line is
 #   RESULT {"heldout_auc":...,"teacher_auc":...,"samples_per_s":...,"workers":2,"servers":2,...}
 #
 # Environment: JOB (default deploy/jobs/quickstart.pbtxt), ROWS (default 1000000), DATAGEN_FLAGS
@@ -42,4 +44,11 @@ result=$(grep '^RESULT ' <<<"$launched" | tail -n 1 | sed 's/^RESULT //')
 [[ -n "$result" ]] || { echo "quickstart: worker 0 printed no result (logs in $out/logs/)" >&2; exit 1; }
 field() { grep -o "\"$1\":[^,}]*" <<<"$2" | head -n 1; }
 echo "quickstart: logs in $out/logs/, metrics in $out/"
+# The training report: loss, AUC, samples/s and latencies per worker, over steps and time. A
+# report that fails says why and leaves the run's result as it is.
+if report=$(/usr/bin/python3 deploy/report/report.py "$out" -o "$out/report.html"); then
+  echo "quickstart: report in $report"
+else
+  echo "quickstart: the training report failed (see above); the run itself succeeded" >&2
+fi
 echo "RESULT {$(field heldout_auc "$result"),$(field teacher_auc "$teacher"),$(field heldout_logloss "$result"),$(field teacher_logloss "$teacher"),$(field samples_per_s "$result"),$(field steps "$result"),$(field workers "$result"),$(field servers "$result")}"
