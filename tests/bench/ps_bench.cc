@@ -7,6 +7,8 @@
 //    "mkeys_per_s":...,"value_mb_per_s":...,"p50_ms":...,"p99_ms":...}
 // --empty_handler: the same against servers that touch no storage (the transport's ceiling).
 // --memory --rows=N: loads N rows into one server and prints its resident bytes per row.
+// --metrics=on: the servers and the coordinator serve /metrics, scraped every second; compare:
+// --rounds runs each way, alternating, then {"bench":"metrics_overhead",...,"pull_ratio":...}.
 //
 //   bazel run -c opt //tests/bench:ps_bench -- --servers=1 --workers=1 --keys=100000 --dim=16
 #include <fcntl.h>
@@ -15,7 +17,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <httplib.h>
+
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <deque>
 #include <future>
@@ -37,6 +42,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "absl/synchronization/mutex.h"
 #include "client/ps_client.h"
 #include "common/coordinator_client.h"
 #include "common/process_tuning.h"
@@ -63,6 +69,12 @@ ABSL_FLAG(int, inflight, 1,
 ABSL_FLAG(int, max_keys_per_request, 32768, "client's split size");
 ABSL_FLAG(int, replication_factor, 1, "copies of each shard (needs that many --servers)");
 ABSL_FLAG(std::string, replication_mode, "SYNC", "SYNC or ASYNC (with --replication_factor > 1)");
+ABSL_FLAG(std::string, metrics, "off",
+          "the servers' and coordinator's Prometheus endpoints: off, on (scraped every "
+          "--scrape_ms by this process, as Prometheus would), or compare (--rounds runs each, "
+          "alternating off and on, then a line with the medians and on/off ratios)");
+ABSL_FLAG(int, scrape_ms, 1000, "--metrics=on: milliseconds between scrapes of each endpoint");
+ABSL_FLAG(int, rounds, 3, "--metrics=compare: runs of each configuration");
 ABSL_FLAG(std::string, bin_dir, "", "folder holding server/ and server/coordinator/ binaries");
 // Internal: how the parent starts its workers.
 ABSL_FLAG(std::string, role, "", "internal: 'worker'");
@@ -303,7 +315,55 @@ int RunMemory() {
   return 0;
 }
 
-int RunThroughput() {
+// The port in a daemon's "metrics on http://HOST:PORT/metrics" line, or 0.
+int MetricsPort(const std::string& log) {
+  const size_t at = log.find("metrics on http://");
+  if (at == std::string::npos) return 0;
+  const size_t end = log.find("/metrics", at + 18);
+  const size_t colon = log.rfind(':', end);
+  int port = 0;
+  if (!absl::SimpleAtoi(log.substr(colon + 1, end - colon - 1), &port)) return 0;
+  return port;
+}
+
+// Scrapes every endpoint every `interval` on its own thread until destroyed, as Prometheus
+// would; counts the scrapes answered.
+class Scraper {
+ public:
+  Scraper(std::vector<int> ports, absl::Duration interval) {
+    thread_ = std::thread([this, ports, interval] {
+      absl::MutexLock lock(&mu_);
+      while (!stop_) {
+        mu_.Unlock();
+        for (const int port : ports) {
+          httplib::Client client("127.0.0.1", port);
+          auto response = client.Get("/metrics");
+          if (response && response->status == 200) ++scraped_;
+        }
+        mu_.Lock();
+        mu_.AwaitWithTimeout(absl::Condition(&stop_), interval);
+      }
+    });
+  }
+  ~Scraper() {
+    {
+      absl::MutexLock lock(&mu_);
+      stop_ = true;
+    }
+    thread_.join();
+  }
+  int scraped() const { return scraped_.load(); }
+
+ private:
+  absl::Mutex mu_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::atomic<int> scraped_{0};
+  std::thread thread_;
+};
+
+// One run: the cluster, the workers' timed pulls and pushes, a JSON line per operation. The
+// keys per second of each operation, summed over the workers; empty when the run failed.
+std::map<std::string, double> RunThroughput(bool metrics) {
   const int servers = absl::GetFlag(FLAGS_servers);
   const int workers = absl::GetFlag(FLAGS_workers);
   const std::string job = WriteJob(servers, workers, 0);
@@ -311,10 +371,20 @@ int RunThroughput() {
   options.bin_dir = BinDir();
   options.servers = servers;
   if (absl::GetFlag(FLAGS_empty_handler)) options.server_args.push_back("--empty_handler");
+  if (metrics) {
+    options.server_args.push_back("--metrics_listen=127.0.0.1:0");
+    options.coordinator_args.push_back("--metrics_listen=127.0.0.1:0");
+  }
   auto cluster = testing::LocalCluster::Start(job, options);
   if (!cluster.ok()) {
     std::fprintf(stderr, "%s\n", cluster.status().ToString().c_str());
-    return 1;
+    return {};
+  }
+  std::unique_ptr<Scraper> scraper;
+  if (metrics) {
+    std::vector<int> ports = {MetricsPort((*cluster)->coordinator().ReadLog())};
+    for (const auto& server : (*cluster)->servers()) ports.push_back(MetricsPort(server->ReadLog()));
+    scraper = std::make_unique<Scraper>(ports, absl::Milliseconds(absl::GetFlag(FLAGS_scrape_ms)));
   }
   const std::string coordinator = (*cluster)->coordinator().address();
   std::vector<WorkerProcess> procs;
@@ -327,9 +397,11 @@ int RunThroughput() {
       ok = false;
     }
   }
+  const int scrapes = scraper == nullptr ? 0 : scraper->scraped();
+  scraper.reset();
   if (!ok) {
     std::fprintf(stderr, "a worker failed\n");
-    return 1;
+    return {};
   }
   std::map<std::string, std::vector<double>> latencies;
   std::map<std::string, double> rate;  // keys per second, summed over workers
@@ -357,17 +429,50 @@ int RunThroughput() {
     absl::PrintF(
         "{\"op\":\"%s\",\"servers\":%d,\"workers\":%d,\"keys\":%d,\"dim\":%d,\"optimizer\":\"%s\","
         "\"handler\":\"%s\",\"inflight\":%d,\"iters\":%d,\"mkeys_per_s\":%.3f,\"value_mb_per_s\":%.1f,"
-        "\"p50_ms\":%.3f,\"p99_ms\":%.3f,\"replication_factor\":%d,\"replication_mode\":\"%s\"}\n",
+        "\"p50_ms\":%.3f,\"p99_ms\":%.3f,\"replication_factor\":%d,\"replication_mode\":\"%s\","
+        "\"metrics\":\"%s\",\"scrapes\":%d}\n",
         op, servers, workers, k, dim, absl::GetFlag(FLAGS_optimizer),
         absl::GetFlag(FLAGS_empty_handler) ? "empty" : "store", absl::GetFlag(FLAGS_inflight), iters, keys_per_s / 1e6,
         keys_per_s * dim * sizeof(float) / 1e6, Percentile(latencies[op], 0.5),
         Percentile(latencies[op], 0.99), absl::GetFlag(FLAGS_replication_factor),
         absl::GetFlag(FLAGS_replication_factor) > 1 ? absl::GetFlag(FLAGS_replication_mode)
-                                                    : std::string("none"));
+                                                    : std::string("none"),
+        metrics ? "on" : "off", scrapes);
   }
   std::fflush(stdout);
   (void)(*cluster)->Terminate(absl::Seconds(10));
   std::remove(job.c_str());
+  return rate;
+}
+
+double Median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values.empty() ? 0 : values[values.size() / 2];
+}
+
+int RunThroughputs() {
+  const std::string metrics = absl::GetFlag(FLAGS_metrics);
+  if (metrics == "off" || metrics == "on") return RunThroughput(metrics == "on").empty() ? 1 : 0;
+  if (metrics != "compare") {
+    std::fprintf(stderr, "--metrics must be off, on or compare, not %s\n", metrics.c_str());
+    return 2;
+  }
+  // Alternating, so that the machine's drift falls on both alike.
+  std::map<std::string, std::vector<double>> off, on;
+  for (int round = 0; round < absl::GetFlag(FLAGS_rounds); ++round) {
+    for (const bool with_metrics : {false, true}) {
+      const std::map<std::string, double> rate = RunThroughput(with_metrics);
+      if (rate.empty()) return 1;
+      for (const auto& [op, keys_per_s] : rate) (with_metrics ? on : off)[op].push_back(keys_per_s);
+    }
+  }
+  absl::PrintF(
+      "{\"bench\":\"metrics_overhead\",\"keys\":%d,\"rounds\":%d,\"pull_off_mkeys_per_s\":%.3f,"
+      "\"pull_on_mkeys_per_s\":%.3f,\"pull_ratio\":%.3f,\"push_off_mkeys_per_s\":%.3f,"
+      "\"push_on_mkeys_per_s\":%.3f,\"push_ratio\":%.3f}\n",
+      absl::GetFlag(FLAGS_keys), absl::GetFlag(FLAGS_rounds), Median(off["pull"]) / 1e6,
+      Median(on["pull"]) / 1e6, Median(on["pull"]) / Median(off["pull"]), Median(off["push"]) / 1e6,
+      Median(on["push"]) / 1e6, Median(on["push"]) / Median(off["push"]));
   return 0;
 }
 
@@ -380,5 +485,5 @@ int main(int argc, char** argv) {
   ps::g_self = ps::testing::SelfPath(argv[0]);
   if (absl::GetFlag(FLAGS_role) == "worker") return ps::RunWorker();
   if (absl::GetFlag(FLAGS_memory)) return ps::RunMemory();
-  return ps::RunThroughput();
+  return ps::RunThroughputs();
 }
