@@ -34,8 +34,8 @@ PLOTS = [
     ("loss", "Training loss", "log loss (mean of the interval's batches)", False),
     ("auc", "Running AUC", "AUC (of the interval's batches)", False),
     ("samples_per_s", "Throughput", "samples/s (of the interval)", True),
-    ("pull_ms", "Pull latency", "ms per step (mean since start)", True),
-    ("push_ms", "Push latency", "ms per step (mean since start)", True),
+    ("pull_ms", "Pull latency", "ms per step (mean of the interval)", True),
+    ("push_ms", "Push latency", "ms per step (mean of the interval)", True),
 ]
 # Fields every metrics line must carry; the plotted ones may be missing or null (a gap).
 REQUIRED = ("rank", "step", "seconds")
@@ -251,8 +251,8 @@ def write_html(path, run_dir, by_rank, images, result, result_where, texts):
             "".join("<td>%s</td>" % e(_short(c)) for c in cells), e(os.path.relpath(s["file"], run_dir))))
     out.append("</table>")
     out.append("<p>Loss and AUC are each interval's own (the batches since the worker's previous "
-               "line); samples/s is the interval's rate; pull and push latency are the worker's "
-               "mean per step since it started.</p>")
+               "line); samples/s is the interval's rate; pull and push latency are the mean per "
+               "step over the interval.</p>")
 
     out.append("<h2>Plots</h2>")
     for field, title, name in images:
