@@ -6,7 +6,7 @@
 
 #include "common/status_macros.h"
 #include "worker/data/criteo_reader.h"
-#include "worker/data/metrics.h"
+#include "worker/data/classifier_metrics.h"
 #include "worker/embedding_io.h"
 #include "worker/model/dlrm.h"
 

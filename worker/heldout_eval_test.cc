@@ -12,7 +12,7 @@
 #include "tests/testing/local/local_client.h"
 #include "tests/testing/temp_dir.h"
 #include "worker/data/criteo_reader.h"
-#include "worker/data/metrics.h"
+#include "worker/data/classifier_metrics.h"
 #include "worker/model/dlrm.h"
 
 namespace ps {

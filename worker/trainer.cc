@@ -16,7 +16,7 @@
 #include "worker/batch_balancer.h"
 #include "worker/data/batch.h"
 #include "worker/data/criteo_reader.h"
-#include "worker/data/metrics.h"
+#include "worker/data/classifier_metrics.h"
 #include "worker/early_stopping.h"
 #include "worker/embedding_io.h"
 #include "worker/heldout_eval.h"

@@ -10,7 +10,7 @@
 
 #include "absl/numeric/int128.h"
 #include "absl/strings/str_cat.h"
-#include "worker/data/metrics.h"
+#include "worker/data/classifier_metrics.h"
 
 namespace ps {
 namespace worker {

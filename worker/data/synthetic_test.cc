@@ -18,7 +18,7 @@
 #include "tests/testing/temp_dir.h"
 #include "worker/data/batch.h"
 #include "worker/data/criteo_reader.h"
-#include "worker/data/metrics.h"
+#include "worker/data/classifier_metrics.h"
 
 namespace ps {
 namespace worker {

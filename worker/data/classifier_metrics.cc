@@ -1,4 +1,4 @@
-#include "worker/data/metrics.h"
+#include "worker/data/classifier_metrics.h"
 
 #include <algorithm>
 #include <cmath>

@@ -3,8 +3,8 @@
 //
 // Labels are positive when > 0.5. Scores may be any floats for the AUCs (only their order
 // matters; NaN sorts below every number); LogLoss expects probabilities.
-#ifndef PS_WORKER_DATA_METRICS_H_
-#define PS_WORKER_DATA_METRICS_H_
+#ifndef PS_WORKER_DATA_CLASSIFIER_METRICS_H_
+#define PS_WORKER_DATA_CLASSIFIER_METRICS_H_
 
 #include <cstdint>
 #include <vector>
@@ -58,4 +58,4 @@ class StreamingAuc {
 }  // namespace worker
 }  // namespace ps
 
-#endif  // PS_WORKER_DATA_METRICS_H_
+#endif  // PS_WORKER_DATA_CLASSIFIER_METRICS_H_
