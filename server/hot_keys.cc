@@ -26,13 +26,13 @@ size_t Home(uint64_t key, size_t mask) {
 HotKeys::HotKeys(const Options& options)
     : capacity_(std::max<uint32_t>(1, options.capacity)),
       sample_every_(std::max<uint32_t>(1, options.sample_every)),
-      // At most half full: short probes.
-      index_mask_(absl::bit_ceil(size_t{2} * capacity_) - 1),
+      // At most a quarter full: short probes.
+      index_mask_(absl::bit_ceil(size_t{4} * capacity_) - 1),
       rng_(options.seed),
       counters_(capacity_),
       heap_(capacity_),
       heap_at_(capacity_),
-      index_(index_mask_ + 1, kEmpty) {}
+      index_(index_mask_ + 1) {}
 
 bool HotKeys::Record(absl::Span<const uint64_t> keys) {
   if (keys.empty()) return true;
@@ -57,7 +57,8 @@ std::vector<HotKey> HotKeys::Top(uint32_t k) const {
     absl::MutexLock lock(&mu_);
     top.reserve(size_);
     for (uint32_t i = 0; i < size_; ++i) {
-      top.push_back(HotKey{counters_[i].key, counters_[i].count, counters_[i].error});
+      const Counter& c = counters_[heap_[i].slot];
+      top.push_back(HotKey{c.key, heap_[i].count, c.error});
     }
   }
   const size_t n = std::min<size_t>(k, top.size());
@@ -70,81 +71,82 @@ std::vector<HotKey> HotKeys::Top(uint32_t k) const {
 
 void HotKeys::OfferLocked(uint64_t key, uint64_t weight) {
   const size_t bucket = FindBucketLocked(key);
-  if (index_[bucket] != kEmpty) {
-    const uint32_t slot = static_cast<uint32_t>(index_[bucket]);
-    counters_[slot].count += weight;
-    SiftDownLocked(heap_at_[slot]);
+  if (index_[bucket].slot >= 0) {
+    const uint32_t at = heap_at_[index_[bucket].slot];
+    heap_[at].count += weight;
+    SiftDownLocked(at);
     return;
   }
   if (size_ < capacity_) {
     const uint32_t slot = size_++;
-    counters_[slot] = Counter{key, weight, 0};
-    index_[bucket] = static_cast<int32_t>(slot);
-    heap_[slot] = slot;
+    counters_[slot] = Counter{key, 0};
+    index_[bucket] = Bucket{key, static_cast<int32_t>(slot)};
+    heap_[slot] = Node{weight, slot};
     heap_at_[slot] = slot;
     SiftUpLocked(slot);
     return;
   }
   // Space-saving: the key takes the place of the smallest count, which becomes its error.
-  const uint32_t slot = heap_[0];
-  Counter& c = counters_[slot];
-  EraseFromIndexLocked(c.key);
+  Node& min = heap_[0];
+  Counter& c = counters_[min.slot];
+  EraseBucketLocked(FindBucketLocked(c.key));
   c.key = key;
-  c.error = c.count;
-  c.count += weight;
-  // The erase may have moved entries: find the key's bucket again.
-  index_[FindBucketLocked(key)] = static_cast<int32_t>(slot);
+  c.error = min.count;
+  min.count += weight;
+  // The erase may have moved the bucket the key would go to: find it again.
+  index_[FindBucketLocked(key)] = Bucket{key, static_cast<int32_t>(min.slot)};
   SiftDownLocked(0);
 }
 
 size_t HotKeys::FindBucketLocked(uint64_t key) const {
   size_t b = Home(key, index_mask_);
-  while (index_[b] != kEmpty && counters_[index_[b]].key != key) b = (b + 1) & index_mask_;
+  while (index_[b].slot >= 0 && index_[b].key != key) b = (b + 1) & index_mask_;
   return b;
 }
 
-void HotKeys::EraseFromIndexLocked(uint64_t key) {
-  size_t hole = FindBucketLocked(key);
-  if (index_[hole] == kEmpty) return;
+void HotKeys::EraseBucketLocked(size_t hole) {
   // Backward-shift deletion: move later entries of the probe run into the hole when their home
   // does not lie cyclically in (hole, j].
-  for (size_t j = (hole + 1) & index_mask_; index_[j] != kEmpty; j = (j + 1) & index_mask_) {
-    const size_t home = Home(counters_[index_[j]].key, index_mask_);
+  for (size_t j = (hole + 1) & index_mask_; index_[j].slot >= 0; j = (j + 1) & index_mask_) {
+    const size_t home = Home(index_[j].key, index_mask_);
     const bool stays = hole <= j ? (hole < home && home <= j) : (hole < home || home <= j);
     if (stays) continue;
     index_[hole] = index_[j];
     hole = j;
   }
-  index_[hole] = kEmpty;
-}
-
-void HotKeys::SwapLocked(uint32_t a, uint32_t b) {
-  std::swap(heap_[a], heap_[b]);
-  heap_at_[heap_[a]] = a;
-  heap_at_[heap_[b]] = b;
+  index_[hole].slot = -1;
 }
 
 void HotKeys::SiftUpLocked(uint32_t at) {
+  const Node node = heap_[at];
   while (at > 0) {
-    const uint32_t parent = (at - 1) / 2;
-    if (counters_[heap_[parent]].count <= counters_[heap_[at]].count) return;
-    SwapLocked(parent, at);
+    const uint32_t parent = (at - 1) / kArity;
+    if (heap_[parent].count <= node.count) break;
+    heap_[at] = heap_[parent];
+    heap_at_[heap_[at].slot] = at;
     at = parent;
   }
+  heap_[at] = node;
+  heap_at_[node.slot] = at;
 }
 
 void HotKeys::SiftDownLocked(uint32_t at) {
+  const Node node = heap_[at];
   for (;;) {
-    const uint32_t left = 2 * at + 1;
-    if (left >= size_) return;
-    uint32_t smallest = left;
-    if (left + 1 < size_ && counters_[heap_[left + 1]].count < counters_[heap_[left]].count) {
-      smallest = left + 1;
+    const uint32_t first = kArity * at + 1;
+    if (first >= size_) break;
+    const uint32_t last = std::min(first + kArity, size_);
+    uint32_t smallest = first;
+    for (uint32_t c = first + 1; c < last; ++c) {
+      if (heap_[c].count < heap_[smallest].count) smallest = c;
     }
-    if (counters_[heap_[at]].count <= counters_[heap_[smallest]].count) return;
-    SwapLocked(at, smallest);
+    if (node.count <= heap_[smallest].count) break;
+    heap_[at] = heap_[smallest];
+    heap_at_[heap_[at].slot] = at;
     at = smallest;
   }
+  heap_[at] = node;
+  heap_at_[node.slot] = at;
 }
 
 }  // namespace server

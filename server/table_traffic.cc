@@ -47,6 +47,7 @@ void TableTraffic::FillCounters(rpc::TableStatus* status) const {
 }
 
 void TableTraffic::FillHotKeys(uint32_t k, rpc::ServerStatus* status) const {
+  status->set_hot_keys_sample_every(pulled_.sample_every());
   AddAll(pulled_.Top(k), status->mutable_hot_pulled());
   AddAll(pushed_.Top(k), status->mutable_hot_pushed());
 }

@@ -34,7 +34,7 @@ class TableTraffic {
   void FillCounters(rpc::TableStatus* status) const;
 
   // Appends the top `k` pulled keys to status->hot_pulled and pushed keys to status->hot_pushed
-  // (HotKeys::Top: hottest first, at most k of each).
+  // (HotKeys::Top: hottest first, at most k of each), and sets hot_keys_sample_every.
   void FillHotKeys(uint32_t k, rpc::ServerStatus* status) const;
 
   const HotKeys& pulled() const { return pulled_; }

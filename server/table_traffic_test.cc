@@ -30,6 +30,7 @@ TEST_CASE("a table's traffic counts keys and requests each way, and its hot keys
   rpc::ServerStatus status;
   traffic.FillHotKeys(2, &status);
   REQUIRE(status.hot_pulled_size() == 2);
+  CHECK(status.hot_keys_sample_every() == 1);
   CHECK(status.hot_pulled(0).id() == 7);
   CHECK(status.hot_pulled(0).count() == 6);
   CHECK(status.hot_pulled(0).error() == 0);
@@ -42,14 +43,15 @@ TEST_CASE("a table's traffic counts keys and requests each way, and its hot keys
 }
 
 TEST_CASE("the default traffic samples keys and scales the counts back", "[hot_keys]") {
-  TableTraffic traffic;  // every 16th key
+  TableTraffic traffic;  // every 32nd key
   std::vector<uint64_t> keys(16000, 42);
   for (int i = 0; i < 10; ++i) traffic.RecordPush(keys);
   rpc::ServerStatus status;
   traffic.FillHotKeys(10, &status);
+  CHECK(status.hot_keys_sample_every() == 32);
   REQUIRE(status.hot_pushed_size() == 1);
   CHECK(status.hot_pushed(0).id() == 42);
-  CHECK(status.hot_pushed(0).count() == 160000);  // 16000 keys: exactly 1000 samples of 16
+  CHECK(status.hot_pushed(0).count() == 160000);  // 16000 keys: exactly 500 samples of 32
   CHECK(status.hot_pulled_size() == 0);
 }
 

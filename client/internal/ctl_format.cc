@@ -640,6 +640,11 @@ MergedHotKeys MergeHotKeys(const rpc::ServerStatuses& servers, const std::string
   hot.table = table;
   hot.pulled = Merge(servers, table, asked, k, /*pulled=*/true);
   hot.pushed = Merge(servers, table, asked, k, /*pulled=*/false);
+  for (const rpc::ServerStatusReply& reply : servers.servers()) {
+    if (reply.has_status() && reply.status().hot_keys_table() == table) {
+      hot.sample_every = std::max(hot.sample_every, reply.status().hot_keys_sample_every());
+    }
+  }
   for (const TableTotals& t : SumTables(servers)) {
     if (t.name != table) continue;
     hot.keys_pulled = t.keys_pulled;
@@ -651,9 +656,9 @@ MergedHotKeys MergeHotKeys(const rpc::ServerStatuses& servers, const std::string
 std::string HotKeysText(const MergedHotKeys& hot) {
   std::string out = absl::StrFormat(
       "hot keys of table \"%s\" since the servers started, merged over the servers (counts "
-      "estimated from every 16th key of each request; error: how much a count may overstate; "
+      "estimated from 1 key in %d of each request; error: how much a count may overstate; "
       "share: of the table's keys)\n",
-      hot.table);
+      hot.table, hot.sample_every);
   absl::StrAppendFormat(&out, "pulled (%d keys in all):\n", hot.keys_pulled);
   out += HotKeysListText(hot.pulled, hot.keys_pulled);
   absl::StrAppendFormat(&out, "pushed (%d keys in all):\n", hot.keys_pushed);
@@ -663,6 +668,7 @@ std::string HotKeysText(const MergedHotKeys& hot) {
 
 std::string HotKeysJson(const MergedHotKeys& hot, const rpc::ServerStatuses& servers) {
   return Object({{"table", Quote(hot.table)},
+                 {"sample_every", absl::StrCat(hot.sample_every)},
                  {"keys_pulled", absl::StrCat(hot.keys_pulled)},
                  {"keys_pushed", absl::StrCat(hot.keys_pushed)},
                  {"pulled", HotKeysListJson(hot.pulled)},

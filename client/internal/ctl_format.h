@@ -89,6 +89,9 @@ struct MergedHotKeys {
   // The table's keys pulled and pushed on the servers that answered (TableStatus), for shares.
   uint64_t keys_pulled = 0;
   uint64_t keys_pushed = 0;
+  // The servers' sampling: one key in this many counted (ServerStatus.hot_keys_sample_every;
+  // the largest when they differ, 0 when no server answered).
+  uint32_t sample_every = 0;
 };
 
 // How many hot keys to ask each server for when showing `k`: more than k (64, at most 256), so
@@ -106,7 +109,8 @@ MergedHotKeys MergeHotKeys(const rpc::ServerStatuses& servers, const std::string
                            uint32_t asked, uint32_t k);
 // `ps_ctl hotkeys`.
 std::string HotKeysText(const MergedHotKeys& hot);
-// {"table", "keys_pulled", "keys_pushed", "pulled": [{"id", "count", "error"}], "pushed": [...],
+// {"table", "sample_every", "keys_pulled", "keys_pushed", "pulled": [{"id", "count", "error"}],
+// "pushed": [...],
 // "servers_failed": [...]}.
 std::string HotKeysJson(const MergedHotKeys& hot, const rpc::ServerStatuses& servers);
 

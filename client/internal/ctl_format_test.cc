@@ -65,6 +65,7 @@ rpc::ServerStatuses ThreeServers() {
     rpc::ServerStatus* s = reply->mutable_status();
     s->set_server_id(id);
     s->set_hot_keys_table("emb");
+    s->set_hot_keys_sample_every(32);
     rpc::TableStatus* emb = AddTable(s, "emb", 1000 + id, 2000);
     emb->set_keys_pulled(10000);
     emb->set_keys_pushed(5000);
@@ -92,6 +93,7 @@ TEST_CASE("hot keys merge: sums, with a full list's smallest count bounding the 
   CHECK(hot.table == "emb");
   CHECK(hot.keys_pulled == 20000);
   CHECK(hot.keys_pushed == 10000);
+  CHECK(hot.sample_every == 32);
   // 1: 100 + server 1's bound 10; 2: on both lists; 4: 30 + server 0's bound 20; 3 and 5 tie at
   // 30 (smaller id first), 5 cut by k.
   REQUIRE(hot.pulled.size() == 4);
@@ -117,10 +119,12 @@ TEST_CASE("hot keys merge: sums, with a full list's smallest count bounding the 
 
   const std::string text = HotKeysText(hot);
   CHECK_THAT(text, Catch::Contains("hot keys of table \"emb\""));
+  CHECK_THAT(text, Catch::Contains("from 1 key in 32 of each request"));
   CHECK_THAT(text, Catch::Contains("pulled (20000 keys in all):"));
   CHECK_THAT(text, Catch::Contains("1     1    110    10     0.55%"));
   const auto json = Parse(HotKeysJson(hot, servers));
   CHECK(Field(json, "table").string_value() == "emb");
+  CHECK(Field(json, "sample_every").number_value() == 32);
   const auto& pulled = Field(json, "pulled").list_value();
   REQUIRE(pulled.values_size() == 4);
   CHECK(Field(pulled.values(0).struct_value(), "id").number_value() == 1);
