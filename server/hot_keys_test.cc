@@ -128,7 +128,7 @@ TEST_CASE("every key counted: the true top-10 of a Zipf stream is found, within 
   for (size_t i = 1; i < all.size(); ++i) CHECK(all[i - 1].count >= all[i].count);
 }
 
-TEST_CASE("sampling every 32nd key still finds the hot keys and estimates their counts",
+TEST_CASE("sampling every 64th key still finds the hot keys and estimates their counts",
           "[hot_keys]") {
   const double s = GENERATE(1.1, 1.5);
   INFO("zipf exponent " << s);
@@ -139,7 +139,7 @@ TEST_CASE("sampling every 32nd key still finds the hot keys and estimates their 
   requests.insert(requests.end(), small.begin(), small.end());
   const auto exact = ExactCounts(requests);
 
-  HotKeys sketch;  // sample_every 32
+  HotKeys sketch;  // sample_every 64
   for (const auto& request : requests) REQUIRE(sketch.Record(request));
 
   const std::vector<HotKey> top = sketch.Top(12);
@@ -199,12 +199,12 @@ TEST_CASE("many keys churning through a small sketch keep its index consistent",
 }
 
 TEST_CASE("recording samples by offset and weight, and allocates nothing", "[hot_keys]") {
-  HotKeys sketch;  // sample_every 32
+  HotKeys sketch;  // sample_every 64
   CHECK(sketch.Record({}));
   CHECK(sketch.Top(10).empty());
-  // One key per request: sampled when the request's offset is 0, about one request in 32.
+  // One key per request: sampled when the request's offset is 0, about one request in 64.
   const std::vector<uint64_t> one = {5};
-  std::vector<uint64_t> big(100000);
+  std::vector<uint64_t> big(64000);
   for (size_t i = 0; i < big.size(); ++i) big[i] = 1000 + i % 100;
   const uint64_t before = g_allocations.load();
   for (int i = 0; i < 1600; ++i) sketch.Record(one);
@@ -217,15 +217,15 @@ TEST_CASE("recording samples by offset and weight, and allocates nothing", "[hot
   const auto five =
       std::find_if(top.begin(), top.end(), [](const HotKey& h) { return h.id == 5; });
   REQUIRE(five != top.end());
-  // 1600 requests of key 5 alone: about 50 sampled, each weighing 32.
+  // 1600 requests of key 5 alone: about 25 sampled, each weighing 64.
   CHECK(five->error == 0);
-  CHECK(five->count % 32 == 0);
+  CHECK(five->count % 64 == 0);
   CHECK(five->count > 800);
   CHECK(five->count < 2400);
-  // Each big request: its 100 keys 1000 times each, 3125 samples of weight 32.
+  // Each big request: its 100 keys 640 times each, 1000 samples of weight 64.
   uint64_t big_total = 0;
   for (const HotKey& h : top) big_total += h.id >= 1000 ? h.count : 0;
-  CHECK(big_total == 100u * 100000u);
+  CHECK(big_total == 100u * 64000u);
 }
 
 TEST_CASE("a request that finds the sketch busy is skipped and counted, never waits",

@@ -136,7 +136,7 @@ TEST_CASE("the status counts each table's traffic, sizes every shard copy and li
   }
   CHECK(rows == table.rows());
   CHECK(bytes == table.bytes());
-  // The repeated key first each way; counts estimate keys (every 32nd sampled, weighing 32).
+  // The repeated key first each way; counts estimate keys (every 64th sampled, weighing 64).
   CHECK(status.hot_keys_table() == "emb");
   REQUIRE(status.hot_pulled_size() == 3);
   REQUIRE(status.hot_pushed_size() == 3);

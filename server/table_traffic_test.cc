@@ -43,15 +43,15 @@ TEST_CASE("a table's traffic counts keys and requests each way, and its hot keys
 }
 
 TEST_CASE("the default traffic samples keys and scales the counts back", "[hot_keys]") {
-  TableTraffic traffic;  // every 32nd key
+  TableTraffic traffic;  // every 64th key
   std::vector<uint64_t> keys(16000, 42);
   for (int i = 0; i < 10; ++i) traffic.RecordPush(keys);
   rpc::ServerStatus status;
   traffic.FillHotKeys(10, &status);
-  CHECK(status.hot_keys_sample_every() == 32);
+  CHECK(status.hot_keys_sample_every() == 64);
   REQUIRE(status.hot_pushed_size() == 1);
   CHECK(status.hot_pushed(0).id() == 42);
-  CHECK(status.hot_pushed(0).count() == 160000);  // 16000 keys: exactly 500 samples of 32
+  CHECK(status.hot_pushed(0).count() == 160000);  // 16000 keys: exactly 250 samples of 64
   CHECK(status.hot_pulled_size() == 0);
 }
 
