@@ -55,10 +55,11 @@ class HotKeys {
   static constexpr uint32_t kDefaultCapacity = 256;
   // The default sampling: one key in this many.
   // The default sampling: one key in this many. On a stream of distinct keys (the worst case:
-  // every sample replaces a counter) a sample costs about 50 ns, so 1 in 64 adds about 0.8 ns a
-  // key to a request, about 1% of a pull of 100k random keys on the development machine (1 in 32
-  // measured 1.6 to 5% in ps_bench, above the 2% allowed).
-  static constexpr uint32_t kDefaultSampleEvery = 64;
+  // every sample replaces a counter) a sample costs about 50 ns with the sketch in cache, more
+  // when the request's rows have evicted it; ps_bench's pulls of 100k random keys lost 2.8% of
+  // their rate to 1 in 64 and more to 1 in 32 (README, "Performance"), so the default is 1 in 128.
+  // At a million keys a second a server still samples about 8000 keys a second.
+  static constexpr uint32_t kDefaultSampleEvery = 128;
 
   struct Options {
     // Keys monitored; >= 1. Default kDefaultCapacity.

@@ -20,9 +20,14 @@ namespace {
 // Checkpoint cuts hold rows in records of about this size.
 constexpr size_t kCutRecordBytes = 1 << 20;
 
-std::vector<std::unique_ptr<TableTraffic>> NewTraffic(size_t tables) {
+std::vector<std::unique_ptr<TableTraffic>> NewTraffic(size_t tables, uint32_t sample_every) {
+  HotKeys::Options hot_keys;
+  hot_keys.sample_every = sample_every;
   std::vector<std::unique_ptr<TableTraffic>> traffic;
-  for (size_t t = 0; t < tables; ++t) traffic.push_back(std::make_unique<TableTraffic>());
+  for (size_t t = 0; t < tables; ++t) {
+    hot_keys.seed = t + 1;
+    traffic.push_back(std::make_unique<TableTraffic>(hot_keys));
+  }
   return traffic;
 }
 
@@ -64,7 +69,7 @@ ShardedStore::ShardedStore(const config::Job& job, const Options& options,
       dense_optimizer_(std::move(dense_optimizer)),
       shard_config_{&tables_, dense_optimizer_.get(), job.cluster().dense_chunk_floats(),
                     job.training().mode() == config::Training::SYNC},
-      traffic_(NewTraffic(tables_.size())),
+      traffic_(NewTraffic(tables_.size(), options.hot_keys_sample_every)),
       sync_(job.training().mode() == config::Training::SYNC),
       read_from_replicas_(job.cluster().read_from_replicas()),
       // The nearest whole number of workers (0.67 of 3 is 2), at least 1.

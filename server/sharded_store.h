@@ -52,6 +52,10 @@ class ShardedStore {
     // Called when a copy catching up of one of its shards has caught up
     // (see Replicator::Options::on_caught_up).
     std::function<void()> on_caught_up;
+    // The hot keys' sampling: one key of a request in this many goes into the table's hot-keys
+    // sketches (server/hot_keys.h); 0: none (the traffic counters still count). Default
+    // HotKeys::kDefaultSampleEvery (128).
+    uint32_t hot_keys_sample_every = HotKeys::kDefaultSampleEvery;
   };
 
   // INVALID_ARGUMENT if the job fails validation (tables, optimizers).

@@ -93,7 +93,13 @@ TEST_CASE("pulls create deterministic rows and pushes apply sgd, duplicates summ
 
 TEST_CASE("the status counts each table's traffic, sizes every shard copy and lists hot keys",
           "[server][store][status]") {
-  auto store = ServingStore();
+  // Every key counted, so that the hot keys' counts are exact.
+  ShardedStore::Options options;
+  options.hot_keys_sample_every = 1;
+  auto created = ShardedStore::Create(TestJob(), options);
+  REQUIRE(created.ok());
+  std::unique_ptr<ShardedStore> store = std::move(*created);
+  store->SetShardMap(EvenOddMap(3), 0);
   // 200 keys, the first one repeated 3000 times: a key every sample finds.
   const std::vector<uint64_t> spread = EvenShardKeys(200);
   std::vector<uint64_t> keys = spread;
@@ -136,15 +142,17 @@ TEST_CASE("the status counts each table's traffic, sizes every shard copy and li
   }
   CHECK(rows == table.rows());
   CHECK(bytes == table.bytes());
-  // The repeated key first each way; counts estimate keys (every 64th sampled, weighing 64).
+  // The repeated key first each way, counted exactly (3001 times a request).
   CHECK(status.hot_keys_table() == "emb");
+  CHECK(status.hot_keys_sample_every() == 1);
   REQUIRE(status.hot_pulled_size() == 3);
   REQUIRE(status.hot_pushed_size() == 3);
   CHECK(status.hot_pulled(0).id() == spread[0]);
-  CHECK(status.hot_pulled(0).count() > 4 * 3000 * 8 / 10);
-  CHECK(status.hot_pulled(0).count() < 4 * 3001 * 12 / 10);
+  CHECK(status.hot_pulled(0).count() == 4 * 3001);
+  CHECK(status.hot_pulled(0).error() == 0);
+  CHECK(status.hot_pulled(1).count() == 4);
   CHECK(status.hot_pushed(0).id() == spread[0]);
-  CHECK(status.hot_pulled(1).count() < status.hot_pulled(0).count() / 10);
+  CHECK(status.hot_pushed(0).count() == 3001);
 
   SECTION("k defaults to 10 and is at most the sketch's capacity; the table must exist") {
     rpc::ServerStatusRequest ten;
@@ -166,6 +174,18 @@ TEST_CASE("the status counts each table's traffic, sizes every shard copy and li
     CHECK(plain.hot_keys_table().empty());
     CHECK(plain.hot_pulled_size() == 0);
     CHECK(plain.tables(0).keys_pulled() == 4 * keys.size());
+  }
+  SECTION("by default keys are sampled, 1 in 128, each weighing 128") {
+    auto sampled = ServingStore();
+    for (int i = 0; i < 4; ++i) PullRows(*sampled, keys);
+    rpc::ServerStatus s;
+    REQUIRE(sampled->FillStatus(request, &s).ok());
+    CHECK(s.hot_keys_sample_every() == 128);
+    REQUIRE(s.hot_pulled_size() >= 1);
+    CHECK(s.hot_pulled(0).id() == spread[0]);
+    CHECK(s.hot_pulled(0).count() % 128 == 0);
+    CHECK(s.hot_pulled(0).count() > 4 * 3001 * 7 / 10);
+    CHECK(s.hot_pulled(0).count() < 4 * 3001 * 13 / 10);
   }
 }
 

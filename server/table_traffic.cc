@@ -19,7 +19,9 @@ void AddAll(const std::vector<HotKey>& top,
 }  // namespace
 
 TableTraffic::TableTraffic(const HotKeys::Options& hot_keys)
-    : pulled_(hot_keys), pushed_([&] {
+    : sample_(hot_keys.sample_every > 0),
+      pulled_(hot_keys),
+      pushed_([&] {
         // Another sequence of sample offsets for the other direction.
         HotKeys::Options options = hot_keys;
         options.seed = ~hot_keys.seed;
@@ -29,13 +31,13 @@ TableTraffic::TableTraffic(const HotKeys::Options& hot_keys)
 void TableTraffic::RecordPull(absl::Span<const uint64_t> keys) {
   keys_pulled_.fetch_add(keys.size(), std::memory_order_relaxed);
   pull_requests_.fetch_add(1, std::memory_order_relaxed);
-  pulled_.Record(keys);
+  if (sample_) pulled_.Record(keys);
 }
 
 void TableTraffic::RecordPush(absl::Span<const uint64_t> keys) {
   keys_pushed_.fetch_add(keys.size(), std::memory_order_relaxed);
   push_requests_.fetch_add(1, std::memory_order_relaxed);
-  pushed_.Record(keys);
+  if (sample_) pushed_.Record(keys);
 }
 
 void TableTraffic::FillCounters(rpc::TableStatus* status) const {
@@ -47,6 +49,10 @@ void TableTraffic::FillCounters(rpc::TableStatus* status) const {
 }
 
 void TableTraffic::FillHotKeys(uint32_t k, rpc::ServerStatus* status) const {
+  if (!sample_) {
+    status->set_hot_keys_sample_every(0);
+    return;
+  }
   status->set_hot_keys_sample_every(pulled_.sample_every());
   AddAll(pulled_.Top(k), status->mutable_hot_pulled());
   AddAll(pushed_.Top(k), status->mutable_hot_pushed());

@@ -19,7 +19,8 @@ namespace server {
 // and skip a request rather than wait (HotKeys::Record).
 class TableTraffic {
  public:
-  // `hot_keys` configures both sketches (pulled and pushed).
+  // `hot_keys` configures both sketches (pulled and pushed); with hot_keys.sample_every 0 no key is
+  // sampled (the counters still count) and FillHotKeys reports none.
   explicit TableTraffic(const HotKeys::Options& hot_keys = {});
 
   TableTraffic(const TableTraffic&) = delete;
@@ -34,13 +35,16 @@ class TableTraffic {
   void FillCounters(rpc::TableStatus* status) const;
 
   // Appends the top `k` pulled keys to status->hot_pulled and pushed keys to status->hot_pushed
-  // (HotKeys::Top: hottest first, at most k of each), and sets hot_keys_sample_every.
+  // (HotKeys::Top: hottest first, at most k of each), and sets hot_keys_sample_every (0, with no
+  // keys, when sampling is off).
   void FillHotKeys(uint32_t k, rpc::ServerStatus* status) const;
 
   const HotKeys& pulled() const { return pulled_; }
   const HotKeys& pushed() const { return pushed_; }
 
  private:
+  // Constant after construction: whether keys are sampled into the sketches.
+  const bool sample_;
   std::atomic<uint64_t> keys_pulled_{0};
   std::atomic<uint64_t> pull_requests_{0};
   std::atomic<uint64_t> keys_pushed_{0};

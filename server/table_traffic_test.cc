@@ -43,16 +43,34 @@ TEST_CASE("a table's traffic counts keys and requests each way, and its hot keys
 }
 
 TEST_CASE("the default traffic samples keys and scales the counts back", "[hot_keys]") {
-  TableTraffic traffic;  // every 64th key
+  TableTraffic traffic;  // every 128th key
   std::vector<uint64_t> keys(16000, 42);
   for (int i = 0; i < 10; ++i) traffic.RecordPush(keys);
   rpc::ServerStatus status;
   traffic.FillHotKeys(10, &status);
-  CHECK(status.hot_keys_sample_every() == 64);
+  CHECK(status.hot_keys_sample_every() == 128);
   REQUIRE(status.hot_pushed_size() == 1);
   CHECK(status.hot_pushed(0).id() == 42);
-  CHECK(status.hot_pushed(0).count() == 160000);  // 16000 keys: exactly 250 samples of 64
+  CHECK(status.hot_pushed(0).count() == 160000);  // 16000 keys: exactly 125 samples of 128
   CHECK(status.hot_pulled_size() == 0);
+}
+
+TEST_CASE("with sampling off the counters still count and no hot keys are kept", "[hot_keys]") {
+  HotKeys::Options options;
+  options.sample_every = 0;
+  TableTraffic traffic(options);
+  const std::vector<uint64_t> keys(1000, 3);
+  traffic.RecordPull(keys);
+  traffic.RecordPush(keys);
+  rpc::TableStatus table;
+  traffic.FillCounters(&table);
+  CHECK(table.keys_pulled() == 1000);
+  CHECK(table.keys_pushed() == 1000);
+  rpc::ServerStatus status;
+  traffic.FillHotKeys(10, &status);
+  CHECK(status.hot_keys_sample_every() == 0);
+  CHECK(status.hot_pulled_size() == 0);
+  CHECK(status.hot_pushed_size() == 0);
 }
 
 }  // namespace

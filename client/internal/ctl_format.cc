@@ -654,11 +654,17 @@ MergedHotKeys MergeHotKeys(const rpc::ServerStatuses& servers, const std::string
 }
 
 std::string HotKeysText(const MergedHotKeys& hot) {
+  const std::string counted =
+      hot.sample_every <= 1
+          ? std::string("every key counted")
+          : absl::StrFormat("counts estimated from 1 key in %d of each request", hot.sample_every);
   std::string out = absl::StrFormat(
-      "hot keys of table \"%s\" since the servers started, merged over the servers (counts "
-      "estimated from 1 key in %d of each request; error: how much a count may overstate; "
-      "share: of the table's keys)\n",
-      hot.table, hot.sample_every);
+      "hot keys of table \"%s\" since the servers started, merged over the servers (%s; error: "
+      "how much a count may overstate; share: of the table's keys)\n",
+      hot.table, counted);
+  if (hot.sample_every == 0 && hot.pulled.empty() && hot.pushed.empty()) {
+    out += "the servers sample no keys (ps_server --hot_keys_sample_every=0)\n";
+  }
   absl::StrAppendFormat(&out, "pulled (%d keys in all):\n", hot.keys_pulled);
   out += HotKeysListText(hot.pulled, hot.keys_pulled);
   absl::StrAppendFormat(&out, "pushed (%d keys in all):\n", hot.keys_pushed);

@@ -90,7 +90,7 @@ struct MergedHotKeys {
   uint64_t keys_pulled = 0;
   uint64_t keys_pushed = 0;
   // The servers' sampling: one key in this many counted (ServerStatus.hot_keys_sample_every;
-  // the largest when they differ, 0 when no server answered).
+  // the largest when they differ; 0 when no server answered or none samples).
   uint32_t sample_every = 0;
 };
 
