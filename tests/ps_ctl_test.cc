@@ -247,6 +247,7 @@ TEST_CASE("ps_ctl shows a real cluster: status, shards, tables, hot keys, metric
     CHECK_THAT(text.stdout_text, Catch::Contains(absl::StrCat("emb    8    adagrad    ",
                                                               emb.distinct.size(), " ")));
     const testing::ProcessResult json = Ctl({"tables", flag, "--json"});
+    Show("tables --json", json);
     CHECK(json.exit_code == 0);
     const auto parsed = Json(json.stdout_text, "tables");
     const auto& tables = Get(parsed, "tables").list_value();
