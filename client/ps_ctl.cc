@@ -151,8 +151,8 @@ std::unique_ptr<ctl::CtlConnection> Connect(const char* command) {
     std::fprintf(stderr, "ps_ctl %s: --coordinator=HOST:PORT is required\n", command);
     return nullptr;
   }
-  return std::make_unique<ctl::CtlConnection>(
-      address, absl::Milliseconds(absl::GetFlag(FLAGS_timeout_ms)));
+  return std::make_unique<ctl::CtlConnection>(address,
+                                              absl::Milliseconds(absl::GetFlag(FLAGS_timeout_ms)));
 }
 
 int Failed(const char* command, const absl::Status& status) {
@@ -227,10 +227,8 @@ int HotKeys() {
   request.set_hot_keys_k(ctl::HotKeysToAsk(k));
   const absl::StatusOr<ps::rpc::ServerStatuses> servers = connection->ServerStatuses(request);
   if (!servers.ok()) return Failed("hotkeys", servers.status());
-  const ctl::MergedHotKeys hot =
-      ctl::MergeHotKeys(*servers, table, request.hot_keys_k(), k);
-  Print(absl::GetFlag(FLAGS_json) ? ctl::HotKeysJson(hot, *servers) + "\n"
-                                  : ctl::HotKeysText(hot));
+  const ctl::MergedHotKeys hot = ctl::MergeHotKeys(*servers, table, request.hot_keys_k(), k);
+  Print(absl::GetFlag(FLAGS_json) ? ctl::HotKeysJson(hot, *servers) + "\n" : ctl::HotKeysText(hot));
   return ReportServerFailures("hotkeys", *servers);
 }
 
@@ -262,8 +260,7 @@ int Checkpoint() {
   const absl::StatusOr<ps::rpc::CheckpointResponse> response =
       connection->Checkpoint(absl::GetFlag(FLAGS_step));
   if (!response.ok()) return Failed("checkpoint", response.status());
-  Print(absl::GetFlag(FLAGS_json) ? ctl::ToJson(*response) + "\n"
-                                  : ctl::CheckpointText(*response));
+  Print(absl::GetFlag(FLAGS_json) ? ctl::ToJson(*response) + "\n" : ctl::CheckpointText(*response));
   return 0;
 }
 
@@ -490,8 +487,9 @@ int main(int argc, char** argv) {
   }
   // The commands that read files print text only.
   if (absl::GetFlag(FLAGS_json)) {
-    std::fprintf(stderr, "ps_ctl: --json is for status, shards, tables, hotkeys, metrics and "
-                         "checkpoint\n%s\n",
+    std::fprintf(stderr,
+                 "ps_ctl: --json is for status, shards, tables, hotkeys, metrics and "
+                 "checkpoint\n%s\n",
                  kUsage);
     return 2;
   }

@@ -42,7 +42,8 @@ class ZipfStream {
     std::mt19937_64 id_rng(seed ^ 0x5eed);
     absl::flat_hash_set<uint64_t> used;
     for (uint64_t& id : ids_) {
-      do id = id_rng(); while (!used.insert(id).second);
+      do id = id_rng();
+      while (!used.insert(id).second);
     }
   }
 
@@ -148,9 +149,8 @@ TEST_CASE("sampled keys still find the hot keys and estimate their counts", "[ho
   for (uint64_t id : TrueTop(exact, 10)) {
     INFO("true top key " << id << " (count " << exact.at(id) << ")");
     REQUIRE(Contains(top, id));
-    const HotKey& h = *std::find_if(top.begin(), top.end(), [id](const HotKey& k) {
-      return k.id == id;
-    });
+    const HotKey& h =
+        *std::find_if(top.begin(), top.end(), [id](const HotKey& k) { return k.id == id; });
     // An estimate in keys, not in samples: within the sketch's error and 4 standard deviations
     // of the sampling (a key seen n times gets about n / every samples of weight every).
     const double sd = std::sqrt(static_cast<double>(exact.at(id)) * every);
@@ -219,8 +219,7 @@ TEST_CASE("recording samples by offset and weight, and allocates nothing", "[hot
   // 101 keys in all: each monitored, with no error.
   const std::vector<HotKey> top = sketch.Top(HotKeys::kDefaultCapacity);
   CHECK(top.size() == 101);
-  const auto five =
-      std::find_if(top.begin(), top.end(), [](const HotKey& h) { return h.id == 5; });
+  const auto five = std::find_if(top.begin(), top.end(), [](const HotKey& h) { return h.id == 5; });
   REQUIRE(five != top.end());
   // 1600 requests of key 5 alone: about 25 sampled, each weighing 64.
   CHECK(five->error == 0);

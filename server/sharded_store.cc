@@ -819,7 +819,7 @@ absl::Status ShardedStore::FillStatus(const rpc::ServerStatusRequest& request,
       shards_[s]->AddSizes(&shard_rows, &shard_bytes);
       rpc::ShardSize* size = status->add_shard_sizes();
       size->set_shard(s);
-      size->set_copy(primary                         ? rpc::ShardSize::PRIMARY
+      size->set_copy(primary                       ? rpc::ShardSize::PRIMARY
                      : roles_[s] == Role::kReplica ? rpc::ShardSize::REPLICA
                                                    : rpc::ShardSize::CATCHING_UP);
       for (size_t t = 0; t < num_tables; ++t) {

@@ -220,7 +220,9 @@ class ShardedStore {
   // HotKeys::kDefaultCapacity.
   absl::Status FillStatus(const rpc::ServerStatusRequest& request, rpc::ServerStatus* status);
   // FillStatus without hot keys.
-  void FillStatus(rpc::ServerStatus* status) { (void)FillStatus(rpc::ServerStatusRequest(), status); }
+  void FillStatus(rpc::ServerStatus* status) {
+    (void)FillStatus(rpc::ServerStatusRequest(), status);
+  }
 
   // --- Checkpoints ---
   //

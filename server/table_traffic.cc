@@ -6,8 +6,7 @@ namespace ps {
 namespace server {
 namespace {
 
-void AddAll(const std::vector<HotKey>& top,
-            google::protobuf::RepeatedPtrField<rpc::HotKey>* out) {
+void AddAll(const std::vector<HotKey>& top, google::protobuf::RepeatedPtrField<rpc::HotKey>* out) {
   for (const HotKey& h : top) {
     rpc::HotKey* key = out->Add();
     key->set_id(h.id);
@@ -19,9 +18,7 @@ void AddAll(const std::vector<HotKey>& top,
 }  // namespace
 
 TableTraffic::TableTraffic(const HotKeys::Options& hot_keys)
-    : sample_(hot_keys.sample_every > 0),
-      pulled_(hot_keys),
-      pushed_([&] {
+    : sample_(hot_keys.sample_every > 0), pulled_(hot_keys), pushed_([&] {
         // Another sequence of sample offsets for the other direction.
         HotKeys::Options options = hot_keys;
         options.seed = ~hot_keys.seed;

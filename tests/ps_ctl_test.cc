@@ -37,27 +37,24 @@ constexpr uint64_t kHotKey = 42;
 constexpr int kShards = 16;
 
 std::string JobText() {
-  return absl::StrCat(R"pb(
-name: "ps_ctl"
-tables {
-  name: "emb"
-  dim: 8
-  optimizer { type: "adagrad" learning_rate: 0.05 initial_accumulator: 0.1 }
+  return absl::StrCat(
+      R"pb(
+        name: "ps_ctl"
+        tables {
+          name: "emb"
+          dim: 8
+          optimizer { type: "adagrad" learning_rate: 0.05 initial_accumulator: 0.1 }
+        }
+        tables {
+          name: "wide"
+          dim: 1
+          optimizer { type: "sgd" learning_rate: 0.1 }
+        }
+        training { seed: 3 mode: ASYNC }
+        cluster { num_shards: 16 num_servers: 2 num_workers: 1 checkpoint_dir: ")pb",
+      testing::TempDir(), R"pb(                               /ckpt"
 }
-tables {
-  name: "wide"
-  dim: 1
-  optimizer { type: "sgd" learning_rate: 0.1 }
-}
-training { seed: 3 mode: ASYNC }
-cluster {
-  num_shards: 16
-  num_servers: 2
-  num_workers: 1
-  checkpoint_dir: ")pb",
-                      testing::TempDir(), R"pb(/ckpt"
-}
-)pb");
+      )pb");
 }
 
 testing::ProcessResult Ctl(const std::vector<std::string>& args) {
@@ -141,8 +138,8 @@ TEST_CASE("ps_ctl shows a real cluster: status, shards, tables, hot keys, metric
   std::vector<std::unique_ptr<testing::Daemon>> servers;
   for (int i = 0; i < 2; ++i) {
     // Every key counted into the hot keys, so that their counts are exact (default: 1 in 128).
-    auto server = testing::Daemon::Start(
-        "server/ps_server", {"--coordinator=" + address, "--hot_keys_sample_every=1"});
+    auto server = testing::Daemon::Start("server/ps_server",
+                                         {"--coordinator=" + address, "--hot_keys_sample_every=1"});
     INFO(server.status().ToString());
     REQUIRE(server.ok());
     servers.push_back(std::move(*server));
@@ -244,8 +241,8 @@ TEST_CASE("ps_ctl shows a real cluster: status, shards, tables, hot keys, metric
     Show("tables", text);
     CHECK(text.exit_code == 0);
     CHECK_THAT(text.stdout_text, Catch::Contains("tables over 2 of 2 servers"));
-    CHECK_THAT(text.stdout_text, Catch::Contains(absl::StrCat("emb    8    adagrad    ",
-                                                              emb.distinct.size(), " ")));
+    CHECK_THAT(text.stdout_text,
+               Catch::Contains(absl::StrCat("emb    8    adagrad    ", emb.distinct.size(), " ")));
     const testing::ProcessResult json = Ctl({"tables", flag, "--json"});
     Show("tables --json", json);
     CHECK(json.exit_code == 0);
@@ -297,9 +294,9 @@ TEST_CASE("ps_ctl shows a real cluster: status, shards, tables, hot keys, metric
     // An unknown table: the coordinator's NOT_FOUND; a bad k: usage.
     const testing::ProcessResult unknown = Ctl({"hotkeys", flag, "--table=nope"});
     CHECK(unknown.exit_code == 1);
-    CHECK_THAT(unknown.stderr_text, Catch::Contains(absl::StrCat(
-                                        "ps_ctl hotkeys: coordinator ", address,
-                                        ": NOT_FOUND: no table \"nope\"")));
+    CHECK_THAT(unknown.stderr_text,
+               Catch::Contains(absl::StrCat("ps_ctl hotkeys: coordinator ", address,
+                                            ": NOT_FOUND: no table \"nope\"")));
     CHECK(Ctl({"hotkeys", flag, "--table=emb", "--k=300"}).exit_code == 2);
     CHECK(Ctl({"hotkeys", flag}).exit_code == 2);
   }
@@ -367,8 +364,8 @@ TEST_CASE("ps_ctl names an unreachable coordinator and fails within seconds",
     INFO(result.stdout_text << result.stderr_text);
     CHECK(result.exit_code == 1);
     CHECK_THAT(result.stderr_text,
-               Catch::StartsWith(absl::StrCat("ps_ctl ", command, ": coordinator ",
-                                              port.address(), ": UNAVAILABLE: ")));
+               Catch::StartsWith(absl::StrCat("ps_ctl ", command, ": coordinator ", port.address(),
+                                              ": UNAVAILABLE: ")));
     CHECK(took < absl::Seconds(10));
   }
   const testing::ProcessResult hot =

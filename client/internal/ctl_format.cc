@@ -381,18 +381,16 @@ std::string StatusText(const std::string& coordinator, const rpc::ClusterStatus&
                         "address", "alive", "state", "steps", "last seen");
   for (const auto& m : status.members()) {
     const bool worker = m.role() == rpc::WORKER;
-    absl::StrAppendFormat(&out, "  %-6u %-7s %-5d %-24s %-6s %-9s %-7s %d ms ago\n",
-                          m.member_id(), RoleName(m.role()), m.rank(),
-                          m.address().empty() ? "-" : m.address(), m.alive() ? "yes" : "NO",
-                          worker ? WorkerState(m) : "-",
+    absl::StrAppendFormat(&out, "  %-6u %-7s %-5d %-24s %-6s %-9s %-7s %d ms ago\n", m.member_id(),
+                          RoleName(m.role()), m.rank(), m.address().empty() ? "-" : m.address(),
+                          m.alive() ? "yes" : "NO", worker ? WorkerState(m) : "-",
                           worker ? absl::StrCat(m.clock() + 1) : std::string("-"),
                           m.last_seen_ms());
   }
 
   const rpc::ShardMap& map = status.shard_map();
   if (map.version() == 0) {
-    absl::StrAppend(&out,
-                    "shard map: not ready (fewer servers registered than the job expects)\n");
+    absl::StrAppend(&out, "shard map: not ready (fewer servers registered than the job expects)\n");
   } else {
     absl::StrAppendFormat(&out, "shard map: version %d, %u shards\n", map.version(),
                           map.num_shards());
@@ -428,9 +426,9 @@ std::string StatusText(const std::string& coordinator, const rpc::ClusterStatus&
           continue;
         }
         absl::StrAppendFormat(&others, "%s%u (%d, %d records / %d bytes / %d ms behind)%s",
-                              others.empty() ? "" : ", ", copy.server_id(),
-                              copy.applied_sequence(), copy.lag().records(), copy.lag().bytes(),
-                              copy.lag().millis(), copy.catching_up() ? " catching up" : "");
+                              others.empty() ? "" : ", ", copy.server_id(), copy.applied_sequence(),
+                              copy.lag().records(), copy.lag().bytes(), copy.lag().millis(),
+                              copy.catching_up() ? " catching up" : "");
       }
       absl::StrAppendFormat(&out, "  %-6u %-22s %s\n", shard.shard(), primary,
                             others.empty() ? "-" : others);
@@ -460,8 +458,8 @@ std::string StatusText(const std::string& coordinator, const rpc::ClusterStatus&
       absl::StrAppendFormat(&out,
                             "  table %-16s dim %-5u optimizer %-8s rows %-12d bytes %-12d keys "
                             "pulled %d, pushed %d\n",
-                            t.name(), t.dim(), t.optimizer(), t.rows(), t.bytes(),
-                            t.keys_pulled(), t.keys_pushed());
+                            t.name(), t.dim(), t.optimizer(), t.rows(), t.bytes(), t.keys_pulled(),
+                            t.keys_pushed());
     }
   }
   return out;
@@ -469,8 +467,9 @@ std::string StatusText(const std::string& coordinator, const rpc::ClusterStatus&
 
 std::string StatusJson(const std::string& coordinator, const rpc::ClusterStatus& cluster,
                        const rpc::ServerStatuses& servers) {
-  return Object(
-      {{"coordinator", Quote(coordinator)}, {"cluster", ToJson(cluster)}, {"servers", ToJson(servers)}});
+  return Object({{"coordinator", Quote(coordinator)},
+                 {"cluster", ToJson(cluster)},
+                 {"servers", ToJson(servers)}});
 }
 
 std::string ShardsText(const rpc::ClusterStatus& cluster, const rpc::ServerStatuses& servers) {
@@ -494,14 +493,13 @@ std::string ShardsText(const rpc::ClusterStatus& cluster, const rpc::ServerStatu
     const CopySize size = SizeOf(answered, shard.primary(), shard.shard());
     shards.Add({absl::StrCat(shard.shard()), absl::StrCat(shard.primary()), Ids(shard.replicas()),
                 Ids(shard.catching_up()), seq_known ? absl::StrCat(seq) : "?",
-                size.known ? absl::StrCat(size.rows) : "?",
-                size.known ? Bytes(size.bytes) : "?"});
+                size.known ? absl::StrCat(size.rows) : "?", size.known ? Bytes(size.bytes) : "?"});
   }
   out += shards.Render();
   out += "servers (rows and bytes: every copy the server holds):\n";
   const std::map<uint32_t, ServerShards> counts = CountShards(map);
-  Columns table({"server", "address", "state", "primary", "replica", "catching up", "rows",
-                 "bytes"});
+  Columns table(
+      {"server", "address", "state", "primary", "replica", "catching up", "rows", "bytes"});
   for (const rpc::ServerInfo& server : map.servers()) {
     const auto c = counts.find(server.server_id());
     const ServerShards n = c == counts.end() ? ServerShards() : c->second;
@@ -513,8 +511,8 @@ std::string ShardsText(const rpc::ClusterStatus& cluster, const rpc::ServerStatu
       bytes = Bytes(b);
     }
     table.Add({absl::StrCat(server.server_id()), server.address(),
-               server.alive() ? "alive" : "DEAD", absl::StrCat(n.primary),
-               absl::StrCat(n.replica), absl::StrCat(n.catching_up), rows, bytes});
+               server.alive() ? "alive" : "DEAD", absl::StrCat(n.primary), absl::StrCat(n.replica),
+               absl::StrCat(n.catching_up), rows, bytes});
   }
   out += table.Render();
   return out;
@@ -527,7 +525,8 @@ std::string ShardsJson(const rpc::ClusterStatus& cluster, const rpc::ServerStatu
   for (const rpc::ShardAssignment& shard : map.shards()) {
     bool seq_known = false;
     const uint64_t seq = PrimarySequence(cluster, shard.shard(), &seq_known);
-    const CopySize size = shard.lost() ? CopySize() : SizeOf(answered, shard.primary(), shard.shard());
+    const CopySize size =
+        shard.lost() ? CopySize() : SizeOf(answered, shard.primary(), shard.shard());
     shards.push_back(Object({
         {"shard", absl::StrCat(shard.shard())},
         {"lost", Bool(shard.lost())},

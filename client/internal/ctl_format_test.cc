@@ -248,10 +248,11 @@ TEST_CASE("status keeps the coordinator's view and adds each server's figures", 
   const auto& replies = Field(Field(json, "servers").struct_value(), "servers").list_value();
   REQUIRE(replies.values_size() == 3);
   // protobuf's printer writes uint64 as strings.
-  const auto& emb = Field(Field(replies.values(0).struct_value(), "status").struct_value(), "tables")
-                        .list_value()
-                        .values(0)
-                        .struct_value();
+  const auto& emb =
+      Field(Field(replies.values(0).struct_value(), "status").struct_value(), "tables")
+          .list_value()
+          .values(0)
+          .struct_value();
   CHECK(Field(emb, "keys_pulled").string_value() == "10000");
   CHECK(Field(emb, "optimizer").string_value() == "adagrad");
 }

@@ -26,9 +26,9 @@ CtlConnection::CtlConnection(std::string address, absl::Duration timeout)
       stub_(rpc::Coordinator::NewStub(channel_)) {}
 
 absl::Status CtlConnection::Named(const absl::Status& status) const {
-  return absl::Status(status.code(), absl::StrCat("coordinator ", address_, ": ",
-                                                  absl::StatusCodeToString(status.code()), ": ",
-                                                  status.message()));
+  return absl::Status(
+      status.code(), absl::StrCat("coordinator ", address_, ": ",
+                                  absl::StatusCodeToString(status.code()), ": ", status.message()));
 }
 
 absl::StatusOr<rpc::ClusterStatus> CtlConnection::ClusterStatus() {

@@ -36,8 +36,7 @@ class RefusingPort {
   std::string address_;
 };
 
-TEST_CASE("a coordinator nobody answers for: UNAVAILABLE naming it, within the timeout",
-          "[ctl]") {
+TEST_CASE("a coordinator nobody answers for: UNAVAILABLE naming it, within the timeout", "[ctl]") {
   RefusingPort port;
   CtlConnection connection(port.address(), absl::Milliseconds(1500));
   const std::string prefix = absl::StrCat("coordinator ", port.address(), ": UNAVAILABLE: ");

@@ -298,13 +298,13 @@ grpc::ServerUnaryReactor* CoordinatorService::GetServerStatuses(
   const absl::Time caller_deadline = caller == std::chrono::system_clock::time_point::max()
                                          ? absl::InfiniteFuture()
                                          : absl::FromChrono(caller);
-  const absl::Status asked = fanout_.Gather(
-      coordinator_->job(), coordinator_->Status().shard_map(), *request,
-      StatusFanout::Deadline(absl::Now(), caller_deadline),
-      [response, reactor](rpc::ServerStatuses statuses) {
-        *response = std::move(statuses);
-        reactor->Finish(grpc::Status::OK);
-      });
+  const absl::Status asked =
+      fanout_.Gather(coordinator_->job(), coordinator_->Status().shard_map(), *request,
+                     StatusFanout::Deadline(absl::Now(), caller_deadline),
+                     [response, reactor](rpc::ServerStatuses statuses) {
+                       *response = std::move(statuses);
+                       reactor->Finish(grpc::Status::OK);
+                     });
   if (!asked.ok()) reactor->Finish(ToGrpcStatus(asked));
   return reactor;
 }

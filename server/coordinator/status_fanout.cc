@@ -46,10 +46,9 @@ absl::Status StatusFanout::Gather(const config::Job& job, const rpc::ShardMap& m
                                   std::function<void(rpc::ServerStatuses)> done) {
   const rpc::ServerStatusRequest& ask = request.request();
   if (!ask.hot_keys_table().empty()) {
-    const bool known = std::any_of(job.tables().begin(), job.tables().end(),
-                                   [&](const config::Table& t) {
-                                     return t.name() == ask.hot_keys_table();
-                                   });
+    const bool known =
+        std::any_of(job.tables().begin(), job.tables().end(),
+                    [&](const config::Table& t) { return t.name() == ask.hot_keys_table(); });
     if (!known) {
       return absl::NotFoundError(
           absl::StrFormat("no table \"%s\" in job \"%s\"", ask.hot_keys_table(), job.name()));
@@ -70,9 +69,10 @@ absl::Status StatusFanout::Gather(const config::Job& job, const rpc::ShardMap& m
     gathering->statuses.set_map_version(map.version());
     std::vector<const rpc::ServerInfo*> servers;
     for (const rpc::ServerInfo& s : map.servers()) servers.push_back(&s);
-    std::sort(servers.begin(), servers.end(), [](const rpc::ServerInfo* a, const rpc::ServerInfo* b) {
-      return a->server_id() < b->server_id();
-    });
+    std::sort(servers.begin(), servers.end(),
+              [](const rpc::ServerInfo* a, const rpc::ServerInfo* b) {
+                return a->server_id() < b->server_id();
+              });
     for (const rpc::ServerInfo* s : servers) {
       rpc::ServerStatusReply* reply = gathering->statuses.add_servers();
       reply->set_server_id(s->server_id());

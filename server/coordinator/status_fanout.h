@@ -59,8 +59,7 @@ class StatusFanout {
  private:
   // ParameterServer.GetStatus over the channel kept for `address`.
   void AskOverGrpc(const std::string& address, const rpc::ServerStatusRequest& request,
-                   absl::Time deadline,
-                   std::function<void(absl::StatusOr<rpc::ServerStatus>)> done)
+                   absl::Time deadline, std::function<void(absl::StatusOr<rpc::ServerStatus>)> done)
       ABSL_LOCKS_EXCLUDED(mu_);
 
   // Constant after construction.

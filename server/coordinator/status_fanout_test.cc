@@ -131,10 +131,9 @@ TEST_CASE("every live server is asked with the request; the answers and errors c
 }
 
 TEST_CASE("no servers (no map yet): answered at once, empty", "[coordinator][fanout]") {
-  StatusFanout fanout([](const std::string&, const rpc::ServerStatusRequest&, absl::Time,
-                         std::function<void(absl::StatusOr<rpc::ServerStatus>)>) {
-    FAIL("nobody to ask");
-  });
+  StatusFanout fanout(
+      [](const std::string&, const rpc::ServerStatusRequest&, absl::Time,
+         std::function<void(absl::StatusOr<rpc::ServerStatus>)>) { FAIL("nobody to ask"); });
   Answer answer;
   REQUIRE(fanout
               .Gather(TestJob(), rpc::ShardMap(), rpc::ServerStatusesRequest(),
@@ -145,26 +144,23 @@ TEST_CASE("no servers (no map yet): answered at once, empty", "[coordinator][fan
   CHECK(answer.statuses.map_version() == 0);
 }
 
-TEST_CASE("a bad hot-keys request is refused before any server is asked",
-          "[coordinator][fanout]") {
-  StatusFanout fanout([](const std::string&, const rpc::ServerStatusRequest&, absl::Time,
-                         std::function<void(absl::StatusOr<rpc::ServerStatus>)>) {
-    FAIL("no server is asked");
-  });
+TEST_CASE("a bad hot-keys request is refused before any server is asked", "[coordinator][fanout]") {
+  StatusFanout fanout(
+      [](const std::string&, const rpc::ServerStatusRequest&, absl::Time,
+         std::function<void(absl::StatusOr<rpc::ServerStatus>)>) { FAIL("no server is asked"); });
   rpc::ServerStatusesRequest request;
   request.mutable_request()->set_hot_keys_table("nope");
   const rpc::ShardMap map = Map({"a:1"}, {true});
-  const absl::Status unknown =
-      fanout.Gather(TestJob(), map, request, absl::Now(), [](rpc::ServerStatuses) {
-        FAIL("not answered");
-      });
+  const absl::Status unknown = fanout.Gather(TestJob(), map, request, absl::Now(),
+                                             [](rpc::ServerStatuses) { FAIL("not answered"); });
   CHECK(unknown.code() == absl::StatusCode::kNotFound);
   CHECK_THAT(std::string(unknown.message()), Catch::Contains("no table \"nope\""));
   request.mutable_request()->set_hot_keys_table("emb");
   request.mutable_request()->set_hot_keys_k(257);
-  CHECK(fanout.Gather(TestJob(), map, request, absl::Now(), [](rpc::ServerStatuses) {
-          FAIL("not answered");
-        }).code() == absl::StatusCode::kInvalidArgument);
+  CHECK(fanout
+            .Gather(TestJob(), map, request, absl::Now(),
+                    [](rpc::ServerStatuses) { FAIL("not answered"); })
+            .code() == absl::StatusCode::kInvalidArgument);
 }
 
 // A ParameterServer whose GetStatus answers with its id, or (`hold`) keeps the call until Release.
