@@ -8,8 +8,24 @@
 //   ps_ctl status --coordinator=HOST:PORT
 //                                   members (workers: training, left, FAILED or SILENT, and steps
 //                                   done), shard map (version, shards per server), clocks, the
-//                                   step the servers applied (sync), and a failed job's reason
+//                                   step the servers applied (sync), a failed job's reason, and
+//                                   every server's figures (asked through the coordinator)
+//   ps_ctl shards --coordinator=HOST:PORT
+//                                   per shard its primary, replicas, copies catching up, applied
+//                                   sequence, rows and bytes; per server its shards, rows, bytes
+//   ps_ctl tables --coordinator=HOST:PORT
+//                                   per table: dim, optimizer, rows and bytes (each row once, and
+//                                   with every copy), keys pulled and pushed
+//   ps_ctl hotkeys --coordinator=HOST:PORT --table=NAME [--k=10]
+//                                   a table's most pulled and most pushed keys, merged over the
+//                                   servers, with estimated counts and their error bounds
+//   ps_ctl metrics --coordinator=HOST:PORT [--interval_s=1]
+//                                   rates over an interval: keys pulled and pushed per second and
+//                                   requests per second per server and in all, rows and bytes
+//                                   held, the workers' steps and steps per second
 //   ps_ctl checkpoint --coordinator=HOST:PORT [--step=T]   take a checkpoint now
+//   Each of these takes --json (one JSON object on stdout) and --timeout_ms (3000: how long to
+//   wait for the coordinator; its answer gathers the servers' within 2 s).
 //   ps_ctl checkpoint list DIR      the complete checkpoints in a checkpoint_dir, full or on which
 //                                   base
 //   ps_ctl checkpoint show FOLDER   one checkpoint: its manifest, its chain if incremental, rows
@@ -18,7 +34,9 @@
 //                                   a table's embeddings, sorted by id (client/internal/
 //                                   checkpoint_export.h gives the formats)
 //
-// Exit status: 0 on success, 1 when the command failed, 2 on a usage error.
+// Exit status: 0 on success, 1 when the command failed (for shards, tables, hotkeys and metrics
+// also when a live server did not answer: what the others gave is printed, the missing servers on
+// stderr), 2 on a usage error.
 #include <grpcpp/grpcpp.h>
 
 #include <cstdio>
@@ -32,25 +50,34 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/internal/checkpoint_export.h"
+#include "client/internal/ctl_format.h"
+#include "client/internal/ctl_rpc.h"
 #include "common/checkpoint_catalog.h"
 #include "common/checkpoint_reader.h"
-#include "common/coordinator_client.h"
 #include "common/data_check.h"
 #include "common/job_config.h"
-#include "proto/ps.grpc.pb.h"
 
-ABSL_FLAG(std::string, coordinator, "", "status: the coordinator's host:port.");
+ABSL_FLAG(std::string, coordinator, "",
+          "status, shards, tables, hotkeys, metrics, checkpoint: the coordinator's host:port.");
+ABSL_FLAG(bool, json, false,
+          "status, shards, tables, hotkeys, metrics, checkpoint: print one JSON object instead of "
+          "text.");
+ABSL_FLAG(uint32_t, k, 10, "hotkeys: how many keys of each direction, 1 to 256.");
+ABSL_FLAG(double, interval_s, 1.0, "metrics: seconds between the two samples, > 0.");
 ABSL_FLAG(bool, check_data, true,
           "validate: check that the job's data files can be read from the current directory, and "
           "estimate the steps it trains (false: the job file alone, e.g. where the data is not "
           "mounted).");
-ABSL_FLAG(int, timeout_ms, 5000, "status: how long to try to reach the coordinator, in ms.");
+ABSL_FLAG(int, timeout_ms, 3000,
+          "the commands that ask the coordinator: how long to wait for its answer, in ms.");
 ABSL_FLAG(int64_t, step, -1,
           "checkpoint: sync jobs' step boundary to cut at (-1: the coordinator picks the next).");
 ABSL_FLAG(std::string, checkpoint, "", "export: the checkpoint's folder (<checkpoint_dir>/<id>).");
-ABSL_FLAG(std::string, table, "", "export: the table whose embeddings to write.");
+ABSL_FLAG(std::string, table, "",
+          "export: the table whose embeddings to write; hotkeys: the table whose keys to show.");
 ABSL_FLAG(std::string, out, "", "export: the file to write (replaced once whole).");
 ABSL_FLAG(std::string, format, "tsv",
           "export: tsv (id, then the floats, tab-separated) or npy (a NumPy structured array "
@@ -60,8 +87,12 @@ namespace {
 
 constexpr char kUsage[] =
     "usage: ps_ctl validate [--check_data=false] JOB_FILE\n"
-    "       ps_ctl status --coordinator=HOST:PORT [--timeout_ms=N]\n"
-    "       ps_ctl checkpoint --coordinator=HOST:PORT [--step=T]\n"
+    "       ps_ctl status --coordinator=HOST:PORT [--json] [--timeout_ms=3000]\n"
+    "       ps_ctl shards --coordinator=HOST:PORT [--json]\n"
+    "       ps_ctl tables --coordinator=HOST:PORT [--json]\n"
+    "       ps_ctl hotkeys --coordinator=HOST:PORT --table=NAME [--k=10] [--json]\n"
+    "       ps_ctl metrics --coordinator=HOST:PORT [--interval_s=1] [--json]\n"
+    "       ps_ctl checkpoint --coordinator=HOST:PORT [--step=T] [--json]\n"
     "       ps_ctl checkpoint list CHECKPOINT_DIR\n"
     "       ps_ctl checkpoint show CHECKPOINT_FOLDER\n"
     "       ps_ctl export --checkpoint=CHECKPOINT_FOLDER --table=NAME --out=FILE "
@@ -111,214 +142,125 @@ int Validate(const std::string& path) {
   return 0;
 }
 
-const char* RoleName(ps::rpc::Role role) {
-  switch (role) {
-    case ps::rpc::SERVER:
-      return "server";
-    case ps::rpc::WORKER:
-      return "worker";
-    case ps::rpc::CLIENT:
-      return "client";
-    default:
-      return "?";
-  }
-}
+namespace ctl = ps::client_internal;
 
-const char* WorkerState(const ps::rpc::MemberStatus& m) {
-  if (m.failed()) return "FAILED";
-  if (m.left()) return "left";
-  return m.alive() ? "training" : "SILENT";
-}
-
-// "clocks: steps done: slowest worker N, fastest M; workers: 2 of 2 registered: 1 training,
-// 1 left". Steps done are the clocks + 1; the slowest is unknown until every rank registered.
-std::string ClocksLine(const ps::rpc::ClusterStatus& status) {
-  int registered = 0;
-  int training = 0, left = 0, failed = 0, silent = 0;
-  for (const auto& m : status.members()) {
-    if (m.role() != ps::rpc::WORKER) continue;
-    ++registered;
-    const std::string state = WorkerState(m);
-    training += state == "training";
-    left += state == "left";
-    failed += state == "FAILED";
-    silent += state == "SILENT";
-  }
-  const ps::rpc::ClockState& clocks = status.clocks();
-  if (registered == 0) {
-    return absl::StrFormat("clocks: no worker has registered yet (the job expects %u)",
-                           status.num_workers());
-  }
-  std::string line = static_cast<uint32_t>(registered) >= status.num_workers()
-                         ? absl::StrFormat("clocks: steps done: slowest worker %d, fastest %d",
-                                           clocks.min_clock() + 1, clocks.max_clock() + 1)
-                         : absl::StrFormat("clocks: steps done: fastest worker %d, slowest unknown",
-                                           clocks.max_clock() + 1);
-  absl::StrAppendFormat(&line, "; workers: %d of %u registered", registered, status.num_workers());
-  std::vector<std::string> states;
-  if (training > 0) states.push_back(absl::StrCat(training, " training"));
-  if (left > 0) states.push_back(absl::StrCat(left, " left (done)"));
-  if (failed > 0) states.push_back(absl::StrCat(failed, " FAILED"));
-  if (silent > 0) states.push_back(absl::StrCat(silent, " SILENT"));
-  absl::StrAppend(&line, ": ", absl::StrJoin(states, ", "));
-  return line;
-}
-
-int Status(const std::string& address) {
+// The coordinator named by --coordinator, or nullptr after a usage error on stderr.
+std::unique_ptr<ctl::CtlConnection> Connect(const char* command) {
+  const std::string address = absl::GetFlag(FLAGS_coordinator);
   if (address.empty()) {
-    std::fprintf(stderr, "ps_ctl status: --coordinator=HOST:PORT is required\n");
-    return 2;
+    std::fprintf(stderr, "ps_ctl %s: --coordinator=HOST:PORT is required\n", command);
+    return nullptr;
   }
-  const absl::Duration timeout = absl::Milliseconds(absl::GetFlag(FLAGS_timeout_ms));
-  absl::StatusOr<std::unique_ptr<ps::CoordinatorClient>> client =
-      ps::CoordinatorClient::Connect(address, timeout);
-  if (!client.ok()) {
-    std::fprintf(stderr, "ps_ctl status: %s\n", client.status().ToString().c_str());
-    return 1;
-  }
-  const absl::StatusOr<ps::rpc::ClusterStatus> status = (*client)->GetStatus();
-  if (!status.ok()) {
-    std::fprintf(stderr, "ps_ctl status: %s\n", status.status().ToString().c_str());
-    return 1;
-  }
+  return std::make_unique<ctl::CtlConnection>(address,
+                                              absl::Milliseconds(absl::GetFlag(FLAGS_timeout_ms)));
+}
 
-  std::printf("job \"%s\", coordinator %s\n", status->job_name().c_str(), address.c_str());
-  if (status->has_failure()) {
-    std::printf("JOB FAILED: %s\n", ps::DescribeJobFailure(status->failure()).c_str());
-  }
-  std::printf("members: %d\n", status->members_size());
-  // A worker's state: training, left (done), FAILED (it reported an error) or SILENT (its
-  // heartbeats stopped without its leaving); its steps done (clock + 1).
-  std::printf("  %-6s %-7s %-5s %-24s %-6s %-9s %-7s %s\n", "id", "role", "rank", "address",
-              "alive", "state", "steps", "last seen");
-  for (const auto& m : status->members()) {
-    const bool worker = m.role() == ps::rpc::WORKER;
-    std::printf("  %-6u %-7s %-5d %-24s %-6s %-9s %-7s %llu ms ago\n", m.member_id(),
-                RoleName(m.role()), m.rank(), m.address().empty() ? "-" : m.address().c_str(),
-                m.alive() ? "yes" : "NO", worker ? WorkerState(m) : "-",
-                worker ? absl::StrCat(m.clock() + 1).c_str() : "-",
-                static_cast<unsigned long long>(m.last_seen_ms()));
-  }
+int Failed(const char* command, const absl::Status& status) {
+  std::fprintf(stderr, "ps_ctl %s: %s\n", command, std::string(status.message()).c_str());
+  return 1;
+}
 
-  const ps::rpc::ShardMap& map = status->shard_map();
-  if (map.version() == 0) {
-    std::printf("shard map: not ready (fewer servers registered than the job expects)\n");
-  } else {
-    std::printf("shard map: version %llu, %u shards\n",
-                static_cast<unsigned long long>(map.version()), map.num_shards());
-    std::vector<int> primaries(map.servers_size());
-    std::vector<int> replicas(map.servers_size());
-    for (const auto& shard : map.shards()) {
-      if (shard.primary() < primaries.size()) ++primaries[shard.primary()];
-      for (const uint32_t r : shard.replicas()) {
-        if (r < replicas.size()) ++replicas[r];
-      }
+void Print(const std::string& text) {
+  std::fputs(text.c_str(), stdout);
+  std::fflush(stdout);
+}
+
+// Prints the live servers that did not answer to stderr; 1 if there were any, else 0.
+int ReportServerFailures(const char* command, const ps::rpc::ServerStatuses& servers) {
+  const std::vector<std::string> failures = ctl::ServerFailures(servers);
+  for (const std::string& f : failures) std::fprintf(stderr, "ps_ctl %s: %s\n", command, f.c_str());
+  return failures.empty() ? 0 : 1;
+}
+
+int Status() {
+  const auto connection = Connect("status");
+  if (connection == nullptr) return 2;
+  const absl::StatusOr<ps::rpc::ClusterStatus> cluster = connection->ClusterStatus();
+  if (!cluster.ok()) return Failed("status", cluster.status());
+  const absl::StatusOr<ps::rpc::ServerStatuses> servers =
+      connection->ServerStatuses(ps::rpc::ServerStatusRequest());
+  if (!servers.ok()) {
+    // The coordinator's own view still helps; the servers' figures are missing.
+    if (!absl::GetFlag(FLAGS_json)) {
+      Print(ctl::StatusText(connection->address(), *cluster, ps::rpc::ServerStatuses()));
     }
-    std::vector<int> catching_up(map.servers_size());
-    int lost = 0;
-    for (const auto& shard : map.shards()) {
-      lost += shard.lost() ? 1 : 0;
-      for (const uint32_t r : shard.catching_up()) {
-        if (r < catching_up.size()) ++catching_up[r];
-      }
-    }
-    for (const auto& server : map.servers()) {
-      const uint32_t id = server.server_id();
-      std::printf("  server %-3u %-24s %-5s primary %d, replica %d shards", id,
-                  server.address().c_str(), server.alive() ? "alive" : "DEAD",
-                  id < primaries.size() ? primaries[id] : 0,
-                  id < replicas.size() ? replicas[id] : 0);
-      if (id < catching_up.size() && catching_up[id] > 0) {
-        std::printf(", catching up %d", catching_up[id]);
-      }
-      std::printf("\n");
-    }
-    std::printf("failovers: %llu, lost shards: %d\n",
-                static_cast<unsigned long long>(status->failovers()), lost);
-    // Every shard's copies: server:sequence, a replica's lag as its primary sees it.
-    std::printf("  %-6s %-22s %s\n", "shard", "primary (sequence)", "replicas (sequence, lag)");
-    for (const auto& shard : status->shards()) {
-      if (shard.lost()) {
-        std::printf("  %-6u LOST: no copy left (DATA_LOSS until a checkpoint restores it)\n",
-                    shard.shard());
-        continue;
-      }
-      std::string primary;
-      std::string others;
-      for (const auto& copy : shard.copies()) {
-        if (copy.primary()) {
-          primary = absl::StrFormat("%u (%llu)", copy.server_id(),
-                                    static_cast<unsigned long long>(copy.applied_sequence()));
-          continue;
-        }
-        absl::StrAppendFormat(&others, "%s%u (%llu, %llu records / %llu bytes / %llu ms behind)%s",
-                              others.empty() ? "" : ", ", copy.server_id(),
-                              static_cast<unsigned long long>(copy.applied_sequence()),
-                              static_cast<unsigned long long>(copy.lag().records()),
-                              static_cast<unsigned long long>(copy.lag().bytes()),
-                              static_cast<unsigned long long>(copy.lag().millis()),
-                              copy.catching_up() ? " catching up" : "");
-      }
-      std::printf("  %-6u %-22s %s\n", shard.shard(), primary.c_str(),
-                  others.empty() ? "-" : others.c_str());
-    }
+    return Failed("status", servers.status());
   }
-  std::printf("%s\n", ClocksLine(*status).c_str());
-  if (status->has_applied_step()) {
-    std::printf(
-        "applied step: %s (servers: the last step every shard applied)\n",
-        status->applied_step() < 0 ? "none yet" : absl::StrCat(status->applied_step()).c_str());
-  }
-  for (const auto& server : map.servers()) {
-    if (!server.alive()) continue;
-    auto stub = ps::rpc::ParameterServer::NewStub(
-        grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials()));
-    grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-    ps::rpc::ServerStatus s;
-    const grpc::Status rpc = stub->GetStatus(&context, ps::rpc::ServerStatusRequest(), &s);
-    if (!rpc.ok()) {
-      std::printf("server %u: %s\n", server.server_id(), rpc.error_message().c_str());
-      continue;
-    }
-    std::printf(
-        "server %u: %d primary shards, applied step %lld, late pushes dropped %llu (%llu "
-        "keys), pull staleness mean %.2f max %lld steps\n",
-        s.server_id(), s.primary_shards_size(), static_cast<long long>(s.applied_step()),
-        static_cast<unsigned long long>(s.late_pushes_dropped()),
-        static_cast<unsigned long long>(s.late_keys_dropped()), s.mean_pull_staleness(),
-        static_cast<long long>(s.max_pull_staleness()));
-    for (const auto& t : s.tables()) {
-      std::printf("  table %-16s dim %-5u rows %-12llu bytes %llu\n", t.name().c_str(), t.dim(),
-                  static_cast<unsigned long long>(t.rows()),
-                  static_cast<unsigned long long>(t.bytes()));
-    }
-  }
+  Print(absl::GetFlag(FLAGS_json)
+            ? ctl::StatusJson(connection->address(), *cluster, *servers) + "\n"
+            : ctl::StatusText(connection->address(), *cluster, *servers));
   return 0;
 }
 
-int Checkpoint(const std::string& address) {
-  if (address.empty()) {
-    std::fprintf(stderr, "ps_ctl checkpoint: --coordinator=HOST:PORT is required\n");
+int Shards() {
+  const auto connection = Connect("shards");
+  if (connection == nullptr) return 2;
+  const absl::StatusOr<ctl::ClusterSample> sample =
+      connection->Sample(ps::rpc::ServerStatusRequest());
+  if (!sample.ok()) return Failed("shards", sample.status());
+  Print(absl::GetFlag(FLAGS_json) ? ctl::ShardsJson(sample->cluster, sample->servers) + "\n"
+                                  : ctl::ShardsText(sample->cluster, sample->servers));
+  return ReportServerFailures("shards", sample->servers);
+}
+
+int Tables() {
+  const auto connection = Connect("tables");
+  if (connection == nullptr) return 2;
+  const absl::StatusOr<ps::rpc::ServerStatuses> servers =
+      connection->ServerStatuses(ps::rpc::ServerStatusRequest());
+  if (!servers.ok()) return Failed("tables", servers.status());
+  Print(absl::GetFlag(FLAGS_json) ? ctl::TablesJson(*servers) + "\n" : ctl::TablesText(*servers));
+  return ReportServerFailures("tables", *servers);
+}
+
+int HotKeys() {
+  const std::string table = absl::GetFlag(FLAGS_table);
+  const uint32_t k = absl::GetFlag(FLAGS_k);
+  if (table.empty() || k < 1 || k > 256) {
+    std::fprintf(stderr, "ps_ctl hotkeys: --table=NAME is required, and --k between 1 and 256\n");
     return 2;
   }
-  auto stub = ps::rpc::Coordinator::NewStub(
-      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
-  grpc::ClientContext context;
-  ps::rpc::CheckpointRequest request;
-  request.set_step(absl::GetFlag(FLAGS_step));
-  ps::rpc::CheckpointResponse response;
-  const grpc::Status rpc = stub->StartCheckpoint(&context, request, &response);
-  if (!rpc.ok()) {
-    std::fprintf(stderr, "ps_ctl checkpoint: %s\n", rpc.error_message().c_str());
-    return 1;
+  const auto connection = Connect("hotkeys");
+  if (connection == nullptr) return 2;
+  ps::rpc::ServerStatusRequest request;
+  request.set_hot_keys_table(table);
+  request.set_hot_keys_k(ctl::HotKeysToAsk(k));
+  const absl::StatusOr<ps::rpc::ServerStatuses> servers = connection->ServerStatuses(request);
+  if (!servers.ok()) return Failed("hotkeys", servers.status());
+  const ctl::MergedHotKeys hot = ctl::MergeHotKeys(*servers, table, request.hot_keys_k(), k);
+  Print(absl::GetFlag(FLAGS_json) ? ctl::HotKeysJson(hot, *servers) + "\n" : ctl::HotKeysText(hot));
+  return ReportServerFailures("hotkeys", *servers);
+}
+
+int Metrics() {
+  const double interval = absl::GetFlag(FLAGS_interval_s);
+  if (!(interval > 0 && interval <= 3600)) {
+    std::fprintf(stderr, "ps_ctl metrics: --interval_s must be > 0 and at most 3600\n");
+    return 2;
   }
-  std::printf(
-      "checkpoint %llu at %s: step %lld, %.1f MB in %.2f s, longest stall of a shard's "
-      "pushes %.1f ms\n",
-      static_cast<unsigned long long>(response.id()), response.path().c_str(),
-      static_cast<long long>(response.step()), response.bytes() / 1e6, response.seconds(),
-      response.max_stall_ms());
+  const auto connection = Connect("metrics");
+  if (connection == nullptr) return 2;
+  const absl::StatusOr<ctl::ClusterSample> before =
+      connection->Sample(ps::rpc::ServerStatusRequest());
+  if (!before.ok()) return Failed("metrics", before.status());
+  // The interval itself: the rates are taken over the time between the two answers.
+  absl::SleepFor(absl::Seconds(interval));
+  const absl::StatusOr<ctl::ClusterSample> after =
+      connection->Sample(ps::rpc::ServerStatusRequest());
+  if (!after.ok()) return Failed("metrics", after.status());
+  const ctl::ClusterRates rates = ctl::ComputeRates(*before, *after);
+  Print(absl::GetFlag(FLAGS_json) ? ctl::MetricsJson(rates, after->servers) + "\n"
+                                  : ctl::MetricsText(rates));
+  return ReportServerFailures("metrics", after->servers);
+}
+
+int Checkpoint() {
+  const auto connection = Connect("checkpoint");
+  if (connection == nullptr) return 2;
+  const absl::StatusOr<ps::rpc::CheckpointResponse> response =
+      connection->Checkpoint(absl::GetFlag(FLAGS_step));
+  if (!response.ok()) return Failed("checkpoint", response.status());
+  Print(absl::GetFlag(FLAGS_json) ? ctl::ToJson(*response) + "\n" : ctl::CheckpointText(*response));
   return 0;
 }
 
@@ -534,20 +476,31 @@ int Export() {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(kUsage);
   const std::vector<char*> args = absl::ParseCommandLine(argc, argv);
-  if (args.size() == 3 && std::string(args[1]) == "validate") return Validate(args[2]);
-  if (args.size() == 2 && std::string(args[1]) == "status") {
-    return Status(absl::GetFlag(FLAGS_coordinator));
+  const std::string command = args.size() >= 2 ? args[1] : "";
+  if (args.size() == 2) {
+    if (command == "status") return Status();
+    if (command == "shards") return Shards();
+    if (command == "tables") return Tables();
+    if (command == "hotkeys") return HotKeys();
+    if (command == "metrics") return Metrics();
+    if (command == "checkpoint") return Checkpoint();
   }
-  if (args.size() == 2 && std::string(args[1]) == "checkpoint") {
-    return Checkpoint(absl::GetFlag(FLAGS_coordinator));
+  // The commands that read files print text only.
+  if (absl::GetFlag(FLAGS_json)) {
+    std::fprintf(stderr,
+                 "ps_ctl: --json is for status, shards, tables, hotkeys, metrics and "
+                 "checkpoint\n%s\n",
+                 kUsage);
+    return 2;
   }
-  if (args.size() == 4 && std::string(args[1]) == "checkpoint" && std::string(args[2]) == "list") {
+  if (args.size() == 3 && command == "validate") return Validate(args[2]);
+  if (args.size() == 4 && command == "checkpoint" && std::string(args[2]) == "list") {
     return ListCheckpoints(args[3]);
   }
-  if (args.size() == 4 && std::string(args[1]) == "checkpoint" && std::string(args[2]) == "show") {
+  if (args.size() == 4 && command == "checkpoint" && std::string(args[2]) == "show") {
     return ShowCheckpoint(args[3]);
   }
-  if (args.size() == 2 && std::string(args[1]) == "export") return Export();
+  if (args.size() == 2 && command == "export") return Export();
   std::fprintf(stderr, "%s\n", kUsage);
   return 2;
 }

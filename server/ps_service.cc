@@ -390,8 +390,7 @@ grpc::ServerUnaryReactor* ParameterServerService::GetStatus(grpc::CallbackServer
   ShardedStore* store = store_.load(std::memory_order_acquire);
   if (store == nullptr) return Done(context, absl::UnavailableError("the server is starting"));
   response->set_server_id(server_id_.load());
-  store->FillStatus(response);
-  return Done(context, absl::OkStatus());
+  return Done(context, store->FillStatus(*request, response));
 }
 
 }  // namespace server

@@ -2,7 +2,7 @@
 //
 //   ps_server --coordinator=HOST:PORT [--listen=0.0.0.0:0] [--advertise=HOST] [--port_file=PATH]
 //             [--metrics_listen=HOST:PORT] [--metrics_port_file=PATH] [--connect_timeout_s=45]
-//             [--dry_run]
+//             [--hot_keys_sample_every=128] [--dry_run]
 //
 // Binds --listen (port 0 picks a free one; the bound port is printed and written to --port_file),
 // registers with the coordinator under its advertised address (ADVERTISED_HOST:PORT, which clients
@@ -64,6 +64,9 @@ ABSL_FLAG(std::string, metrics_port_file, "",
           "if set, the metrics endpoint's bound port is written to this file");
 ABSL_FLAG(bool, empty_handler, false,
           "answer requests without touching storage (to measure the transport; benchmarks only)");
+ABSL_FLAG(uint32_t, hot_keys_sample_every, 128,
+          "hot keys (ps_ctl hotkeys): one key of a request in this many is counted into its "
+          "table's hot-keys sketches; 1 counts every key (exact, slowest), 0 none");
 ABSL_FLAG(int, connect_timeout_s, 45,
           "how long to wait for the coordinator, at start and when it is away later (a "
           "coordinator restarting from its data_dir); then the server exits with status 1");
@@ -263,6 +266,7 @@ int Main() {
       server::NewGrpcReplicationTransport(absl::Seconds(30));
   server::ShardedStore::Options options;
   options.empty_handler = absl::GetFlag(FLAGS_empty_handler);
+  options.hot_keys_sample_every = absl::GetFlag(FLAGS_hot_keys_sample_every);
   options.replication_transport = replication.get();
   options.server_id = server_id;
   // A copy that cannot be reached is reported, so that the coordinator fails it over at once.
@@ -379,7 +383,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "ps_server --coordinator=HOST:PORT [--listen=HOST:PORT] [--advertise=HOST] "
       "[--port_file=PATH] [--metrics_listen=HOST:PORT] [--metrics_port_file=PATH] "
-      "[--connect_timeout_s=N] [--dry_run]");
+      "[--connect_timeout_s=N] [--hot_keys_sample_every=N] [--dry_run]");
   absl::ParseCommandLine(argc, argv);
   return ps::Main();
 }

@@ -20,6 +20,17 @@ namespace {
 // Checkpoint cuts hold rows in records of about this size.
 constexpr size_t kCutRecordBytes = 1 << 20;
 
+std::vector<std::unique_ptr<TableTraffic>> NewTraffic(size_t tables, uint32_t sample_every) {
+  HotKeys::Options hot_keys;
+  hot_keys.sample_every = sample_every;
+  std::vector<std::unique_ptr<TableTraffic>> traffic;
+  for (size_t t = 0; t < tables; ++t) {
+    hot_keys.seed = t + 1;
+    traffic.push_back(std::make_unique<TableTraffic>(hot_keys));
+  }
+  return traffic;
+}
+
 absl::flat_hash_map<std::string, size_t> IndexTables(
     const std::vector<std::unique_ptr<TableSpec>>& tables) {
   absl::flat_hash_map<std::string, size_t> index;
@@ -58,6 +69,7 @@ ShardedStore::ShardedStore(const config::Job& job, const Options& options,
       dense_optimizer_(std::move(dense_optimizer)),
       shard_config_{&tables_, dense_optimizer_.get(), job.cluster().dense_chunk_floats(),
                     job.training().mode() == config::Training::SYNC},
+      traffic_(NewTraffic(tables_.size(), options.hot_keys_sample_every)),
       sync_(job.training().mode() == config::Training::SYNC),
       read_from_replicas_(job.cluster().read_from_replicas()),
       // The nearest whole number of workers (0.67 of 3 is 2), at least 1.
@@ -509,6 +521,7 @@ absl::Status ShardedStore::Pull(const rpc::PullRequest& request,
     std::memset(out, 0, n * table.dim * sizeof(float));
     return absl::OkStatus();
   }
+  traffic_[t]->RecordPull(absl::MakeConstSpan(keys, n));
   size_t at = 0;
   bool from_replica = false;
   for (const rpc::ShardRun& run : request.runs()) {
@@ -567,6 +580,7 @@ absl::Status ShardedStore::Push(const rpc::PushRequest& request, uint32_t* dupli
         "push to table \"%s\" has a NaN or Inf gradient; nothing was applied", table.name));
   }
   if (options_.empty_handler) return absl::OkStatus();
+  traffic_[t]->RecordPush(absl::MakeConstSpan(keys, n));
   if (sync_) {
     if (step <= applied_step_) {
       // A straggler's push for a step applied without it: dropped, and counted.
@@ -757,7 +771,19 @@ std::vector<rpc::ShardProgress> ShardedStore::Progress() const {
   return progress;
 }
 
-void ShardedStore::FillStatus(rpc::ServerStatus* status) {
+absl::Status ShardedStore::FillStatus(const rpc::ServerStatusRequest& request,
+                                      rpc::ServerStatus* status) {
+  const uint32_t hot_k = request.hot_keys_k() == 0 ? 10 : request.hot_keys_k();
+  const TableTraffic* hot = nullptr;
+  if (!request.hot_keys_table().empty()) {
+    PS_ASSIGN_OR_RETURN(const size_t t, FindTable(request.hot_keys_table()));
+    if (hot_k > HotKeys::kDefaultCapacity) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "hot_keys_k %d is above %d, the keys a server monitors per table and direction", hot_k,
+          HotKeys::kDefaultCapacity));
+    }
+    hot = traffic_[t].get();
+  }
   for (rpc::ShardProgress& p : Progress()) *status->add_shards() = std::move(p);
   {
     absl::MutexLock lock(&clocks_mu_);
@@ -773,26 +799,57 @@ void ShardedStore::FillStatus(rpc::ServerStatus* status) {
     status->set_late_keys_dropped(late_keys_.load());
     status->set_replica_pulls(replica_pulls_.load());
   }
-  absl::ReaderMutexLock map_lock(&map_mu_);
-  status->set_map_version(map_version_.load());
-  std::vector<uint64_t> rows(tables_.size(), 0);
-  std::vector<uint64_t> bytes(tables_.size(), 0);
-  for (uint32_t s = 0; s < num_shards_; ++s) {
-    if (roles_[s] == Role::kNone) continue;
-    if (roles_[s] == Role::kPrimary) {
-      status->add_primary_shards(s);
-    } else {
-      status->add_replica_shards(s);
+  {
+    absl::ReaderMutexLock map_lock(&map_mu_);
+    status->set_map_version(map_version_.load());
+    const size_t num_tables = tables_.size();
+    std::vector<uint64_t> rows(num_tables, 0), bytes(num_tables, 0);
+    std::vector<uint64_t> primary_rows(num_tables, 0), primary_bytes(num_tables, 0);
+    std::vector<uint64_t> shard_rows(num_tables), shard_bytes(num_tables);
+    for (uint32_t s = 0; s < num_shards_; ++s) {
+      if (roles_[s] == Role::kNone) continue;
+      const bool primary = roles_[s] == Role::kPrimary;
+      if (primary) {
+        status->add_primary_shards(s);
+      } else {
+        status->add_replica_shards(s);
+      }
+      std::fill(shard_rows.begin(), shard_rows.end(), 0);
+      std::fill(shard_bytes.begin(), shard_bytes.end(), 0);
+      shards_[s]->AddSizes(&shard_rows, &shard_bytes);
+      rpc::ShardSize* size = status->add_shard_sizes();
+      size->set_shard(s);
+      size->set_copy(primary                       ? rpc::ShardSize::PRIMARY
+                     : roles_[s] == Role::kReplica ? rpc::ShardSize::REPLICA
+                                                   : rpc::ShardSize::CATCHING_UP);
+      for (size_t t = 0; t < num_tables; ++t) {
+        rows[t] += shard_rows[t];
+        bytes[t] += shard_bytes[t];
+        if (primary) {
+          primary_rows[t] += shard_rows[t];
+          primary_bytes[t] += shard_bytes[t];
+        }
+        size->set_rows(size->rows() + shard_rows[t]);
+        size->set_bytes(size->bytes() + shard_bytes[t]);
+      }
     }
-    shards_[s]->AddSizes(&rows, &bytes);
+    for (size_t t = 0; t < num_tables; ++t) {
+      rpc::TableStatus* ts = status->add_tables();
+      ts->set_name(tables_[t]->name);
+      ts->set_dim(tables_[t]->dim);
+      ts->set_optimizer(job_.tables(t).optimizer().type());
+      ts->set_rows(rows[t]);
+      ts->set_bytes(bytes[t]);
+      ts->set_primary_rows(primary_rows[t]);
+      ts->set_primary_bytes(primary_bytes[t]);
+      traffic_[t]->FillCounters(ts);
+    }
   }
-  for (size_t t = 0; t < tables_.size(); ++t) {
-    rpc::TableStatus* ts = status->add_tables();
-    ts->set_name(tables_[t]->name);
-    ts->set_dim(tables_[t]->dim);
-    ts->set_rows(rows[t]);
-    ts->set_bytes(bytes[t]);
+  if (hot != nullptr) {
+    status->set_hot_keys_table(request.hot_keys_table());
+    hot->FillHotKeys(hot_k, status);
   }
+  return absl::OkStatus();
 }
 
 absl::Status ShardedStore::BeginCheckpoint(int64_t step, const std::vector<uint32_t>& shards,

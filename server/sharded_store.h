@@ -28,6 +28,7 @@
 #include "server/replication/replicator.h"
 #include "server/shard/shard.h"
 #include "server/storage/embedding_table.h"
+#include "server/table_traffic.h"
 
 namespace ps {
 namespace server {
@@ -51,6 +52,10 @@ class ShardedStore {
     // Called when a copy catching up of one of its shards has caught up
     // (see Replicator::Options::on_caught_up).
     std::function<void()> on_caught_up;
+    // The hot keys' sampling: one key of a request in this many goes into the table's hot-keys
+    // sketches (server/hot_keys.h); 0: none (the traffic counters still count). Default
+    // HotKeys::kDefaultSampleEvery (128).
+    uint32_t hot_keys_sample_every = HotKeys::kDefaultSampleEvery;
   };
 
   // INVALID_ARGUMENT if the job fails validation (tables, optimizers).
@@ -205,8 +210,19 @@ class ShardedStore {
   absl::Status PushDense(const rpc::PushDenseRequest& request,
                          std::vector<std::pair<uint32_t, uint64_t>>* replicated_at = nullptr);
 
-  // Shards served, table sizes and bytes, and every copy's progress (with its replicas' lag).
-  void FillStatus(rpc::ServerStatus* status);
+  // Shards served; per table its optimizer, rows and bytes (of every copy, and of the primaries),
+  // and its traffic since the store was created (keys and requests pulled and pushed: every
+  // request that passed validation, counted per table); every copy's rows and bytes
+  // (shard_sizes) and progress (with its replicas' lag); and, when request.hot_keys_table names
+  // a table, its hottest pulled and pushed keys (request.hot_keys_k of each, 10 when 0; see
+  // server/hot_keys.h for what the counts estimate). Errors, with `status` left unchanged:
+  // NOT_FOUND for an unknown hot_keys_table, INVALID_ARGUMENT for hot_keys_k above
+  // HotKeys::kDefaultCapacity.
+  absl::Status FillStatus(const rpc::ServerStatusRequest& request, rpc::ServerStatus* status);
+  // FillStatus without hot keys.
+  void FillStatus(rpc::ServerStatus* status) {
+    (void)FillStatus(rpc::ServerStatusRequest(), status);
+  }
 
   // --- Checkpoints ---
   //
@@ -303,6 +319,8 @@ class ShardedStore {
   const absl::flat_hash_map<std::string, size_t> table_index_;
   const std::unique_ptr<Optimizer> dense_optimizer_;
   const ShardConfig shard_config_;
+  // By table index: what the data path was asked of it. The objects are thread-safe.
+  const std::vector<std::unique_ptr<TableTraffic>> traffic_;
 
   const bool sync_;                      // job.training.mode == SYNC
   const bool read_from_replicas_;        // job.cluster.read_from_replicas

@@ -91,6 +91,104 @@ TEST_CASE("pulls create deterministic rows and pushes apply sgd, duplicates summ
   CHECK(PullRows(*other, keys) == before);
 }
 
+TEST_CASE("the status counts each table's traffic, sizes every shard copy and lists hot keys",
+          "[server][store][status]") {
+  // Every key counted, so that the hot keys' counts are exact.
+  ShardedStore::Options options;
+  options.hot_keys_sample_every = 1;
+  auto created = ShardedStore::Create(TestJob(), options);
+  REQUIRE(created.ok());
+  std::unique_ptr<ShardedStore> store = std::move(*created);
+  store->SetShardMap(EvenOddMap(3), 0);
+  // 200 keys, the first one repeated 3000 times: a key every sample finds.
+  const std::vector<uint64_t> spread = EvenShardKeys(200);
+  std::vector<uint64_t> keys = spread;
+  keys.insert(keys.end(), 3000, spread[0]);
+  for (int i = 0; i < 4; ++i) PullRows(*store, keys);
+  uint32_t duplicates = 0;
+  REQUIRE(store->Push(MakePush(keys, 0.5f, 1), &duplicates).ok());
+  // A refused request is not counted.
+  rpc::PullRequest odd;
+  odd.set_table("emb");
+  SetKeys(testing::KeysOnShards(1, 5), &odd);
+  rpc::PullResponse ignored;
+  REQUIRE(store->Pull(odd, &ignored).code() == absl::StatusCode::kFailedPrecondition);
+
+  rpc::ServerStatusRequest request;
+  request.set_hot_keys_table("emb");
+  request.set_hot_keys_k(3);
+  rpc::ServerStatus status;
+  REQUIRE(store->FillStatus(request, &status).ok());
+  REQUIRE(status.tables_size() == 1);
+  const rpc::TableStatus& table = status.tables(0);
+  CHECK(table.name() == "emb");
+  CHECK(table.optimizer() == "sgd");
+  CHECK(table.keys_pulled() == 4 * keys.size());
+  CHECK(table.pull_requests() == 4);
+  CHECK(table.keys_pushed() == keys.size());
+  CHECK(table.push_requests() == 1);
+  CHECK(table.rows() == 200);
+  CHECK(table.primary_rows() == 200);  // no replicas here
+  CHECK(table.primary_bytes() == table.bytes());
+  CHECK(table.bytes() > 200 * 4 * sizeof(float));
+  // A size for every shard this server holds (the even ones), summing to the table's.
+  REQUIRE(status.shard_sizes_size() == static_cast<int>(kShards / 2));
+  uint64_t rows = 0, bytes = 0;
+  for (const rpc::ShardSize& size : status.shard_sizes()) {
+    CHECK(size.shard() % 2 == 0);
+    CHECK(size.copy() == rpc::ShardSize::PRIMARY);
+    rows += size.rows();
+    bytes += size.bytes();
+  }
+  CHECK(rows == table.rows());
+  CHECK(bytes == table.bytes());
+  // The repeated key first each way, counted exactly (3001 times a request).
+  CHECK(status.hot_keys_table() == "emb");
+  CHECK(status.hot_keys_sample_every() == 1);
+  REQUIRE(status.hot_pulled_size() == 3);
+  REQUIRE(status.hot_pushed_size() == 3);
+  CHECK(status.hot_pulled(0).id() == spread[0]);
+  CHECK(status.hot_pulled(0).count() == 4 * 3001);
+  CHECK(status.hot_pulled(0).error() == 0);
+  CHECK(status.hot_pulled(1).count() == 4);
+  CHECK(status.hot_pushed(0).id() == spread[0]);
+  CHECK(status.hot_pushed(0).count() == 3001);
+
+  SECTION("k defaults to 10 and is at most the sketch's capacity; the table must exist") {
+    rpc::ServerStatusRequest ten;
+    ten.set_hot_keys_table("emb");
+    rpc::ServerStatus more;
+    REQUIRE(store->FillStatus(ten, &more).ok());
+    CHECK(more.hot_pulled_size() == 10);
+    rpc::ServerStatusRequest too_many = ten;
+    too_many.set_hot_keys_k(HotKeys::kDefaultCapacity + 1);
+    rpc::ServerStatus refused;
+    CHECK(store->FillStatus(too_many, &refused).code() == absl::StatusCode::kInvalidArgument);
+    CHECK(refused.tables_size() == 0);
+    rpc::ServerStatusRequest unknown;
+    unknown.set_hot_keys_table("nope");
+    CHECK(store->FillStatus(unknown, &refused).code() == absl::StatusCode::kNotFound);
+    // Without a table, no hot keys.
+    rpc::ServerStatus plain;
+    store->FillStatus(&plain);
+    CHECK(plain.hot_keys_table().empty());
+    CHECK(plain.hot_pulled_size() == 0);
+    CHECK(plain.tables(0).keys_pulled() == 4 * keys.size());
+  }
+  SECTION("by default keys are sampled, 1 in 128, each weighing 128") {
+    auto sampled = ServingStore();
+    for (int i = 0; i < 4; ++i) PullRows(*sampled, keys);
+    rpc::ServerStatus s;
+    REQUIRE(sampled->FillStatus(request, &s).ok());
+    CHECK(s.hot_keys_sample_every() == 128);
+    REQUIRE(s.hot_pulled_size() >= 1);
+    CHECK(s.hot_pulled(0).id() == spread[0]);
+    CHECK(s.hot_pulled(0).count() % 128 == 0);
+    CHECK(s.hot_pulled(0).count() > 4 * 3001 * 7 / 10);
+    CHECK(s.hot_pulled(0).count() < 4 * 3001 * 13 / 10);
+  }
+}
+
 TEST_CASE("a retried push is applied exactly once", "[server][store]") {
   auto store = ServingStore();
   const std::vector<uint64_t> keys = EvenShardKeys(20);

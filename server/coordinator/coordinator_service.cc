@@ -290,5 +290,24 @@ grpc::ServerUnaryReactor* CoordinatorService::GetStatus(grpc::CallbackServerCont
   return Done(context, absl::OkStatus());
 }
 
+grpc::ServerUnaryReactor* CoordinatorService::GetServerStatuses(
+    grpc::CallbackServerContext* context, const rpc::ServerStatusesRequest* request,
+    rpc::ServerStatuses* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  const auto caller = context->deadline();
+  const absl::Time caller_deadline = caller == std::chrono::system_clock::time_point::max()
+                                         ? absl::InfiniteFuture()
+                                         : absl::FromChrono(caller);
+  const absl::Status asked =
+      fanout_.Gather(coordinator_->job(), coordinator_->Status().shard_map(), *request,
+                     StatusFanout::Deadline(absl::Now(), caller_deadline),
+                     [response, reactor](rpc::ServerStatuses statuses) {
+                       *response = std::move(statuses);
+                       reactor->Finish(grpc::Status::OK);
+                     });
+  if (!asked.ok()) reactor->Finish(ToGrpcStatus(asked));
+  return reactor;
+}
+
 }  // namespace coordinator
 }  // namespace ps

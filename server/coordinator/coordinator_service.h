@@ -18,6 +18,7 @@
 #include "server/coordinator/checkpoint_scheduler.h"
 #include "server/coordinator/checkpointer.h"
 #include "server/coordinator/coordinator.h"
+#include "server/coordinator/status_fanout.h"
 
 namespace ps {
 namespace coordinator {
@@ -97,6 +98,12 @@ class CoordinatorService final : public rpc::Coordinator::CallbackService {
   grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* context,
                                       const rpc::StatusRequest* request,
                                       rpc::ClusterStatus* response) override;
+  // Asks the servers of the current shard map (StatusFanout::Gather) and answers once they all
+  // have answered or failed, holding no gRPC thread meanwhile. NOT_FOUND or INVALID_ARGUMENT at
+  // once for a bad hot-keys request.
+  grpc::ServerUnaryReactor* GetServerStatuses(grpc::CallbackServerContext* context,
+                                              const rpc::ServerStatusesRequest* request,
+                                              rpc::ServerStatuses* response) override;
 
   // Counts the checkpoints taken in `registry` (Checkpointer::SetMetrics). Before serving.
   void SetMetrics(metrics::Registry* registry) { checkpointer_.SetMetrics(registry); }
@@ -113,6 +120,7 @@ class CoordinatorService final : public rpc::Coordinator::CallbackService {
   std::set<uint32_t> to_check_ ABSL_GUARDED_BY(check_mu_);  // server_ids
   std::thread checker_;
 
+  StatusFanout fanout_;
   Checkpointer checkpointer_;
   // Takes the requested checkpoints and the periodic ones, on its own thread.
   CheckpointScheduler scheduler_;

@@ -217,6 +217,41 @@ TEST_CASE("a worker's own failure report fails the job; heartbeat answers carry 
   CHECK(beat.job_failure().reason() == "cannot read data/x.tsv");
 }
 
+TEST_CASE("GetServerStatuses asks the map's servers, and refuses an unknown hot-keys table",
+          "[coordinator][service]") {
+  Fixture f;
+  // Two servers registered at addresses where nobody serves: each is listed with its error.
+  for (const char* address : {"127.0.0.1:1", "127.0.0.1:2"}) {
+    grpc::ClientContext context;
+    rpc::RegisterRequest request;
+    request.set_role(rpc::SERVER);
+    request.set_address(address);
+    rpc::RegisterResponse response;
+    REQUIRE(f.stub->Register(&context, request, &response).ok());
+  }
+  {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    rpc::ServerStatusesRequest request;
+    rpc::ServerStatuses response;
+    REQUIRE(f.stub->GetServerStatuses(&context, request, &response).ok());
+    CHECK(response.map_version() > 0);
+    REQUIRE(response.servers_size() == 2);
+    for (const rpc::ServerStatusReply& s : response.servers()) {
+      CHECK(s.alive());
+      CHECK_FALSE(s.has_status());
+      CHECK_FALSE(s.error().empty());
+    }
+    CHECK(response.servers(1).address() == "127.0.0.1:2");
+  }
+  grpc::ClientContext context;
+  rpc::ServerStatusesRequest request;
+  request.mutable_request()->set_hot_keys_table("nope");
+  rpc::ServerStatuses response;
+  CHECK(f.stub->GetServerStatuses(&context, request, &response).error_code() ==
+        grpc::StatusCode::NOT_FOUND);
+}
+
 }  // namespace
 }  // namespace coordinator
 }  // namespace ps
