@@ -20,6 +20,10 @@ void AddServerCollector(metrics::Registry* registry,
       sink.Gauge("ps_server_memory_bytes",
                  "Bytes of rows and optimizer state this server holds (every copy).", labels,
                  table.bytes());
+      sink.Counter("ps_server_keys_pulled_total", "Keys in the pulls this server served.", labels,
+                   table.keys_pulled());
+      sink.Counter("ps_server_keys_pushed_total", "Keys in the pushes this server applied.", labels,
+                   table.keys_pushed());
     }
     sink.Counter("ps_server_late_pushes_dropped_total",
                  "Sync mode: pushes for a step already applied without them (stragglers outside "

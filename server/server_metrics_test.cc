@@ -22,6 +22,8 @@ TEST_CASE("The server's collector emits its status at scrape time, nothing befor
     table->set_name("user");
     table->set_rows(user_rows);
     table->set_bytes(user_rows * 136);
+    table->set_keys_pulled(5000);
+    table->set_keys_pushed(4000);
     status->set_late_pushes_dropped(3);
     status->set_late_keys_dropped(300);
     status->set_applied_step(41);
@@ -47,6 +49,9 @@ TEST_CASE("The server's collector emits its status at scrape time, nothing befor
   INFO(text);
   CHECK(Contains(text, "ps_server_rows{table=\"user\"} 12\n"));
   CHECK(Contains(text, "ps_server_memory_bytes{table=\"user\"} 1632\n"));
+  CHECK(Contains(text, "# TYPE ps_server_keys_pulled_total counter\n"));
+  CHECK(Contains(text, "ps_server_keys_pulled_total{table=\"user\"} 5000\n"));
+  CHECK(Contains(text, "ps_server_keys_pushed_total{table=\"user\"} 4000\n"));
   CHECK(Contains(text, "# TYPE ps_server_late_pushes_dropped_total counter\n"));
   CHECK(Contains(text, "ps_server_late_pushes_dropped_total 3\n"));
   CHECK(Contains(text, "ps_server_late_keys_dropped_total 300\n"));
