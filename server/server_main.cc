@@ -226,9 +226,11 @@ int Main() {
   builder.SetMaxSendMessageSize(std::numeric_limits<int>::max());
   builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 << 20);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_WRITE_BUFFER_SIZE, 8 << 20);
-  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
-  interceptors.push_back(metrics::MakeServerMetricsInterceptorFactory(&registry, "ps_server"));
-  builder.experimental().SetInterceptorCreators(std::move(interceptors));
+  if (!absl::GetFlag(FLAGS_metrics_listen).empty()) {  // no cost on the data path without
+    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> counters;
+    counters.push_back(metrics::MakeServerMetricsInterceptorFactory(&registry, "ps_server"));
+    builder.experimental().SetInterceptorCreators(std::move(counters));
+  }
   std::unique_ptr<grpc::Server> grpc_server = builder.BuildAndStart();
   if (grpc_server == nullptr || port == 0) {
     std::fprintf(stderr, "ps_server: cannot listen on %s\n",

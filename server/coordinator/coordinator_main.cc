@@ -279,9 +279,12 @@ int main(int argc, char** argv) {
   service.SetMetrics(&registry);
   int bound_port = 0;
   grpc::ServerBuilder builder;
-  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
-  interceptors.push_back(ps::metrics::MakeServerMetricsInterceptorFactory(&registry, "ps_coordinator"));
-  builder.experimental().SetInterceptorCreators(std::move(interceptors));
+  if (!absl::GetFlag(FLAGS_metrics_listen).empty()) {
+    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> counters;
+    counters.push_back(
+        ps::metrics::MakeServerMetricsInterceptorFactory(&registry, "ps_coordinator"));
+    builder.experimental().SetInterceptorCreators(std::move(counters));
+  }
   builder.AddListeningPort(ps::JoinHostPort(listen.host, listen.port),
                            grpc::InsecureServerCredentials(), &bound_port);
   builder.RegisterService(&service);
