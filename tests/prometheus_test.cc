@@ -4,13 +4,9 @@
 // did: the servers' pushed keys rose while it ran, every server reports its rows, the workers'
 // last step is the one their RESULT line gives, and every expression of the Grafana dashboard
 // (deploy/grafana) evaluates.
-#include <arpa/inet.h>
 #include <google/protobuf/struct.pb.h>
 #include <google/protobuf/util/json_util.h>
 #include <httplib.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <algorithm>
@@ -34,6 +30,7 @@
 #include "tests/testing/eventually.h"
 #include "tests/testing/json_line.h"
 #include "tests/testing/local_cluster.h"
+#include "tests/testing/ports.h"
 #include "tests/testing/temp_dir.h"
 
 namespace ps {
@@ -42,32 +39,6 @@ namespace {
 using google::protobuf::ListValue;
 using google::protobuf::Struct;
 using google::protobuf::Value;
-
-// A port nobody listens on now (the kernel's pick for port 0), for Prometheus, which cannot
-// report the port it bound.
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  REQUIRE(fd >= 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0);
-  socklen_t length = sizeof(address);
-  REQUIRE(getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0);
-  close(fd);
-  return ntohs(address.sin_port);
-}
-
-// The port a daemon printed in its "metrics on http://HOST:PORT/metrics" line, or 0.
-int MetricsPort(const std::string& log) {
-  const size_t at = log.find("metrics on http://");
-  if (at == std::string::npos) return 0;
-  const size_t end = log.find("/metrics", at + 18);
-  const size_t colon = log.rfind(':', end);
-  int port = 0;
-  if (!absl::SimpleAtoi(log.substr(colon + 1, end - colon - 1), &port)) return 0;
-  return port;
-}
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path);
@@ -170,11 +141,11 @@ TEST_CASE("a real Prometheus scrapes every daemon of a training job, and the ser
   // Each prints its metrics port before it writes its RPC port file, which Start waited for.
   std::vector<std::string> servers;
   for (const auto& server : (*cluster)->servers()) {
-    const int port = MetricsPort(server->ReadLog());
+    const int port = testing::MetricsPortInLog(server->ReadLog());
     REQUIRE(port > 0);
     servers.push_back(absl::StrCat("'127.0.0.1:", port, "'"));
   }
-  const int coordinator_port = MetricsPort((*cluster)->coordinator().ReadLog());
+  const int coordinator_port = testing::MetricsPortInLog((*cluster)->coordinator().ReadLog());
   REQUIRE(coordinator_port > 0);
 
   // Workers are scraped from a file of targets that Prometheus watches, written once their ports
@@ -196,7 +167,7 @@ scrape_configs:
     file_sd_configs: [{files: [')",
                                       workers_file, R"('], refresh_interval: 1s}]
 )"));
-  const int prometheus_port = FreePort();
+  const int prometheus_port = testing::FreeLoopbackPort();
   auto prometheus = testing::Daemon::Launch(
       "/usr/bin/prometheus",
       {absl::StrCat("--config.file=", config_path),
@@ -319,8 +290,10 @@ scrape_configs:
       REQUIRE(result_steps.count(rank) == 1);
       CHECK(SampleValue(worker) == result_steps[rank]);
     }
-    CHECK(api.Query("ps_worker_pull_duration_seconds_count > 0", &error).values_size() == 2);
-    CHECK(api.Query("ps_worker_auc > 0.5", &error).values_size() == 2);
+    // Over the run: a worker that exited is marked stale at once by the next failed scrape.
+    CHECK(api.Query("max_over_time(ps_worker_pull_duration_seconds_count[10m]) > 0", &error)
+              .values_size() == 2);
+    CHECK(api.Query("max_over_time(ps_worker_auc[10m]) > 0.5", &error).values_size() == 2);
   }
 
   {  // every expression of the Grafana dashboard evaluates

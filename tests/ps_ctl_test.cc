@@ -3,9 +3,6 @@
 // command that asks the cluster run as the real binary, as text and as --json, and its content
 // checked against what was pulled and pushed. Also: a coordinator nobody answers for, and usage
 // errors.
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <catch2/catch.hpp>
@@ -28,6 +25,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "tests/testing/daemon.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/ports.h"
 
 namespace ps {
 namespace {
@@ -103,27 +101,6 @@ void Step(Client& client, CoordinatorClient& coordinator, const std::vector<uint
   REQUIRE(coordinator.ReportClock(client.worker_id(), clock).ok());
 }
 
-// A loopback port bound by a socket that does not listen: connections to it are refused.
-class RefusingPort {
- public:
-  RefusingPort() {
-    fd_ = socket(AF_INET, SOCK_STREAM, 0);
-    REQUIRE(fd_ >= 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-    socklen_t len = sizeof(addr);
-    REQUIRE(getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
-    address_ = absl::StrCat("127.0.0.1:", ntohs(addr.sin_port));
-  }
-  ~RefusingPort() { close(fd_); }
-  const std::string& address() const { return address_; }
-
- private:
-  int fd_ = -1;
-  std::string address_;
-};
 
 // Prints a command's text output, for the README's samples.
 void Show(const std::string& command, const testing::ProcessResult& result) {
@@ -355,7 +332,7 @@ TEST_CASE("ps_ctl shows a real cluster: status, shards, tables, hot keys, metric
 
 TEST_CASE("ps_ctl names an unreachable coordinator and fails within seconds",
           "[integration][ps_ctl]") {
-  RefusingPort port;
+  testing::RefusingPort port;
   for (const char* command : {"status", "shards", "tables", "metrics", "checkpoint"}) {
     INFO(command);
     const absl::Time start = absl::Now();

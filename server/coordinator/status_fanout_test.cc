@@ -1,9 +1,6 @@
 #include "server/coordinator/status_fanout.h"
 
 #include <grpcpp/grpcpp.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <memory>
@@ -16,6 +13,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/job_config.h"
 #include "proto/ps.grpc.pb.h"
+#include "tests/testing/ports.h"
 
 namespace ps {
 namespace coordinator {
@@ -210,33 +208,11 @@ class FakeServer final : public rpc::ParameterServer::CallbackService {
   std::vector<grpc::ServerUnaryReactor*> held_;
 };
 
-// A loopback port bound by nobody's listening socket: connections to it are refused.
-class RefusingPort {
- public:
-  RefusingPort() {
-    fd_ = socket(AF_INET, SOCK_STREAM, 0);
-    REQUIRE(fd_ >= 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = 0;
-    REQUIRE(bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-    socklen_t len = sizeof(addr);
-    REQUIRE(getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
-    port_ = ntohs(addr.sin_port);
-  }
-  ~RefusingPort() { close(fd_); }
-  std::string address() const { return absl::StrCat("127.0.0.1:", port_); }
-
- private:
-  int fd_ = -1;
-  int port_ = 0;
-};
 
 TEST_CASE("over gRPC: a server that answers, one that refuses and one that hangs past the deadline",
           "[coordinator][fanout]") {
   FakeServer answering(0, /*hold=*/false);
-  RefusingPort refusing;
+  testing::RefusingPort refusing;
   FakeServer hanging(2, /*hold=*/true);
   StatusFanout fanout;
   rpc::ServerStatusesRequest request;

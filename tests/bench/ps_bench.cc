@@ -50,6 +50,7 @@
 #include "common/optimizer.h"
 #include "tests/testing/daemon.h"
 #include "tests/testing/local_cluster.h"
+#include "tests/testing/ports.h"
 #include "tests/testing/runfiles.h"
 
 ABSL_FLAG(int, servers, 1, "server processes");
@@ -315,17 +316,6 @@ int RunMemory() {
   return 0;
 }
 
-// The port in a daemon's "metrics on http://HOST:PORT/metrics" line, or 0.
-int MetricsPort(const std::string& log) {
-  const size_t at = log.find("metrics on http://");
-  if (at == std::string::npos) return 0;
-  const size_t end = log.find("/metrics", at + 18);
-  const size_t colon = log.rfind(':', end);
-  int port = 0;
-  if (!absl::SimpleAtoi(log.substr(colon + 1, end - colon - 1), &port)) return 0;
-  return port;
-}
-
 // Scrapes every endpoint every `interval` on its own thread until destroyed, as Prometheus
 // would; counts the scrapes answered.
 class Scraper {
@@ -382,8 +372,8 @@ std::map<std::string, double> RunThroughput(bool metrics) {
   }
   std::unique_ptr<Scraper> scraper;
   if (metrics) {
-    std::vector<int> ports = {MetricsPort((*cluster)->coordinator().ReadLog())};
-    for (const auto& server : (*cluster)->servers()) ports.push_back(MetricsPort(server->ReadLog()));
+    std::vector<int> ports = {testing::MetricsPortInLog((*cluster)->coordinator().ReadLog())};
+    for (const auto& server : (*cluster)->servers()) ports.push_back(testing::MetricsPortInLog(server->ReadLog()));
     scraper = std::make_unique<Scraper>(ports, absl::Milliseconds(absl::GetFlag(FLAGS_scrape_ms)));
   }
   const std::string coordinator = (*cluster)->coordinator().address();
