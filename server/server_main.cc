@@ -180,16 +180,12 @@ int Main() {
       std::fprintf(stderr, "ps_server: %s\n", std::string(can_listen.message()).c_str());
       return 1;
     }
-    const std::string metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
-    if (!metrics_listen.empty()) {
-      absl::StatusOr<HostPort> metrics_address = ParseHostPort(metrics_listen);
-      absl::Status can_serve_metrics = metrics_address.status();
-      if (can_serve_metrics.ok()) can_serve_metrics = CheckCanListen(*metrics_address);
-      if (!can_serve_metrics.ok()) {
-        std::fprintf(stderr, "ps_server: --metrics_listen: %s\n",
-                     std::string(can_serve_metrics.message()).c_str());
-        return 1;
-      }
+    if (const absl::Status can_serve_metrics =
+            metrics::CheckDaemonEndpoint(absl::GetFlag(FLAGS_metrics_listen));
+        !can_serve_metrics.ok()) {
+      std::fprintf(stderr, "ps_server: --metrics_listen: %s\n",
+                   std::string(can_serve_metrics.message()).c_str());
+      return 1;
     }
     std::printf("ok: ps_server would listen on %s and advertise %s\n",
                 JoinHostPort(listen.host, listen.port).c_str(), own->advertise.c_str());

@@ -137,16 +137,12 @@ int Main() {
       std::fprintf(stderr, "ps_worker: %s\n", std::string(can_listen.message()).c_str());
       return 1;
     }
-    if (const std::string metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
-        !metrics_listen.empty()) {
-      absl::StatusOr<HostPort> metrics_address = ParseHostPort(metrics_listen);
-      absl::Status can_serve_metrics = metrics_address.status();
-      if (can_serve_metrics.ok()) can_serve_metrics = CheckCanListen(*metrics_address);
-      if (!can_serve_metrics.ok()) {
-        std::fprintf(stderr, "ps_worker: --metrics_listen: %s\n",
-                     std::string(can_serve_metrics.message()).c_str());
-        return 1;
-      }
+    if (const absl::Status can_serve_metrics =
+            metrics::CheckDaemonEndpoint(absl::GetFlag(FLAGS_metrics_listen));
+        !can_serve_metrics.ok()) {
+      std::fprintf(stderr, "ps_worker: --metrics_listen: %s\n",
+                   std::string(can_serve_metrics.message()).c_str());
+      return 1;
     }
     std::printf("ok: ps_worker would reach the coordinator at %s and advertise %s\n",
                 address.c_str(), collective_host.c_str());

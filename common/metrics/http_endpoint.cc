@@ -82,6 +82,13 @@ absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(const st
   return std::unique_ptr<MetricsEndpoint>(new MetricsEndpoint(std::move(server), port, registry));
 }
 
+absl::Status CheckDaemonEndpoint(const std::string& listen) {
+  if (listen.empty()) return absl::OkStatus();
+  const absl::StatusOr<HostPort> address = ParseHostPort(listen);
+  if (!address.ok()) return address.status();
+  return CheckCanListen(*address);
+}
+
 absl::StatusOr<std::unique_ptr<MetricsEndpoint>> StartDaemonEndpoint(const std::string& who,
                                                                       const std::string& listen,
                                                                       const std::string& port_file,

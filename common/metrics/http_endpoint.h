@@ -63,6 +63,10 @@ class MetricsEndpoint {
 // when `port_file` is not empty, writes the bound port to it (as the RPC port is written).
 // Errors as Start's, or FAILED_PRECONDITION when the port file cannot be written; each names
 // `who` and the flag.
+// For a daemon's --dry_run: OK when `listen` is empty (metrics off) or can be bound now;
+// INVALID_ARGUMENT for a malformed address, else CheckCanListen's error (common/net_address.h).
+absl::Status CheckDaemonEndpoint(const std::string& listen);
+
 absl::StatusOr<std::unique_ptr<MetricsEndpoint>> StartDaemonEndpoint(const std::string& who,
                                                                       const std::string& listen,
                                                                       const std::string& port_file,

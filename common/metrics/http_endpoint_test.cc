@@ -85,6 +85,18 @@ TEST_CASE("StartDaemonEndpoint: off when empty; writes the bound port to the por
   CHECK(std::string(bad.status().message()).find("--metrics_port_file") != std::string::npos);
 }
 
+TEST_CASE("CheckDaemonEndpoint: empty is off, a bound port and a malformed address are refused",
+          "[http_endpoint]") {
+  Registry registry;
+  CHECK(CheckDaemonEndpoint("").ok());
+  CHECK(CheckDaemonEndpoint("127.0.0.1:0").ok());
+  absl::StatusOr<std::unique_ptr<MetricsEndpoint>> taken =
+      MetricsEndpoint::Start("127.0.0.1:0", &registry);
+  REQUIRE(taken.ok());
+  CHECK_FALSE(CheckDaemonEndpoint("127.0.0.1:" + std::to_string((*taken)->port())).ok());
+  CHECK(CheckDaemonEndpoint("127.0.0.1").code() == absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace metrics
 }  // namespace ps

@@ -197,16 +197,12 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "ps_coordinator: %s\n", std::string(can_listen.message()).c_str());
       return 1;
     }
-    if (const std::string metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
-        !metrics_listen.empty()) {
-      absl::StatusOr<ps::HostPort> metrics_address = ps::ParseHostPort(metrics_listen);
-      absl::Status can_serve_metrics = metrics_address.status();
-      if (can_serve_metrics.ok()) can_serve_metrics = ps::CheckCanListen(*metrics_address);
-      if (!can_serve_metrics.ok()) {
-        std::fprintf(stderr, "ps_coordinator: --metrics_listen: %s\n",
-                     std::string(can_serve_metrics.message()).c_str());
-        return 1;
-      }
+    if (const absl::Status can_serve_metrics =
+            ps::metrics::CheckDaemonEndpoint(absl::GetFlag(FLAGS_metrics_listen));
+        !can_serve_metrics.ok()) {
+      std::fprintf(stderr, "ps_coordinator: --metrics_listen: %s\n",
+                   std::string(can_serve_metrics.message()).c_str());
+      return 1;
     }
     std::printf("ok: ps_coordinator would listen on %s and advertise %s\n",
                 ps::JoinHostPort(listen.host, listen.port).c_str(), address->advertise.c_str());
