@@ -23,6 +23,7 @@
 #include "client/internal/sparse_wire.h"
 #include "common/coordinator_client.h"
 #include "common/finite.h"
+#include "common/grpc/channel_factory.h"
 #include "common/grpc_status.h"
 #include "common/hash.h"
 #include "common/status_macros.h"
@@ -369,16 +370,10 @@ class ClientImpl final : public Client {
     auto conn = std::make_shared<ServerConnection>();
     conn->address = address;
     for (int i = 0; i < std::max(1, options_.channels_per_server); ++i) {
-      grpc::ChannelArguments args;
-      args.SetMaxReceiveMessageSize(std::numeric_limits<int>::max());
-      args.SetMaxSendMessageSize(std::numeric_limits<int>::max());
       // A connection of its own per channel, not one shared subchannel.
-      args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-      args.SetInt("ps.channel_index", i);
-      args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 << 20);
-      args.SetInt(GRPC_ARG_HTTP2_WRITE_BUFFER_SIZE, 8 << 20);
-      std::shared_ptr<grpc::Channel> channel =
-          grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+      grpc_util::ChannelOptions options = grpc_util::ClientDataChannelOptions();
+      options.int_args.emplace_back("ps.channel_index", i);
+      std::shared_ptr<grpc::Channel> channel = grpc_util::NewChannel(address, options);
       conn->stubs.push_back(rpc::ParameterServer::NewStub(channel));
       conn->generic_stubs.push_back(std::make_unique<grpc::GenericStub>(channel));
     }

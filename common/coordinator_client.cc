@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/grpc/channel_factory.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
 
@@ -32,16 +33,10 @@ const absl::Status& StatusOf(const absl::StatusOr<T>& result) {
 
 absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
     const std::string& address, absl::Duration timeout) {
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(kMaxMessageBytes);
-  args.SetMaxSendMessageSize(kMaxMessageBytes);
-  // A coordinator that restarts is back within seconds: reconnect soon, not after gRPC's default
-  // backoff of up to two minutes.
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  // kMaxMessageBytes both ways; a coordinator that restarts is back within seconds: reconnect
+  // soon, not after gRPC's default backoff of up to two minutes.
   std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+      grpc_util::NewChannel(address, grpc_util::CoordinatorChannelOptions());
   const auto deadline = timeout == absl::InfiniteDuration()
                             ? std::chrono::system_clock::time_point::max()
                             : absl::ToChronoTime(absl::Now() + timeout);

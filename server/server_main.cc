@@ -33,6 +33,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "common/coordinator_client.h"
+#include "common/grpc/server_builder.h"
 #include "common/metrics/grpc_server_metrics.h"
 #include "common/metrics/http_endpoint.h"
 #include "common/metrics/registry.h"
@@ -211,28 +212,26 @@ int Main() {
       "Time this server took to write its shards of a checkpoint.",
       metrics::ExponentialBuckets(0.01, 2, 16)));
 
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort(JoinHostPort(listen.host, listen.port),
-                           grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
+  grpc_util::ServerOptions server_options;
+  server_options.listen_address = JoinHostPort(listen.host, listen.port);
   // The job's own limit (max_message_bytes, at most 1 GiB) is enforced by the store with a clear
   // error; gRPC's limit only has to be above it.
-  builder.SetMaxReceiveMessageSize(std::numeric_limits<int>::max());
-  builder.SetMaxSendMessageSize(std::numeric_limits<int>::max());
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 << 20);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_WRITE_BUFFER_SIZE, 8 << 20);
+  server_options.max_receive_message_bytes = std::numeric_limits<int>::max();
+  server_options.max_send_message_bytes = std::numeric_limits<int>::max();
+  server_options.int_args = {{GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 << 20},
+                             {GRPC_ARG_HTTP2_WRITE_BUFFER_SIZE, 8 << 20}};
   if (!absl::GetFlag(FLAGS_metrics_listen).empty()) {  // no cost on the data path without
-    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> counters;
-    counters.push_back(metrics::MakeServerMetricsInterceptorFactory(&registry, "ps_server"));
-    builder.experimental().SetInterceptorCreators(std::move(counters));
+    server_options.interceptors.push_back(
+        metrics::MakeServerMetricsInterceptorFactory(&registry, "ps_server"));
   }
-  std::unique_ptr<grpc::Server> grpc_server = builder.BuildAndStart();
-  if (grpc_server == nullptr || port == 0) {
-    std::fprintf(stderr, "ps_server: cannot listen on %s\n",
-                 JoinHostPort(listen.host, listen.port).c_str());
+  absl::StatusOr<grpc_util::StartedServer> started =
+      grpc_util::StartServer(std::move(server_options), {&service});
+  if (!started.ok()) {
+    std::fprintf(stderr, "ps_server: %s\n", std::string(started.status().message()).c_str());
     return 1;
   }
+  std::unique_ptr<grpc::Server> grpc_server = std::move(started->server);
+  const int port = started->port;
   const std::string address = JoinHostPort(own->advertise, port);
   absl::StatusOr<std::unique_ptr<metrics::MetricsEndpoint>> metrics_endpoint =
       metrics::StartDaemonEndpoint("ps_server", absl::GetFlag(FLAGS_metrics_listen),

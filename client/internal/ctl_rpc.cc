@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/grpc/channel_factory.h"
 #include "common/grpc_status.h"
 
 namespace ps {
@@ -12,9 +13,7 @@ namespace client_internal {
 namespace {
 
 std::shared_ptr<grpc::Channel> NewChannel(const std::string& address) {
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(256 << 20);  // a big cluster's status
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  return grpc_util::NewChannel(address, grpc_util::CtlChannelOptions());  // a big cluster's status
 }
 
 }  // namespace

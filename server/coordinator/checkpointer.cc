@@ -17,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "common/checkpoint_catalog.h"
 #include "common/checkpoint_reader.h"
+#include "common/grpc/channel_factory.h"
 #include "common/grpc_status.h"
 #include "proto/ps.grpc.pb.h"
 #include "xxhash.h"
@@ -37,7 +38,7 @@ Checkpointer::WriteFn GrpcWrite(absl::Duration timeout) {
   return [timeout](const std::string& address, const rpc::WriteCheckpointRequest& request)
              -> absl::StatusOr<rpc::WriteCheckpointResponse> {
     auto stub = rpc::ParameterServer::NewStub(
-        grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+        grpc_util::NewChannel(address, grpc_util::CheckpointChannelOptions()));
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
     rpc::WriteCheckpointResponse response;

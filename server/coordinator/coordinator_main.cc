@@ -35,6 +35,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/coordinator_client.h"
+#include "common/grpc/server_builder.h"
 #include "common/data_check.h"
 #include "common/job_config.h"
 #include "common/metrics/grpc_server_metrics.h"
@@ -273,25 +274,22 @@ int main(int argc, char** argv) {
   ps::coordinator::AddCoordinatorCollector(&registry,
                                            [coordinator_ptr] { return coordinator_ptr->Status(); });
   service.SetMetrics(&registry);
-  int bound_port = 0;
-  grpc::ServerBuilder builder;
+  ps::grpc_util::ServerOptions server_options;
+  server_options.listen_address = ps::JoinHostPort(listen.host, listen.port);
+  server_options.max_receive_message_bytes = kMaxMessageBytes;
+  server_options.max_send_message_bytes = kMaxMessageBytes;
   if (!absl::GetFlag(FLAGS_metrics_listen).empty()) {
-    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> counters;
-    counters.push_back(
+    server_options.interceptors.push_back(
         ps::metrics::MakeServerMetricsInterceptorFactory(&registry, "ps_coordinator"));
-    builder.experimental().SetInterceptorCreators(std::move(counters));
   }
-  builder.AddListeningPort(ps::JoinHostPort(listen.host, listen.port),
-                           grpc::InsecureServerCredentials(), &bound_port);
-  builder.RegisterService(&service);
-  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
-  builder.SetMaxSendMessageSize(kMaxMessageBytes);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || bound_port == 0) {
-    std::fprintf(stderr, "ps_coordinator: cannot listen on %s\n",
-                 ps::JoinHostPort(listen.host, listen.port).c_str());
+  absl::StatusOr<ps::grpc_util::StartedServer> started =
+      ps::grpc_util::StartServer(std::move(server_options), {&service});
+  if (!started.ok()) {
+    std::fprintf(stderr, "ps_coordinator: %s\n", std::string(started.status().message()).c_str());
     return 1;
   }
+  std::unique_ptr<grpc::Server> server = std::move(started->server);
+  const int bound_port = started->port;
 
   absl::StatusOr<std::unique_ptr<ps::metrics::MetricsEndpoint>> metrics_endpoint =
       ps::metrics::StartDaemonEndpoint("ps_coordinator", absl::GetFlag(FLAGS_metrics_listen),

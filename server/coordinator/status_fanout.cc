@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "common/grpc/channel_factory.h"
 #include "common/grpc_status.h"
 #include "server/hot_keys.h"
 
@@ -132,14 +133,10 @@ void StatusFanout::AskOverGrpc(const std::string& address, const rpc::ServerStat
     absl::MutexLock lock(&mu_);
     std::shared_ptr<rpc::ParameterServer::Stub>& kept = stubs_[address];
     if (kept == nullptr) {
-      grpc::ChannelArguments args;
       // A server that comes back at its address is reached within a second, not after gRPC's
       // default backoff of up to two minutes.
-      args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-      args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
-      args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
       kept = rpc::ParameterServer::NewStub(
-          grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+          grpc_util::NewChannel(address, grpc_util::StatusFanoutChannelOptions()));
     }
     stub = kept;
   }

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
+#include "common/grpc/channel_factory.h"
 #include "common/grpc_status.h"
 #include "proto/ps.grpc.pb.h"
 
@@ -46,17 +47,10 @@ class GrpcReplicationTransport : public ReplicationTransport {
     absl::MutexLock lock(&mu_);
     std::unique_ptr<rpc::ParameterServer::Stub>& stub = stubs_[address];
     if (stub == nullptr) {
-      grpc::ChannelArguments args;
-      args.SetMaxSendMessageSize(std::numeric_limits<int>::max());
-      args.SetMaxReceiveMessageSize(std::numeric_limits<int>::max());
-      // Reconnect quickly to a restarted server.
-      args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 50);
-      args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
-      // Batches are megabytes: large windows and write buffers, as the client library uses.
-      args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 << 20);
-      args.SetInt(GRPC_ARG_HTTP2_WRITE_BUFFER_SIZE, 8 << 20);
+      // Reconnects quickly to a restarted server; large windows and write buffers for batches
+      // of megabytes.
       stub = rpc::ParameterServer::NewStub(
-          grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+          grpc_util::NewChannel(address, grpc_util::ReplicationChannelOptions()));
     }
     return stub.get();
   }
