@@ -130,7 +130,8 @@ TEST_CASE("row keys sort by table, then by id as a number, and parse back", "[ch
 
   absl::string_view table;
   uint64_t id = 0;
-  REQUIRE(ParseRowKey(RowKey("emb", 0x0102030405060708ull), &table, &id));
+  const std::string key = RowKey("emb", 0x0102030405060708ull);  // `table` points into it
+  REQUIRE(ParseRowKey(key, &table, &id));
   CHECK(table == "emb");
   CHECK(id == 0x0102030405060708ull);
   const std::string short_id = RowKeyPrefix("emb") + "1234567";

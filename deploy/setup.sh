@@ -23,6 +23,7 @@ PACKAGES=(
   prometheus               # tests/metrics: a real Prometheus scrapes a cluster; promtool checks /metrics
   python3-matplotlib       # the training report's plots (deploy/report)
   openssl                  # certificates of common/grpc:tls_options_test
+  clang-14 libclang-rt-14-dev lld  # libFuzzer targets with ASan and UBSan (tests/fuzz, --config=fuzz)
 )
 
 missing=()

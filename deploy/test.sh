@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Builds the whole tree and runs every test. Prints Bazel's results, then, as its last line,
-# `N passed, M failed, K skipped` counted over the test targets: K is the tests that need a GPU
-# (tagged "gpu"), which run only with --gpu, on a machine that has one. Exits non-zero when
+# Builds the whole tree and runs every test, then a short run of every fuzz target
+# (tests/fuzz/run.sh). Prints Bazel's results and the fuzz targets', then, as its last line,
+# `N passed, M failed, K skipped` counted over the test targets and the fuzz targets: K is the
+# tests that need a GPU (tagged "gpu"), which run only with --gpu, on a machine that has one. Exits non-zero when
 # anything failed or nothing was tested.
 #
 #   ./deploy/test.sh          every test that runs without a GPU
@@ -20,7 +21,8 @@ done
 ./deploy/setup.sh || { echo "0 passed, 1 failed, 0 skipped"; exit 1; }
 
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+fuzz_log=$(mktemp)
+trap 'rm -f "$log" "$fuzz_log"' EXIT
 
 # The GPU tests are tagged "gpu" and "manual": `//...` leaves them out, naming them adds them.
 gpu_tests=$(bazel query 'attr(tags, "[\[ ]gpu[,\]]", tests(//...))' 2>/dev/null)
@@ -46,6 +48,18 @@ if ((rc != 0 && failed == 0)); then
   echo "bazel exited with $rc although no test failed: the build of a non-test target broke"
   failed=1
 fi
+
+# The fuzz targets (tests/fuzz, built by clang with ASan and UBSan): a short run of each over its
+# corpus, counted as one test each.
+./tests/fuzz/run.sh 2>&1 | tee "$fuzz_log"
+fuzz_rc=${PIPESTATUS[0]}
+fuzz_passed=$(grep -cE '^fuzz [^ ]+: PASSED' "$fuzz_log")
+fuzz_failed=$(grep -cE '^fuzz [^ ]+: FAILED' "$fuzz_log")
+if ((fuzz_rc != 0 && fuzz_failed == 0)); then
+  fuzz_failed=1  # the fuzz targets did not build
+fi
+passed=$((passed + fuzz_passed))
+failed=$((failed + fuzz_failed))
 if ((skipped > 0)); then
   echo "skipped (they need a GPU; ./deploy/test.sh --gpu on a machine with one):" $gpu_tests
 fi

@@ -261,7 +261,8 @@ TEST_CASE("a request that does not parse gets INVALID_ARGUMENT naming its messag
   served.service.SetStore(store->get());
   const std::string method = GENERATE("Pull", "Push", "PullDense", "PushDense", "EndStep");
   // Field 1 (the header, length-delimited) says 16 bytes follow; 3 do.
-  const std::string truncated("\x0a\x10abc", 5);
+  // Split: "\x10abc" would be one (out-of-range) hex escape, and the literal 2 bytes long.
+  const std::string truncated("\x0a\x10" "abc", 5);
   const grpc::Status status = served.CallRaw(method, truncated);
   INFO(method << ": " << status.error_message());
   CHECK(status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);

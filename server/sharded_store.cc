@@ -17,6 +17,14 @@ namespace ps {
 namespace server {
 namespace {
 
+// The floats of a dense chunk's bytes (whole floats: the caller checked). An empty chunk gives an
+// empty vector, whose data() may be null: memcpy must not see it, even for 0 bytes.
+std::vector<float> ChunkFloats(const std::string& bytes) {
+  std::vector<float> floats(bytes.size() / sizeof(float));
+  if (!floats.empty()) std::memcpy(floats.data(), bytes.data(), floats.size() * sizeof(float));
+  return floats;
+}
+
 // Checkpoint cuts hold rows in records of about this size.
 constexpr size_t kCutRecordBytes = 1 << 20;
 
@@ -690,8 +698,7 @@ absl::Status ShardedStore::PushDense(const rpc::PushDenseRequest& request,
           absl::StrFormat("chunk %d of \"%s\" is %d bytes, not whole floats", chunk.chunk(),
                           request.name(), chunk.values().size()));
     }
-    std::vector<float> check(chunk.values().size() / sizeof(float));
-    std::memcpy(check.data(), chunk.values().data(), chunk.values().size());
+    const std::vector<float> check = ChunkFloats(chunk.values());
     if (!AllFinite(check.data(), check.size())) {
       return absl::InvalidArgumentError(
           absl::StrFormat("chunk %d of \"%s\" has a NaN or Inf value; nothing was applied",
@@ -702,8 +709,7 @@ absl::Status ShardedStore::PushDense(const rpc::PushDenseRequest& request,
   }
   for (const rpc::DenseChunk& chunk : request.chunks()) {
     Shard& shard = *shards_[ShardOf(name_hash, chunk.chunk(), num_shards_)];
-    std::vector<float> values(chunk.values().size() / sizeof(float));
-    std::memcpy(values.data(), chunk.values().data(), chunk.values().size());
+    const std::vector<float> values = ChunkFloats(chunk.values());
     if (replicated_at != nullptr) {
       // Taken after the write below: the chunk's record is at or before the shard's newest.
       replicated_at->emplace_back(ShardOf(name_hash, chunk.chunk(), num_shards_), 0);

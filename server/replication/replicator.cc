@@ -404,9 +404,10 @@ void Replicator::OnResponse(uint64_t lane, absl::StatusOr<rpc::ReplicateResponse
       for (const auto& [shard, snapshot] : redo) {
         if (!snapshot) continue;
         auto& q = peer->queue;
-        q.erase(
-            std::remove_if(q.begin(), q.end(), [&](const Pending& p) { return p.shard == shard; }),
-            q.end());
+        // Copied: C++17 lambdas cannot capture a structured binding (clang refuses it).
+        q.erase(std::remove_if(q.begin(), q.end(),
+                               [s = shard](const Pending& p) { return p.shard == s; }),
+                q.end());
         std::vector<uint32_t>& attached = attached_[shard];
         attached.erase(std::remove(attached.begin(), attached.end(), server_id), attached.end());
         if (TargetState* state = FindTargetLocked(shard, server_id)) state->snapshot_id = 0;

@@ -19,7 +19,8 @@ void AppendPacked(const T* data, size_t n, std::string* out) {
 template <typename T>
 std::vector<T> Unpack(const std::string& bytes) {
   std::vector<T> out(bytes.size() / sizeof(T));
-  std::memcpy(out.data(), bytes.data(), out.size() * sizeof(T));
+  // Not for empty bytes: an empty vector's data() may be null, which memcpy must not see.
+  if (!out.empty()) std::memcpy(out.data(), bytes.data(), out.size() * sizeof(T));
   return out;
 }
 
