@@ -11,6 +11,7 @@
 #include <string>
 
 #include "common/grpc/server_builder.h"
+#include "common/grpc/kv_set_service_for_test.h"
 #include "proto/coordinator.grpc.pb.h"
 
 namespace ps {
@@ -73,17 +74,9 @@ TEST_CASE("Keepalive is set only when asked for", "[grpc]") {
   CHECK(IntArgs(options) == std::map<std::string, int>{{GRPC_ARG_KEEPALIVE_TIME_MS, 30000}});
 }
 
-class FakeCoordinator final : public rpc::Coordinator::CallbackService {
-  grpc::ServerUnaryReactor* KvSet(grpc::CallbackServerContext* context, const rpc::KvSetRequest*,
-                                  rpc::KvSetResponse*) override {
-    auto* reactor = context->DefaultReactor();
-    reactor->Finish(grpc::Status::OK);
-    return reactor;
-  }
-};
 
 TEST_CASE("A channel from the factory reaches a server from the builder", "[grpc]") {
-  FakeCoordinator service;
+  KvSetService service;
   ServerOptions server_options;
   server_options.listen_address = "127.0.0.1:0";
   absl::StatusOr<StartedServer> started = StartServer(std::move(server_options), {&service});

@@ -10,21 +10,13 @@
 #include "common/grpc/channel_factory.h"
 #include "common/metrics/grpc_server_metrics.h"
 #include "common/metrics/registry.h"
+#include "common/grpc/kv_set_service_for_test.h"
 #include "proto/coordinator.grpc.pb.h"
 
 namespace ps {
 namespace grpc_util {
 namespace {
 
-// A coordinator whose KvSet answers OK; every other method is gRPC's UNIMPLEMENTED.
-class FakeCoordinator final : public rpc::Coordinator::CallbackService {
-  grpc::ServerUnaryReactor* KvSet(grpc::CallbackServerContext* context, const rpc::KvSetRequest*,
-                                  rpc::KvSetResponse*) override {
-    auto* reactor = context->DefaultReactor();
-    reactor->Finish(grpc::Status::OK);
-    return reactor;
-  }
-};
 
 grpc::Status KvSet(rpc::Coordinator::Stub* stub, size_t value_bytes) {
   grpc::ClientContext context;
@@ -42,7 +34,7 @@ std::unique_ptr<rpc::Coordinator::Stub> StubTo(int port) {
 }
 
 TEST_CASE("StartServer binds port 0 to a free port and serves", "[grpc]") {
-  FakeCoordinator service;
+  KvSetService service;
   ServerOptions options;
   options.listen_address = "127.0.0.1:0";
   absl::StatusOr<StartedServer> started = StartServer(std::move(options), {&service});
@@ -53,7 +45,7 @@ TEST_CASE("StartServer binds port 0 to a free port and serves", "[grpc]") {
 }
 
 TEST_CASE("StartServer enforces the message limit it is given", "[grpc]") {
-  FakeCoordinator service;
+  KvSetService service;
   ServerOptions options;
   options.listen_address = "127.0.0.1:0";
   options.max_receive_message_bytes = 1024;
@@ -67,7 +59,7 @@ TEST_CASE("StartServer enforces the message limit it is given", "[grpc]") {
 
 TEST_CASE("StartServer installs the interceptors it is given", "[grpc]") {
   metrics::Registry registry;
-  FakeCoordinator service;
+  KvSetService service;
   ServerOptions options;
   options.listen_address = "127.0.0.1:0";
   options.interceptors.push_back(metrics::MakeServerMetricsInterceptorFactory(&registry, "t"));
@@ -81,14 +73,14 @@ TEST_CASE("StartServer installs the interceptors it is given", "[grpc]") {
 }
 
 TEST_CASE("StartServer says which address it cannot listen on", "[grpc]") {
-  FakeCoordinator service;
+  KvSetService service;
   ServerOptions first;
   first.listen_address = "127.0.0.1:0";
   first.int_args.emplace_back(GRPC_ARG_ALLOW_REUSEPORT, 0);
   absl::StatusOr<StartedServer> taken = StartServer(std::move(first), {&service});
   REQUIRE(taken.ok());
 
-  FakeCoordinator other;
+  KvSetService other;
   ServerOptions second;
   second.listen_address = "127.0.0.1:" + std::to_string(taken->port);
   second.int_args.emplace_back(GRPC_ARG_ALLOW_REUSEPORT, 0);
@@ -101,7 +93,7 @@ TEST_CASE("StartServer says which address it cannot listen on", "[grpc]") {
 }
 
 TEST_CASE("StartServer refuses options without an address or a service", "[grpc]") {
-  FakeCoordinator service;
+  KvSetService service;
   CHECK(StartServer(ServerOptions(), {&service}).status().code() ==
         absl::StatusCode::kInvalidArgument);
   ServerOptions options;

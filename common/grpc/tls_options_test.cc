@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/grpc/channel_factory.h"
 #include "common/grpc/server_builder.h"
+#include "common/grpc/kv_set_service_for_test.h"
 #include "proto/coordinator.grpc.pb.h"
 #include "tests/testing/temp_dir.h"
 
@@ -20,15 +21,6 @@ namespace ps {
 namespace grpc_util {
 namespace {
 
-// A coordinator whose KvSet answers OK; every other method is gRPC's UNIMPLEMENTED.
-class FakeCoordinator final : public rpc::Coordinator::CallbackService {
-  grpc::ServerUnaryReactor* KvSet(grpc::CallbackServerContext* context, const rpc::KvSetRequest*,
-                                  rpc::KvSetResponse*) override {
-    auto* reactor = context->DefaultReactor();
-    reactor->Finish(grpc::Status::OK);
-    return reactor;
-  }
-};
 
 void Run(const std::string& command) {
   INFO(command);
@@ -68,7 +60,7 @@ struct Certificates {
   const std::string dir;
 };
 
-// A server with `tls` serving FakeCoordinator on a port of 127.0.0.1.
+// A server with `tls` serving KvSetService on a port of 127.0.0.1.
 struct TestServer {
   explicit TestServer(const TlsOptions& tls) {
     ServerOptions options;
@@ -82,7 +74,7 @@ struct TestServer {
     address = absl::StrCat("127.0.0.1:", started->port);
   }
   ~TestServer() { server->Shutdown(); }
-  FakeCoordinator service;
+  KvSetService service;
   std::unique_ptr<grpc::Server> server;
   std::string address;
 };
