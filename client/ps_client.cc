@@ -373,6 +373,7 @@ class ClientImpl final : public Client {
       // A connection of its own per channel, not one shared subchannel.
       grpc_util::ChannelOptions options = grpc_util::ClientDataChannelOptions();
       options.int_args.emplace_back("ps.channel_index", i);
+      options.credentials = options_.credentials;
       std::shared_ptr<grpc::Channel> channel = grpc_util::NewChannel(address, options);
       conn->stubs.push_back(rpc::ParameterServer::NewStub(channel));
       conn->generic_stubs.push_back(std::make_unique<grpc::GenericStub>(channel));
@@ -834,7 +835,8 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
     return absl::InvalidArgumentError("channels_per_server and max_keys_per_request must be >= 1");
   }
   PS_ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorClient> coordinator,
-                      CoordinatorClient::Connect(options.coordinator, options.connect_timeout));
+                      CoordinatorClient::Connect(options.coordinator, options.connect_timeout,
+                                                 options.credentials));
   PS_ASSIGN_OR_RETURN(rpc::RegisterResponse registration,
                       coordinator->Register(options.role, "", options.rank));
   if (options.on_coordinator_lost) {

@@ -15,6 +15,8 @@
 #ifndef PS_CLIENT_PS_CLIENT_H_
 #define PS_CLIENT_PS_CLIENT_H_
 
+#include <grpcpp/security/credentials.h>
+
 #include <cstdint>
 #include <functional>
 #include <future>
@@ -34,6 +36,10 @@ namespace ps {
 struct ClientOptions {
   // host:port of the coordinator. Required.
   std::string coordinator;
+  // How every channel (to the coordinator and the servers) authenticates: TLS and a bearer
+  // token, as grpc_util::Security::ChannelCredentials() makes them from --tls_ca, --tls_cert,
+  // --tls_key and --token_file. Default null: plaintext.
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
   // How long Connect waits for the coordinator and a complete shard map. Default 60 s.
   absl::Duration connect_timeout = absl::Seconds(60);
   // gRPC channels (TCP connections) to each server; requests are spread over them. >= 1.

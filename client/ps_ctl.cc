@@ -25,7 +25,9 @@
 //                                   held, the workers' steps and steps per second
 //   ps_ctl checkpoint --coordinator=HOST:PORT [--step=T]   take a checkpoint now
 //   Each of these takes --json (one JSON object on stdout) and --timeout_ms (3000: how long to
-//   wait for the coordinator; its answer gathers the servers' within 2 s).
+//   wait for the coordinator; its answer gathers the servers' within 2 s), and, for a cluster
+//   that serves TLS, --tls_ca (with --tls_cert and --tls_key where it requires client
+//   certificates) and --token_file (ps_ctl presents the file's admin token).
 //   ps_ctl checkpoint list DIR      the complete checkpoints in a checkpoint_dir, full or on which
 //                                   base
 //   ps_ctl checkpoint show FOLDER   one checkpoint: its manifest, its chain if incremental, rows
@@ -58,6 +60,7 @@
 #include "common/checkpoint_catalog.h"
 #include "common/checkpoint_reader.h"
 #include "common/data_check.h"
+#include "common/grpc/security_flags.h"
 #include "common/job_config.h"
 
 ABSL_FLAG(std::string, coordinator, "",
@@ -93,6 +96,7 @@ constexpr char kUsage[] =
     "       ps_ctl hotkeys --coordinator=HOST:PORT --table=NAME [--k=10] [--json]\n"
     "       ps_ctl metrics --coordinator=HOST:PORT [--interval_s=1] [--json]\n"
     "       ps_ctl checkpoint --coordinator=HOST:PORT [--step=T] [--json]\n"
+    "       (each of these: [--tls_ca=PEM [--tls_cert=PEM --tls_key=PEM]] [--token_file=F])\n"
     "       ps_ctl checkpoint list CHECKPOINT_DIR\n"
     "       ps_ctl checkpoint show CHECKPOINT_FOLDER\n"
     "       ps_ctl export --checkpoint=CHECKPOINT_FOLDER --table=NAME --out=FILE "
@@ -151,8 +155,14 @@ std::unique_ptr<ctl::CtlConnection> Connect(const char* command) {
     std::fprintf(stderr, "ps_ctl %s: --coordinator=HOST:PORT is required\n", command);
     return nullptr;
   }
-  return std::make_unique<ctl::CtlConnection>(address,
-                                              absl::Milliseconds(absl::GetFlag(FLAGS_timeout_ms)));
+  const absl::StatusOr<ps::grpc_util::Security> security =
+      ps::grpc_util::SecurityFromFlags(ps::grpc_util::TokenRole::kAdmin);
+  if (!security.ok()) {
+    std::fprintf(stderr, "ps_ctl %s: %s\n", command, std::string(security.status().message()).c_str());
+    return nullptr;
+  }
+  return std::make_unique<ctl::CtlConnection>(
+      address, absl::Milliseconds(absl::GetFlag(FLAGS_timeout_ms)), security->ChannelCredentials());
 }
 
 int Failed(const char* command, const absl::Status& status) {

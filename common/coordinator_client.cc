@@ -32,17 +32,27 @@ const absl::Status& StatusOf(const absl::StatusOr<T>& result) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
-    const std::string& address, absl::Duration timeout) {
+    const std::string& address, absl::Duration timeout,
+    std::shared_ptr<grpc::ChannelCredentials> credentials) {
   // kMaxMessageBytes both ways; a coordinator that restarts is back within seconds: reconnect
   // soon, not after gRPC's default backoff of up to two minutes.
-  std::shared_ptr<grpc::Channel> channel =
-      grpc_util::NewChannel(address, grpc_util::CoordinatorChannelOptions());
+  grpc_util::ChannelOptions options = grpc_util::CoordinatorChannelOptions();
+  const bool plaintext = credentials == nullptr;
+  options.credentials = std::move(credentials);
+  std::shared_ptr<grpc::Channel> channel = grpc_util::NewChannel(address, options);
   const auto deadline = timeout == absl::InfiniteDuration()
                             ? std::chrono::system_clock::time_point::max()
                             : absl::ToChronoTime(absl::Now() + timeout);
   if (!channel->WaitForConnected(deadline)) {
-    return absl::UnavailableError(absl::StrCat("coordinator at ", address, " not reachable within ",
-                                               absl::FormatDuration(timeout)));
+    // A TLS handshake that fails looks the same from here as nobody listening: say which
+    // security this side used, the likeliest mismatch.
+    return absl::UnavailableError(absl::StrCat(
+        "coordinator at ", address, " not reachable within ", absl::FormatDuration(timeout),
+        plaintext ? " (this process dials in plaintext; a coordinator serving TLS needs --tls_ca "
+                    "here)"
+                  : " (this process dials with TLS; check that the coordinator serves TLS with a "
+                    "certificate of --tls_ca naming this address, and that this process's "
+                    "certificate is accepted)"));
   }
   return std::unique_ptr<CoordinatorClient>(
       new CoordinatorClient(address, rpc::Coordinator::NewStub(channel)));

@@ -36,10 +36,12 @@ class CoordinatorClient {
   // The largest message sent or received; the rendezvous store's values reach 16 MiB.
   static constexpr int kMaxMessageBytes = 256 << 20;
 
-  // Connects to the coordinator at `address` (host:port). UNAVAILABLE naming the address if the
-  // connection is not up within `timeout`.
-  static absl::StatusOr<std::unique_ptr<CoordinatorClient>> Connect(const std::string& address,
-                                                                    absl::Duration timeout);
+  // Connects to the coordinator at `address` (host:port) with `credentials` (null: plaintext;
+  // see grpc_util::Security). UNAVAILABLE naming the address if the connection is not up within
+  // `timeout`.
+  static absl::StatusOr<std::unique_ptr<CoordinatorClient>> Connect(
+      const std::string& address, absl::Duration timeout,
+      std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
 
   // Stops the heartbeat thread, if any.
   ~CoordinatorClient();

@@ -2,7 +2,13 @@
 //
 //   ps_server --coordinator=HOST:PORT [--listen=0.0.0.0:0] [--advertise=HOST] [--port_file=PATH]
 //             [--metrics_listen=HOST:PORT] [--metrics_port_file=PATH] [--connect_timeout_s=45]
-//             [--hot_keys_sample_every=128] [--dry_run]
+//             [--hot_keys_sample_every=128] [--tls_cert=PEM --tls_key=PEM] [--tls_ca=PEM]
+//             [--token_file=PATH] [--dry_run]
+//
+// With --tls_cert and --tls_key it serves TLS, with --tls_ca mutual TLS, and with --token_file
+// it checks every call's bearer token (common/grpc/security.h); its own calls (to the
+// coordinator, and replication to the other servers) use the same certificate and present the
+// file's admin token.
 //
 // Binds --listen (port 0 picks a free one; the bound port is printed and written to --port_file),
 // registers with the coordinator under its advertised address (ADVERTISED_HOST:PORT, which clients
@@ -33,6 +39,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "common/coordinator_client.h"
+#include "common/grpc/security_flags.h"
 #include "common/grpc/server_builder.h"
 #include "common/metrics/grpc_server_metrics.h"
 #include "common/metrics/http_endpoint.h"
@@ -175,6 +182,19 @@ int Main() {
     std::fprintf(stderr, "ps_server: --connect_timeout_s must be > 0, got %d\n", connect_timeout_s);
     return 2;
   }
+  const absl::StatusOr<grpc_util::Security> security =
+      grpc_util::SecurityFromFlags(grpc_util::TokenRole::kAdmin);
+  if (!security.ok()) {
+    std::fprintf(stderr, "ps_server: %s\n", std::string(security.status().message()).c_str());
+    return 2;
+  }
+  const absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> server_credentials =
+      security->ServerCredentials("ps_server");
+  if (!server_credentials.ok()) {
+    std::fprintf(stderr, "ps_server: %s\n",
+                 std::string(server_credentials.status().message()).c_str());
+    return 2;
+  }
   if (absl::GetFlag(FLAGS_dry_run)) {
     const absl::Status can_listen = CheckCanListen(listen);
     if (!can_listen.ok()) {
@@ -220,6 +240,7 @@ int Main() {
   server_options.max_send_message_bytes = std::numeric_limits<int>::max();
   server_options.int_args = {{GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 << 20},
                              {GRPC_ARG_HTTP2_WRITE_BUFFER_SIZE, 8 << 20}};
+  server_options.credentials = *server_credentials;
   if (!absl::GetFlag(FLAGS_metrics_listen).empty()) {  // no cost on the data path without
     server_options.interceptors.push_back(
         metrics::MakeServerMetricsInterceptorFactory(&registry, "ps_server"));
@@ -242,7 +263,8 @@ int Main() {
   }
 
   absl::StatusOr<std::unique_ptr<CoordinatorClient>> coordinator =
-      CoordinatorClient::Connect(coordinator_address, absl::Seconds(connect_timeout_s));
+      CoordinatorClient::Connect(coordinator_address, absl::Seconds(connect_timeout_s),
+                                 security->ChannelCredentials());
   if (!coordinator.ok()) {
     std::fprintf(stderr, "ps_server: %s\n", coordinator.status().ToString().c_str());
     return 1;
@@ -260,7 +282,7 @@ int Main() {
   const uint32_t server_id = static_cast<uint32_t>(registration->rank());
   // Records of the shards this server is primary of go to their copies on other servers.
   std::unique_ptr<server::ReplicationTransport> replication =
-      server::NewGrpcReplicationTransport(absl::Seconds(30));
+      server::NewGrpcReplicationTransport(absl::Seconds(30), security->ChannelCredentials());
   server::ShardedStore::Options options;
   options.empty_handler = absl::GetFlag(FLAGS_empty_handler);
   options.hot_keys_sample_every = absl::GetFlag(FLAGS_hot_keys_sample_every);
@@ -330,6 +352,8 @@ int Main() {
   follower.store(map_follower.get());
   map_follower->Poke();
 
+  std::fprintf(stderr, "ps_server %d: gRPC security: %s\n", server_id,
+               security->Describe().c_str());
   std::printf("ps_server %d listening on %s\n", server_id, address.c_str());
   std::fflush(stdout);
   const std::string port_file = absl::GetFlag(FLAGS_port_file);

@@ -3,7 +3,12 @@
 //   ps_worker --coordinator=HOST:PORT [--rank=-1] [--listen=0.0.0.0:0] [--advertise=HOST]
 //             [--metrics_file=PATH] [--progress_s=5] [--metrics_listen=HOST:PORT]
 //             [--metrics_port_file=PATH] [--metrics_final_scrape_s=0] [--connect_timeout_s=45]
-//             [--dry_run]
+//             [--tls_ca=PEM] [--tls_cert=PEM --tls_key=PEM] [--token_file=PATH] [--dry_run]
+//
+// With --tls_ca its calls to the coordinator and the servers use TLS (presenting --tls_cert as
+// its client certificate when given), and with --token_file they carry the file's worker token
+// (its admin token when it has none). Gloo's traffic between workers is not encrypted: README's
+// Security section says how to keep it on a private network.
 //
 // The other workers reach this one (Gloo's TCP connections, NCCL's bootstrap) at its advertised
 // host: the --listen host when it is a specific address, else --advertise or this host's default
@@ -30,6 +35,7 @@
 #include "absl/strings/str_replace.h"
 #include "client/ps_client.h"
 #include "common/coordinator_client.h"
+#include "common/grpc/security_flags.h"
 #include "common/metrics/http_endpoint.h"
 #include "common/metrics/registry.h"
 #include "common/net_address.h"
@@ -131,6 +137,12 @@ int Main() {
     std::fprintf(stderr, "ps_worker: %s\n", backend.status().ToString().c_str());
     return 2;
   }
+  const absl::StatusOr<grpc_util::Security> security =
+      grpc_util::SecurityFromFlags(grpc_util::TokenRole::kWorker);
+  if (!security.ok()) {
+    std::fprintf(stderr, "ps_worker: %s\n", std::string(security.status().message()).c_str());
+    return 2;
+  }
   if (absl::GetFlag(FLAGS_dry_run)) {
     const absl::Status can_listen = CheckCanListen({collective_host, 0});
     if (!can_listen.ok()) {
@@ -159,7 +171,7 @@ int Main() {
   }
   // Before registering, so that every failure after it can be reported.
   absl::StatusOr<std::unique_ptr<CoordinatorClient>> coordinator =
-      CoordinatorClient::Connect(address, timeout);
+      CoordinatorClient::Connect(address, timeout, security->ChannelCredentials());
   if (!coordinator.ok()) {
     std::fprintf(stderr, "ps_worker: %s\n", coordinator.status().ToString().c_str());
     return 1;
@@ -168,6 +180,7 @@ int Main() {
   (*coordinator)->SetRetryWindow(timeout);
   ClientOptions options;
   options.coordinator = address;
+  options.credentials = security->ChannelCredentials();
   options.connect_timeout = timeout;
   options.role = rpc::WORKER;
   options.rank = absl::GetFlag(FLAGS_rank);

@@ -12,16 +12,20 @@ namespace ps {
 namespace client_internal {
 namespace {
 
-std::shared_ptr<grpc::Channel> NewChannel(const std::string& address) {
-  return grpc_util::NewChannel(address, grpc_util::CtlChannelOptions());  // a big cluster's status
+std::shared_ptr<grpc::Channel> NewChannel(const std::string& address,
+                                          std::shared_ptr<grpc::ChannelCredentials> credentials) {
+  grpc_util::ChannelOptions options = grpc_util::CtlChannelOptions();  // a big cluster's status
+  options.credentials = std::move(credentials);
+  return grpc_util::NewChannel(address, options);
 }
 
 }  // namespace
 
-CtlConnection::CtlConnection(std::string address, absl::Duration timeout)
+CtlConnection::CtlConnection(std::string address, absl::Duration timeout,
+                             std::shared_ptr<grpc::ChannelCredentials> credentials)
     : address_(std::move(address)),
       timeout_(timeout),
-      channel_(NewChannel(address_)),
+      channel_(NewChannel(address_, std::move(credentials))),
       stub_(rpc::Coordinator::NewStub(channel_)) {}
 
 absl::Status CtlConnection::Named(const absl::Status& status) const {

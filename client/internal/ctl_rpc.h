@@ -3,6 +3,8 @@
 #ifndef PS_CLIENT_INTERNAL_CTL_RPC_H_
 #define PS_CLIENT_INTERNAL_CTL_RPC_H_
 
+#include <grpcpp/security/credentials.h>
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -23,8 +25,9 @@ namespace client_internal {
 class CtlConnection {
  public:
   // Nothing is sent yet. Every call but Checkpoint has a deadline of `timeout`; a call to an
-  // address where nobody listens fails at once.
-  CtlConnection(std::string address, absl::Duration timeout);
+  // address where nobody listens fails at once. `credentials` null: plaintext.
+  CtlConnection(std::string address, absl::Duration timeout,
+                std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
 
   const std::string& address() const { return address_; }
 

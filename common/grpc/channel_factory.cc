@@ -13,6 +13,11 @@ constexpr int kCoordinatorMaxMessageBytes = 256 << 20;
 
 int Millis(absl::Duration d) { return static_cast<int>(absl::ToInt64Milliseconds(d)); }
 
+// gRPC takes the minimum reconnect backoff as the shortest time a connection attempt is given,
+// too: at 100 ms, the first TLS handshake of a process on a busy machine (certificates parsed,
+// keys checked) did not finish, and the call failed UNAVAILABLE.
+constexpr absl::Duration kMinConnectTimeout = absl::Seconds(5);
+
 }  // namespace
 
 ChannelOptions ClientDataChannelOptions() {
@@ -44,7 +49,7 @@ ChannelOptions CoordinatorChannelOptions() {
   // A coordinator that restarts is back within seconds: reconnect soon, not after gRPC's default
   // backoff of up to two minutes.
   options.initial_reconnect_backoff = absl::Milliseconds(100);
-  options.min_reconnect_backoff = absl::Milliseconds(100);
+  options.min_reconnect_backoff = kMinConnectTimeout;
   options.max_reconnect_backoff = absl::Milliseconds(1000);
   return options;
 }
@@ -53,7 +58,7 @@ ChannelOptions StatusFanoutChannelOptions() {
   ChannelOptions options;
   // A server that comes back at its address is reached within a second.
   options.initial_reconnect_backoff = absl::Milliseconds(100);
-  options.min_reconnect_backoff = absl::Milliseconds(100);
+  options.min_reconnect_backoff = kMinConnectTimeout;
   options.max_reconnect_backoff = absl::Milliseconds(1000);
   return options;
 }

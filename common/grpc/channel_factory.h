@@ -28,7 +28,9 @@ struct ChannelOptions {
   int max_receive_message_bytes = -1;
 
   // Reconnect backoff after a failed connection attempt. Default zero: gRPC's default (1 s at
-  // first, up to 120 s). Otherwise positive; whole milliseconds are used.
+  // first, up to 120 s). Otherwise positive; whole milliseconds are used. gRPC also takes
+  // min_reconnect_backoff as the time a connection attempt (TCP and TLS handshakes) is given
+  // (default 20 s).
   absl::Duration initial_reconnect_backoff = absl::ZeroDuration();
   absl::Duration min_reconnect_backoff = absl::ZeroDuration();
   absl::Duration max_reconnect_backoff = absl::ZeroDuration();

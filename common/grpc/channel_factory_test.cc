@@ -59,11 +59,11 @@ TEST_CASE("Each role's channel options are the arguments that role has used", "[
         Args{{GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, 256 << 20},
              {GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, 256 << 20},
              {GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100},
-             {GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100},
+             {GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 5000},
              {GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000}});
   CHECK(IntArgs(StatusFanoutChannelOptions()) ==
         Args{{GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100},
-             {GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100},
+             {GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 5000},
              {GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000}});
   CHECK(IntArgs(CtlChannelOptions()) == Args{{GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, 256 << 20}});
 }

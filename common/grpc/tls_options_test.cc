@@ -5,7 +5,6 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -15,50 +14,23 @@
 #include "common/grpc/server_builder.h"
 #include "common/grpc/kv_set_service_for_test.h"
 #include "proto/coordinator.grpc.pb.h"
+#include "tests/testing/credentials.h"
 #include "tests/testing/temp_dir.h"
 
 namespace ps {
 namespace grpc_util {
 namespace {
 
-
-void Run(const std::string& command) {
-  INFO(command);
-  REQUIRE(std::system((command + " >/dev/null 2>&1").c_str()) == 0);
+// The PEM files of `cert` (cert and key; empty for none) and `ca` (empty for none).
+TlsOptions Load(const std::string& cert, const std::string& key, const std::string& ca) {
+  TlsFiles files;
+  files.cert_file = cert;
+  files.key_file = key;
+  files.ca_file = ca;
+  absl::StatusOr<TlsOptions> tls = LoadTlsOptions(files);
+  REQUIRE(tls.ok());
+  return *tls;
 }
-
-// Two CAs; under "ca" a server certificate for 127.0.0.1/localhost and a client certificate;
-// under "other" a client certificate. Made with Debian's openssl command.
-struct Certificates {
-  explicit Certificates(const std::string& dir) : dir(dir) {
-    for (const std::string ca : {"ca", "other"}) {
-      Run(absl::StrCat("openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=", ca,
-                       " -keyout ", dir, "/", ca, ".key -out ", dir, "/", ca, ".pem"));
-    }
-    Issue("server", "ca", "subjectAltName=IP:127.0.0.1,DNS:localhost");
-    Issue("client", "ca", "subjectAltName=DNS:client");
-    Issue("stranger", "other", "subjectAltName=DNS:stranger");
-  }
-  void Issue(const std::string& name, const std::string& ca, const std::string& san) {
-    Run(absl::StrCat("openssl req -new -newkey rsa:2048 -nodes -subj /CN=", name, " -addext ",
-                     san, " -keyout ", dir, "/", name, ".key -out ", dir, "/", name, ".csr"));
-    Run(absl::StrCat("openssl x509 -req -days 2 -copy_extensions copyall -in ", dir, "/", name,
-                     ".csr -CA ", dir, "/", ca, ".pem -CAkey ", dir, "/", ca,
-                     ".key -CAcreateserial -out ", dir, "/", name, ".pem"));
-  }
-  TlsOptions Load(const std::string& cert, const std::string& ca) const {
-    TlsFiles files;
-    if (!cert.empty()) {
-      files.cert_file = absl::StrCat(dir, "/", cert, ".pem");
-      files.key_file = absl::StrCat(dir, "/", cert, ".key");
-    }
-    if (!ca.empty()) files.ca_file = absl::StrCat(dir, "/", ca, ".pem");
-    absl::StatusOr<TlsOptions> tls = LoadTlsOptions(files);
-    REQUIRE(tls.ok());
-    return *tls;
-  }
-  const std::string dir;
-};
 
 // A server with `tls` serving KvSetService on a port of 127.0.0.1.
 struct TestServer {
@@ -97,26 +69,33 @@ TEST_CASE("TLS and mutual TLS between the channel factory and the server builder
   absl::StatusOr<std::unique_ptr<testing::ScopedTempDir>> dir =
       testing::ScopedTempDir::Create("tls_options_test");
   REQUIRE(dir.ok());
-  const Certificates certs((*dir)->path());
+  const absl::StatusOr<testing::TestCredentials> made =
+      testing::MakeTestCredentials((*dir)->path());
+  REQUIRE(made.ok());
+  const testing::TestCredentials& c = *made;
+  const TlsOptions trusting_ca = Load("", "", c.ca);
 
   SECTION("TLS: the client verifies the server against the CA") {
-    TestServer server(certs.Load("server", ""));
-    CHECK(Call(server.address, certs.Load("", "ca"), "tls").ok());
+    TestServer server(Load(c.node_cert, c.node_key, ""));
+    CHECK(Call(server.address, trusting_ca, "tls").ok());
     const grpc::Status plain = Call(server.address, TlsOptions(), "plaintext client, TLS server");
     CHECK(plain.error_code() == grpc::StatusCode::UNAVAILABLE);
     const grpc::Status wrong_ca =
-        Call(server.address, certs.Load("", "other"), "client trusting another CA");
+        Call(server.address, Load("", "", c.other_ca), "client trusting another CA");
     CHECK(wrong_ca.error_code() == grpc::StatusCode::UNAVAILABLE);
   }
   SECTION("mutual TLS: the server requires a client certificate of its CA") {
-    TestServer server(certs.Load("server", "ca"));
-    CHECK(Call(server.address, certs.Load("client", "ca"), "mtls").ok());
+    TestServer server(Load(c.node_cert, c.node_key, c.ca));
+    CHECK(Call(server.address, Load(c.client_cert, c.client_key, c.ca), "mtls").ok());
     const grpc::Status no_cert =
-        Call(server.address, certs.Load("", "ca"), "client without a certificate, mTLS server");
+        Call(server.address, trusting_ca, "client without a certificate, mTLS server");
     CHECK(no_cert.error_code() == grpc::StatusCode::UNAVAILABLE);
-    const grpc::Status stranger =
-        Call(server.address, certs.Load("stranger", "ca"), "client cert of another CA");
+    const grpc::Status stranger = Call(server.address, Load(c.stranger_cert, c.stranger_key, c.ca),
+                                       "client cert of another CA");
     CHECK(stranger.error_code() == grpc::StatusCode::UNAVAILABLE);
+    const grpc::Status expired = Call(server.address, Load(c.expired_cert, c.expired_key, c.ca),
+                                      "expired client cert");
+    CHECK(expired.error_code() == grpc::StatusCode::UNAVAILABLE);
     const grpc::Status plain = Call(server.address, TlsOptions(), "plaintext client, mTLS server");
     CHECK(plain.error_code() == grpc::StatusCode::UNAVAILABLE);
   }

@@ -34,11 +34,14 @@ uint64_t JobDigest(const config::Job& job) {
   return XXH3_64bits(bytes.data(), bytes.size());
 }
 
-Checkpointer::WriteFn GrpcWrite(absl::Duration timeout) {
-  return [timeout](const std::string& address, const rpc::WriteCheckpointRequest& request)
+Checkpointer::WriteFn GrpcWrite(absl::Duration timeout,
+                               std::shared_ptr<grpc::ChannelCredentials> credentials) {
+  return [timeout, credentials](const std::string& address,
+                                const rpc::WriteCheckpointRequest& request)
              -> absl::StatusOr<rpc::WriteCheckpointResponse> {
-    auto stub = rpc::ParameterServer::NewStub(
-        grpc_util::NewChannel(address, grpc_util::CheckpointChannelOptions()));
+    grpc_util::ChannelOptions options = grpc_util::CheckpointChannelOptions();
+    options.credentials = credentials;
+    auto stub = rpc::ParameterServer::NewStub(grpc_util::NewChannel(address, options));
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
     rpc::WriteCheckpointResponse response;
@@ -90,8 +93,10 @@ std::vector<uint64_t> Retired(const std::vector<rpc::CheckpointManifest>& comple
 
 }  // namespace
 
-Checkpointer::Checkpointer(Coordinator* coordinator, WriteFn write, absl::Duration timeout)
-    : coordinator_(coordinator), write_(write ? std::move(write) : GrpcWrite(timeout)) {}
+Checkpointer::Checkpointer(Coordinator* coordinator, WriteFn write, absl::Duration timeout,
+                           std::shared_ptr<grpc::ChannelCredentials> credentials)
+    : coordinator_(coordinator),
+      write_(write ? std::move(write) : GrpcWrite(timeout, std::move(credentials))) {}
 
 void Checkpointer::SetMetrics(metrics::Registry* registry) {
   constexpr char kHelp[] = "Checkpoints asked of the coordinator, by outcome.";

@@ -3,8 +3,11 @@
 #ifndef PS_SERVER_COORDINATOR_CHECKPOINTER_H_
 #define PS_SERVER_COORDINATOR_CHECKPOINTER_H_
 
+#include <grpcpp/security/credentials.h>
+
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -28,9 +31,10 @@ class Checkpointer {
       const std::string& address, const rpc::WriteCheckpointRequest& request)>;
 
   // `coordinator` is not owned and must outlive the Checkpointer; `write` defaults to gRPC calls
-  // with a deadline of `timeout`.
+  // with a deadline of `timeout`, over channels with `credentials` (null: plaintext).
   Checkpointer(Coordinator* coordinator, WriteFn write = nullptr,
-               absl::Duration timeout = absl::Minutes(30));
+               absl::Duration timeout = absl::Minutes(30),
+               std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
 
   // Takes a checkpoint (see CheckpointRequest for `step` and `workers`) into the job's
   // checkpoint_dir, as folder <id> (one above the newest there), and removes complete

@@ -3,7 +3,12 @@
 //   ps_coordinator --job=JOB_FILE [--listen=0.0.0.0:0] [--advertise=HOST] [--port_file=PATH]
 //                  [--heartbeat_ms=500] [--dead_after_ms=3000] [--restore=CHECKPOINT]
 //                  [--data_dir=DIR] [--check_data=true] [--metrics_listen=HOST:PORT]
-//                  [--metrics_port_file=PATH] [--dry_run]
+//                  [--metrics_port_file=PATH] [--tls_cert=PEM --tls_key=PEM] [--tls_ca=PEM]
+//                  [--token_file=PATH] [--dry_run]
+//
+// With --tls_cert and --tls_key it serves TLS, with --tls_ca mutual TLS, and with --token_file
+// it checks every call's bearer token (common/grpc/security.h); its calls to the servers use the
+// same certificate and present the file's admin token.
 //
 // Before it serves it checks that the job's data files can be read from its current directory
 // (common/data_check.h; --check_data=false where its host does not hold the data) and warns of a
@@ -35,6 +40,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/coordinator_client.h"
+#include "common/grpc/security_flags.h"
 #include "common/grpc/server_builder.h"
 #include "common/data_check.h"
 #include "common/job_config.h"
@@ -142,7 +148,8 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "ps_coordinator --job=JOB_FILE [--listen=HOST:PORT] [--advertise=HOST] [--port_file=F] "
       "[--heartbeat_ms=N] [--dead_after_ms=N] [--restore=CHECKPOINT] [--data_dir=DIR] "
-      "[--metrics_listen=HOST:PORT] [--metrics_port_file=F] [--dry_run]");
+      "[--metrics_listen=HOST:PORT] [--metrics_port_file=F] [--tls_cert=PEM --tls_key=PEM] "
+      "[--tls_ca=PEM] [--token_file=F] [--dry_run]");
   absl::ParseCommandLine(argc, argv);
 
   const std::string job_path = absl::GetFlag(FLAGS_job);
@@ -164,6 +171,20 @@ int main(int argc, char** argv) {
       !timing.ok()) {
     std::fprintf(stderr, "ps_coordinator: %s (--heartbeat_ms, --dead_after_ms)\n",
                  std::string(timing.message()).c_str());
+    return 2;
+  }
+
+  const absl::StatusOr<ps::grpc_util::Security> security =
+      ps::grpc_util::SecurityFromFlags(ps::grpc_util::TokenRole::kAdmin);
+  if (!security.ok()) {
+    std::fprintf(stderr, "ps_coordinator: %s\n", std::string(security.status().message()).c_str());
+    return 2;
+  }
+  const absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> server_credentials =
+      security->ServerCredentials("ps_coordinator");
+  if (!server_credentials.ok()) {
+    std::fprintf(stderr, "ps_coordinator: %s\n",
+                 std::string(server_credentials.status().message()).c_str());
     return 2;
   }
 
@@ -268,7 +289,8 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  ps::coordinator::CoordinatorService service(coordinator->get());
+  ps::coordinator::CoordinatorService service(coordinator->get(), nullptr,
+                                              security->ChannelCredentials());
   ps::metrics::Registry registry;
   ps::coordinator::Coordinator* const coordinator_ptr = coordinator->get();
   ps::coordinator::AddCoordinatorCollector(&registry,
@@ -278,6 +300,7 @@ int main(int argc, char** argv) {
   server_options.listen_address = ps::JoinHostPort(listen.host, listen.port);
   server_options.max_receive_message_bytes = kMaxMessageBytes;
   server_options.max_send_message_bytes = kMaxMessageBytes;
+  server_options.credentials = *server_credentials;
   if (!absl::GetFlag(FLAGS_metrics_listen).empty()) {
     server_options.interceptors.push_back(
         ps::metrics::MakeServerMetricsInterceptorFactory(&registry, "ps_coordinator"));
@@ -300,6 +323,7 @@ int main(int argc, char** argv) {
     server->Shutdown();
     return 1;
   }
+  std::fprintf(stderr, "ps_coordinator: gRPC security: %s\n", security->Describe().c_str());
   // Printed before the port file is written, so that whoever waits for the file finds the line.
   std::printf("ps_coordinator listening on %s\n",
               ps::JoinHostPort(address->advertise, bound_port).c_str());

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "common/grpc/auth.h"
 #include "common/grpc_status.h"
 
 namespace ps {
@@ -83,6 +84,12 @@ class WaitReactor final : public grpc::ServerUnaryReactor {
 grpc::ServerUnaryReactor* CoordinatorService::Register(grpc::CallbackServerContext* context,
                                                        const rpc::RegisterRequest* request,
                                                        rpc::RegisterResponse* response) {
+  if (request->role() == rpc::SERVER) {
+    if (absl::Status allowed = grpc_util::RequireAdmin(*context, "registering a server");
+        !allowed.ok()) {
+      return Done(context, allowed);
+    }
+  }
   absl::StatusOr<rpc::RegisterResponse> registered =
       coordinator_->Register(request->role(), request->address(), request->rank());
   if (registered.ok()) *response = std::move(*registered);
@@ -135,10 +142,12 @@ bool TcpReachable(const std::string& address) {
 
 }  // namespace
 
-CoordinatorService::CoordinatorService(Coordinator* coordinator, ReachableFn reachable)
+CoordinatorService::CoordinatorService(Coordinator* coordinator, ReachableFn reachable,
+                                       std::shared_ptr<grpc::ChannelCredentials> server_credentials)
     : coordinator_(coordinator),
       reachable_(reachable != nullptr ? std::move(reachable) : ReachableFn(TcpReachable)),
-      checkpointer_(coordinator),
+      fanout_(nullptr, server_credentials),
+      checkpointer_(coordinator, nullptr, absl::Minutes(30), server_credentials),
       scheduler_(coordinator, &checkpointer_) {
   checker_ = std::thread([this] { CheckLoop(); });
 }
@@ -275,6 +284,15 @@ grpc::ServerUnaryReactor* CoordinatorService::KvWait(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* CoordinatorService::StartCheckpoint(grpc::CallbackServerContext* context,
                                                               const rpc::CheckpointRequest* request,
                                                               rpc::CheckpointResponse* response) {
+  // Worker 0 takes the end-of-training checkpoint the job asks for; any other needs an admin.
+  if (!coordinator_->job().cluster().checkpoint_at_end()) {
+    if (absl::Status allowed = grpc_util::RequireAdmin(
+            *context, "a checkpoint (other than the end-of-training one of a job with "
+                      "checkpoint_at_end)");
+        !allowed.ok()) {
+      return Done(context, allowed);
+    }
+  }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   scheduler_.Request(*request, [response, reactor](absl::StatusOr<rpc::CheckpointResponse> taken) {
     if (taken.ok()) *response = *std::move(taken);

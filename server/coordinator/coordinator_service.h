@@ -47,7 +47,15 @@ class CoordinatorService final : public rpc::Coordinator::CallbackService {
 
   // `coordinator` is not owned and must outlive every call of the service. `reachable` checks a
   // server reported unreachable (ReportFailure); the default opens a TCP connection to it.
-  explicit CoordinatorService(Coordinator* coordinator, ReachableFn reachable = nullptr);
+  // `server_credentials` are those of the channels to the servers (checkpoints, statuses); null:
+  // plaintext.
+  //
+  // With tokens (grpc_util::TokenAuthProcessor), a worker token may register only workers and
+  // clients, and start only the job's end-of-training checkpoint (a job with
+  // checkpoint_at_end); other calls of those methods get PERMISSION_DENIED.
+  explicit CoordinatorService(Coordinator* coordinator, ReachableFn reachable = nullptr,
+                              std::shared_ptr<grpc::ChannelCredentials> server_credentials =
+                                  nullptr);
   // Stops the thread that checks reported servers.
   ~CoordinatorService() override;
 

@@ -25,8 +25,9 @@ struct Gathering {
 
 }  // namespace
 
-StatusFanout::StatusFanout(AskFn ask)
-    : ask_(ask ? std::move(ask)
+StatusFanout::StatusFanout(AskFn ask, std::shared_ptr<grpc::ChannelCredentials> credentials)
+    : credentials_(std::move(credentials)),
+      ask_(ask ? std::move(ask)
                : [this](const std::string& address, const rpc::ServerStatusRequest& request,
                         absl::Time deadline,
                         std::function<void(absl::StatusOr<rpc::ServerStatus>)> done) {
@@ -135,8 +136,9 @@ void StatusFanout::AskOverGrpc(const std::string& address, const rpc::ServerStat
     if (kept == nullptr) {
       // A server that comes back at its address is reached within a second, not after gRPC's
       // default backoff of up to two minutes.
-      kept = rpc::ParameterServer::NewStub(
-          grpc_util::NewChannel(address, grpc_util::StatusFanoutChannelOptions()));
+      grpc_util::ChannelOptions options = grpc_util::StatusFanoutChannelOptions();
+      options.credentials = credentials_;
+      kept = rpc::ParameterServer::NewStub(grpc_util::NewChannel(address, options));
     }
     stub = kept;
   }

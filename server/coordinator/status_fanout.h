@@ -3,6 +3,8 @@
 #ifndef PS_SERVER_COORDINATOR_STATUS_FANOUT_H_
 #define PS_SERVER_COORDINATOR_STATUS_FANOUT_H_
 
+#include <grpcpp/security/credentials.h>
+
 #include <functional>
 #include <memory>
 #include <string>
@@ -33,9 +35,10 @@ class StatusFanout {
                                    const rpc::ServerStatusRequest& request, absl::Time deadline,
                                    std::function<void(absl::StatusOr<rpc::ServerStatus>)> done)>;
 
-  // `ask` defaults to ParameterServer.GetStatus over gRPC (insecure channels, as every channel
-  // between the daemons today).
-  explicit StatusFanout(AskFn ask = nullptr);
+  // `ask` defaults to ParameterServer.GetStatus over gRPC, on channels with `credentials` (null:
+  // plaintext).
+  explicit StatusFanout(AskFn ask = nullptr,
+                        std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
 
   StatusFanout(const StatusFanout&) = delete;
   StatusFanout& operator=(const StatusFanout&) = delete;
@@ -63,6 +66,7 @@ class StatusFanout {
       ABSL_LOCKS_EXCLUDED(mu_);
 
   // Constant after construction.
+  const std::shared_ptr<grpc::ChannelCredentials> credentials_;
   const AskFn ask_;
 
   absl::Mutex mu_;

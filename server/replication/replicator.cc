@@ -17,7 +17,9 @@ namespace {
 
 class GrpcReplicationTransport : public ReplicationTransport {
  public:
-  explicit GrpcReplicationTransport(absl::Duration timeout) : timeout_(timeout) {}
+  GrpcReplicationTransport(absl::Duration timeout,
+                           std::shared_ptr<grpc::ChannelCredentials> credentials)
+      : timeout_(timeout), credentials_(std::move(credentials)) {}
 
   void Send(const std::string& address, const rpc::ReplicateRequest& request,
             std::function<void(absl::StatusOr<rpc::ReplicateResponse>)> done) override {
@@ -49,13 +51,15 @@ class GrpcReplicationTransport : public ReplicationTransport {
     if (stub == nullptr) {
       // Reconnects quickly to a restarted server; large windows and write buffers for batches
       // of megabytes.
-      stub = rpc::ParameterServer::NewStub(
-          grpc_util::NewChannel(address, grpc_util::ReplicationChannelOptions()));
+      grpc_util::ChannelOptions options = grpc_util::ReplicationChannelOptions();
+      options.credentials = credentials_;
+      stub = rpc::ParameterServer::NewStub(grpc_util::NewChannel(address, options));
     }
     return stub.get();
   }
 
   const absl::Duration timeout_;
+  const std::shared_ptr<grpc::ChannelCredentials> credentials_;
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::unique_ptr<rpc::ParameterServer::Stub>> stubs_
       ABSL_GUARDED_BY(mu_);
@@ -98,8 +102,9 @@ void ApplyReplicateRequest(const rpc::ReplicateRequest& request,
   }
 }
 
-std::unique_ptr<ReplicationTransport> NewGrpcReplicationTransport(absl::Duration timeout) {
-  return std::make_unique<GrpcReplicationTransport>(timeout);
+std::unique_ptr<ReplicationTransport> NewGrpcReplicationTransport(
+    absl::Duration timeout, std::shared_ptr<grpc::ChannelCredentials> credentials) {
+  return std::make_unique<GrpcReplicationTransport>(timeout, std::move(credentials));
 }
 
 Replicator::Replicator(Options options, ReplicationTransport* transport)

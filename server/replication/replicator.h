@@ -8,6 +8,8 @@
 #ifndef PS_SERVER_REPLICATION_REPLICATOR_H_
 #define PS_SERVER_REPLICATION_REPLICATOR_H_
 
+#include <grpcpp/security/credentials.h>
+
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -50,7 +52,9 @@ void ApplyReplicateRequest(const rpc::ReplicateRequest& request,
                            rpc::ReplicateResponse* response);
 
 // A ReplicationTransport over gRPC: one channel per address, kept.
-std::unique_ptr<ReplicationTransport> NewGrpcReplicationTransport(absl::Duration timeout);
+// `credentials` null: plaintext.
+std::unique_ptr<ReplicationTransport> NewGrpcReplicationTransport(
+    absl::Duration timeout, std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
 
 // One copy of a shard that receives its records.
 struct ReplicaTarget {
