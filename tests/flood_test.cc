@@ -80,7 +80,15 @@ std::string Bytes(const void* data, size_t size) {
 // The status codes the flooders saw, counted. Thread-safe.
 struct CodeCounts {
   std::array<std::atomic<int64_t>, 17> counts{};
-  void Add(grpc::StatusCode code) { counts[static_cast<int>(code) % 17].fetch_add(1); }
+  // The RESOURCE_EXHAUSTED of these that the admission gave ("server busy: ...").
+  std::atomic<int64_t> busy{0};
+  void Add(const grpc::Status& status) {
+    counts[static_cast<int>(status.error_code()) % 17].fetch_add(1);
+    if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED &&
+        status.error_message().rfind("server busy", 0) == 0) {
+      busy.fetch_add(1);
+    }
+  }
   int64_t Of(grpc::StatusCode code) const { return counts[static_cast<int>(code)].load(); }
 };
 
@@ -182,7 +190,7 @@ class Flooder {
       call->request = grpc::ByteBuffer(&slice, 1);
       stub_->UnaryCall(&call->context, "/ps.rpc.ParameterServer/" + method, grpc::StubOptions(),
                        &call->request, &call->response, [this, &mu, &done](grpc::Status status) {
-                         codes_->Add(status.error_code());
+                         codes_->Add(status);
                          absl::MutexLock lock(&mu);
                          ++done;
                        });
@@ -272,11 +280,13 @@ TEST_CASE("Floods: oversized and malformed requests from 8 threads for 10 s", "[
   const int64_t refused_busy = codes.Of(grpc::StatusCode::RESOURCE_EXHAUSTED);
   const int64_t refused_invalid = codes.Of(grpc::StatusCode::INVALID_ARGUMENT);
   std::printf(
-      "flood: %lld RESOURCE_EXHAUSTED, %lld INVALID_ARGUMENT, %lld NOT_FOUND, %lld "
+      "flood: %lld RESOURCE_EXHAUSTED (%lld of them admission's \"server busy\"), %lld "
+      "INVALID_ARGUMENT, %lld NOT_FOUND, %lld "
       "FAILED_PRECONDITION, %lld UNAVAILABLE, %lld PERMISSION_DENIED, %lld DEADLINE_EXCEEDED, %lld "
       "OK; legitimate: %lld pulls, %lld pushes, %zu failures; server RSS baseline %.1f MiB, peak "
       "%.1f MiB (bound: baseline + %lld MiB)\n",
-      static_cast<long long>(refused_busy), static_cast<long long>(refused_invalid),
+      static_cast<long long>(refused_busy), static_cast<long long>(codes.busy.load()),
+      static_cast<long long>(refused_invalid),
       static_cast<long long>(codes.Of(grpc::StatusCode::NOT_FOUND)),
       static_cast<long long>(codes.Of(grpc::StatusCode::FAILED_PRECONDITION)),
       static_cast<long long>(codes.Of(grpc::StatusCode::UNAVAILABLE)),
