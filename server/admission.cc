@@ -25,9 +25,9 @@ absl::Status ValidateAdmissionLimits(const AdmissionLimits& limits) {
     }
   }
   if (limits.max_requests > 0 && limits.max_requests_per_peer > limits.max_requests) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "--max_inflight_requests_per_peer=%d is above --max_inflight_requests=%d",
-        limits.max_requests_per_peer, limits.max_requests));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--max_inflight_requests_per_peer=%d is above --max_inflight_requests=%d",
+                        limits.max_requests_per_peer, limits.max_requests));
   }
   if (limits.max_bytes > 0 && limits.max_bytes_per_peer > limits.max_bytes) {
     return absl::InvalidArgumentError(

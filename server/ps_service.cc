@@ -138,12 +138,12 @@ class ParsedCall final : public grpc::ServerUnaryReactor {
   grpc::ByteBuffer* const out_;
 };
 
-// Starts a call of a raw method: the call, which has already answered INVALID_ARGUMENT when the
-// request does not parse (then *parsed is false).
+// Starts a call of a raw method admitted as `admitted` says: the call, which has already answered
+// the admission's refusal (RESOURCE_EXHAUSTED), or INVALID_ARGUMENT when the request does not
+// parse (then *parsed is false). The call holds the ticket until gRPC is done with it.
 template <typename Request, typename Response>
 ParsedCall<Request, Response>* StartCall(const grpc::ByteBuffer* bytes, grpc::ByteBuffer* out,
-                                         absl::StatusOr<Admission::Ticket> admitted,
-                                         bool* parsed) {
+                                         absl::StatusOr<Admission::Ticket> admitted, bool* parsed) {
   auto* call = new ParsedCall<Request, Response>(out);
   if (!admitted.ok()) {
     *parsed = false;
@@ -280,8 +280,8 @@ grpc::ServerUnaryReactor* ParameterServerService::Push(grpc::CallbackServerConte
                                                        const grpc::ByteBuffer* request,
                                                        grpc::ByteBuffer* response) {
   bool parsed = false;
-  auto* call = StartCall<rpc::PushRequest, rpc::PushResponse>(
-      request, response, Admit(context, *request), &parsed);
+  auto* call = StartCall<rpc::PushRequest, rpc::PushResponse>(request, response,
+                                                              Admit(context, *request), &parsed);
   if (!parsed) return call;
   ServeIfWorkerMayWrite(call, /*required=*/true,
                         [this](auto* checked_call) { ServePush(checked_call); });

@@ -33,20 +33,15 @@ namespace ps {
 namespace {
 
 constexpr char kJob[] = R"pb(
-name: "flood"
-tables {
-  name: "emb"
-  dim: 16
-  initializer { kind: UNIFORM low: -0.1 high: 0.1 }
-  optimizer { type: "sgd" learning_rate: 0.1 }
-}
-training { seed: 5 mode: ASYNC }
-cluster {
-  num_shards: 8
-  num_servers: 1
-  max_message_bytes: 1048576
-  dense_chunk_floats: 1000
-}
+  name: "flood"
+  tables {
+    name: "emb"
+    dim: 16
+    initializer { kind: UNIFORM low: -0.1 high: 0.1 }
+    optimizer { type: "sgd" learning_rate: 0.1 }
+  }
+  training { seed: 5 mode: ASYNC }
+  cluster { num_shards: 8 num_servers: 1 max_message_bytes: 1048576 dense_chunk_floats: 1000 }
 )pb";
 
 constexpr int kFlooders = 8;
@@ -214,10 +209,9 @@ TEST_CASE("Floods: oversized and malformed requests from 8 threads for 10 s", "[
   INFO(coordinator.status().ToString());
   REQUIRE(coordinator.ok());
   auto server = testing::Daemon::Start(
-      "server/ps_server",
-      {absl::StrCat("--coordinator=", (*coordinator)->address()),
-       absl::StrCat("--max_inflight_requests_per_peer=", kPerPeerRequests),
-       "--max_inflight_bytes_per_peer=16777216"});
+      "server/ps_server", {absl::StrCat("--coordinator=", (*coordinator)->address()),
+                           absl::StrCat("--max_inflight_requests_per_peer=", kPerPeerRequests),
+                           "--max_inflight_bytes_per_peer=16777216"});
   INFO(server.status().ToString());
   REQUIRE(server.ok());
 

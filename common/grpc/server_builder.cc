@@ -1,7 +1,7 @@
 #include "common/grpc/server_builder.h"
 
-#include <grpcpp/security/server_credentials.h>
 #include <grpcpp/resource_quota.h>
+#include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server_builder.h>
 
 #include "absl/status/status.h"
@@ -14,7 +14,8 @@ namespace {
 // OK when `value` is -1 (gRPC's default) or > 0; INVALID_ARGUMENT naming `field` otherwise.
 absl::Status CheckBound(const char* field, int64_t value) {
   if (value == -1 || value > 0) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat("ServerOptions.", field, " must be -1 (gRPC's default) or > 0, got ", value));
+  return absl::InvalidArgumentError(
+      absl::StrCat("ServerOptions.", field, " must be -1 (gRPC's default) or > 0, got ", value));
 }
 
 }  // namespace

@@ -58,8 +58,7 @@ struct ServerOptions {
 
   // Interceptors of every call (for example metrics::MakeServerMetricsInterceptorFactory). Default
   // none: no interceptor and no cost per call.
-  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
-      interceptors;
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
 
   // How the server authenticates. Default null: plaintext (insecure credentials).
   std::shared_ptr<grpc::ServerCredentials> credentials;
@@ -73,7 +72,8 @@ struct StartedServer {
 
 // Builds a server with `options` serving `services` (not owned; they must outlive the server) and
 // starts it. Returns the server and its bound port; INVALID_ARGUMENT for an empty listen address,
-// no service, or a bound out of its range (the message names the field); UNAVAILABLE ("cannot listen on <address>") when the address cannot be bound.
+// no service, or a bound out of its range (the message names the field); UNAVAILABLE ("cannot
+// listen on <address>") when the address cannot be bound.
 absl::StatusOr<StartedServer> StartServer(ServerOptions options,
                                           const std::vector<grpc::Service*>& services);
 
