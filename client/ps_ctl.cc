@@ -162,7 +162,8 @@ std::unique_ptr<ctl::CtlConnection> Connect(const char* command) {
     return nullptr;
   }
   return std::make_unique<ctl::CtlConnection>(
-      address, absl::Milliseconds(absl::GetFlag(FLAGS_timeout_ms)), security->ChannelCredentials());
+      address, absl::Milliseconds(absl::GetFlag(FLAGS_timeout_ms)), security->ChannelCredentials(),
+      security->tls());
 }
 
 int Failed(const char* command, const absl::Status& status) {

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc/channel_factory.h"
+#include "common/grpc/security.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
 
@@ -46,13 +47,10 @@ absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
   if (!channel->WaitForConnected(deadline)) {
     // A TLS handshake that fails looks the same from here as nobody listening: say which
     // security this side used, the likeliest mismatch.
-    return absl::UnavailableError(absl::StrCat(
-        "coordinator at ", address, " not reachable within ", absl::FormatDuration(timeout),
-        plaintext ? " (this process dials in plaintext; a coordinator serving TLS needs --tls_ca "
-                    "here)"
-                  : " (this process dials with TLS; check that the coordinator serves TLS with a "
-                    "certificate of --tls_ca naming this address, and that this process's "
-                    "certificate is accepted)"));
+    return absl::UnavailableError(absl::StrCat("coordinator at ", address,
+                                               " not reachable within ",
+                                               absl::FormatDuration(timeout), " (",
+                                               grpc_util::UnreachableHint(!plaintext), ")"));
   }
   return std::unique_ptr<CoordinatorClient>(
       new CoordinatorClient(address, rpc::Coordinator::NewStub(channel)));

@@ -131,17 +131,26 @@ class ParsedCall final : public grpc::ServerUnaryReactor {
 
   Request request;
   Response response;
+  // The call's share of the admission counts, given back once gRPC is done with it.
+  Admission::Ticket ticket;
 
  private:
   grpc::ByteBuffer* const out_;
 };
 
-// Starts a call of a raw method: the call, which has already answered INVALID_ARGUMENT when the
-// request does not parse (then *parsed is false).
+// Starts a call of a raw method admitted as `admitted` says: the call, which has already answered
+// the admission's refusal (RESOURCE_EXHAUSTED), or INVALID_ARGUMENT when the request does not
+// parse (then *parsed is false). The call holds the ticket until gRPC is done with it.
 template <typename Request, typename Response>
 ParsedCall<Request, Response>* StartCall(const grpc::ByteBuffer* bytes, grpc::ByteBuffer* out,
-                                         bool* parsed) {
+                                         absl::StatusOr<Admission::Ticket> admitted, bool* parsed) {
   auto* call = new ParsedCall<Request, Response>(out);
+  if (!admitted.ok()) {
+    *parsed = false;
+    call->Reply(admitted.status());
+    return call;
+  }
+  call->ticket = *std::move(admitted);
   const absl::Status status = ParseRequest(*bytes, &call->request);
   *parsed = status.ok();
   if (!status.ok()) call->Reply(status);
@@ -152,6 +161,12 @@ ParsedCall<Request, Response>* StartCall(const grpc::ByteBuffer* bytes, grpc::By
 
 ParameterServerService::ParameterServerService(std::function<void(uint64_t)> on_newer_map)
     : on_newer_map_(std::move(on_newer_map)) {}
+
+absl::StatusOr<Admission::Ticket> ParameterServerService::Admit(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer& request) {
+  if (admission_ == nullptr) return Admission::Ticket();
+  return admission_->Admit(context->peer(), static_cast<int64_t>(request.Length()));
+}
 
 ShardedStore* ParameterServerService::Ready(const rpc::RequestHeader& header,
                                             absl::Status* status) {
@@ -174,6 +189,8 @@ ShardedStore* ParameterServerService::Ready(const rpc::RequestHeader& header,
 grpc::ServerUnaryReactor* ParameterServerService::Pull(grpc::CallbackServerContext* context,
                                                        const grpc::ByteBuffer* request_bytes,
                                                        grpc::ByteBuffer* response) {
+  absl::StatusOr<Admission::Ticket> admitted = Admit(context, *request_bytes);
+  if (!admitted.ok()) return Done(context, admitted.status());
   rpc::PullRequest request;
   absl::Status status = ParseRequest(*request_bytes, &request);
   if (!status.ok()) return Done(context, status);
@@ -184,8 +201,10 @@ grpc::ServerUnaryReactor* ParameterServerService::Pull(grpc::CallbackServerConte
   if (!status.ok()) return Done(context, status);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   auto pull = std::make_shared<rpc::PullRequest>(std::move(request));
+  // Held until the answer is written (a sync-mode pull may wait for its step).
+  auto ticket = std::make_shared<Admission::Ticket>(*std::move(admitted));
   store->RunWhenApplied(pull->header().clock() - 1,
-                        [store, pull, response, reactor](absl::Status ready) {
+                        [store, pull, ticket, response, reactor](absl::Status ready) {
                           if (ready.ok()) {
                             PullResponseFrame frame;
                             ready = store->Pull(*pull, [&frame](size_t num_keys, uint32_t dim) {
@@ -193,6 +212,7 @@ grpc::ServerUnaryReactor* ParameterServerService::Pull(grpc::CallbackServerConte
                             });
                             if (ready.ok()) frame.Finish(response);
                           }
+                          ticket->Release();
                           reactor->Finish(ToGrpcStatus(ready));
                         });
   return reactor;
@@ -237,7 +257,8 @@ grpc::ServerUnaryReactor* ParameterServerService::EndStep(grpc::CallbackServerCo
                                                           const grpc::ByteBuffer* request,
                                                           grpc::ByteBuffer* response) {
   bool parsed = false;
-  auto* call = StartCall<rpc::EndStepRequest, rpc::EndStepResponse>(request, response, &parsed);
+  auto* call = StartCall<rpc::EndStepRequest, rpc::EndStepResponse>(
+      request, response, Admission::Ticket(), &parsed);  // exempt: see the class comment
   if (!parsed) return call;
   ServeIfWorkerMayWrite(call, /*required=*/false,
                         [this](auto* checked_call) { ServeEndStep(checked_call); });
@@ -259,7 +280,8 @@ grpc::ServerUnaryReactor* ParameterServerService::Push(grpc::CallbackServerConte
                                                        const grpc::ByteBuffer* request,
                                                        grpc::ByteBuffer* response) {
   bool parsed = false;
-  auto* call = StartCall<rpc::PushRequest, rpc::PushResponse>(request, response, &parsed);
+  auto* call = StartCall<rpc::PushRequest, rpc::PushResponse>(request, response,
+                                                              Admit(context, *request), &parsed);
   if (!parsed) return call;
   ServeIfWorkerMayWrite(call, /*required=*/true,
                         [this](auto* checked_call) { ServePush(checked_call); });
@@ -288,7 +310,8 @@ grpc::ServerUnaryReactor* ParameterServerService::PullDense(grpc::CallbackServer
                                                             const grpc::ByteBuffer* request,
                                                             grpc::ByteBuffer* response) {
   bool parsed = false;
-  auto* call = StartCall<rpc::PullDenseRequest, rpc::PullDenseResponse>(request, response, &parsed);
+  auto* call = StartCall<rpc::PullDenseRequest, rpc::PullDenseResponse>(
+      request, response, Admit(context, *request), &parsed);
   if (!parsed) return call;
   absl::Status status;
   ShardedStore* store = Ready(call->request.header(), &status);
@@ -301,7 +324,8 @@ grpc::ServerUnaryReactor* ParameterServerService::PushDense(grpc::CallbackServer
                                                             const grpc::ByteBuffer* request,
                                                             grpc::ByteBuffer* response) {
   bool parsed = false;
-  auto* call = StartCall<rpc::PushDenseRequest, rpc::PushDenseResponse>(request, response, &parsed);
+  auto* call = StartCall<rpc::PushDenseRequest, rpc::PushDenseResponse>(
+      request, response, Admit(context, *request), &parsed);
   if (!parsed) return call;
   // A gradient is admitted once per (worker_id, sequence): it needs a registered worker.
   const bool gradient = call->request.kind() == rpc::PushDenseRequest::GRADIENT;

@@ -13,6 +13,7 @@
 #include "absl/time/time.h"
 #include "common/metrics/registry.h"
 #include "proto/ps.grpc.pb.h"
+#include "server/admission.h"
 #include "server/registered_workers.h"
 #include "server/sharded_store.h"
 
@@ -41,6 +42,14 @@ using ParameterServerBase = rpc::ParameterServer::WithRawCallbackMethod_Pull<
 // when their worker_id is not 0) are refused with PERMISSION_DENIED when the worker id was never
 // issued by the coordinator (RegisteredWorkers, once set); Push and PushDense GRADIENT also when
 // it is 0. Replicate, between servers, carries none.
+//
+// With an Admission set, Pull, Push, PullDense and PushDense are admitted (by the gRPC peer and the
+// request's size) before they are parsed, and refused RESOURCE_EXHAUSTED at once over a limit; a
+// request holds its share until its answer is sent (a sync-mode pull waiting for its step
+// included). EndStep, Replicate, GetStatus and WriteCheckpoint are exempt: they are small and few
+// (one EndStep per worker and step, one Replicate stream per primary and copy, each bounded by its
+// sender's window), and refusing them under a flood of pulls could stall a sync step or the
+// replication that acknowledges pushes, which would hold the admitted requests longer still.
 class ParameterServerService final : public ParameterServerBase {
  public:
   // `on_newer_map` is called (from a gRPC thread; it must not block) when a request was routed
@@ -58,6 +67,10 @@ class ParameterServerService final : public ParameterServerBase {
   void SetRegisteredWorkers(RegisteredWorkers* workers) {
     workers_.store(workers, std::memory_order_release);
   }
+
+  // Admits the data-path requests with `admission` (not owned, outlives the service; set it before
+  // the server starts). None by default: no limit.
+  void SetAdmission(Admission* admission) { admission_ = admission; }
 
   void SetServerId(uint32_t id) { server_id_.store(id); }
 
@@ -103,6 +116,11 @@ class ParameterServerService final : public ParameterServerBase {
   // `status` says why (UNAVAILABLE, retryable).
   ShardedStore* Ready(const rpc::RequestHeader& header, absl::Status* status);
 
+  // Admits a request of the data path: an empty ticket without an Admission; RESOURCE_EXHAUSTED
+  // over a limit.
+  absl::StatusOr<Admission::Ticket> Admit(grpc::CallbackServerContext* context,
+                                          const grpc::ByteBuffer& request);
+
   // Writes a progress line about pushes dropped as late (sync quorum), at most every 5 s.
   void ReportLatePush(const rpc::RequestHeader& header, uint32_t keys);
 
@@ -132,6 +150,7 @@ class ParameterServerService final : public ParameterServerBase {
   bool writing_checkpoint_ ABSL_GUARDED_BY(checkpoint_mu_) = false;
   std::atomic<uint32_t> server_id_{0};
   metrics::Histogram* checkpoint_durations_ = nullptr;
+  Admission* admission_ = nullptr;
 };
 
 }  // namespace server

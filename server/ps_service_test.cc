@@ -12,7 +12,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "common/hash.h"
 #include "common/job_config.h"
+#include "server/admission.h"
 #include "server/internal/test_fixtures.h"
 
 namespace ps {
@@ -285,6 +287,120 @@ TEST_CASE("a table name that is not UTF-8 does not parse", "[server][service]") 
   const grpc::Status status = served.CallRaw("Push", table);
   INFO(status.error_message());
   CHECK(status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+// Sizes taken from the wire are checked against the bytes that came with them before anything is
+// allocated for them: each request below claims far more than it carries.
+TEST_CASE("requests claiming huge key counts or sizes are refused before any allocation",
+          "[server][service]") {
+  auto store = ShardedStore::Create(TestJob(), {});
+  REQUIRE(store.ok());
+  (*store)->SetShardMap(EvenOddMap(3), 0);
+  Served served;
+  served.service.SetStore(store->get());
+  const uint32_t kMaxCount = 0xffffffffu;
+
+  SECTION("a pull whose runs claim 2^33 keys with 3 keys' bytes") {
+    rpc::PullRequest pull = MakePull(KeysOnShards(0, 3), 3);
+    for (int i = 0; i < 2; ++i) {
+      rpc::ShardRun* run = pull.add_runs();
+      run->set_shard(0);
+      run->set_count(kMaxCount);
+    }
+    rpc::PullResponse response;
+    const grpc::Status status = served.Pull(pull, &response);
+    INFO(status.error_message());
+    CHECK(status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK(absl::StrContains(status.error_message(), "shard runs cover"));
+  }
+  SECTION("a push whose run claims 2^32 - 1 keys with 3 keys' bytes") {
+    rpc::PushRequest push = MakePush(KeysOnShards(0, 3), 1, 1);
+    push.mutable_runs(0)->set_count(kMaxCount);
+    rpc::PushResponse response;
+    grpc::ClientContext context;
+    const grpc::Status status = served.stub->Push(&context, push, &response);
+    INFO(status.error_message());
+    CHECK(status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  SECTION("a push whose gradients disagree with keys x dim") {
+    rpc::PushRequest push = MakePush(KeysOnShards(0, 3), 1, 1);
+    push.mutable_grads()->append(4, '\0');  // one float more than 3 x 4
+    rpc::PushResponse response;
+    grpc::ClientContext context;
+    const grpc::Status status = served.stub->Push(&context, push, &response);
+    INFO(status.error_message());
+    CHECK(status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK(absl::StrContains(status.error_message(), "gradients are"));
+  }
+  SECTION("a dense push claiming 2^40 floats with one float") {
+    rpc::PushDenseRequest push;
+    push.mutable_header()->set_map_version(3);
+    push.set_kind(rpc::PushDenseRequest::ASSIGN);
+    push.set_name("mlp");
+    push.set_total_floats(uint64_t{1} << 40);
+    rpc::DenseChunk* chunk = push.add_chunks();
+    const float one = 1.0f;
+    chunk->set_values(reinterpret_cast<const char*>(&one), sizeof(one));
+    // Any chunk the server serves: find one of an even shard.
+    const uint64_t name_hash = NameHash("mlp");
+    uint32_t c = 0;
+    while (ShardOf(name_hash, c, testing::kTestShards) % 2 != 0) ++c;
+    chunk->set_chunk(c);
+    rpc::PushDenseResponse response;
+    grpc::ClientContext context;
+    const grpc::Status status = served.stub->PushDense(&context, push, &response);
+    INFO(status.error_message());
+    CHECK(status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  SECTION("a keys field whose length prefix claims 2^40 bytes") {
+    std::string bytes = "\x1a";  // field 3 (keys), length-delimited
+    uint64_t length = uint64_t{1} << 40;
+    while (length >= 0x80) {
+      bytes.push_back(static_cast<char>(length | 0x80));
+      length >>= 7;
+    }
+    bytes.push_back(static_cast<char>(length));
+    bytes.append(24, 'k');
+    const std::string method = GENERATE("Pull", "Push");
+    const grpc::Status status = served.CallRaw(method, bytes);
+    INFO(method << ": " << status.error_message());
+    CHECK(status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  // The server keeps serving.
+  rpc::PullResponse response;
+  CHECK(served.Pull(MakePull(KeysOnShards(0, 3), 3), &response).ok());
+}
+
+TEST_CASE("an admission limit refuses data-path calls RESOURCE_EXHAUSTED, not EndStep",
+          "[server][service][admission]") {
+  auto store = ShardedStore::Create(TestJob(), {});
+  REQUIRE(store.ok());
+  (*store)->SetShardMap(EvenOddMap(3), 0);
+  AdmissionLimits limits;
+  limits.max_requests = 1;
+  limits.max_requests_per_peer = 1;
+  Admission admission(limits);
+  Served served;
+  served.service.SetStore(store->get());
+  served.service.SetAdmission(&admission);
+  rpc::PullResponse response;
+  REQUIRE(served.Pull(MakePull(KeysOnShards(0, 3), 3), &response).ok());
+
+  // Another peer's request holds the server's only slot.
+  absl::StatusOr<Admission::Ticket> held = admission.Admit("ipv4:10.0.0.1:1", 0);
+  REQUIRE(held.ok());
+  const grpc::Status pull = served.Pull(MakePull(KeysOnShards(0, 3), 3), &response);
+  CHECK(pull.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+  CHECK(absl::StrContains(pull.error_message(), "(--max_inflight_requests=1)"));
+  const std::string method = GENERATE("Push", "PullDense", "PushDense");
+  const grpc::Status raw = served.CallRaw(method, "");
+  INFO(method << ": " << raw.error_message());
+  CHECK(raw.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+  // EndStep is exempt (an empty request: worker 0, clock 0, async mode).
+  CHECK(served.CallRaw("EndStep", "").error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED);
+
+  held->Release();
+  CHECK(served.Pull(MakePull(KeysOnShards(0, 3), 3), &response).ok());
 }
 
 }  // namespace

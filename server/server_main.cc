@@ -3,12 +3,18 @@
 //   ps_server --coordinator=HOST:PORT [--listen=0.0.0.0:0] [--advertise=HOST] [--port_file=PATH]
 //             [--metrics_listen=HOST:PORT] [--metrics_port_file=PATH] [--connect_timeout_s=45]
 //             [--hot_keys_sample_every=128] [--tls_cert=PEM --tls_key=PEM] [--tls_ca=PEM]
-//             [--token_file=PATH] [--dry_run]
+//             [--token_file=PATH] [--dry_run] [resource bounds, below]
 //
 // With --tls_cert and --tls_key it serves TLS, with --tls_ca mutual TLS, and with --token_file
 // it checks every call's bearer token (common/grpc/security.h); its own calls (to the
 // coordinator, and replication to the other servers) use the same certificate and present the
 // file's admin token.
+//
+// Resource bounds (README "Resource bounds"): --max_inflight_requests, --max_inflight_bytes,
+// --max_inflight_requests_per_peer, --max_inflight_bytes_per_peer (server/admission.h; over them
+// a request is refused RESOURCE_EXHAUSTED at once), --max_concurrent_streams,
+// --grpc_memory_quota_bytes, --max_connection_idle_s, --keepalive_s (common/grpc/server_builder.h).
+// A value out of range is refused at start-up and by --dry_run (exit 2).
 //
 // Binds --listen (port 0 picks a free one; the bound port is printed and written to --port_file),
 // registers with the coordinator under its advertised address (ADVERTISED_HOST:PORT, which clients
@@ -26,6 +32,7 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <thread>
@@ -48,6 +55,7 @@
 #include "common/port_file.h"
 #include "common/process_tuning.h"
 #include "common/signals.h"
+#include "server/admission.h"
 #include "server/checkpoint/server_checkpoint.h"
 #include "server/ps_service.h"
 #include "server/registered_workers.h"
@@ -79,8 +87,67 @@ ABSL_FLAG(int, connect_timeout_s, 45,
           "how long to wait for the coordinator, at start and when it is away later (a "
           "coordinator restarting from its data_dir); then the server exits with status 1");
 
+ABSL_FLAG(int64_t, max_inflight_requests, 4096,
+          "requests (Pull, Push, PullDense, PushDense) in flight on this server; more are refused "
+          "RESOURCE_EXHAUSTED at once; 0: no limit");
+ABSL_FLAG(int64_t, max_inflight_bytes, int64_t{2} << 30,
+          "request bytes in flight on this server (one request bigger than this is admitted "
+          "alone); 0: no limit");
+ABSL_FLAG(int64_t, max_inflight_requests_per_peer, 512,
+          "requests in flight from one gRPC peer (one client connection); 0: no limit; at most "
+          "--max_inflight_requests");
+ABSL_FLAG(int64_t, max_inflight_bytes_per_peer, int64_t{1} << 30,
+          "request bytes in flight from one gRPC peer; 0: no limit; at most --max_inflight_bytes");
+ABSL_FLAG(int, max_concurrent_streams, 1024,
+          "calls at once on one connection (HTTP/2 streams; a client over it waits); > 0");
+ABSL_FLAG(int64_t, grpc_memory_quota_bytes, 0,
+          "bytes gRPC may hold for this server's connections (a grpc::ResourceQuota: over it gRPC "
+          "shrinks buffers and drops connections); 0: no quota");
+ABSL_FLAG(int, max_connection_idle_s, 1800,
+          "a connection with no call for this long is closed (clients reconnect); > 0");
+ABSL_FLAG(int, keepalive_s, 60,
+          "ping a connection silent for this long and drop it when no answer comes within 20 s "
+          "(a client whose host or network died); > 0");
+
 namespace ps {
 namespace {
+
+// The resource bounds from the flags: the admission limits and the gRPC server's; INVALID_ARGUMENT
+// naming the flag for a value out of range.
+absl::Status BoundsFromFlags(server::AdmissionLimits* limits,
+                             grpc_util::ServerOptions* server_options) {
+  limits->max_requests = absl::GetFlag(FLAGS_max_inflight_requests);
+  limits->max_bytes = absl::GetFlag(FLAGS_max_inflight_bytes);
+  limits->max_requests_per_peer = absl::GetFlag(FLAGS_max_inflight_requests_per_peer);
+  limits->max_bytes_per_peer = absl::GetFlag(FLAGS_max_inflight_bytes_per_peer);
+  if (absl::Status valid = server::ValidateAdmissionLimits(*limits); !valid.ok()) return valid;
+  const int streams = absl::GetFlag(FLAGS_max_concurrent_streams);
+  const int64_t quota = absl::GetFlag(FLAGS_grpc_memory_quota_bytes);
+  const int idle_s = absl::GetFlag(FLAGS_max_connection_idle_s);
+  const int keepalive_s = absl::GetFlag(FLAGS_keepalive_s);
+  if (streams <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--max_concurrent_streams must be > 0, got %d", streams));
+  }
+  if (quota < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--grpc_memory_quota_bytes must be >= 0 (0: no quota), got %d", quota));
+  }
+  if (idle_s <= 0 || idle_s > std::numeric_limits<int>::max() / 1000) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--max_connection_idle_s must be in [1, 2147483], got %d", idle_s));
+  }
+  if (keepalive_s <= 0 || keepalive_s > std::numeric_limits<int>::max() / 1000) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--keepalive_s must be in [1, 2147483], got %d", keepalive_s));
+  }
+  server_options->max_concurrent_streams = streams;
+  server_options->memory_quota_bytes = quota > 0 ? quota : -1;
+  server_options->max_connection_idle_ms = idle_s * 1000;
+  server_options->keepalive_time_ms = keepalive_s * 1000;
+  server_options->keepalive_timeout_ms = 20 * 1000;
+  return absl::OkStatus();
+}
 
 // Fetches newer shard maps in the background by always waiting on the coordinator for the next
 // version; a request that shows a newer one exists cuts short the pause after a failed call.
@@ -195,6 +262,13 @@ int Main() {
                  std::string(server_credentials.status().message()).c_str());
     return 2;
   }
+  server::AdmissionLimits admission_limits;
+  grpc_util::ServerOptions server_options;
+  if (const absl::Status bounds = BoundsFromFlags(&admission_limits, &server_options);
+      !bounds.ok()) {
+    std::fprintf(stderr, "ps_server: %s\n", std::string(bounds.message()).c_str());
+    return 2;
+  }
   if (absl::GetFlag(FLAGS_dry_run)) {
     const absl::Status can_listen = CheckCanListen(listen);
     if (!can_listen.ok()) {
@@ -232,11 +306,13 @@ int Main() {
       "Time this server took to write its shards of a checkpoint.",
       metrics::ExponentialBuckets(0.01, 2, 16)));
 
-  grpc_util::ServerOptions server_options;
+  server::Admission admission(admission_limits);
+  service.SetAdmission(&admission);
   server_options.listen_address = JoinHostPort(listen.host, listen.port);
   // The job's own limit (max_message_bytes, at most 1 GiB) is enforced by the store with a clear
-  // error; gRPC's limit only has to be above it.
-  server_options.max_receive_message_bytes = std::numeric_limits<int>::max();
+  // error; gRPC's limit only has to be above it, and refuses anything larger from its length
+  // prefix, before buffering it.
+  server_options.max_receive_message_bytes = (1 << 30) + (1 << 20);
   server_options.max_send_message_bytes = std::numeric_limits<int>::max();
   server_options.int_args = {{GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 << 20},
                              {GRPC_ARG_HTTP2_WRITE_BUFFER_SIZE, 8 << 20}};

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc/channel_factory.h"
+#include "common/grpc/security.h"
 #include "common/grpc_status.h"
 
 namespace ps {
@@ -22,16 +23,21 @@ std::shared_ptr<grpc::Channel> NewChannel(const std::string& address,
 }  // namespace
 
 CtlConnection::CtlConnection(std::string address, absl::Duration timeout,
-                             std::shared_ptr<grpc::ChannelCredentials> credentials)
+                             std::shared_ptr<grpc::ChannelCredentials> credentials, bool tls)
     : address_(std::move(address)),
       timeout_(timeout),
+      tls_(tls),
       channel_(NewChannel(address_, std::move(credentials))),
       stub_(rpc::Coordinator::NewStub(channel_)) {}
 
 absl::Status CtlConnection::Named(const absl::Status& status) const {
   return absl::Status(
-      status.code(), absl::StrCat("coordinator ", address_, ": ",
-                                  absl::StatusCodeToString(status.code()), ": ", status.message()));
+      status.code(),
+      absl::StrCat("coordinator ", address_, ": ", absl::StatusCodeToString(status.code()), ": ",
+                   status.message(),
+                   absl::IsUnavailable(status)
+                       ? absl::StrCat(" (", grpc_util::UnreachableHint(tls_), ")")
+                       : ""));
 }
 
 absl::StatusOr<rpc::ClusterStatus> CtlConnection::ClusterStatus() {

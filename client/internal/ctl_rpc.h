@@ -25,9 +25,11 @@ namespace client_internal {
 class CtlConnection {
  public:
   // Nothing is sent yet. Every call but Checkpoint has a deadline of `timeout`; a call to an
-  // address where nobody listens fails at once. `credentials` null: plaintext.
+  // address where nobody listens fails at once. `credentials` null: plaintext; `tls` says
+  // whether they are TLS's, for the hint that UNAVAILABLE errors carry
+  // (grpc_util::UnreachableHint).
   CtlConnection(std::string address, absl::Duration timeout,
-                std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
+                std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr, bool tls = false);
 
   const std::string& address() const { return address_; }
 
@@ -53,6 +55,7 @@ class CtlConnection {
 
   const std::string address_;
   const absl::Duration timeout_;
+  const bool tls_;
   const std::shared_ptr<grpc::Channel> channel_;
   const std::unique_ptr<rpc::Coordinator::Stub> stub_;
 };

@@ -9,6 +9,14 @@
 namespace ps {
 namespace grpc_util {
 
+std::string UnreachableHint(bool tls) {
+  return tls ? "this process dials with TLS: the server must serve TLS with a certificate of "
+               "--tls_ca's CA naming the address dialled and, where it requires client "
+               "certificates, accept this process's --tls_cert (of its CA, not expired)"
+             : "this process dials in plaintext: a cluster that serves TLS needs --tls_ca here "
+               "(and --tls_cert/--tls_key where it requires client certificates)";
+}
+
 absl::StatusOr<Security> Security::Load(const SecurityFiles& files, TokenRole presents) {
   Security security;
   PS_ASSIGN_OR_RETURN(security.tls_, LoadTlsOptions(files.tls));

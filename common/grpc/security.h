@@ -19,6 +19,11 @@
 namespace ps {
 namespace grpc_util {
 
+// What to add to an UNAVAILABLE error of a call: a failed TLS handshake looks the same to the
+// caller as nobody listening, so this names the likeliest mismatch for a caller that dials with
+// TLS (`tls`) or in plaintext.
+std::string UnreachableHint(bool tls);
+
 // The files a process is given. Empty: not given.
 struct SecurityFiles {
   TlsFiles tls;

@@ -8,6 +8,7 @@
 #include <grpcpp/server.h>
 #include <grpcpp/support/server_interceptor.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>
@@ -28,14 +29,36 @@ struct ServerOptions {
   int max_receive_message_bytes = -1;
   int max_send_message_bytes = -1;
 
+  // Resource bounds, so that a flood or a stuck client cannot hold the server's memory or
+  // connections forever. -1 (the default of each): gRPC's own default. Values < -1 or 0 (where
+  // noted): INVALID_ARGUMENT.
+  //
+  // Concurrent calls on one connection (GRPC_ARG_MAX_CONCURRENT_STREAMS); gRPC's default has no
+  // limit. A client over it waits for a stream (HTTP/2 flow control); it is not refused. > 0.
+  int max_concurrent_streams = -1;
+  // Bytes gRPC itself may hold for the server's connections (reads, writes, call arenas), through
+  // a grpc::ResourceQuota: over it gRPC shrinks its buffers and drops connections rather than
+  // grow. -1: none (no quota). > 0 otherwise.
+  int64_t memory_quota_bytes = -1;
+  // A connection with no call for this long is closed (GRPC_ARG_MAX_CONNECTION_IDLE_MS; GOAWAY,
+  // clients reconnect on their next call). A long poll (the coordinator's WaitClock, KvWait) is a
+  // call: its connection is not idle. gRPC's default: never. > 0.
+  int max_connection_idle_ms = -1;
+  // The server pings each connection after this long without traffic and drops it when no ack
+  // comes within keepalive_timeout_ms (GRPC_ARG_KEEPALIVE_TIME_MS, _TIMEOUT_MS): a client whose
+  // host died or whose network is gone stops holding the connection and its calls. gRPC's
+  // defaults: 2 hours and 20 s. > 0. (How often clients may ping is gRPC's default enforcement:
+  // at most every 5 minutes without data, else GOAWAY.)
+  int keepalive_time_ms = -1;
+  int keepalive_timeout_ms = -1;
+
   // Integer channel arguments of every connection, for example
   // {GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 << 20}. Default none.
   std::vector<std::pair<std::string, int>> int_args;
 
   // Interceptors of every call (for example metrics::MakeServerMetricsInterceptorFactory). Default
   // none: no interceptor and no cost per call.
-  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
-      interceptors;
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
 
   // How the server authenticates. Default null: plaintext (insecure credentials).
   std::shared_ptr<grpc::ServerCredentials> credentials;
@@ -48,8 +71,9 @@ struct StartedServer {
 };
 
 // Builds a server with `options` serving `services` (not owned; they must outlive the server) and
-// starts it. Returns the server and its bound port; INVALID_ARGUMENT for an empty listen address
-// or no service; UNAVAILABLE ("cannot listen on <address>") when the address cannot be bound.
+// starts it. Returns the server and its bound port; INVALID_ARGUMENT for an empty listen address,
+// no service, or a bound out of its range (the message names the field); UNAVAILABLE ("cannot
+// listen on <address>") when the address cannot be bound.
 absl::StatusOr<StartedServer> StartServer(ServerOptions options,
                                           const std::vector<grpc::Service*>& services);
 

@@ -301,6 +301,12 @@ int main(int argc, char** argv) {
   server_options.max_receive_message_bytes = kMaxMessageBytes;
   server_options.max_send_message_bytes = kMaxMessageBytes;
   server_options.credentials = *server_credentials;
+  // A dead client's connection is dropped (keepalive), an idle one closed; long polls (WaitClock,
+  // KvWait) are calls, so their connections are neither.
+  server_options.max_concurrent_streams = 1024;
+  server_options.keepalive_time_ms = 60 * 1000;
+  server_options.keepalive_timeout_ms = 20 * 1000;
+  server_options.max_connection_idle_ms = 30 * 60 * 1000;
   if (!absl::GetFlag(FLAGS_metrics_listen).empty()) {
     server_options.interceptors.push_back(
         ps::metrics::MakeServerMetricsInterceptorFactory(&registry, "ps_coordinator"));
