@@ -42,7 +42,8 @@ TEST_CASE("with mutual TLS and tokens on every channel the quickstart job trains
   testing::DatagenOptions data;
   data.train_path = absl::StrCat(dir, "/train.tsv");
   data.heldout_path = absl::StrCat(dir, "/heldout.tsv");
-  data.rows = 300000;
+  // The quickstart's rows: its usual AUC is within 0.02 of the teacher's (0.804 and 0.817).
+  data.rows = 1000000;
   data.heldout_rows = 30000;
   const absl::StatusOr<std::string> teacher = testing::RunDatagen(data, absl::Minutes(2));
   INFO(teacher.status().ToString());

@@ -136,12 +136,9 @@ absl::StatusOr<Token> PresentedToken(const TokenFile& file, TokenRole wanted) {
   for (const Token& token : file.tokens) {
     if (token.role == wanted) return token;
   }
-  for (const Token& token : file.tokens) {
-    if (token.role == TokenRole::kAdmin) return token;
-  }
+  if (!file.tokens.empty()) return file.tokens.front();
   return absl::FailedPreconditionError(
-      absl::StrCat("--token_file ", file.path, ": no ", TokenRoleName(wanted),
-                   " or admin token, which this process presents on its calls"));
+      absl::StrCat("--token_file ", file.path, ": no token to present on this process's calls"));
 }
 
 bool MayCall(TokenRole role, absl::string_view method) {

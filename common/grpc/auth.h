@@ -56,8 +56,9 @@ struct TokenFile {
 // token.
 absl::StatusOr<TokenFile> LoadTokenFile(const std::string& path);
 
-// Which token of `file` a process presents: `wanted`'s, or an admin token when the file has no
-// token of role `wanted`. FAILED_PRECONDITION naming the file when it has neither.
+// Which token of `file` a process presents: the first of role `wanted`, else the file's first
+// (a worker's file given to ps_ctl: the servers then refuse what needs an admin, saying so).
+// FAILED_PRECONDITION naming the file when it has no token.
 absl::StatusOr<Token> PresentedToken(const TokenFile& file, TokenRole wanted);
 
 // Whether `role` may call the method with the full name `method`

@@ -40,7 +40,7 @@ class Security {
   // Loads `files`; `presents` is the role whose token this process presents on its calls (see
   // PresentedToken: daemons and ps_ctl present admin, workers and clients worker). Errors are
   // LoadTlsOptions's and LoadTokenFile's, and FAILED_PRECONDITION for a token file without TLS
-  // (a bearer token must not cross the network in plaintext) or without a token to present.
+  // (a bearer token must not cross the network in plaintext).
   static absl::StatusOr<Security> Load(const SecurityFiles& files, TokenRole presents);
 
   // Whether calls use TLS / carry a token.

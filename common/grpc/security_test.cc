@@ -47,11 +47,13 @@ TEST_CASE("LoadTokenFile reads roles and tokens and names file and line of a mis
   CHECK(PresentedToken(*file, TokenRole::kWorker)->secret == kWorker);
   CHECK(PresentedToken(*file, TokenRole::kAdmin)->secret == kAdmin);
 
-  // A worker's file without an admin token: an admin's role cannot be presented.
+  // A worker's file given to a process that presents admin: the worker token goes, and the
+  // servers refuse what needs an admin.
   WriteFile(path, absl::StrCat("worker ", kWorker, "\n"));
   file = LoadTokenFile(path);
   REQUIRE(file.ok());
-  CHECK(PresentedToken(*file, TokenRole::kAdmin).status().code() ==
+  CHECK(PresentedToken(*file, TokenRole::kAdmin)->secret == kWorker);
+  CHECK(PresentedToken(TokenFile(), TokenRole::kAdmin).status().code() ==
         absl::StatusCode::kFailedPrecondition);
 
   struct Bad {
