@@ -16,11 +16,12 @@ from .client import Client, connect
 from .options import ClientOptions, DenseUpdate, PushResult
 from .errors import (DataLossError, DeadlineExceededError, FailedPreconditionError,
                      InternalError, InvalidArgumentError, NotFoundError, PermissionDeniedError,
-                     PsError, ResourceExhaustedError, UnavailableError)
+                     PsError, ResourceExhaustedError, UnauthenticatedError,
+                     UnavailableError)
 
 __all__ = [
     "Client", "ClientOptions", "DenseUpdate", "PushResult", "connect",
     "PsError", "DataLossError", "DeadlineExceededError", "FailedPreconditionError",
     "InternalError", "InvalidArgumentError", "NotFoundError", "PermissionDeniedError",
-    "ResourceExhaustedError", "UnavailableError",
+    "ResourceExhaustedError", "UnauthenticatedError", "UnavailableError",
 ]

@@ -47,12 +47,12 @@ def connect(coordinator, **options):
     the registration. Returns a Client; close it (or use it as a context manager).
     """
     opts = ClientOptions(coordinator=coordinator, **options)
-    opts.validate()
-    conn = CoordinatorConnection(opts.coordinator, opts.connect_timeout)
+    security = opts.validate()
+    conn = CoordinatorConnection(opts.coordinator, opts.connect_timeout, security)
     client = None
     try:
         registration = conn.register(ROLES[opts.role], opts.rank)
-        client = Client(opts, conn, registration)
+        client = Client(opts, conn, registration, security)
         conn.start_heartbeats(registration.member_id,
                               max(registration.heartbeat_interval_ms, 1) / 1000.0,
                               client._on_map_version)
@@ -89,8 +89,9 @@ class Client:
     """One connection to a parameter-server cluster. Thread-safe: any number of threads may call
     it at once. Made by connect(); close() it, or use it in a ``with`` block."""
 
-    def __init__(self, options, coordinator, registration):
+    def __init__(self, options, coordinator, registration, security=None):
         self._options = options
+        self._security = security  # the servers' channels' credentials (None: plaintext)
         self._coordinator = coordinator
         self.job = registration.job  # the job the cluster runs (a job_pb2.Job)
         self.worker_id = registration.member_id  # the id this client's pushes carry
@@ -287,7 +288,8 @@ class Client:
         conn = self._connections.get(address)
         if conn is None:
             conn = self._connections[address] = ServerConnection(
-                address, self._options.channels_per_server, self._options.interceptors)
+                address, self._options.channels_per_server, self._options.interceptors,
+                self._security)
         return conn
 
     def _install(self, shard_map):

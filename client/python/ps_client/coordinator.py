@@ -10,6 +10,7 @@ from proto import coordinator_pb2
 from proto import coordinator_pb2_grpc
 
 from . import errors
+from . import security as security_lib
 
 # Deadline of the calls that do not wait.
 RPC_TIMEOUT_S = 10.0
@@ -21,16 +22,20 @@ _MAX_MESSAGE_BYTES = 256 << 20
 class CoordinatorConnection:
     """A connection to a job's coordinator, with an optional heartbeat thread. Thread-safe."""
 
-    def __init__(self, address, timeout):
-        """Connects to ``address`` (host:port); UnavailableError if it is not up within
-        ``timeout`` seconds."""
+    def __init__(self, address, timeout, security=None):
+        """Connects to ``address`` (host:port) with ``security`` (a security.Security; None:
+        plaintext); UnavailableError if it is not up within ``timeout`` seconds."""
         self.address = address
-        self._channel = grpc.insecure_channel(address, options=[
+        security = security or security_lib.Security()
+        self._channel = security.channel(address, [
             ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
             # A coordinator that restarts is back within seconds: reconnect soon.
             ("grpc.initial_reconnect_backoff_ms", 100),
-            ("grpc.min_reconnect_backoff_ms", 100),
+            # Not a backoff but the least time gRPC gives one connection attempt: a first TLS
+            # handshake on a busy machine takes over 100 ms, and the attempt would fail (the C++
+            # coordinator client gives it 5 s too).
+            ("grpc.min_reconnect_backoff_ms", 5000),
             ("grpc.max_reconnect_backoff_ms", 1000),
         ])
         try:
@@ -38,7 +43,8 @@ class CoordinatorConnection:
         except grpc.FutureTimeoutError:
             self._channel.close()
             raise errors.UnavailableError(
-                "coordinator at %s not reachable within %gs" % (address, timeout)) from None
+                "coordinator at %s not reachable within %gs (%s)" %
+                (address, timeout, security_lib.unreachable_hint(security.tls))) from None
         self._stub = coordinator_pb2_grpc.CoordinatorStub(self._channel)
         self._lock = threading.Lock()
         self._last_report = {}  # server_id -> time.monotonic() of its last failure report

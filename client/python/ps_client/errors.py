@@ -55,6 +55,11 @@ class PermissionDeniedError(PsError):
     code = grpc.StatusCode.PERMISSION_DENIED
 
 
+class UnauthenticatedError(PsError):
+    """The call carried no bearer token, or one the cluster does not accept (token_file)."""
+    code = grpc.StatusCode.UNAUTHENTICATED
+
+
 class ResourceExhaustedError(PsError):
     """A request over the server's limits."""
     code = grpc.StatusCode.RESOURCE_EXHAUSTED
@@ -73,7 +78,8 @@ class InternalError(PsError):
 _BY_CODE = {
     cls.code: cls
     for cls in (InvalidArgumentError, NotFoundError, FailedPreconditionError, UnavailableError,
-                DeadlineExceededError, PermissionDeniedError, ResourceExhaustedError,
+                DeadlineExceededError, PermissionDeniedError, UnauthenticatedError,
+                ResourceExhaustedError,
                 DataLossError, InternalError)
 }
 

@@ -7,6 +7,7 @@ import enum
 from proto import coordinator_pb2
 
 from . import errors
+from . import security
 
 ROLES = {"client": coordinator_pb2.CLIENT, "worker": coordinator_pb2.WORKER}
 
@@ -45,9 +46,21 @@ class ClientOptions:
     rank: int = -1
     # gRPC client interceptors wrapped around every server channel (tracing, fault injection).
     interceptors: tuple = ()
+    # TLS and bearer tokens (ps_client/security.py; README: Security), paths as the daemons'
+    # flags of the same names; "" = not given. tls_ca: the CA of the servers' certificates (the
+    # client then dials with TLS). tls_cert/tls_key (both or neither): this client's certificate,
+    # for clusters that require client certificates. token_file: lines "ROLE TOKEN"; every call
+    # carries its worker token (its admin token if it has none). A token file needs tls_ca.
+    tls_ca: str = ""
+    tls_cert: str = ""
+    tls_key: str = ""
+    token_file: str = ""
 
     def validate(self):
-        """InvalidArgumentError naming the first bad field."""
+        """InvalidArgumentError naming the first bad field; for the TLS and token files, the
+        errors of security.Security.load (FailedPreconditionError for a token file without
+        tls_ca, an error naming the option and the file for one that cannot be read or
+        parsed). Returns the loaded security.Security."""
         def bad(what):
             raise errors.InvalidArgumentError("ClientOptions.%s" % what)
         if not isinstance(self.coordinator, str) or not self.coordinator:
@@ -63,3 +76,7 @@ class ClientOptions:
             bad("role must be one of %s, got %r" % (sorted(ROLES), self.role))
         if self.rank < -1:
             bad("rank must be >= -1")
+        for name in ("tls_ca", "tls_cert", "tls_key", "token_file"):
+            if not isinstance(getattr(self, name), str):
+                bad("%s must be a path (str), \"\" for none" % name)
+        return security.Security.load(self)

@@ -8,6 +8,7 @@ import numpy as np
 from proto import ps_pb2_grpc
 
 from . import errors
+from . import security as security_lib
 
 PULL_METHOD = "/ps.rpc.ParameterServer/Pull"
 PUSH_METHOD = "/ps.rpc.ParameterServer/Push"
@@ -20,14 +21,16 @@ class ServerConnection:
     other methods through the generated stub. Thread-safe.
     """
 
-    def __init__(self, address, channels, interceptors=()):
+    def __init__(self, address, channels, interceptors=(), security=None):
+        """``security``: a security.Security (None: plaintext)."""
         self.address = address
+        security = security or security_lib.Security()
         self._channels = []
         self._pull = []
         self._push = []
         self._stubs = []
         for i in range(channels):
-            channel = grpc.insecure_channel(address, options=[
+            channel = security.channel(address, [
                 ("grpc.max_receive_message_length", -1),
                 ("grpc.max_send_message_length", -1),
                 # A connection of its own per channel, not one shared subchannel.
