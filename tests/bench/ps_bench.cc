@@ -9,6 +9,8 @@
 // --memory --rows=N: loads N rows into one server and prints its resident bytes per row.
 // --metrics=on: the servers and the coordinator serve /metrics, scraped every second; compare:
 // --rounds runs each way, alternating, then {"bench":"metrics_overhead",...,"pull_ratio":...}.
+// --security=on: mutual TLS and bearer tokens on every channel (credentials made by
+// deploy/make_credentials.sh); compare: as --metrics=compare, then {"bench":"security_overhead",...}.
 //
 //   bazel run -c opt //tests/bench:ps_bench -- --servers=1 --workers=1 --keys=100000 --dim=16
 #include <fcntl.h>
@@ -45,13 +47,16 @@
 #include "absl/synchronization/mutex.h"
 #include "client/ps_client.h"
 #include "common/coordinator_client.h"
+#include "common/grpc/security_flags.h"
 #include "common/process_tuning.h"
 #include "proto/job.pb.h"
 #include "common/optimizer.h"
+#include "tests/testing/credentials.h"
 #include "tests/testing/daemon.h"
 #include "tests/testing/local_cluster.h"
 #include "tests/testing/ports.h"
 #include "tests/testing/runfiles.h"
+#include "tests/testing/temp_dir.h"
 
 ABSL_FLAG(int, servers, 1, "server processes");
 ABSL_FLAG(int, workers, 1, "worker processes");
@@ -75,7 +80,14 @@ ABSL_FLAG(std::string, metrics, "off",
           "--scrape_ms by this process, as Prometheus would), or compare (--rounds runs each, "
           "alternating off and on, then a line with the medians and on/off ratios)");
 ABSL_FLAG(int, scrape_ms, 1000, "--metrics=on: milliseconds between scrapes of each endpoint");
-ABSL_FLAG(int, rounds, 3, "--metrics=compare: runs of each configuration");
+ABSL_FLAG(std::string, security, "off",
+          "gRPC security of every channel: off (plaintext), on (mutual TLS and bearer tokens), "
+          "or compare (--rounds runs each, alternating off and on, then a line with the medians "
+          "and on/off ratios)");
+ABSL_FLAG(std::string, credentials_script, "",
+          "--security: deploy/make_credentials.sh (default: found in the runfiles or the "
+          "workspace)");
+ABSL_FLAG(int, rounds, 3, "--metrics=compare, --security=compare: runs of each configuration");
 ABSL_FLAG(std::string, bin_dir, "", "folder holding server/ and server/coordinator/ binaries");
 // Internal: how the parent starts its workers.
 ABSL_FLAG(std::string, role, "", "internal: 'worker'");
@@ -142,9 +154,11 @@ cluster {
   return path;
 }
 
-ClientOptions WorkerOptions(const std::string& coordinator) {
+ClientOptions WorkerOptions(const std::string& coordinator,
+                            std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr) {
   ClientOptions options;
   options.coordinator = coordinator;
+  options.credentials = std::move(credentials);
   options.channels_per_server = absl::GetFlag(FLAGS_channels);
   options.max_keys_per_request = absl::GetFlag(FLAGS_max_keys_per_request);
   return options;
@@ -156,12 +170,21 @@ int RunWorker() {
   const std::string coordinator_address = absl::GetFlag(FLAGS_coordinator);
   const int rank = absl::GetFlag(FLAGS_rank);
   const int workers = absl::GetFlag(FLAGS_workers);
-  auto client = Client::Connect(WorkerOptions(coordinator_address));
+  // The parent's --security=on passes the workers --tls_* and --token_file.
+  const absl::StatusOr<grpc_util::Security> security =
+      grpc_util::SecurityFromFlags(grpc_util::TokenRole::kWorker);
+  if (!security.ok()) {
+    std::fprintf(stderr, "worker %d: %s\n", rank, security.status().ToString().c_str());
+    return 1;
+  }
+  auto client =
+      Client::Connect(WorkerOptions(coordinator_address, security->ChannelCredentials()));
   if (!client.ok()) {
     std::fprintf(stderr, "worker %d: %s\n", rank, client.status().ToString().c_str());
     return 1;
   }
-  auto coordinator = CoordinatorClient::Connect(coordinator_address, absl::Seconds(30));
+  auto coordinator = CoordinatorClient::Connect(coordinator_address, absl::Seconds(30),
+                                                security->ChannelCredentials());
   if (!coordinator.ok()) return 1;
   const int k = absl::GetFlag(FLAGS_keys);
   const int dim = absl::GetFlag(FLAGS_dim);
@@ -235,7 +258,8 @@ struct WorkerProcess {
   std::string out_path;
 };
 
-WorkerProcess SpawnWorker(const std::string& coordinator, int rank) {
+WorkerProcess SpawnWorker(const std::string& coordinator, int rank,
+                          const std::vector<std::string>& security_flags) {
   WorkerProcess w;
   w.out_path = absl::StrFormat("/tmp/ps_bench_worker_%d_%d.out", getpid(), rank);
   std::vector<std::string> args = {
@@ -253,6 +277,7 @@ WorkerProcess SpawnWorker(const std::string& coordinator, int rank) {
       absl::StrCat("--inflight=", absl::GetFlag(FLAGS_inflight)),
       absl::StrCat("--max_keys_per_request=", absl::GetFlag(FLAGS_max_keys_per_request)),
   };
+  args.insert(args.end(), security_flags.begin(), security_flags.end());
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -351,9 +376,38 @@ class Scraper {
   std::thread thread_;
 };
 
+// The credentials of --security=on, made on first use in a temporary folder that is removed at
+// exit; null (after a message) if they cannot be made.
+const testing::TestCredentials* Credentials() {
+  static std::unique_ptr<testing::ScopedTempDir> dir;
+  static std::unique_ptr<testing::TestCredentials> made;
+  if (made != nullptr) return made.get();
+  absl::StatusOr<std::unique_ptr<testing::ScopedTempDir>> created =
+      testing::ScopedTempDir::Create("ps_bench_credentials");
+  if (!created.ok()) {
+    std::fprintf(stderr, "%s\n", created.status().ToString().c_str());
+    return nullptr;
+  }
+  const std::string script =
+      testing::FindWorkspaceFile(absl::GetFlag(FLAGS_credentials_script), g_self,
+                                 "server/ps_server", "deploy/make_credentials.sh");
+  absl::StatusOr<testing::TestCredentials> credentials =
+      testing::MakeTestCredentials((*created)->path(), script);
+  if (!credentials.ok()) {
+    std::fprintf(stderr, "%s\n", credentials.status().ToString().c_str());
+    return nullptr;
+  }
+  dir = *std::move(created);
+  made = std::make_unique<testing::TestCredentials>(*std::move(credentials));
+  return made.get();
+}
+
 // One run: the cluster, the workers' timed pulls and pushes, a JSON line per operation. The
 // keys per second of each operation, summed over the workers; empty when the run failed.
-std::map<std::string, double> RunThroughput(bool metrics) {
+//
+// `secure`: the daemons serve mutual TLS and check tokens, the workers present a client
+// certificate and a worker token (credentials made once, in a folder removed at exit).
+std::map<std::string, double> RunThroughput(bool metrics, bool secure) {
   const int servers = absl::GetFlag(FLAGS_servers);
   const int workers = absl::GetFlag(FLAGS_workers);
   const std::string job = WriteJob(servers, workers, 0);
@@ -361,6 +415,20 @@ std::map<std::string, double> RunThroughput(bool metrics) {
   options.bin_dir = BinDir();
   options.servers = servers;
   if (absl::GetFlag(FLAGS_empty_handler)) options.server_args.push_back("--empty_handler");
+  std::vector<std::string> worker_security;
+  if (secure) {
+    const testing::TestCredentials* c = Credentials();
+    if (c == nullptr) return {};
+    for (std::vector<std::string>* args : {&options.server_args, &options.coordinator_args}) {
+      args->insert(args->end(), {absl::StrCat("--tls_cert=", c->node_cert),
+                                 absl::StrCat("--tls_key=", c->node_key),
+                                 absl::StrCat("--tls_ca=", c->ca),
+                                 absl::StrCat("--token_file=", c->tokens)});
+    }
+    worker_security = {absl::StrCat("--tls_cert=", c->client_cert),
+                       absl::StrCat("--tls_key=", c->client_key), absl::StrCat("--tls_ca=", c->ca),
+                       absl::StrCat("--token_file=", c->worker_token)};
+  }
   if (metrics) {
     options.server_args.push_back("--metrics_listen=127.0.0.1:0");
     options.coordinator_args.push_back("--metrics_listen=127.0.0.1:0");
@@ -378,7 +446,7 @@ std::map<std::string, double> RunThroughput(bool metrics) {
   }
   const std::string coordinator = (*cluster)->coordinator().address();
   std::vector<WorkerProcess> procs;
-  for (int r = 0; r < workers; ++r) procs.push_back(SpawnWorker(coordinator, r));
+  for (int r = 0; r < workers; ++r) procs.push_back(SpawnWorker(coordinator, r, worker_security));
   bool ok = true;
   for (auto& p : procs) {
     int status = 0;
@@ -420,14 +488,14 @@ std::map<std::string, double> RunThroughput(bool metrics) {
         "{\"op\":\"%s\",\"servers\":%d,\"workers\":%d,\"keys\":%d,\"dim\":%d,\"optimizer\":\"%s\","
         "\"handler\":\"%s\",\"inflight\":%d,\"iters\":%d,\"mkeys_per_s\":%.3f,\"value_mb_per_s\":%.1f,"
         "\"p50_ms\":%.3f,\"p99_ms\":%.3f,\"replication_factor\":%d,\"replication_mode\":\"%s\","
-        "\"metrics\":\"%s\",\"scrapes\":%d}\n",
+        "\"metrics\":\"%s\",\"scrapes\":%d,\"security\":\"%s\"}\n",
         op, servers, workers, k, dim, absl::GetFlag(FLAGS_optimizer),
         absl::GetFlag(FLAGS_empty_handler) ? "empty" : "store", absl::GetFlag(FLAGS_inflight), iters, keys_per_s / 1e6,
         keys_per_s * dim * sizeof(float) / 1e6, Percentile(latencies[op], 0.5),
         Percentile(latencies[op], 0.99), absl::GetFlag(FLAGS_replication_factor),
         absl::GetFlag(FLAGS_replication_factor) > 1 ? absl::GetFlag(FLAGS_replication_mode)
                                                     : std::string("none"),
-        metrics ? "on" : "off", scrapes);
+        metrics ? "on" : "off", scrapes, secure ? "mtls+tokens" : "plaintext");
   }
   std::fflush(stdout);
   (void)(*cluster)->Terminate(absl::Seconds(10));
@@ -442,25 +510,39 @@ double Median(std::vector<double> values) {
 
 int RunThroughputs() {
   const std::string metrics = absl::GetFlag(FLAGS_metrics);
-  if (metrics == "off" || metrics == "on") return RunThroughput(metrics == "on").empty() ? 1 : 0;
-  if (metrics != "compare") {
-    std::fprintf(stderr, "--metrics must be off, on or compare, not %s\n", metrics.c_str());
+  const std::string security = absl::GetFlag(FLAGS_security);
+  for (const auto& [flag, value] : {std::pair<const char*, std::string>{"metrics", metrics},
+                                    {"security", security}}) {
+    if (value != "off" && value != "on" && value != "compare") {
+      std::fprintf(stderr, "--%s must be off, on or compare, not %s\n", flag, value.c_str());
+      return 2;
+    }
+  }
+  if (metrics == "compare" && security == "compare") {
+    std::fprintf(stderr, "compare one thing at a time: --metrics=compare or --security=compare\n");
     return 2;
   }
+  if (metrics != "compare" && security != "compare") {
+    return RunThroughput(metrics == "on", security == "on").empty() ? 1 : 0;
+  }
   // Alternating, so that the machine's drift falls on both alike.
+  const bool comparing_metrics = metrics == "compare";
   std::map<std::string, std::vector<double>> off, on;
   for (int round = 0; round < absl::GetFlag(FLAGS_rounds); ++round) {
-    for (const bool with_metrics : {false, true}) {
-      const std::map<std::string, double> rate = RunThroughput(with_metrics);
+    for (const bool with : {false, true}) {
+      const std::map<std::string, double> rate =
+          comparing_metrics ? RunThroughput(with, security == "on")
+                            : RunThroughput(metrics == "on", with);
       if (rate.empty()) return 1;
-      for (const auto& [op, keys_per_s] : rate) (with_metrics ? on : off)[op].push_back(keys_per_s);
+      for (const auto& [op, keys_per_s] : rate) (with ? on : off)[op].push_back(keys_per_s);
     }
   }
   absl::PrintF(
-      "{\"bench\":\"metrics_overhead\",\"keys\":%d,\"rounds\":%d,\"pull_off_mkeys_per_s\":%.3f,"
+      "{\"bench\":\"%s\",\"keys\":%d,\"rounds\":%d,\"pull_off_mkeys_per_s\":%.3f,"
       "\"pull_on_mkeys_per_s\":%.3f,\"pull_ratio\":%.3f,\"push_off_mkeys_per_s\":%.3f,"
       "\"push_on_mkeys_per_s\":%.3f,\"push_ratio\":%.3f}\n",
-      absl::GetFlag(FLAGS_keys), absl::GetFlag(FLAGS_rounds), Median(off["pull"]) / 1e6,
+      comparing_metrics ? "metrics_overhead" : "security_overhead", absl::GetFlag(FLAGS_keys),
+      absl::GetFlag(FLAGS_rounds), Median(off["pull"]) / 1e6,
       Median(on["pull"]) / 1e6, Median(on["pull"]) / Median(off["pull"]), Median(off["push"]) / 1e6,
       Median(on["push"]) / 1e6, Median(on["push"]) / Median(off["push"]));
   return 0;
@@ -474,6 +556,14 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   ps::g_self = ps::testing::SelfPath(argv[0]);
   if (absl::GetFlag(FLAGS_role) == "worker") return ps::RunWorker();
+  const ps::grpc_util::SecurityFiles internal = ps::grpc_util::SecurityFilesFromFlags();
+  if (!internal.tls.cert_file.empty() || !internal.tls.key_file.empty() ||
+      !internal.tls.ca_file.empty() || !internal.token_file.empty()) {
+    std::fprintf(stderr,
+                 "ps_bench: --tls_cert, --tls_key, --tls_ca and --token_file are its workers' "
+                 "(internal); --security=on makes credentials for the whole cluster\n");
+    return 2;
+  }
   if (absl::GetFlag(FLAGS_memory)) return ps::RunMemory();
   return ps::RunThroughputs();
 }
