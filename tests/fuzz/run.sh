@@ -51,7 +51,9 @@ for name in "${names[@]}"; do
     passed=$((passed + 1))
     runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")
     cov=$(grep -oE 'cov: [0-9]+' "$log" | tail -1)
-    echo "fuzz $name: PASSED ($runs runs, $cov)"
+    rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log")
+    took=$(grep -oE 'Done [0-9]+ runs in [0-9]+ second' "$log" | grep -oE '[0-9]+ second' | cut -d' ' -f1)
+    echo "fuzz $name: PASSED ($runs runs in ${took:-?} s, $rate/s, $cov)"
   else
     failed=$((failed + 1))
     echo "fuzz $name: FAILED; its log follows, the input is in $scratch/$name/"
