@@ -149,7 +149,9 @@ class Scheduler {
           const absl::Time until =
               earliest == tasks_.end() ? now + absl::Seconds(1) : earliest->when;
           const size_t size = tasks_.size();
-          auto changed = [this, size] { return stop_ || tasks_.size() != size; };
+          auto changed = [this, size]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+            return stop_ || tasks_.size() != size;
+          };
           mu_.AwaitWithDeadline(absl::Condition(&changed), until);
         }
       }
@@ -221,7 +223,7 @@ class ClientImpl final : public Client {
   ~ClientImpl() override {
     {
       absl::MutexLock lock(&calls_mu_);
-      auto idle = [this] { return calls_in_flight_ == 0; };
+      auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(calls_mu_) { return calls_in_flight_ == 0; };
       calls_mu_.Await(absl::Condition(&idle));
     }
     // A worker that closes its client is done; one that falls silent without this has failed.
@@ -749,8 +751,10 @@ absl::StatusOr<int64_t> ClientImpl::EndStep(int64_t step) {
     for (const auto& [server_id, connection] : routing.servers) {
       // A dead server's shards have moved to the others, which count the steps it would have.
       const auto& servers = routing.map.servers();
+      // A copy: C++17 lambdas cannot capture a structured binding (clang refuses it).
+      const auto id = server_id;
       const bool dead = std::any_of(servers.begin(), servers.end(), [&](const rpc::ServerInfo& s) {
-        return s.server_id() == server_id && !s.alive();
+        return s.server_id() == id && !s.alive();
       });
       if (dead) continue;
       rpc::EndStepRequest request;

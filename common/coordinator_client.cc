@@ -305,7 +305,7 @@ void CoordinatorClient::HeartbeatLoop(uint32_t member_id, absl::Duration interva
       lost(error);
       mu_.Lock();
     }
-    auto wake = [this] { return stop_heartbeats_ || heartbeat_soon_; };
+    auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_heartbeats_ || heartbeat_soon_; };
     mu_.AwaitWithTimeout(absl::Condition(&wake), interval);
     heartbeat_soon_ = false;
   }

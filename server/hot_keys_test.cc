@@ -14,18 +14,60 @@
 #include "absl/container/flat_hash_set.h"
 
 // Every allocation of this test binary is counted, so that a test can show that recording
-// allocates nothing.
+// allocates nothing. Every form of the global operator new and delete is replaced, all on malloc
+// and free: replacing only some would pair a replaced new with a library delete (or the other way
+// round), which AddressSanitizer reports as an alloc-dealloc mismatch.
 namespace {
 std::atomic<uint64_t> g_allocations{0};
+
+void* CountedAlloc(std::size_t size) noexcept {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  return std::malloc(size == 0 ? 1 : size);
+}
+void* CountedAlignedAlloc(std::size_t size, std::align_val_t align) noexcept {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  void* p = nullptr;
+  const std::size_t a = std::max(static_cast<std::size_t>(align), sizeof(void*));
+  return posix_memalign(&p, a, size == 0 ? 1 : size) == 0 ? p : nullptr;
+}
+void* OrThrow(void* p) {
+  if (p == nullptr) throw std::bad_alloc();
+  return p;
+}
 }  // namespace
 
-void* operator new(std::size_t size) {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
-  throw std::bad_alloc();
+void* operator new(std::size_t size) { return OrThrow(CountedAlloc(size)); }
+void* operator new[](std::size_t size) { return OrThrow(CountedAlloc(size)); }
+void* operator new(std::size_t size, const std::nothrow_t&) noexcept { return CountedAlloc(size); }
+void* operator new[](std::size_t size, const std::nothrow_t&) noexcept {
+  return CountedAlloc(size);
+}
+void* operator new(std::size_t size, std::align_val_t align) {
+  return OrThrow(CountedAlignedAlloc(size, align));
+}
+void* operator new[](std::size_t size, std::align_val_t align) {
+  return OrThrow(CountedAlignedAlloc(size, align));
+}
+void* operator new(std::size_t size, std::align_val_t align, const std::nothrow_t&) noexcept {
+  return CountedAlignedAlloc(size, align);
+}
+void* operator new[](std::size_t size, std::align_val_t align, const std::nothrow_t&) noexcept {
+  return CountedAlignedAlloc(size, align);
 }
 void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept {
+  std::free(p);
+}
 
 namespace ps {
 namespace server {

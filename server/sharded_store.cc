@@ -128,7 +128,9 @@ void ShardedStore::QuorumTimerLoop() {
     // step's timeout; otherwise wait for that timeout.
     const bool idle = ended_.empty();
     const absl::Time deadline = idle ? absl::InfiniteFuture() : first_end_ + quorum_timeout_;
-    auto wake = [this, idle] { return shutting_down_ || (idle && !ended_.empty()); };
+    auto wake = [this, idle]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(step_mu_) {
+      return shutting_down_ || (idle && !ended_.empty());
+    };
     step_mu_.AwaitWithDeadline(absl::Condition(&wake), deadline);
     if (shutting_down_ || ended_.empty() || absl::Now() < first_end_ + quorum_timeout_) continue;
     std::vector<std::function<void(absl::Status)>> released = ApplyPendingStep();
@@ -751,7 +753,7 @@ void ShardedStore::ApplyReplicated(const rpc::ReplicateRequest& request,
   absl::ReaderMutexLock map_lock(&map_mu_);
   ApplyReplicateRequest(
       request,
-      [this](uint32_t shard) -> Shard* {
+      [this](uint32_t shard) ABSL_SHARED_LOCKS_REQUIRED(map_mu_) -> Shard* {
         if (shard >= num_shards_) return nullptr;
         const Role role = roles_[shard];
         return role == Role::kReplica || role == Role::kCatchingUp ? shards_[shard].get() : nullptr;
@@ -937,7 +939,9 @@ absl::StatusOr<ShardCut> ShardedStore::TakeCheckpointCut(uint32_t shard, absl::T
     return absl::NotFoundError(absl::StrFormat("shard %d is not in the checkpoint", shard));
   }
   if (sync_) {
-    auto reached = [this] { return boundary_reached_ || cuts_closed_ || !checkpointing_; };
+    auto reached = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(cut_mu_) {
+      return boundary_reached_ || cuts_closed_ || !checkpointing_;
+    };
     if (!cut_mu_.AwaitWithDeadline(absl::Condition(&reached), deadline)) {
       return absl::DeadlineExceededError(
           absl::StrFormat("step boundary %d was not reached in time", cut_step_));

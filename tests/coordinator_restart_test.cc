@@ -96,7 +96,9 @@ testing::ModelParameters Run(const std::string& job_path, const std::vector<uint
       testing::PullModelParameters((*cluster)->coordinator().address(), "emb", keys);
   INFO(parameters.status().ToString());
   REQUIRE(parameters.ok());
-  REQUIRE((*cluster)->Terminate(absl::Seconds(20)).ok());
+  const absl::Status terminated = (*cluster)->Terminate(absl::Seconds(20));
+  INFO(terminated.ToString());
+  REQUIRE(terminated.ok());
   return *parameters;
 }
 

@@ -460,7 +460,8 @@ TEST_CASE("pushes from worker ids never registered are PERMISSION_DENIED; malfor
   }
   {  // Bytes that are no PushRequest at all.
     grpc::GenericStub generic(channels[0]);
-    const std::string garbage("\x0a\x10abc", 5);
+    // Split: "\x10abc" would be one (out-of-range) hex escape, and the literal 2 bytes long.
+    const std::string garbage("\x0a\x10" "abc", 5);
     grpc::Slice slice(garbage);
     grpc::ByteBuffer request(&slice, 1);
     grpc::ByteBuffer response;

@@ -103,7 +103,9 @@ TEST_CASE("a missing or resized file fails the whole load with DATA_LOSS", "[che
   Fixture f;
   Checkpoint ckpt(&f);
   const std::string path = f.dir + "/" + ckpt.manifest.shards(2).file();
-  const uint32_t num_shards = GENERATE(kOldShards, 5u);
+  // as<uint32_t>: with the lvalue kOldShards first, Catch2 would make a generator of
+  // `const uint32_t&` and keep a dangling reference to the temporary 5u (ASan saw 1 there).
+  const uint32_t num_shards = GENERATE(as<uint32_t>{}, kOldShards, 5u);
   SECTION("missing") { std::filesystem::remove(path); }
   SECTION("truncated") { std::filesystem::resize_file(path, std::filesystem::file_size(path) - 1); }
   absl::StatusOr<std::vector<ShardCut>> loaded =
@@ -306,7 +308,9 @@ TEST_CASE("a chain whose base or base file is missing is refused with DATA_LOSS 
     named = chain.Folder(1) + "/shard-00002.sst";
     std::filesystem::remove(named);
   }
-  const uint32_t num_shards = GENERATE(kOldShards, 5u);
+  // as<uint32_t>: with the lvalue kOldShards first, Catch2 would make a generator of
+  // `const uint32_t&` and keep a dangling reference to the temporary 5u (ASan saw 1 there).
+  const uint32_t num_shards = GENERATE(as<uint32_t>{}, kOldShards, 5u);
   absl::StatusOr<std::vector<ShardCut>> loaded = LoadCheckpointShards(
       chain.Folder(3), chain.manifests[2], f.tables, num_shards, {0, 1, 2, 3}, /*threads=*/2);
   CHECK(loaded.status().code() == absl::StatusCode::kDataLoss);

@@ -126,7 +126,7 @@ void Replicator::Shutdown() {
   for (Waiter& w : waiters) w.done(absl::UnavailableError("the server is shutting down"));
   {
     absl::MutexLock lock(&mu_);
-    auto idle = [this] { return calls_in_flight_ == 0; };
+    auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return calls_in_flight_ == 0; };
     mu_.Await(absl::Condition(&idle));
   }
   if (retry_thread_.joinable()) retry_thread_.join();
@@ -185,7 +185,7 @@ void Replicator::SetTargets(Shard* shard, std::vector<ReplicaTarget> targets,
     attached.erase(
         std::remove_if(
             attached.begin(), attached.end(),
-            [&](uint32_t server) {
+            [&](uint32_t server) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
               const bool kept =
                   std::none_of(added.begin(), added.end(),
                                [&](const ReplicaTarget& a) { return a.server_id == server; }) &&
