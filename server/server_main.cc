@@ -249,17 +249,10 @@ int Main() {
     std::fprintf(stderr, "ps_server: --connect_timeout_s must be > 0, got %d\n", connect_timeout_s);
     return 2;
   }
-  const absl::StatusOr<grpc_util::Security> security =
-      grpc_util::SecurityFromFlags(grpc_util::TokenRole::kAdmin);
+  const absl::StatusOr<grpc_util::DaemonSecurity> security =
+      grpc_util::DaemonSecurityFromFlags("ps_server");
   if (!security.ok()) {
     std::fprintf(stderr, "ps_server: %s\n", std::string(security.status().message()).c_str());
-    return 2;
-  }
-  const absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> server_credentials =
-      security->ServerCredentials("ps_server");
-  if (!server_credentials.ok()) {
-    std::fprintf(stderr, "ps_server: %s\n",
-                 std::string(server_credentials.status().message()).c_str());
     return 2;
   }
   server::AdmissionLimits admission_limits;
@@ -316,7 +309,7 @@ int Main() {
   server_options.max_send_message_bytes = std::numeric_limits<int>::max();
   server_options.int_args = {{GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 << 20},
                              {GRPC_ARG_HTTP2_WRITE_BUFFER_SIZE, 8 << 20}};
-  server_options.credentials = *server_credentials;
+  server_options.credentials = security->server_credentials;
   if (!absl::GetFlag(FLAGS_metrics_listen).empty()) {  // no cost on the data path without
     server_options.interceptors.push_back(
         metrics::MakeServerMetricsInterceptorFactory(&registry, "ps_server"));
@@ -340,7 +333,7 @@ int Main() {
 
   absl::StatusOr<std::unique_ptr<CoordinatorClient>> coordinator =
       CoordinatorClient::Connect(coordinator_address, absl::Seconds(connect_timeout_s),
-                                 security->ChannelCredentials());
+                                 security->channel_credentials);
   if (!coordinator.ok()) {
     std::fprintf(stderr, "ps_server: %s\n", coordinator.status().ToString().c_str());
     return 1;
@@ -358,7 +351,7 @@ int Main() {
   const uint32_t server_id = static_cast<uint32_t>(registration->rank());
   // Records of the shards this server is primary of go to their copies on other servers.
   std::unique_ptr<server::ReplicationTransport> replication =
-      server::NewGrpcReplicationTransport(absl::Seconds(30), security->ChannelCredentials());
+      server::NewGrpcReplicationTransport(absl::Seconds(30), security->channel_credentials);
   server::ShardedStore::Options options;
   options.empty_handler = absl::GetFlag(FLAGS_empty_handler);
   options.hot_keys_sample_every = absl::GetFlag(FLAGS_hot_keys_sample_every);
@@ -429,7 +422,7 @@ int Main() {
   map_follower->Poke();
 
   std::fprintf(stderr, "ps_server %d: gRPC security: %s\n", server_id,
-               security->Describe().c_str());
+               security->security.Describe().c_str());
   std::printf("ps_server %d listening on %s\n", server_id, address.c_str());
   std::fflush(stdout);
   const std::string port_file = absl::GetFlag(FLAGS_port_file);

@@ -169,9 +169,10 @@ int Main() {
     std::fprintf(stderr, "%s\n", std::string(metrics_endpoint.status().message()).c_str());
     return 1;
   }
+  const std::shared_ptr<grpc::ChannelCredentials> credentials = security->ChannelCredentials();
   // Before registering, so that every failure after it can be reported.
   absl::StatusOr<std::unique_ptr<CoordinatorClient>> coordinator =
-      CoordinatorClient::Connect(address, timeout, security->ChannelCredentials());
+      CoordinatorClient::Connect(address, timeout, credentials);
   if (!coordinator.ok()) {
     std::fprintf(stderr, "ps_worker: %s\n", coordinator.status().ToString().c_str());
     return 1;
@@ -180,7 +181,7 @@ int Main() {
   (*coordinator)->SetRetryWindow(timeout);
   ClientOptions options;
   options.coordinator = address;
-  options.credentials = security->ChannelCredentials();
+  options.credentials = credentials;
   options.connect_timeout = timeout;
   options.role = rpc::WORKER;
   options.rank = absl::GetFlag(FLAGS_rank);

@@ -214,15 +214,9 @@ grpc::Status TokenAuthProcessor::Process(const InputMetadata& auth_metadata,
   return grpc::Status::OK;
 }
 
-int64_t TokenAuthProcessor::refused() const {
-  absl::MutexLock lock(&mu_);
-  return refused_;
-}
-
 void TokenAuthProcessor::LogOnce(const std::string& peer, absl::string_view kind,
                                  const std::string& message) {
   absl::MutexLock lock(&mu_);
-  ++refused_;
   if (logged_.size() >= kMaxLoggedPeers) return;
   if (!logged_.insert(absl::StrCat(peer, "\n", kind)).second) return;
   std::fprintf(stderr, "%s\n", message.c_str());

@@ -91,9 +91,6 @@ class TokenAuthProcessor final : public grpc::AuthMetadataProcessor {
                        OutputMetadata* consumed_auth_metadata,
                        OutputMetadata* response_metadata) override;
 
-  // How many calls were refused, for tests and metrics.
-  int64_t refused() const;
-
  private:
   // Logs `message` unless this peer was already logged for `kind`.
   void LogOnce(const std::string& peer, absl::string_view kind, const std::string& message);
@@ -101,9 +98,8 @@ class TokenAuthProcessor final : public grpc::AuthMetadataProcessor {
   const std::string program_;
   const std::vector<Token> tokens_;
 
-  mutable absl::Mutex mu_;
+  absl::Mutex mu_;
   absl::flat_hash_set<std::string> logged_ ABSL_GUARDED_BY(mu_);
-  int64_t refused_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace grpc_util

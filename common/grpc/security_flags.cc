@@ -3,6 +3,7 @@
 #include <string>
 
 #include "absl/flags/flag.h"
+#include "common/status_macros.h"
 
 ABSL_FLAG(std::string, tls_cert, "",
           "PEM certificate (chain) this process serves with and presents as a client; with "
@@ -30,6 +31,14 @@ SecurityFiles SecurityFilesFromFlags() {
 
 absl::StatusOr<Security> SecurityFromFlags(TokenRole presents) {
   return Security::Load(SecurityFilesFromFlags(), presents);
+}
+
+absl::StatusOr<DaemonSecurity> DaemonSecurityFromFlags(const std::string& program) {
+  DaemonSecurity daemon;
+  PS_ASSIGN_OR_RETURN(daemon.security, SecurityFromFlags(TokenRole::kAdmin));
+  PS_ASSIGN_OR_RETURN(daemon.server_credentials, daemon.security.ServerCredentials(program));
+  daemon.channel_credentials = daemon.security.ChannelCredentials();
+  return daemon;
 }
 
 }  // namespace grpc_util

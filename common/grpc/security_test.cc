@@ -155,7 +155,8 @@ TEST_CASE("a TLS server with a token file checks every call's token and role", "
   const Security worker =
       load(c.client_cert, c.client_key, c.ca, c.worker_token, TokenRole::kWorker);
   const Security no_token = load(c.client_cert, c.client_key, c.ca, "", TokenRole::kWorker);
-  const std::string wrong_path = WriteFile((*dir)->path() + "/wrong", "admin wrongwrongwrongwrong\n");
+  const std::string wrong_path =
+      WriteFile((*dir)->path() + "/wrong", "admin wrongwrongwrongwrong\n");
   const Security wrong = load(c.client_cert, c.client_key, c.ca, wrong_path, TokenRole::kAdmin);
 
   // KvSet is a worker's call; GetStatus an admin's (the service itself answers UNIMPLEMENTED).

@@ -174,17 +174,10 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  const absl::StatusOr<ps::grpc_util::Security> security =
-      ps::grpc_util::SecurityFromFlags(ps::grpc_util::TokenRole::kAdmin);
+  const absl::StatusOr<ps::grpc_util::DaemonSecurity> security =
+      ps::grpc_util::DaemonSecurityFromFlags("ps_coordinator");
   if (!security.ok()) {
     std::fprintf(stderr, "ps_coordinator: %s\n", std::string(security.status().message()).c_str());
-    return 2;
-  }
-  const absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> server_credentials =
-      security->ServerCredentials("ps_coordinator");
-  if (!server_credentials.ok()) {
-    std::fprintf(stderr, "ps_coordinator: %s\n",
-                 std::string(server_credentials.status().message()).c_str());
     return 2;
   }
 
@@ -290,7 +283,7 @@ int main(int argc, char** argv) {
   }
 
   ps::coordinator::CoordinatorService service(coordinator->get(), nullptr,
-                                              security->ChannelCredentials());
+                                              security->channel_credentials);
   ps::metrics::Registry registry;
   ps::coordinator::Coordinator* const coordinator_ptr = coordinator->get();
   ps::coordinator::AddCoordinatorCollector(&registry,
@@ -300,7 +293,7 @@ int main(int argc, char** argv) {
   server_options.listen_address = ps::JoinHostPort(listen.host, listen.port);
   server_options.max_receive_message_bytes = kMaxMessageBytes;
   server_options.max_send_message_bytes = kMaxMessageBytes;
-  server_options.credentials = *server_credentials;
+  server_options.credentials = security->server_credentials;
   // A dead client's connection is dropped (keepalive), an idle one closed; long polls (WaitClock,
   // KvWait) are calls, so their connections are neither.
   server_options.max_concurrent_streams = 1024;
@@ -329,7 +322,8 @@ int main(int argc, char** argv) {
     server->Shutdown();
     return 1;
   }
-  std::fprintf(stderr, "ps_coordinator: gRPC security: %s\n", security->Describe().c_str());
+  std::fprintf(stderr, "ps_coordinator: gRPC security: %s\n",
+               security->security.Describe().c_str());
   // Printed before the port file is written, so that whoever waits for the file finds the line.
   std::printf("ps_coordinator listening on %s\n",
               ps::JoinHostPort(address->advertise, bound_port).c_str());

@@ -177,14 +177,14 @@ int RunWorker() {
     std::fprintf(stderr, "worker %d: %s\n", rank, security.status().ToString().c_str());
     return 1;
   }
-  auto client =
-      Client::Connect(WorkerOptions(coordinator_address, security->ChannelCredentials()));
+  const std::shared_ptr<grpc::ChannelCredentials> credentials = security->ChannelCredentials();
+  auto client = Client::Connect(WorkerOptions(coordinator_address, credentials));
   if (!client.ok()) {
     std::fprintf(stderr, "worker %d: %s\n", rank, client.status().ToString().c_str());
     return 1;
   }
-  auto coordinator = CoordinatorClient::Connect(coordinator_address, absl::Seconds(30),
-                                                security->ChannelCredentials());
+  auto coordinator =
+      CoordinatorClient::Connect(coordinator_address, absl::Seconds(30), credentials);
   if (!coordinator.ok()) return 1;
   const int k = absl::GetFlag(FLAGS_keys);
   const int dim = absl::GetFlag(FLAGS_dim);
