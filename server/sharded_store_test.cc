@@ -603,12 +603,14 @@ TEST_CASE("sync mode with a quorum applies a step when its timeout passes",
   uint32_t duplicates = 0;
   REQUIRE(store->Push(StepPush(keys, 1.0f, 1, 0), &duplicates).ok());
   absl::Notification applied;
+  absl::Status applied_status;  // checked here: Catch2's assertions are not thread-safe
   store->RunWhenApplied(0, [&](absl::Status s) {
-    CHECK(s.ok());
+    applied_status = s;
     applied.Notify();
   });
   CHECK(*store->EndStep(1, 0) == -1);
   REQUIRE(applied.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  CHECK(applied_status.ok());
   CHECK(PullRows(*store, keys) != before);
 }
 
@@ -778,11 +780,13 @@ struct ReplicatedPair {
     std::vector<std::pair<uint32_t, uint64_t>> at;
     REQUIRE(stores[id]->Push(push, &duplicates, nullptr, &at).ok());
     absl::Notification replicated;
+    absl::Status status;  // checked here: Catch2's assertions are not thread-safe
     stores[id]->WhenReplicated(at, [&](absl::Status s) {
-      CHECK(s.ok());
+      status = s;
       replicated.Notify();
     });
     REQUIRE(replicated.WaitForNotificationWithTimeout(absl::Seconds(10)));
+    CHECK(status.ok());
   }
 
   ~ReplicatedPair() {

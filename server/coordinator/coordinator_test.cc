@@ -522,10 +522,12 @@ TEST_CASE("a kv wait is completed by other threads' sets", "[coordinator][kv][wa
   std::optional<absl::StatusOr<std::vector<std::string>>> got;
   std::thread waiter([&] { got = f.coordinator->KvWait(names, f.Far()); });
   std::vector<std::thread> setters;
+  std::vector<absl::Status> set(keys);  // checked here: Catch2's assertions are not thread-safe
   for (int i = 0; i < keys; ++i) {
-    setters.emplace_back([&, i] { REQUIRE(f.coordinator->KvSet(names[i], names[i] + "!").ok()); });
+    setters.emplace_back([&, i] { set[i] = f.coordinator->KvSet(names[i], names[i] + "!"); });
   }
   for (std::thread& t : setters) t.join();
+  for (int i = 0; i < keys; ++i) CHECK(set[i].ok());
   waiter.join();
   REQUIRE(got->ok());
   for (int i = 0; i < keys; ++i) CHECK((**got)[i] == names[i] + "!");

@@ -354,7 +354,6 @@ void Replicator::OnResponse(uint64_t lane, absl::StatusOr<rpc::ReplicateResponse
   absl::Status unreachable;
   {
     absl::MutexLock lock(&mu_);
-    --calls_in_flight_;
     Peer* peer = peers_[lane].get();
     server_id = peer->server_id;
     // The records go back to their entries, in case they are sent again.
@@ -446,6 +445,11 @@ void Replicator::OnResponse(uint64_t lane, absl::StatusOr<rpc::ReplicateResponse
     if (shard != nullptr) SendSnapshot(shard, target);
   }
   for (auto& fn : released) fn();
+  // Only now, when nothing here touches the replicator any more: Shutdown waits for this count,
+  // and the replicator may be destroyed as soon as it is zero (a late answer's callbacks above
+  // ran after the replicator was freed when the call was counted done at the top).
+  absl::MutexLock lock(&mu_);
+  --calls_in_flight_;
 }
 
 void Replicator::RetryLoop() {

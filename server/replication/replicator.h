@@ -128,7 +128,8 @@ class Replicator {
   // coordinator makes a copy catching up a replica only then); empty when it has none.
   std::vector<rpc::ReplicaLag> Lags(uint32_t shard_id) const;
 
-  // Fails every wait with UNAVAILABLE, sends nothing more, waits for calls in flight. Idempotent.
+  // Fails every wait with UNAVAILABLE, sends nothing more, waits for calls in flight and for the
+  // handling of their answers; the replicator may be destroyed after it. Idempotent.
   void Shutdown();
 
  private:
@@ -215,7 +216,7 @@ class Replicator {
 
   mutable absl::Mutex mu_;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
-  int calls_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  int calls_in_flight_ ABSL_GUARDED_BY(mu_) = 0;  // sent, and OnResponse not yet finished
   std::map<uint64_t, std::unique_ptr<Peer>> peers_ ABSL_GUARDED_BY(mu_);  // by LaneKey
   absl::flat_hash_map<uint32_t, ShardTargets> shards_ ABSL_GUARDED_BY(mu_);
   // Targets of each shard that receive its live records (after their snapshot).

@@ -40,6 +40,7 @@
 #include "common/process_tuning.h"
 #include "tests/testing/daemon.h"
 #include "tests/testing/runfiles.h"
+#include "tests/testing/temp_dir.h"
 #include "worker/collective/allreduce.h"
 
 ABSL_FLAG(int, ranks, 2, "ranks (processes) in the group");
@@ -171,7 +172,7 @@ int RunRank() {
 }
 
 std::optional<std::map<int64_t, double>> RunOurs(const std::string& bin) {
-  const std::string job = absl::StrFormat("/tmp/allreduce_bench_job_%d.pbtxt", getpid());
+  const std::string job = testing::TempDir() + "/job.pbtxt";
   std::ofstream(job) << "name: \"allreduce_bench\"\ntables { name: \"emb\" dim: 8 }\n"
                      << "cluster { num_shards: 8 num_servers: 1 num_workers: "
                      << absl::GetFlag(FLAGS_ranks) << " }\n";
@@ -297,5 +298,11 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   ps::g_self = ps::testing::SelfPath(argv[0]);
   if (absl::GetFlag(FLAGS_role) == "rank") return ps::RunRank();
+  // What its daemons and workers write goes into one folder, removed at the end.
+  auto scratch = ps::testing::UseScopedTempDir("allreduce_bench");
+  if (!scratch.ok()) {
+    std::fprintf(stderr, "allreduce_bench: %s\n", scratch.status().ToString().c_str());
+    return 1;
+  }
   return ps::RunBench();
 }

@@ -85,6 +85,7 @@
 #include "tests/testing/json_line.h"
 #include "tests/testing/local_cluster.h"
 #include "tests/testing/runfiles.h"
+#include "tests/testing/temp_dir.h"
 
 ABSL_FLAG(int64_t, rows, 10000000, "distinct keys pushed into table emb before the checkpoint");
 ABSL_FLAG(int, dim, 16, "floats per row");
@@ -621,5 +622,11 @@ int main(int argc, char** argv) {
   ps::TuneProcess();
   absl::ParseCommandLine(argc, argv);
   ps::g_self = ps::testing::SelfPath(argv[0]);
+  // What its daemons and workers write goes into one folder, removed at the end.
+  auto scratch = ps::testing::UseScopedTempDir("checkpoint_bench");
+  if (!scratch.ok()) {
+    std::fprintf(stderr, "checkpoint_bench: %s\n", scratch.status().ToString().c_str());
+    return 1;
+  }
   return ps::Main();
 }

@@ -40,6 +40,7 @@
 #include "common/hash.h"
 #include "tests/testing/daemon.h"
 #include "tests/testing/runfiles.h"
+#include "tests/testing/temp_dir.h"
 
 ABSL_FLAG(std::string, bin_dir, "", "folder holding server/, server/coordinator/, tests/bench/");
 ABSL_FLAG(int, kills, 10, "primaries killed in the failover measurement");
@@ -72,8 +73,8 @@ T Must(absl::StatusOr<T> v, const std::string& what) {
 class Cluster {
  public:
   Cluster(const std::string& job_text, int servers) {
-    char dir[] = "/tmp/failover_bench.XXXXXX";
-    if (mkdtemp(dir) == nullptr) Fail("mkdtemp");
+    std::string dir = testing::TempDir() + "/cluster.XXXXXX";
+    if (mkdtemp(dir.data()) == nullptr) Fail("mkdtemp");
     dir_ = dir;
     const std::string job = dir_ + "/job.pbtxt";
     std::ofstream(job) << job_text;
@@ -367,6 +368,12 @@ void Throughput() {
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   ps::g_self = ps::testing::SelfPath(argv[0]);
+  // What its daemons and workers write goes into one folder, removed at the end.
+  auto scratch = ps::testing::UseScopedTempDir("failover_bench");
+  if (!scratch.ok()) {
+    std::fprintf(stderr, "failover_bench: %s\n", scratch.status().ToString().c_str());
+    return 1;
+  }
   ps::Failover();
   ps::Catchup();
   ps::Throughput();

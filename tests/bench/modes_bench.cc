@@ -127,10 +127,9 @@ absl::StatusOr<Mode> ParseMode(const std::string& name) {
 // The quickstart job on this run's data, cluster and mode.
 absl::StatusOr<config::Job> BenchJob(const Mode& mode, const std::string& train,
                                      const std::string& heldout) {
-  PS_ASSIGN_OR_RETURN(config::Job job,
-                      testing::LoadJobOnData(JobPath(), train, heldout,
-                                             absl::GetFlag(FLAGS_servers),
-                                             absl::GetFlag(FLAGS_workers)));
+  PS_ASSIGN_OR_RETURN(config::Job job, testing::LoadJobOnData(JobPath(), train, heldout,
+                                                              absl::GetFlag(FLAGS_servers),
+                                                              absl::GetFlag(FLAGS_workers)));
   config::Training* training = job.mutable_training();
   training->set_mode(mode.mode);
   training->set_staleness(mode.staleness);
@@ -272,5 +271,11 @@ int main(int argc, char** argv) {
       "[--slowdown=2] [--staleness=4] [--sync_quorum=0.67] [--dense_sync_every=8]");
   absl::ParseCommandLine(argc, argv);
   ps::g_self = ps::testing::SelfPath(argv[0]);
+  // What its daemons and workers write goes into one folder, removed at the end.
+  auto scratch = ps::testing::UseScopedTempDir("modes_bench");
+  if (!scratch.ok()) {
+    std::fprintf(stderr, "modes_bench: %s\n", scratch.status().ToString().c_str());
+    return 1;
+  }
   return ps::Main();
 }

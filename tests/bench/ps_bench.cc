@@ -125,7 +125,7 @@ uint64_t ResidentBytes(pid_t pid) {
 }
 
 std::string WriteJob(int servers, int workers, int64_t capacity_hint) {
-  const std::string path = absl::StrFormat("/tmp/ps_bench_job_%d.pbtxt", getpid());
+  const std::string path = testing::TempDir() + "/job.pbtxt";
   std::ofstream out(path);
   out << absl::StrFormat(R"pb(
 name: "bench"
@@ -261,7 +261,7 @@ struct WorkerProcess {
 WorkerProcess SpawnWorker(const std::string& coordinator, int rank,
                           const std::vector<std::string>& security_flags) {
   WorkerProcess w;
-  w.out_path = absl::StrFormat("/tmp/ps_bench_worker_%d_%d.out", getpid(), rank);
+  w.out_path = absl::StrFormat("%s/worker_%d.out", testing::TempDir(), rank);
   std::vector<std::string> args = {
       g_self,
       "--role=worker",
@@ -556,6 +556,12 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   ps::g_self = ps::testing::SelfPath(argv[0]);
   if (absl::GetFlag(FLAGS_role) == "worker") return ps::RunWorker();
+  // What its daemons and workers write goes into one folder, removed at the end.
+  auto scratch = ps::testing::UseScopedTempDir("ps_bench");
+  if (!scratch.ok()) {
+    std::fprintf(stderr, "ps_bench: %s\n", scratch.status().ToString().c_str());
+    return 1;
+  }
   const ps::grpc_util::SecurityFiles internal = ps::grpc_util::SecurityFilesFromFlags();
   if (!internal.tls.cert_file.empty() || !internal.tls.key_file.empty() ||
       !internal.tls.ca_file.empty() || !internal.token_file.empty()) {

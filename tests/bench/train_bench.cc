@@ -99,10 +99,9 @@ absl::StatusOr<config::Training::Mode> ParseMode(const std::string& mode) {
 
 // The quickstart job on this run's data and flags.
 absl::StatusOr<config::Job> BenchJob(const std::string& train, const std::string& heldout) {
-  PS_ASSIGN_OR_RETURN(config::Job job,
-                      testing::LoadJobOnData(JobPath(), train, heldout,
-                                             absl::GetFlag(FLAGS_servers),
-                                             absl::GetFlag(FLAGS_workers)));
+  PS_ASSIGN_OR_RETURN(config::Job job, testing::LoadJobOnData(JobPath(), train, heldout,
+                                                              absl::GetFlag(FLAGS_servers),
+                                                              absl::GetFlag(FLAGS_workers)));
   PS_ASSIGN_OR_RETURN(const config::Training::Mode mode, ParseMode(absl::GetFlag(FLAGS_mode)));
   config::Training* training = job.mutable_training();
   training->set_mode(mode);
@@ -272,5 +271,11 @@ int main(int argc, char** argv) {
       "[--local]");
   absl::ParseCommandLine(argc, argv);
   ps::g_self = ps::testing::SelfPath(argv[0]);
+  // What its daemons and workers write goes into one folder, removed at the end.
+  auto scratch = ps::testing::UseScopedTempDir("train_bench");
+  if (!scratch.ok()) {
+    std::fprintf(stderr, "train_bench: %s\n", scratch.status().ToString().c_str());
+    return 1;
+  }
   return ps::Main();
 }

@@ -20,6 +20,7 @@ bool IsSet(const char* value) { return value != nullptr && *value != '\0'; }
 
 std::string TempDir() {
   const char* dir = std::getenv("TEST_TMPDIR");
+  if (!IsSet(dir)) dir = std::getenv("TMPDIR");
   return IsSet(dir) ? dir : "/tmp";
 }
 
@@ -36,6 +37,12 @@ absl::StatusOr<std::unique_ptr<ScopedTempDir>> ScopedTempDir::Create(absl::strin
 ScopedTempDir::~ScopedTempDir() {
   std::error_code ignored;
   std::filesystem::remove_all(path_, ignored);
+}
+
+absl::StatusOr<std::unique_ptr<ScopedTempDir>> UseScopedTempDir(absl::string_view prefix) {
+  absl::StatusOr<std::unique_ptr<ScopedTempDir>> dir = ScopedTempDir::Create(prefix);
+  if (dir.ok()) setenv("TMPDIR", (*dir)->path().c_str(), /*overwrite=*/1);
+  return dir;
 }
 
 }  // namespace testing

@@ -11,8 +11,8 @@
 namespace ps {
 namespace testing {
 
-// The folder for a test's files: $TEST_TMPDIR, which Bazel gives each test and removes after it,
-// or /tmp when that is unset or empty (a test binary run by hand).
+// The folder for a test's files: $TEST_TMPDIR, which Bazel gives each test and removes after it;
+// else $TMPDIR (a benchmark's, see UseScopedTempDir); else /tmp. Unset and empty are alike.
 std::string TempDir();
 
 // A new folder of its own, removed with everything in it when this goes away: for a benchmark's
@@ -36,6 +36,13 @@ class ScopedTempDir {
 
   const std::string path_;
 };
+
+// For a benchmark, which Bazel does not clean up after: creates a ScopedTempDir named after
+// `prefix` and points $TMPDIR at it, so that TempDir(), and every process started from here
+// (daemons, workers), put their files (logs, ports, jobs) in it, and nothing is left behind in the
+// system's temporary folder. Call it first in main, before any thread starts (it calls setenv),
+// and keep the result until the processes are gone. FAILED_PRECONDITION as ScopedTempDir::Create.
+absl::StatusOr<std::unique_ptr<ScopedTempDir>> UseScopedTempDir(absl::string_view prefix);
 
 }  // namespace testing
 }  // namespace ps

@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
+#include <string>
 
 #include "absl/strings/match.h"
 
@@ -47,6 +49,40 @@ TEST_CASE("ScopedTempDir fails where it cannot create the folder", "[temp_dir]")
   CHECK(dir.status().code() == absl::StatusCode::kFailedPrecondition);
   CHECK(absl::StrContains(dir.status().message(), "cannot create "));
   CHECK(absl::StrContains(dir.status().message(), "/no/such/folder/x."));
+}
+
+TEST_CASE("UseScopedTempDir sends a process's and its children's files into its folder",
+          "[temp_dir]") {
+  // As a benchmark run by hand: no TEST_TMPDIR. Both variables are put back at the end.
+  const std::string bazel = std::getenv("TEST_TMPDIR");
+  const char* tmpdir = std::getenv("TMPDIR");
+  const std::optional<std::string> old_tmpdir =
+      tmpdir == nullptr ? std::nullopt : std::optional<std::string>(tmpdir);
+  setenv("TMPDIR", bazel.c_str(), 1);
+  unsetenv("TEST_TMPDIR");
+  std::string path;
+  {
+    auto dir = UseScopedTempDir("temp_dir_bench");
+    INFO(dir.status().ToString());
+    REQUIRE(dir.ok());
+    path = (*dir)->path();
+    CHECK(absl::StartsWith(path, bazel + "/temp_dir_bench."));
+    CHECK(TempDir() == path);
+    // A child process inherits it.
+    const std::string seen = path + "/seen";
+    REQUIRE(std::system(("echo \"$TMPDIR\" > '" + seen + "'").c_str()) == 0);
+    std::string line;
+    std::getline(std::ifstream(seen), line);
+    CHECK(line == path);
+  }
+  CHECK_FALSE(fs::exists(path));
+  setenv("TEST_TMPDIR", bazel.c_str(), 1);
+  if (old_tmpdir.has_value()) {
+    setenv("TMPDIR", old_tmpdir->c_str(), 1);
+  } else {
+    unsetenv("TMPDIR");
+  }
+  CHECK(TempDir() == bazel);
 }
 
 }  // namespace

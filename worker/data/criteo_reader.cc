@@ -261,7 +261,10 @@ absl::StatusOr<std::unique_ptr<Source>> OpenSource(const std::string& path) {
 class CriteoReader::LineReader {
  public:
   LineReader(std::unique_ptr<Source> source, const std::string& path)
-      : source_(std::move(source)), path_(path), buffer_(kChunkBytes) {}
+      : source_(std::move(source)),
+        path_(path),
+        buffer_(new char[kChunkBytes]),  // not zero-filled: a small file touches one page
+        capacity_(kChunkBytes) {}
 
   // Sets `*line` to the next line, without its "\n", valid until the next call, and returns true;
   // returns false at the end of the file. A line longer than kMaxLineBytes is returned empty with
@@ -271,12 +274,12 @@ class CriteoReader::LineReader {
     size_t scan = begin_;
     while (true) {
       const char* newline =
-          static_cast<const char*>(std::memchr(buffer_.data() + scan, '\n', end_ - scan));
+          static_cast<const char*>(std::memchr(buffer_.get() + scan, '\n', end_ - scan));
       if (newline != nullptr) {
-        const size_t stop = newline - buffer_.data();
+        const size_t stop = newline - buffer_.get();
         if (stop - begin_ > kMaxLineBytes) *too_long = true;
         *line = *too_long ? absl::string_view()
-                          : absl::string_view(buffer_.data() + begin_, stop - begin_);
+                          : absl::string_view(buffer_.get() + begin_, stop - begin_);
         begin_ = stop + 1;
         ++line_number_;
         return true;
@@ -286,7 +289,7 @@ class CriteoReader::LineReader {
         // The last line, without a newline.
         if (end_ - begin_ > kMaxLineBytes) *too_long = true;
         *line = *too_long ? absl::string_view()
-                          : absl::string_view(buffer_.data() + begin_, end_ - begin_);
+                          : absl::string_view(buffer_.get() + begin_, end_ - begin_);
         begin_ = end_;
         ++line_number_;
         return true;
@@ -296,13 +299,18 @@ class CriteoReader::LineReader {
         *too_long = true;
         begin_ = end_ = 0;
       } else if (begin_ > 0) {
-        std::memmove(buffer_.data(), buffer_.data() + begin_, end_ - begin_);
+        std::memmove(buffer_.get(), buffer_.get() + begin_, end_ - begin_);
         end_ -= begin_;
         begin_ = 0;
       }
       scan = end_;
-      if (buffer_.size() - end_ < kChunkBytes) buffer_.resize(end_ + kChunkBytes);
-      absl::StatusOr<size_t> n = source_->Read(buffer_.data() + end_, buffer_.size() - end_);
+      if (capacity_ - end_ < kChunkBytes) {
+        std::unique_ptr<char[]> grown(new char[end_ + kChunkBytes]);
+        std::memcpy(grown.get(), buffer_.get(), end_);
+        buffer_ = std::move(grown);
+        capacity_ = end_ + kChunkBytes;
+      }
+      absl::StatusOr<size_t> n = source_->Read(buffer_.get() + end_, capacity_ - end_);
       if (!n.ok()) {
         return absl::Status(n.status().code(),
                             absl::StrCat(path_, ":", line_number_ + 1, ": ", n.status().message()));
@@ -318,7 +326,8 @@ class CriteoReader::LineReader {
  private:
   const std::unique_ptr<Source> source_;
   const std::string& path_;
-  std::vector<char> buffer_;
+  std::unique_ptr<char[]> buffer_;
+  size_t capacity_;   // of buffer_
   size_t begin_ = 0;  // the unreturned bytes are buffer_[begin_, end_)
   size_t end_ = 0;
   bool eof_ = false;
@@ -384,7 +393,8 @@ absl::StatusOr<int> CriteoReader::Next(int max_samples, Batch* batch) {
                      max_samples));
   }
   constexpr int64_t kAll = std::numeric_limits<int64_t>::max();
-  PS_RETURN_IF_ERROR(ReadLines(kAll, max_samples, 0, kAll, /*stop_when_full=*/true, batch).status());
+  PS_RETURN_IF_ERROR(
+      ReadLines(kAll, max_samples, 0, kAll, /*stop_when_full=*/true, batch).status());
   if (batch->size == 0 && !pending_error_.ok()) return pending_error_;
   return batch->size;
 }
@@ -396,8 +406,8 @@ absl::StatusOr<int64_t> CriteoReader::NextBlock(int64_t block_lines, int64_t beg
       begin > block_lines - count) {
     return absl::InvalidArgumentError(absl::StrCat(
         "CriteoReader::NextBlock: lines [", begin, ", ", begin + count, ") of a block of ",
-        block_lines, ": need 0 <= begin <= begin + count <= block_lines and count <= ",
-        kMaxBatchSamples));
+        block_lines,
+        ": need 0 <= begin <= begin + count <= block_lines and count <= ", kMaxBatchSamples));
   }
   return ReadLines(block_lines, static_cast<int>(count), begin, begin + count,
                    /*stop_when_full=*/false, batch);
