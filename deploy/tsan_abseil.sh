@@ -20,7 +20,7 @@ if [[ -f "$PREFIX/VERSION" && "$(cat "$PREFIX/VERSION")" == "$version" ]]; then
 fi
 
 "$(dirname "$0")/setup.sh"
-if ! dpkg-query -W -f='${Status}' dpkg-dev cmake ninja-build 2>/dev/null |
+if ! dpkg-query -W -f='${Status}\n' dpkg-dev cmake ninja-build 2>/dev/null |
     grep -c "install ok installed" | grep -q 3; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q dpkg-dev cmake ninja-build >/dev/null
 fi
