@@ -2,8 +2,8 @@
 //
 //   ps_server --coordinator=HOST:PORT [--listen=0.0.0.0:0] [--advertise=HOST] [--port_file=PATH]
 //             [--metrics_listen=HOST:PORT] [--metrics_port_file=PATH] [--connect_timeout_s=45]
-//             [--hot_keys_sample_every=128] [--tls_cert=PEM --tls_key=PEM] [--tls_ca=PEM]
-//             [--token_file=PATH] [--dry_run] [resource bounds, below]
+//             [--hot_keys_sample_every=128] [--lookup_threads=-1] [--tls_cert=PEM --tls_key=PEM]
+//             [--tls_ca=PEM] [--token_file=PATH] [--dry_run] [resource bounds, below]
 //
 // With --tls_cert and --tls_key it serves TLS, with --tls_ca mutual TLS, and with --token_file
 // it checks every call's bearer token (common/grpc/security.h); its own calls (to the
@@ -28,6 +28,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <fstream>
@@ -83,6 +84,9 @@ ABSL_FLAG(bool, empty_handler, false,
 ABSL_FLAG(uint32_t, hot_keys_sample_every, 128,
           "hot keys (ps_ctl hotkeys): one key of a request in this many is counted into its "
           "table's hot-keys sketches; 1 counts every key (exact, slowest), 0 none");
+ABSL_FLAG(int, lookup_threads, -1,
+          "threads that serve the shards of one large pull or push side by side (from 16384 "
+          "keys); -1: one less than the machine's cores, at most 7; 0: none");
 ABSL_FLAG(int, connect_timeout_s, 45,
           "how long to wait for the coordinator, at start and when it is away later (a "
           "coordinator restarting from its data_dir); then the server exits with status 1");
@@ -147,6 +151,18 @@ absl::Status BoundsFromFlags(server::AdmissionLimits* limits,
   server_options->keepalive_time_ms = keepalive_s * 1000;
   server_options->keepalive_timeout_ms = 20 * 1000;
   return absl::OkStatus();
+}
+
+// --lookup_threads: -1 picks one less than the machine's cores, at most 7; INVALID_ARGUMENT
+// below -1 or above 256.
+absl::StatusOr<int> LookupThreads(int flag) {
+  if (flag < -1 || flag > 256) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--lookup_threads must be -1 (automatic) or in [0, 256], got %d", flag));
+  }
+  if (flag >= 0) return flag;
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  return std::clamp(cores - 1, 0, 7);
 }
 
 // Fetches newer shard maps in the background by always waiting on the coordinator for the next
@@ -244,6 +260,11 @@ int Main() {
     return 2;
   }
   const HostPort& listen = own->listen;
+  const absl::StatusOr<int> lookup_threads = LookupThreads(absl::GetFlag(FLAGS_lookup_threads));
+  if (!lookup_threads.ok()) {
+    std::fprintf(stderr, "ps_server: %s\n", std::string(lookup_threads.status().message()).c_str());
+    return 2;
+  }
   const int connect_timeout_s = absl::GetFlag(FLAGS_connect_timeout_s);
   if (connect_timeout_s <= 0) {
     std::fprintf(stderr, "ps_server: --connect_timeout_s must be > 0, got %d\n", connect_timeout_s);
@@ -355,6 +376,7 @@ int Main() {
   server::ShardedStore::Options options;
   options.empty_handler = absl::GetFlag(FLAGS_empty_handler);
   options.hot_keys_sample_every = absl::GetFlag(FLAGS_hot_keys_sample_every);
+  options.lookup_threads = *lookup_threads;
   options.replication_transport = replication.get();
   options.server_id = server_id;
   // A copy that cannot be reached is reported, so that the coordinator fails it over at once.
@@ -473,7 +495,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "ps_server --coordinator=HOST:PORT [--listen=HOST:PORT] [--advertise=HOST] "
       "[--port_file=PATH] [--metrics_listen=HOST:PORT] [--metrics_port_file=PATH] "
-      "[--connect_timeout_s=N] [--hot_keys_sample_every=N] [--dry_run]");
+      "[--connect_timeout_s=N] [--hot_keys_sample_every=N] [--lookup_threads=N] [--dry_run]");
   absl::ParseCommandLine(argc, argv);
   return ps::Main();
 }

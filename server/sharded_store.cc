@@ -75,6 +75,7 @@ ShardedStore::ShardedStore(const config::Job& job, const Options& options,
       tables_(std::move(tables)),
       table_index_(IndexTables(tables_)),
       dense_optimizer_(std::move(dense_optimizer)),
+      lookup_pool_(std::max(0, options.lookup_threads)),
       shard_config_{&tables_, dense_optimizer_.get(), job.cluster().dense_chunk_floats(),
                     job.training().mode() == config::Training::SYNC},
       traffic_(NewTraffic(tables_.size(), options.hot_keys_sample_every)),
@@ -532,21 +533,37 @@ absl::Status ShardedStore::Pull(const rpc::PullRequest& request,
     return absl::OkStatus();
   }
   traffic_[t]->RecordPull(absl::MakeConstSpan(keys, n));
-  size_t at = 0;
+  // The shards and roles are read here, under map_mu_, for the lookup threads.
+  std::vector<Shard*> shard_of_run(request.runs_size());
   bool from_replica = false;
-  for (const rpc::ShardRun& run : request.runs()) {
-    if (roles_[run.shard()] == Role::kPrimary) {
-      shards_[run.shard()]->Pull(t, absl::MakeConstSpan(keys + at, run.count()),
-                                 out + at * table.dim);
-    } else {
-      // A replica holds only what its primary sent: it creates no row.
-      shards_[run.shard()]->Read(t, absl::MakeConstSpan(keys + at, run.count()),
-                                 out + at * table.dim);
-      from_replica = true;
-    }
-    at += run.count();
+  for (int r = 0; r < request.runs_size(); ++r) {
+    const uint32_t shard = request.runs(r).shard();
+    shard_of_run[r] = shards_[shard].get();
+    from_replica |= roles_[shard] != Role::kPrimary;
   }
-  if (from_replica) replica_pulls_.fetch_add(1, std::memory_order_relaxed);
+  if (!from_replica) {
+    ForEachRunGroup(request.runs(), n, [&](int first_run, int end_run, size_t at) {
+      for (int r = first_run; r < end_run; ++r) {
+        const uint32_t count = request.runs(r).count();
+        shard_of_run[r]->Pull(t, absl::MakeConstSpan(keys + at, count), out + at * table.dim);
+        at += count;
+      }
+    });
+  } else {
+    size_t at = 0;
+    for (int r = 0; r < request.runs_size(); ++r) {
+      const uint32_t count = request.runs(r).count();
+      const absl::Span<const uint64_t> run_keys = absl::MakeConstSpan(keys + at, count);
+      if (roles_[request.runs(r).shard()] == Role::kPrimary) {
+        shard_of_run[r]->Pull(t, run_keys, out + at * table.dim);
+      } else {
+        // A replica holds only what its primary sent: it creates no row.
+        shard_of_run[r]->Read(t, run_keys, out + at * table.dim);
+      }
+      at += count;
+    }
+    replica_pulls_.fetch_add(1, std::memory_order_relaxed);
+  }
   return absl::OkStatus();
 }
 
@@ -607,11 +624,26 @@ absl::Status ShardedStore::Push(const rpc::PushRequest& request, uint32_t* dupli
   const uint32_t worker = request.header().worker_id();
   const uint64_t sequence = request.header().sequence();
   RecordPushStep(worker, step);
+  // Applied per shard, side by side for a large push; then the verdicts are read in order.
+  const int num_runs = request.runs_size();
+  std::vector<Shard*> shard_of_run(num_runs);
+  for (int r = 0; r < num_runs; ++r) shard_of_run[r] = shards_[request.runs(r).shard()].get();
+  std::vector<ApplyWindow::Verdict> verdicts(num_runs);
+  std::vector<uint64_t> applied_at(num_runs);
+  ForEachRunGroup(request.runs(), n, [&](int first_run, int end_run, size_t at) {
+    for (int r = first_run; r < end_run; ++r) {
+      const uint32_t count = request.runs(r).count();
+      verdicts[r] = shard_of_run[r]->Push(
+          t, worker, sequence, absl::MakeConstSpan(keys + at, count), grads + at * table.dim);
+      // The shard's newest sequence covers this push's record (or, for a retry, its first try's).
+      applied_at[r] = shard_of_run[r]->applied_sequence();
+      at += count;
+    }
+  });
   absl::Status status;
-  size_t at = 0;
-  for (const rpc::ShardRun& run : request.runs()) {
-    switch (shards_[run.shard()]->Push(
-        t, worker, sequence, absl::MakeConstSpan(keys + at, run.count()), grads + at * table.dim)) {
+  for (int r = 0; r < num_runs; ++r) {
+    const rpc::ShardRun& run = request.runs(r);
+    switch (verdicts[r]) {
       case ApplyWindow::Verdict::kApply:
         break;
       case ApplyWindow::Verdict::kDuplicate:
@@ -626,13 +658,41 @@ absl::Status ShardedStore::Push(const rpc::PushRequest& request, uint32_t* dupli
             sequence, worker, ApplyWindow::kWindow, run.shard(), ApplyWindow::kWindow));
         break;
     }
-    // The shard's newest sequence covers this push's record (or, for a retry, its first try's).
-    if (replicated_at != nullptr) {
-      replicated_at->emplace_back(run.shard(), shards_[run.shard()]->applied_sequence());
-    }
-    at += run.count();
+    if (replicated_at != nullptr) replicated_at->emplace_back(run.shard(), applied_at[r]);
   }
   return status;
+}
+
+void ShardedStore::ForEachRunGroup(
+    const google::protobuf::RepeatedPtrField<rpc::ShardRun>& runs, size_t num_keys,
+    const std::function<void(int first_run, int end_run, size_t first_key)>& fn) {
+  const size_t min_keys = std::max<uint32_t>(1, options_.parallel_min_keys);
+  const size_t groups = std::min<size_t>({static_cast<size_t>(lookup_pool_.threads()) + 1,
+                                          num_keys / min_keys, static_cast<size_t>(runs.size())});
+  if (groups <= 1) {
+    fn(0, runs.size(), 0);
+    return;
+  }
+  // Cut after the run that brings a group to its share of the keys.
+  struct Group {
+    int first_run;
+    int end_run;
+    size_t first_key;
+  };
+  std::vector<Group> cut;
+  const size_t share = (num_keys + groups - 1) / groups;
+  size_t at = 0;
+  Group group{0, 0, 0};
+  for (int r = 0; r < runs.size(); ++r) {
+    at += runs[r].count();
+    if (at - group.first_key >= share || r + 1 == runs.size()) {
+      group.end_run = r + 1;
+      cut.push_back(group);
+      group = Group{r + 1, 0, at};
+    }
+  }
+  lookup_pool_.RunAll(cut.size(),
+                      [&](size_t i) { fn(cut[i].first_run, cut[i].end_run, cut[i].first_key); });
 }
 
 absl::Status ShardedStore::PullDense(const rpc::PullDenseRequest& request,

@@ -29,6 +29,7 @@
 #include "server/shard/shard.h"
 #include "server/storage/embedding_table.h"
 #include "server/table_traffic.h"
+#include "server/task_pool.h"
 
 namespace ps {
 namespace server {
@@ -56,6 +57,12 @@ class ShardedStore {
     // sketches (server/hot_keys.h); 0: none (the traffic counters still count). Default
     // HotKeys::kDefaultSampleEvery (128).
     uint32_t hot_keys_sample_every = HotKeys::kDefaultSampleEvery;
+    // Threads that serve the shards of one large pull or push side by side (the caller's thread
+    // works too); 0: every request is served on its caller's thread. Default 0; >= 0.
+    int lookup_threads = 0;
+    // A request is spread over the lookup threads only from this many keys, in parts of at least
+    // this many keys, whole shards each. Default 16384; >= 1.
+    uint32_t parallel_min_keys = 16384;
   };
 
   // INVALID_ARGUMENT if the job fails validation (tables, optimizers).
@@ -289,6 +296,13 @@ class ShardedStore {
   // How this server holds a shard.
   enum class Role { kNone, kPrimary, kReplica, kCatchingUp };
 
+  // Calls fn(first_run, end_run, first_key) on groups of consecutive runs covering all of `runs`
+  // (first_key: the position of the group's first key in the request): one group on the calling
+  // thread for a small request, several side by side on the lookup pool for a large one.
+  void ForEachRunGroup(const google::protobuf::RepeatedPtrField<rpc::ShardRun>& runs,
+                       size_t num_keys,
+                       const std::function<void(int first_run, int end_run, size_t first_key)>& fn);
+
   // OK if this server is the primary of `shard`, or (`read`, when the job reads from replicas)
   // holds a complete replica of it; DATA_LOSS for a lost shard; FAILED_PRECONDITION naming the
   // map version otherwise.
@@ -318,6 +332,8 @@ class ShardedStore {
   const std::vector<std::unique_ptr<TableSpec>> tables_;
   const absl::flat_hash_map<std::string, size_t> table_index_;
   const std::unique_ptr<Optimizer> dense_optimizer_;
+  // Serves the parts of large requests (Options::lookup_threads).
+  TaskPool lookup_pool_;
   const ShardConfig shard_config_;
   // By table index: what the data path was asked of it. The objects are thread-safe.
   const std::vector<std::unique_ptr<TableTraffic>> traffic_;

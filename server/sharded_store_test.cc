@@ -189,6 +189,40 @@ TEST_CASE("the status counts each table's traffic, sizes every shard copy and li
   }
 }
 
+TEST_CASE("a large request served by the lookup threads gives the serial path's results",
+          "[server][store]") {
+  ShardedStore::Options serial_options;
+  ShardedStore::Options parallel_options;
+  parallel_options.lookup_threads = GENERATE(1, 3);
+  parallel_options.parallel_min_keys = GENERATE(1u, 40u);
+  auto serial = ShardedStore::Create(TestJob(), serial_options);
+  auto parallel = ShardedStore::Create(TestJob(), parallel_options);
+  REQUIRE(serial.ok());
+  REQUIRE(parallel.ok());
+  (*serial)->SetShardMap(EvenOddMap(3), 0);
+  (*parallel)->SetShardMap(EvenOddMap(3), 0);
+  std::vector<uint64_t> keys = EvenShardKeys(400);
+  keys.insert(keys.end(), keys.begin(), keys.begin() + 50);  // some twice in one push
+  REQUIRE(PullRows(**parallel, keys) == PullRows(**serial, keys));
+  for (uint64_t sequence : {1, 2, 2}) {  // the last one a retry: every shard's part a duplicate
+    uint32_t serial_duplicates = 0;
+    uint32_t parallel_duplicates = 0;
+    std::vector<std::pair<uint32_t, uint64_t>> serial_at;
+    std::vector<std::pair<uint32_t, uint64_t>> parallel_at;
+    REQUIRE((*serial)
+                ->Push(MakePush(keys, 0.25f * sequence, sequence), &serial_duplicates, nullptr,
+                       &serial_at)
+                .ok());
+    REQUIRE((*parallel)
+                ->Push(MakePush(keys, 0.25f * sequence, sequence), &parallel_duplicates, nullptr,
+                       &parallel_at)
+                .ok());
+    CHECK(parallel_duplicates == serial_duplicates);
+    CHECK(parallel_at == serial_at);
+  }
+  CHECK(PullRows(**parallel, keys) == PullRows(**serial, keys));
+}
+
 TEST_CASE("a retried push is applied exactly once", "[server][store]") {
   auto store = ServingStore();
   const std::vector<uint64_t> keys = EvenShardKeys(20);

@@ -222,6 +222,17 @@ TEST_CASE("a real cluster matches the single-process reference", "[integration]"
   }
 }
 
+TEST_CASE("ps_server refuses an out-of-range --lookup_threads at start-up, naming it",
+          "[integration]") {
+  auto server = testing::Daemon::Launch(
+      "server/ps_server", {"--coordinator=127.0.0.1:1", "--lookup_threads=-2", "--dry_run"});
+  REQUIRE(server.ok());
+  const absl::StatusOr<int> exit_status = (*server)->Wait(absl::Seconds(30));
+  REQUIRE(exit_status.ok());
+  CHECK(*exit_status == 2);
+  CHECK_THAT((*server)->ReadLog(), Catch::Contains("--lookup_threads must be -1"));
+}
+
 TEST_CASE("bad requests get specific errors and the servers keep serving", "[integration]") {
   Cluster cluster = StartCluster();
   Client& client = *cluster.client;

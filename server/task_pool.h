@@ -1,0 +1,52 @@
+// A fixed set of threads that runs the parts of one request side by side, for the server's large
+// pulls and pushes (each part a group of shards, whose locks are independent).
+#ifndef PS_SERVER_TASK_POOL_H_
+#define PS_SERVER_TASK_POOL_H_
+
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+
+namespace ps {
+namespace server {
+
+// A TaskPool runs batches of tasks on its threads and on the caller's. Thread-safe: batches from
+// several callers share the threads, and a caller never waits for another's tasks (it runs its
+// own tasks that no thread has taken yet).
+class TaskPool {
+ public:
+  // Starts `threads` (>= 0) threads. With 0, RunAll runs every task on its caller's thread.
+  explicit TaskPool(int threads);
+  // Waits for running tasks, then joins the threads. No RunAll may be in progress.
+  ~TaskPool();
+  TaskPool(const TaskPool&) = delete;
+  TaskPool& operator=(const TaskPool&) = delete;
+
+  int threads() const { return static_cast<int>(threads_.size()); }
+
+  // Runs tasks(0), ..., tasks(count - 1), each exactly once, on the pool's threads and on this
+  // one, and returns when all have finished. Tasks must not throw or call RunAll.
+  void RunAll(size_t count, const std::function<void(size_t)>& task);
+
+ private:
+  struct Batch;
+
+  void Loop();
+  // Runs the next untaken task of `batch`; returns false when none is left.
+  static bool RunOne(Batch* batch);
+
+  absl::Mutex mu_;
+  std::deque<Batch*> queue_ ABSL_GUARDED_BY(mu_);  // batches with untaken tasks
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace server
+}  // namespace ps
+
+#endif  // PS_SERVER_TASK_POOL_H_
