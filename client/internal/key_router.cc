@@ -1,6 +1,7 @@
 #include "client/internal/key_router.h"
 
 #include <algorithm>
+#include <memory>
 #include <numeric>
 
 #include "common/hash.h"
@@ -11,8 +12,8 @@ namespace {
 
 // Appends the segments [shard, begin, count) to parts, starting new parts at server changes and
 // when a part is full.
-void AddSegment(uint32_t server, uint32_t shard, uint32_t begin, uint32_t count,
-                uint32_t max_keys, std::vector<Part>* parts) {
+void AddSegment(uint32_t server, uint32_t shard, uint32_t begin, uint32_t count, uint32_t max_keys,
+                std::vector<Part>* parts) {
   while (count > 0) {
     if (parts->empty() || parts->back().server != server || parts->back().num_keys >= max_keys) {
       parts->emplace_back();
@@ -41,22 +42,22 @@ KeyPlan PlanKeys(absl::Span<const uint64_t> keys, uint64_t name_hash,
   // Shards in (server, shard) order, so that every server's keys end up contiguous.
   std::vector<uint32_t> shard_order(num_shards);
   std::iota(shard_order.begin(), shard_order.end(), 0);
-  std::stable_sort(shard_order.begin(), shard_order.end(), [&](uint32_t a, uint32_t b) {
-    return shard_to_server[a] < shard_to_server[b];
-  });
+  std::stable_sort(shard_order.begin(), shard_order.end(),
+                   [&](uint32_t a, uint32_t b) { return shard_to_server[a] < shard_to_server[b]; });
   std::vector<uint32_t> rank_of_shard(num_shards);
   for (uint32_t r = 0; r < num_shards; ++r) rank_of_shard[shard_order[r]] = r;
 
   // Counting sort by shard rank, moving each key with its hash and position, so that the dedupe
   // below reads sequentially.
-  std::vector<uint32_t> rank_of_key(n);
+  // Scratch arrays are left uninitialised: every element is written before it is read.
+  std::unique_ptr<uint32_t[]> rank_of_key(new uint32_t[n]);
   std::vector<uint32_t> start(num_shards + 1, 0);
   for (size_t i = 0; i < n; ++i) {
     rank_of_key[i] = rank_of_shard[ShardOf(name_hash, keys[i], num_shards)];
     ++start[rank_of_key[i] + 1];
   }
   for (uint32_t r = 0; r < num_shards; ++r) start[r + 1] += start[r];
-  std::vector<uint64_t> sorted_keys(n);
+  std::unique_ptr<uint64_t[]> sorted_keys(new uint64_t[n]);
   plan.order.resize(n);
   {
     std::vector<uint32_t> fill(start.begin(), start.end() - 1);
@@ -69,17 +70,21 @@ KeyPlan PlanKeys(absl::Span<const uint64_t> keys, uint64_t name_hash,
 
   // Dedupe within each shard with a small open-addressing table (indexes into `unique`, +1),
   // addressed by a multiplicative hash of the key (its shard hash's high bits are nearly equal
-  // within a shard).
+  // within a shard). One table serves every shard without being cleared: an entry below the
+  // shard's first unique index (+1) was left by an earlier shard and counts as empty.
   plan.unique.reserve(n);
   plan.unique_of.resize(n);
-  std::vector<uint32_t> table;
+  uint32_t largest = 0;
+  for (uint32_t r = 0; r < num_shards; ++r) largest = std::max(largest, start[r + 1] - start[r]);
+  int max_bits = 4;
+  while ((size_t{1} << max_bits) < 2 * static_cast<size_t>(largest)) ++max_bits;
+  std::vector<uint32_t> table(size_t{1} << max_bits, 0);
   for (uint32_t r = 0; r < num_shards; ++r) {
     const uint32_t lo = start[r];
     const uint32_t hi = start[r + 1];
     if (lo == hi) continue;
     int bits = 4;
     while ((size_t{1} << bits) < 2 * static_cast<size_t>(hi - lo)) ++bits;
-    table.assign(size_t{1} << bits, 0);
     const size_t mask = (size_t{1} << bits) - 1;
     const uint32_t first_unique = static_cast<uint32_t>(plan.unique.size());
     for (uint32_t p = lo; p < hi; ++p) {
@@ -87,7 +92,7 @@ KeyPlan PlanKeys(absl::Span<const uint64_t> keys, uint64_t name_hash,
       size_t slot = static_cast<size_t>((key * 0x9E3779B97F4A7C15ull) >> (64 - bits));
       while (true) {
         const uint32_t u = table[slot];
-        if (u == 0) {
+        if (u <= first_unique) {
           plan.unique.push_back(key);
           table[slot] = static_cast<uint32_t>(plan.unique.size());
           plan.unique_of[p] = static_cast<uint32_t>(plan.unique.size() - 1);
