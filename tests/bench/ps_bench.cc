@@ -67,6 +67,9 @@ ABSL_FLAG(int, warmup, 0, "untimed requests per operation before (0: one per key
 ABSL_FLAG(int, key_sets, 4, "distinct key sets each worker cycles through");
 ABSL_FLAG(std::string, optimizer, "adagrad", "sgd, adagrad, adam or ftrl");
 ABSL_FLAG(bool, empty_handler, false, "servers touch no storage (transport ceiling)");
+ABSL_FLAG(int, lookup_threads, -1,
+          "the servers' --lookup_threads (threads serving one large request's shards side by "
+          "side; -1: their default, cores - 1)");
 ABSL_FLAG(bool, memory, false, "measure the resident bytes per row of one server");
 ABSL_FLAG(int64_t, rows, 10000000, "--memory: rows to load");
 ABSL_FLAG(int, channels, 2, "gRPC channels per server in each worker");
@@ -415,6 +418,8 @@ std::map<std::string, double> RunThroughput(bool metrics, bool secure) {
   options.bin_dir = BinDir();
   options.servers = servers;
   if (absl::GetFlag(FLAGS_empty_handler)) options.server_args.push_back("--empty_handler");
+  options.server_args.push_back(
+      absl::StrCat("--lookup_threads=", absl::GetFlag(FLAGS_lookup_threads)));
   std::vector<std::string> worker_security;
   if (secure) {
     const testing::TestCredentials* c = Credentials();
@@ -488,14 +493,15 @@ std::map<std::string, double> RunThroughput(bool metrics, bool secure) {
         "{\"op\":\"%s\",\"servers\":%d,\"workers\":%d,\"keys\":%d,\"dim\":%d,\"optimizer\":\"%s\","
         "\"handler\":\"%s\",\"inflight\":%d,\"iters\":%d,\"mkeys_per_s\":%.3f,\"value_mb_per_s\":%.1f,"
         "\"p50_ms\":%.3f,\"p99_ms\":%.3f,\"replication_factor\":%d,\"replication_mode\":\"%s\","
-        "\"metrics\":\"%s\",\"scrapes\":%d,\"security\":\"%s\"}\n",
+        "\"metrics\":\"%s\",\"scrapes\":%d,\"security\":\"%s\",\"lookup_threads\":%d}\n",
         op, servers, workers, k, dim, absl::GetFlag(FLAGS_optimizer),
         absl::GetFlag(FLAGS_empty_handler) ? "empty" : "store", absl::GetFlag(FLAGS_inflight), iters, keys_per_s / 1e6,
         keys_per_s * dim * sizeof(float) / 1e6, Percentile(latencies[op], 0.5),
         Percentile(latencies[op], 0.99), absl::GetFlag(FLAGS_replication_factor),
         absl::GetFlag(FLAGS_replication_factor) > 1 ? absl::GetFlag(FLAGS_replication_mode)
                                                     : std::string("none"),
-        metrics ? "on" : "off", scrapes, secure ? "mtls+tokens" : "plaintext");
+        metrics ? "on" : "off", scrapes, secure ? "mtls+tokens" : "plaintext",
+        absl::GetFlag(FLAGS_lookup_threads));
   }
   std::fflush(stdout);
   (void)(*cluster)->Terminate(absl::Seconds(10));
