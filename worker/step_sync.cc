@@ -17,8 +17,16 @@ StepSync::StepSync(const config::Job& job, Client* client, CoordinatorClient* co
       wait_timeout_(wait_timeout),
       checkpoints_(mode_ == config::Training::SYNC && !job.cluster().checkpoint_dir().empty()) {}
 
+absl::Status StepSync::NeedCoordinator() const {
+  if (coordinator_ != nullptr) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      "this job needs the coordinator's clocks (bounded staleness, or sync checkpoints), and the "
+      "worker trains without a coordinator");
+}
+
 absl::Status StepSync::Refresh(int64_t step) {
   if (!checkpoints_) return absl::OkStatus();
+  PS_RETURN_IF_ERROR(NeedCoordinator());
   PS_ASSIGN_OR_RETURN(const rpc::ClockState clocks, coordinator_->ReportClock(member_id_, step));
   notice_.reset();
   if (clocks.has_checkpoint()) notice_ = clocks.checkpoint();
@@ -29,6 +37,7 @@ absl::Status StepSync::BeforePull(int64_t step) {
   if (mode_ != config::Training::BOUNDED_STALENESS) return absl::OkStatus();
   const int64_t needed = step - staleness_ - 1;
   if (needed < 0) return absl::OkStatus();
+  PS_RETURN_IF_ERROR(NeedCoordinator());
   return coordinator_->WaitClock(needed, wait_timeout_).status();
 }
 
@@ -38,16 +47,17 @@ absl::StatusOr<int64_t> StepSync::AfterPush(int64_t step) {
       PS_ASSIGN_OR_RETURN(const int64_t applied, client_->EndStep(step));
       if (checkpoints_) {
         PS_RETURN_IF_ERROR(Refresh(step));
-      } else {
+      } else if (coordinator_ != nullptr) {
         coordinator_->ReportClockAsync(member_id_, step);
       }
       return std::max(step + 1, applied + 1);
     }
     case config::Training::BOUNDED_STALENESS:
+      PS_RETURN_IF_ERROR(NeedCoordinator());
       PS_RETURN_IF_ERROR(coordinator_->ReportClock(member_id_, step).status());
       return step + 1;
     default:
-      coordinator_->ReportClockAsync(member_id_, step);
+      if (coordinator_ != nullptr) coordinator_->ReportClockAsync(member_id_, step);
       return step + 1;
   }
 }

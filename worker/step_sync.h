@@ -24,7 +24,9 @@ namespace ps {
 namespace worker {
 
 // A StepSync runs the protocol for one worker. Thread-compatible. `client` and `coordinator` are
-// not owned and outlive it.
+// not owned and outlive it. `coordinator` may be null for training in one process (an in-process
+// store, no cluster): then no clock is reported, and what needs the coordinator's clocks
+// (BOUNDED_STALENESS, a SYNC job's checkpoints) fails with FAILED_PRECONDITION.
 class StepSync {
  public:
   StepSync(const config::Job& job, Client* client, CoordinatorClient* coordinator,
@@ -54,6 +56,9 @@ class StepSync {
   absl::Status Refresh(int64_t step);
 
  private:
+  // FAILED_PRECONDITION without a coordinator.
+  absl::Status NeedCoordinator() const;
+
   Client* const client_;
   CoordinatorClient* const coordinator_;
   const uint32_t member_id_;

@@ -1,0 +1,58 @@
+#include "worker/step_sync.h"
+
+#include <catch2/catch.hpp>
+
+#include "tests/testing/local/local_client.h"
+
+namespace ps {
+namespace worker {
+namespace {
+
+config::Job OneWorkerJob(config::Training::Mode mode) {
+  config::Job job;
+  job.set_name("step_sync");
+  config::Table* table = job.add_tables();
+  table->set_name("emb");
+  table->set_dim(4);
+  table->mutable_optimizer()->set_type("sgd");
+  table->mutable_optimizer()->set_learning_rate(0.1f);
+  job.mutable_training()->set_mode(mode);
+  if (mode == config::Training::BOUNDED_STALENESS) job.mutable_training()->set_staleness(2);
+  job.mutable_cluster()->set_num_shards(4);
+  job.mutable_cluster()->set_num_servers(1);
+  job.mutable_cluster()->set_num_workers(1);
+  return job;
+}
+
+// What train_bench's in-process setup does: training with no coordinator at all.
+TEST_CASE("without a coordinator, sync and async steps go on and report no clock",
+          "[worker][step_sync]") {
+  const config::Training::Mode mode = GENERATE(config::Training::SYNC, config::Training::ASYNC);
+  const config::Job job = OneWorkerJob(mode);
+  auto client = testing::LocalClient::Create(job, {});
+  REQUIRE(client.ok());
+  StepSync sync(job, client->get(), /*coordinator=*/nullptr, (*client)->worker_id());
+  for (int64_t step = 0; step < 3; ++step) {
+    REQUIRE(sync.BeforePull(step).ok());
+    const absl::StatusOr<int64_t> next = sync.AfterPush(step);
+    INFO(next.status().ToString());
+    REQUIRE(next.ok());
+    CHECK(*next == step + 1);
+  }
+}
+
+TEST_CASE("without a coordinator, bounded staleness is refused, naming why",
+          "[worker][step_sync]") {
+  const config::Job job = OneWorkerJob(config::Training::BOUNDED_STALENESS);
+  auto client = testing::LocalClient::Create(job, {});
+  REQUIRE(client.ok());
+  StepSync sync(job, client->get(), /*coordinator=*/nullptr, (*client)->worker_id());
+  const absl::Status pulled = sync.BeforePull(5);
+  CHECK(pulled.code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(pulled.message().find("coordinator") != absl::string_view::npos);
+  CHECK(sync.AfterPush(0).status().code() == absl::StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace worker
+}  // namespace ps
