@@ -625,25 +625,30 @@ absl::Status ShardedStore::Push(const rpc::PushRequest& request, uint32_t* dupli
   const uint64_t sequence = request.header().sequence();
   RecordPushStep(worker, step);
   // Applied per shard, side by side for a large push; then the verdicts are read in order.
+  struct RunResult {
+    Shard* shard;  // read here, under map_mu_, for the lookup threads
+    ApplyWindow::Verdict verdict;
+    // The shard's newest sequence, which covers this push's record (or, for a retry, its first
+    // try's).
+    uint64_t applied_at;
+  };
   const int num_runs = request.runs_size();
-  std::vector<Shard*> shard_of_run(num_runs);
-  for (int r = 0; r < num_runs; ++r) shard_of_run[r] = shards_[request.runs(r).shard()].get();
-  std::vector<ApplyWindow::Verdict> verdicts(num_runs);
-  std::vector<uint64_t> applied_at(num_runs);
+  std::vector<RunResult> results(num_runs);
+  for (int r = 0; r < num_runs; ++r) results[r].shard = shards_[request.runs(r).shard()].get();
   ForEachRunGroup(request.runs(), n, [&](int first_run, int end_run, size_t at) {
     for (int r = first_run; r < end_run; ++r) {
       const uint32_t count = request.runs(r).count();
-      verdicts[r] = shard_of_run[r]->Push(
+      RunResult& result = results[r];
+      result.verdict = result.shard->Push(
           t, worker, sequence, absl::MakeConstSpan(keys + at, count), grads + at * table.dim);
-      // The shard's newest sequence covers this push's record (or, for a retry, its first try's).
-      applied_at[r] = shard_of_run[r]->applied_sequence();
+      result.applied_at = result.shard->applied_sequence();
       at += count;
     }
   });
   absl::Status status;
   for (int r = 0; r < num_runs; ++r) {
     const rpc::ShardRun& run = request.runs(r);
-    switch (verdicts[r]) {
+    switch (results[r].verdict) {
       case ApplyWindow::Verdict::kApply:
         break;
       case ApplyWindow::Verdict::kDuplicate:
@@ -658,14 +663,14 @@ absl::Status ShardedStore::Push(const rpc::PushRequest& request, uint32_t* dupli
             sequence, worker, ApplyWindow::kWindow, run.shard(), ApplyWindow::kWindow));
         break;
     }
-    if (replicated_at != nullptr) replicated_at->emplace_back(run.shard(), applied_at[r]);
+    if (replicated_at != nullptr) replicated_at->emplace_back(run.shard(), results[r].applied_at);
   }
   return status;
 }
 
 void ShardedStore::ForEachRunGroup(
     const google::protobuf::RepeatedPtrField<rpc::ShardRun>& runs, size_t num_keys,
-    const std::function<void(int first_run, int end_run, size_t first_key)>& fn) {
+    absl::FunctionRef<void(int first_run, int end_run, size_t first_key)> fn) {
   const size_t min_keys = std::max<uint32_t>(1, options_.parallel_min_keys);
   const size_t groups = std::min<size_t>({static_cast<size_t>(lookup_pool_.threads()) + 1,
                                           num_keys / min_keys, static_cast<size_t>(runs.size())});

@@ -301,7 +301,7 @@ class ShardedStore {
   // thread for a small request, several side by side on the lookup pool for a large one.
   void ForEachRunGroup(const google::protobuf::RepeatedPtrField<rpc::ShardRun>& runs,
                        size_t num_keys,
-                       const std::function<void(int first_run, int end_run, size_t first_key)>& fn);
+                       absl::FunctionRef<void(int first_run, int end_run, size_t first_key)> fn);
 
   // OK if this server is the primary of `shard`, or (`read`, when the job reads from replicas)
   // holds a complete replica of it; DATA_LOSS for a lost shard; FAILED_PRECONDITION naming the

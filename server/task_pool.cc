@@ -6,7 +6,7 @@ namespace ps {
 namespace server {
 
 struct TaskPool::Batch {
-  const std::function<void(size_t)>* task = nullptr;
+  const absl::FunctionRef<void(size_t)>* task = nullptr;
   size_t count = 0;
   std::atomic<size_t> next{0};  // the next untaken task
   absl::Mutex mu;
@@ -34,7 +34,7 @@ bool TaskPool::RunOne(Batch* batch) {
   return true;
 }
 
-void TaskPool::RunAll(size_t count, const std::function<void(size_t)>& task) {
+void TaskPool::RunAll(size_t count, absl::FunctionRef<void(size_t)> task) {
   if (count == 0) return;
   if (threads_.empty() || count == 1) {
     for (size_t i = 0; i < count; ++i) task(i);

@@ -5,11 +5,11 @@
 
 #include <cstddef>
 #include <deque>
-#include <functional>
 #include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
 #include "absl/synchronization/mutex.h"
 
 namespace ps {
@@ -31,7 +31,7 @@ class TaskPool {
 
   // Runs tasks(0), ..., tasks(count - 1), each exactly once, on the pool's threads and on this
   // one, and returns when all have finished. Tasks must not throw or call RunAll.
-  void RunAll(size_t count, const std::function<void(size_t)>& task);
+  void RunAll(size_t count, absl::FunctionRef<void(size_t)> task);
 
  private:
   struct Batch;

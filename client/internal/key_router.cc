@@ -28,6 +28,13 @@ void AddSegment(uint32_t server, uint32_t shard, uint32_t begin, uint32_t count,
   }
 }
 
+// log2 of the dedupe table's size for `keys` keys: at least twice as many slots, at least 16.
+int TableBits(uint32_t keys) {
+  int bits = 4;
+  while ((size_t{1} << bits) < 2 * static_cast<size_t>(keys)) ++bits;
+  return bits;
+}
+
 }  // namespace
 
 KeyPlan PlanKeys(absl::Span<const uint64_t> keys, uint64_t name_hash,
@@ -76,15 +83,12 @@ KeyPlan PlanKeys(absl::Span<const uint64_t> keys, uint64_t name_hash,
   plan.unique_of.resize(n);
   uint32_t largest = 0;
   for (uint32_t r = 0; r < num_shards; ++r) largest = std::max(largest, start[r + 1] - start[r]);
-  int max_bits = 4;
-  while ((size_t{1} << max_bits) < 2 * static_cast<size_t>(largest)) ++max_bits;
-  std::vector<uint32_t> table(size_t{1} << max_bits, 0);
+  std::vector<uint32_t> table(size_t{1} << TableBits(largest), 0);
   for (uint32_t r = 0; r < num_shards; ++r) {
     const uint32_t lo = start[r];
     const uint32_t hi = start[r + 1];
     if (lo == hi) continue;
-    int bits = 4;
-    while ((size_t{1} << bits) < 2 * static_cast<size_t>(hi - lo)) ++bits;
+    const int bits = TableBits(hi - lo);
     const size_t mask = (size_t{1} << bits) - 1;
     const uint32_t first_unique = static_cast<uint32_t>(plan.unique.size());
     for (uint32_t p = lo; p < hi; ++p) {
