@@ -111,7 +111,8 @@ launcher=$!
 status=""
 for _ in $(seq 1 600); do
   status=$("$launch" status "$work/run_long" 2>&1 || true)
-  grep -q "worker .*running; step" <<<"$status" && break
+  # Worker 1 (the check below) can print its first progress line well after worker 0.
+  grep -q "worker       1 .*${addr[2]} .*running; step" <<<"$status" && break
   sleep 0.1
 done
 echo "$status"
