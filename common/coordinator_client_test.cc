@@ -120,10 +120,13 @@ TEST_CASE("the rendezvous store works across clients and threads", "[coordinator
   auto b = c.Connect();
   std::optional<absl::StatusOr<std::vector<std::string>>> waited;
   std::thread waiter([&] { waited = a->KvWait({"nccl/0", "nccl/1"}, absl::Seconds(30)); });
-  std::thread setter([&] { REQUIRE(b->KvSet("nccl/1", "id-1").ok()); });
+  // Catch2 asserts on the test's thread only (it is not thread-safe).
+  absl::Status set_by_thread;
+  std::thread setter([&] { set_by_thread = b->KvSet("nccl/1", "id-1"); });
   REQUIRE(a->KvSet("nccl/0", "id-0").ok());
   setter.join();
   waiter.join();
+  REQUIRE(set_by_thread.ok());
   REQUIRE(waited->ok());
   CHECK(**waited == std::vector<std::string>{"id-0", "id-1"});
   CHECK(*b->KvGet({"nccl/1", "nccl/0"}) == std::vector<std::string>{"id-1", "id-0"});

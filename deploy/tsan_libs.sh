@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds Debian's own Abseil, protobuf and gRPC (the source packages of the installed -dev
 # packages, Debian's patches applied) with -fsanitize=thread, as shared libraries under the sonames
-# Debian's own carry, into /opt/ps-tsan/<library>/lib. `bazel test --config=tsan` runs every test
-# with those folders first on LD_LIBRARY_PATH, so our code, gRPC, protobuf and Abseil are all
+# Debian's own carry, into /opt/ps-tsan/<library>/lib. `bazel test --config=tsan` links every test
+# and daemon with an RPATH to those folders, so our code, gRPC, protobuf and Abseil are all
 # instrumented and ThreadSanitizer sees every lock, atomic and hand-over between threads. With
 # Debian's uninstrumented libraries it cannot: it never sees an absl::Mutex lock, nor gRPC passing
 # a call's memory between its threads through its own atomics and completion queues, and reports
@@ -28,9 +28,14 @@ installed_source_version() {
   dpkg-query -W -f='${Version}' "$1" | sed -E 's/\+b[0-9]+$//'
 }
 
-# True when $ROOT/$1 already holds a build of source version $2.
+# What a folder's VERSION file holds besides the source version: how this script builds, so that a
+# change of it rebuilds what an older one built (2: no RPATH in the libraries, whose loader
+# must follow the test binaries' RPATH).
+BUILD_FORMAT=2
+
+# True when $ROOT/$1 already holds a build of source version $2 by this script's format.
 is_built() {
-  [[ -f "$ROOT/$1/VERSION" && "$(cat "$ROOT/$1/VERSION")" == "$2" ]]
+  [[ -f "$ROOT/$1/VERSION" && "$(cat "$ROOT/$1/VERSION")" == "$2 format $BUILD_FORMAT" ]]
 }
 
 want_abseil=$(installed_source_version libabsl-dev)
@@ -103,7 +108,7 @@ finish() {
   ((missing == 0)) || exit 1
   rm -rf "$ROOT/$lib/lib"
   mv "$ROOT/$lib/lib.new" "$ROOT/$lib/lib"
-  echo "$version" >"$ROOT/$lib/VERSION"
+  echo "$version format $BUILD_FORMAT" >"$ROOT/$lib/VERSION"
   echo "tsan_libs: instrumented $lib $version in $ROOT/$lib/lib"
 }
 
@@ -120,7 +125,7 @@ if ! is_built abseil "$want_abseil"; then
     -DCMAKE_CXX_STANDARD=17 -DABSL_PROPAGATE_CXX_STD=ON \
     -DBUILD_SHARED_LIBS=ON -DBUILD_TESTING=OFF \
     -DCMAKE_C_FLAGS="$TSAN_FLAGS" -DCMAKE_CXX_FLAGS="$TSAN_FLAGS" \
-    -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=thread" \
+    -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=thread" -DCMAKE_SKIP_RPATH=ON \
     -DCMAKE_INSTALL_PREFIX="$work/abseil/install" >/dev/null
   ninja -C "$work/abseil" -j "$(nproc)" >/dev/null
   ninja -C "$work/abseil" install >/dev/null
@@ -137,7 +142,7 @@ if ! is_built protobuf "$want_protobuf"; then
     -DCMAKE_CXX_STANDARD=17 -Dprotobuf_BUILD_SHARED_LIBS=ON -Dprotobuf_BUILD_TESTS=OFF \
     -Dprotobuf_BUILD_PROTOC_BINARIES=OFF -Dprotobuf_WITH_ZLIB=ON \
     -DCMAKE_C_FLAGS="$TSAN_FLAGS" -DCMAKE_CXX_FLAGS="$TSAN_FLAGS" \
-    -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=thread" >/dev/null
+    -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=thread" -DCMAKE_SKIP_RPATH=ON >/dev/null
   ninja -C "$work/protobuf" -j "$(nproc)" libprotobuf libprotobuf-lite >/dev/null
   install_as protobuf "$work/protobuf/libprotobuf.so" libprotobuf.so.32
   install_as protobuf "$work/protobuf/libprotobuf-lite.so" libprotobuf-lite.so.32
@@ -157,7 +162,7 @@ if ! is_built grpc "$want_grpc"; then
     -DgRPC_BENCHMARK_PROVIDER=none -DgRPC_BACKWARDS_COMPATIBILITY_MODE=OFF \
     -DgRPC_BUILD_CODEGEN=OFF -DgRPC_BUILD_CSHARP_EXT=OFF \
     -DCMAKE_C_FLAGS="$TSAN_FLAGS_NO_DEBUG" -DCMAKE_CXX_FLAGS="$TSAN_FLAGS_NO_DEBUG" \
-    -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=thread" >/dev/null
+    -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=thread" -DCMAKE_SKIP_RPATH=ON >/dev/null
   ninja -C "$work/grpc" -j "$(nproc)" grpc++ grpc gpr upb address_sorting \
     >/dev/null
   for lib in "$work/grpc"/lib{grpc++,grpc,gpr,upb,address_sorting}.so; do
