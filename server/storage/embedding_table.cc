@@ -88,6 +88,23 @@ size_t FoldDuplicates(const uint32_t* slots, size_t n, Scratch* s) {
   return unique;
 }
 
+// Grows the anonymous mapping [old, old + old_bytes) to `bytes`, moving it if it must; returns
+// the new start, or MAP_FAILED. mremap moves the pages without copying them. ThreadSanitizer does
+// not intercept mremap, and keeps whatever it knew of the new addresses from before (a finished
+// thread's stack, say), then reports the slab's first writes as races with it; under TSan a slab
+// therefore grows through a fresh mapping and a copy, which it sees.
+void* GrowMapping(void* old, size_t old_bytes, size_t bytes) {
+#if defined(__SANITIZE_THREAD__)
+  void* grown = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (grown == MAP_FAILED) return grown;
+  std::memcpy(grown, old, old_bytes);
+  munmap(old, old_bytes);
+  return grown;
+#else
+  return mremap(old, old_bytes, bytes, MREMAP_MAYMOVE);
+#endif
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<TableSpec>> TableSpec::Create(const config::Table& table,
@@ -187,7 +204,7 @@ void TableShard::ReserveSlot(uint32_t slot) {
   const size_t bytes = (rows * row_floats_ * sizeof(float) + page - 1) / page * page;
   void* floats = block.floats == nullptr ? mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
                                                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
-                                         : mremap(block.floats, block.bytes, bytes, MREMAP_MAYMOVE);
+                                         : GrowMapping(block.floats, block.bytes, bytes);
   if (floats == MAP_FAILED) Die("out of memory growing a slab");
   // Large slabs in huge pages where the kernel offers them on request: filling a table (a
   // restore, the first pulls) takes a page fault per 2 MiB instead of per 4 KiB, and lookups
