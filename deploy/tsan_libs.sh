@@ -112,6 +112,17 @@ finish() {
   echo "tsan_libs: instrumented $lib $version in $ROOT/$lib/lib"
 }
 
+# Configures the CMake project in $1 into build folder $2, instrumented, with compile flags $3 and
+# build type $4, and the project's own options "${@:5}". Shared libraries without an RPATH, so
+# that the loader follows the test binaries' RPATH to the other instrumented libraries.
+tsan_cmake() {
+  local src=$1 build=$2 flags=$3 type=$4
+  shift 4
+  cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE="$type" -DCMAKE_CXX_STANDARD=17 \
+    -DCMAKE_C_FLAGS="$flags" -DCMAKE_CXX_FLAGS="$flags" \
+    -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=thread" -DCMAKE_SKIP_RPATH=ON "$@" >/dev/null
+}
+
 prepare() {
   rm -rf "$ROOT/$1"
   mkdir -p "$ROOT/$1/lib.new"
@@ -121,12 +132,9 @@ if ! is_built abseil "$want_abseil"; then
   prepare abseil
   src=$(fetch_source abseil "$want_abseil")
   # The options Debian builds with (debian/rules): C++17, shared, its patched options.h and soname.
-  cmake -S "$src" -B "$work/abseil" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DCMAKE_CXX_STANDARD=17 -DABSL_PROPAGATE_CXX_STD=ON \
-    -DBUILD_SHARED_LIBS=ON -DBUILD_TESTING=OFF \
-    -DCMAKE_C_FLAGS="$TSAN_FLAGS" -DCMAKE_CXX_FLAGS="$TSAN_FLAGS" \
-    -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=thread" -DCMAKE_SKIP_RPATH=ON \
-    -DCMAKE_INSTALL_PREFIX="$work/abseil/install" >/dev/null
+  tsan_cmake "$src" "$work/abseil" "$TSAN_FLAGS" RelWithDebInfo \
+    -DABSL_PROPAGATE_CXX_STD=ON -DBUILD_SHARED_LIBS=ON -DBUILD_TESTING=OFF \
+    -DCMAKE_INSTALL_PREFIX="$work/abseil/install"
   ninja -C "$work/abseil" -j "$(nproc)" >/dev/null
   ninja -C "$work/abseil" install >/dev/null
   cp -a "$work/abseil/install"/lib*/libabsl_*.so* "$ROOT/abseil/lib.new/"
@@ -138,11 +146,9 @@ if ! is_built protobuf "$want_protobuf"; then
   src=$(fetch_source protobuf "$want_protobuf")
   # Only the two runtime libraries: protoc stays Debian's (generated code does not depend on how
   # protoc was built).
-  cmake -S "$src" -B "$work/protobuf" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DCMAKE_CXX_STANDARD=17 -Dprotobuf_BUILD_SHARED_LIBS=ON -Dprotobuf_BUILD_TESTS=OFF \
-    -Dprotobuf_BUILD_PROTOC_BINARIES=OFF -Dprotobuf_WITH_ZLIB=ON \
-    -DCMAKE_C_FLAGS="$TSAN_FLAGS" -DCMAKE_CXX_FLAGS="$TSAN_FLAGS" \
-    -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=thread" -DCMAKE_SKIP_RPATH=ON >/dev/null
+  tsan_cmake "$src" "$work/protobuf" "$TSAN_FLAGS" RelWithDebInfo \
+    -Dprotobuf_BUILD_SHARED_LIBS=ON -Dprotobuf_BUILD_TESTS=OFF \
+    -Dprotobuf_BUILD_PROTOC_BINARIES=OFF -Dprotobuf_WITH_ZLIB=ON
   ninja -C "$work/protobuf" -j "$(nproc)" libprotobuf libprotobuf-lite >/dev/null
   install_as protobuf "$work/protobuf/libprotobuf.so" libprotobuf.so.32
   install_as protobuf "$work/protobuf/libprotobuf-lite.so" libprotobuf-lite.so.32
@@ -154,17 +160,14 @@ if ! is_built grpc "$want_grpc"; then
   src=$(fetch_source grpc "$want_grpc")
   # Debian's options (debian/rules): every dependency from the system's packages. Only the
   # libraries our programs load are built; they keep gRPC's sonames, which are Debian's.
-  cmake -S "$src" -B "$work/grpc" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DCMAKE_CXX_STANDARD=17 -DBUILD_SHARED_LIBS=ON -DgRPC_BUILD_TESTS=OFF \
+  tsan_cmake "$src" "$work/grpc" "$TSAN_FLAGS_NO_DEBUG" Release \
+    -DBUILD_SHARED_LIBS=ON -DgRPC_BUILD_TESTS=OFF \
     -DgRPC_ABSL_PROVIDER=package -DgRPC_CARES_PROVIDER=package \
     -DgRPC_PROTOBUF_PROVIDER=package -DgRPC_RE2_PROVIDER=package \
     -DgRPC_SSL_PROVIDER=package -DgRPC_ZLIB_PROVIDER=package \
     -DgRPC_BENCHMARK_PROVIDER=none -DgRPC_BACKWARDS_COMPATIBILITY_MODE=OFF \
-    -DgRPC_BUILD_CODEGEN=OFF -DgRPC_BUILD_CSHARP_EXT=OFF \
-    -DCMAKE_C_FLAGS="$TSAN_FLAGS_NO_DEBUG" -DCMAKE_CXX_FLAGS="$TSAN_FLAGS_NO_DEBUG" \
-    -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=thread" -DCMAKE_SKIP_RPATH=ON >/dev/null
-  ninja -C "$work/grpc" -j "$(nproc)" grpc++ grpc gpr upb address_sorting \
-    >/dev/null
+    -DgRPC_BUILD_CODEGEN=OFF -DgRPC_BUILD_CSHARP_EXT=OFF
+  ninja -C "$work/grpc" -j "$(nproc)" grpc++ grpc gpr upb address_sorting >/dev/null
   for lib in "$work/grpc"/lib{grpc++,grpc,gpr,upb,address_sorting}.so; do
     soname=$(objdump -p "$lib" | awk '/SONAME/ { print $2 }')
     install_as grpc "$lib" "$soname"
