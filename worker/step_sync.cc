@@ -24,6 +24,10 @@ absl::Status StepSync::NeedCoordinator() const {
       "worker trains without a coordinator");
 }
 
+void StepSync::ReportClockAsync(int64_t step) {
+  if (coordinator_ != nullptr) coordinator_->ReportClockAsync(member_id_, step);
+}
+
 absl::Status StepSync::Refresh(int64_t step) {
   if (!checkpoints_) return absl::OkStatus();
   PS_RETURN_IF_ERROR(NeedCoordinator());
@@ -47,8 +51,8 @@ absl::StatusOr<int64_t> StepSync::AfterPush(int64_t step) {
       PS_ASSIGN_OR_RETURN(const int64_t applied, client_->EndStep(step));
       if (checkpoints_) {
         PS_RETURN_IF_ERROR(Refresh(step));
-      } else if (coordinator_ != nullptr) {
-        coordinator_->ReportClockAsync(member_id_, step);
+      } else {
+        ReportClockAsync(step);
       }
       return std::max(step + 1, applied + 1);
     }
@@ -57,7 +61,7 @@ absl::StatusOr<int64_t> StepSync::AfterPush(int64_t step) {
       PS_RETURN_IF_ERROR(coordinator_->ReportClock(member_id_, step).status());
       return step + 1;
     default:
-      if (coordinator_ != nullptr) coordinator_->ReportClockAsync(member_id_, step);
+      ReportClockAsync(step);
       return step + 1;
   }
 }

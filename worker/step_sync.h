@@ -58,6 +58,8 @@ class StepSync {
  private:
   // FAILED_PRECONDITION without a coordinator.
   absl::Status NeedCoordinator() const;
+  // Reports the worker's clock without waiting; nothing without a coordinator.
+  void ReportClockAsync(int64_t step);
 
   Client* const client_;
   CoordinatorClient* const coordinator_;

@@ -88,6 +88,11 @@ size_t FoldDuplicates(const uint32_t* slots, size_t n, Scratch* s) {
   return unique;
 }
 
+// A new anonymous read-write mapping of `bytes`, or MAP_FAILED.
+void* MapAnonymous(size_t bytes) {
+  return mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+}
+
 // Grows the anonymous mapping [old, old + old_bytes) to `bytes`, moving it if it must; returns
 // the new start, or MAP_FAILED. mremap moves the pages without copying them. ThreadSanitizer does
 // not intercept mremap, and keeps whatever it knew of the new addresses from before (a finished
@@ -95,7 +100,7 @@ size_t FoldDuplicates(const uint32_t* slots, size_t n, Scratch* s) {
 // therefore grows through a fresh mapping and a copy, which it sees.
 void* GrowMapping(void* old, size_t old_bytes, size_t bytes) {
 #if defined(__SANITIZE_THREAD__)
-  void* grown = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  void* grown = MapAnonymous(bytes);
   if (grown == MAP_FAILED) return grown;
   std::memcpy(grown, old, old_bytes);
   munmap(old, old_bytes);
@@ -202,9 +207,8 @@ void TableShard::ReserveSlot(uint32_t slot) {
       kBlockRows, std::max<size_t>({size_t{kMinBlockRows}, grown, size_t{offset} + 1, expected}));
   static const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   const size_t bytes = (rows * row_floats_ * sizeof(float) + page - 1) / page * page;
-  void* floats = block.floats == nullptr ? mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
-                                                MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
-                                         : GrowMapping(block.floats, block.bytes, bytes);
+  void* floats =
+      block.floats == nullptr ? MapAnonymous(bytes) : GrowMapping(block.floats, block.bytes, bytes);
   if (floats == MAP_FAILED) Die("out of memory growing a slab");
   // Large slabs in huge pages where the kernel offers them on request: filling a table (a
   // restore, the first pulls) takes a page fault per 2 MiB instead of per 4 KiB, and lookups
