@@ -509,8 +509,22 @@ absl::StatusOr<TrainResult> Train(const config::Job& job, Client* client,
   if (rank == 0) {
     PS_RETURN_IF_ERROR(client->PushDense(kDenseName, model->params(), DenseUpdate::kAssign));
   }
-  // Every worker's pushes are acknowledged (the sum above waited for all): the end-of-training
-  // checkpoint, in sync mode at the boundary after the last step.
+  if (metrics != nullptr) std::fclose(metrics);
+
+  // Worker 0 evaluates; one collective gives its figures to every worker's result.
+  HeldoutMetrics heldout;
+  if (rank == 0 && options.evaluate) {
+    PS_ASSIGN_OR_RETURN(heldout, EvaluateHeldout(job, client, model.get(), -1));
+  }
+  bool no_stop = false;
+  PS_RETURN_IF_ERROR(ShareFromWorkerZero(allreduce, &heldout, &no_stop));
+  result.heldout_auc = heldout.auc;
+  result.heldout_logloss = heldout.logloss;
+  result.heldout_samples = heldout.samples;
+  // Every worker's pushes are acknowledged (the sum of samples waited for all): the
+  // end-of-training checkpoint, in sync mode at the boundary after the last step. Last of all,
+  // after the final collective, so that the other workers do not wait in a collective (with its
+  // timeout) for a checkpoint of any size, or for a periodic one under way before it.
   if (rank == 0 && !job.cluster().checkpoint_dir().empty() && job.cluster().checkpoint_at_end()) {
     const bool sync_mode = job.training().mode() == config::Training::SYNC;
     std::vector<rpc::CheckpointWorkerState> states;
@@ -528,18 +542,6 @@ absl::StatusOr<TrainResult> Train(const config::Job& job, Client* client,
                  taken->seconds(), taken->path().c_str());
     result.checkpoint = taken->path();
   }
-  if (metrics != nullptr) std::fclose(metrics);
-
-  // Worker 0 evaluates; one collective gives its figures to every worker's result.
-  HeldoutMetrics heldout;
-  if (rank == 0 && options.evaluate) {
-    PS_ASSIGN_OR_RETURN(heldout, EvaluateHeldout(job, client, model.get(), -1));
-  }
-  bool no_stop = false;
-  PS_RETURN_IF_ERROR(ShareFromWorkerZero(allreduce, &heldout, &no_stop));
-  result.heldout_auc = heldout.auc;
-  result.heldout_logloss = heldout.logloss;
-  result.heldout_samples = heldout.samples;
   return result;
 }
 

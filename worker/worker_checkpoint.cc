@@ -45,10 +45,10 @@ rpc::CheckpointWorkerState WorkerCheckpointer::ToProto(const Kept& kept) const {
 rpc::CheckpointWorkerState WorkerCheckpointer::Latest() const { return ToProto(latest_); }
 
 absl::Status WorkerCheckpointer::Answer(const std::optional<rpc::CheckpointNotice>& notice) {
-  if (!notice.has_value() || notice->id() == answered_ || notice->step() > latest_.step) {
+  if (!notice.has_value() || notice->key() == answered_ || notice->step() > latest_.step) {
     return absl::OkStatus();
   }
-  answered_ = notice->id();
+  answered_ = notice->key();
   const std::string key = absl::StrCat(notice->key(), rank_);
   const Kept* kept = notice->step() == latest_.step     ? &latest_
                      : notice->step() == previous_.step ? &previous_

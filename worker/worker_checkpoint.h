@@ -34,11 +34,11 @@ class WorkerCheckpointer {
   void AtBoundary(int64_t step, absl::Span<const float> params,
                   absl::Span<const float> optimizer_state);
 
-  // Answers `notice` (from the latest clock answer), once per checkpoint: puts the state at its
-  // boundary under its key, or, when that boundary is older than the states kept, an error saying
-  // so (rpc::CheckpointNotice, kWorkerStateError), as when the state is over the rendezvous
-  // store's value limit (Coordinator::kMaxValueBytes). A notice of a later boundary waits for it.
-  // The coordinator's error if the put fails otherwise.
+  // Answers `notice` (from the latest clock answer) once per checkpoint attempt, that is per
+  // notice key: puts the state at its boundary under its key, or, when that boundary is older
+  // than the states kept, an error saying so (rpc::CheckpointNotice, kWorkerStateError), as when
+  // the state is over the rendezvous store's value limit (Coordinator::kMaxValueBytes). A notice
+  // of a later boundary waits for it. The coordinator's error if the put fails otherwise.
   absl::Status Answer(const std::optional<rpc::CheckpointNotice>& notice);
 
   // The state at the newest boundary recorded.
@@ -71,7 +71,7 @@ class WorkerCheckpointer {
   const int rank_;
   const std::string optimizer_;
   Kept latest_, previous_;
-  uint64_t answered_ = 0;  // the id of the last checkpoint answered
+  std::string answered_;  // the key of the last checkpoint answered (unique per attempt)
 };
 
 }  // namespace worker

@@ -72,6 +72,15 @@ TEST_CASE("a worker answers a checkpoint with its state at the checkpoint's boun
   REQUIRE(c.coordinator->KvSet("ps/checkpoint/4/worker/1", "taken").ok());
   REQUIRE(checkpointer.Answer(Notice(4, 7)).ok());
   CHECK(put(4) == "taken");
+  // A retry of that checkpoint (the same id, a new attempt's key) is answered again.
+  rpc::CheckpointNotice retry = Notice(4, 7);
+  retry.set_key("ps/checkpoint/4/retry/worker/");
+  REQUIRE(checkpointer.Answer(retry).ok());
+  absl::StatusOr<std::vector<std::string>> again =
+      c.coordinator->KvGet({"ps/checkpoint/4/retry/worker/1"});
+  REQUIRE(again.ok());
+  REQUIRE(state.ParseFromString(again->front()));
+  CHECK(state.step() == 7);
   CHECK(checkpointer.Answer(std::nullopt).ok());
 }
 

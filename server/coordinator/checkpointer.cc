@@ -225,8 +225,12 @@ absl::StatusOr<rpc::CheckpointResponse> Checkpointer::TakeUnmeasured(
     return status;
   };
 
-  // The workers see the notice in their next clock report and put their state.
-  const std::string worker_key = absl::StrFormat("ps/checkpoint/%d/worker/", id);
+  // The workers see the notice in their next clock report and put their state. The key names
+  // this attempt, not only the id: a failed checkpoint's folder is removed, so its id comes back
+  // for the next one, and a worker answers each key once (a retry under the id a worker already
+  // answered would otherwise wait for a state that never comes).
+  const std::string worker_key = absl::StrFormat("ps/checkpoint/%d/%016x.%d/worker/", id,
+                                                 incarnation_, ++attempts_);
   struct Notice {
     Coordinator* coordinator;
     std::string key;

@@ -5,12 +5,14 @@
 
 #include <grpcpp/security/credentials.h>
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/random/random.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -78,6 +80,11 @@ class Checkpointer {
   metrics::Counter* taken_ = nullptr;
   metrics::Counter* failed_ = nullptr;
   metrics::Histogram* durations_ = nullptr;
+  // Name each attempt's rendezvous key for the workers' states (see TakeUnmeasured): a random
+  // number drawn once, so that a restarted coordinator's keys differ from its predecessor's, and
+  // a count of attempts.
+  const uint64_t incarnation_ = absl::Uniform<uint64_t>(absl::BitGen());
+  std::atomic<uint64_t> attempts_{0};
 
   absl::Mutex mu_;
   bool taking_ ABSL_GUARDED_BY(mu_) = false;

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "common/checkpoint_catalog.h"
@@ -169,6 +170,70 @@ TEST_CASE("retention keeps checkpoint_keep checkpoints and every base they need"
   CHECK(f.Kept() == std::vector<uint64_t>{4, 5, 6, 7});
   f.Take();  // 8 on 7
   CHECK(f.Kept() == std::vector<uint64_t>{7, 8});
+}
+
+// A sync checkpoint that a server refused was retried under the same id (its folder is removed)
+// and the same rendezvous key, which the workers had already answered, so the retry waited for
+// states that never came while training ended (coordinator_restart_test, once in four runs).
+TEST_CASE("a checkpoint retried after a refusal asks the workers under a new key",
+          "[checkpoint][regression]") {
+  const std::string dir = absl::StrCat(testing::TempDir(), "/checkpointer_retry");
+  std::filesystem::remove_all(dir);
+  absl::StatusOr<config::Job> job = ParseJob(
+      absl::StrFormat(R"pb(name: "retry"
+                           tables { name: "emb" dim: 4 }
+                           training { mode: SYNC }
+                           cluster {
+                             num_servers: 1
+                             num_workers: 1
+                             num_shards: 2
+                             checkpoint_dir: "%s"
+                           })pb",
+                      dir),
+      "retry.pbtxt");
+  REQUIRE(job.ok());
+  CoordinatorOptions options;
+  options.job = *job;
+  options.dead_after = absl::Hours(1);
+  std::unique_ptr<Coordinator> coordinator = Coordinator::Create(std::move(options)).value();
+  REQUIRE(coordinator->Register(rpc::SERVER, "127.0.0.1:1", -1).ok());
+  absl::StatusOr<rpc::RegisterResponse> worker = coordinator->Register(rpc::WORKER, "", 0);
+  REQUIRE(worker.ok());
+
+  // The fake server sees the notice as the worker's next clock report would, refuses the first
+  // attempt (the boundary has passed) and, on the second, answers for the worker too. It runs on
+  // the checkpointer's thread: it reports failures through its result, not Catch.
+  std::vector<rpc::CheckpointNotice> notices;
+  Checkpointer checkpointer(
+      coordinator.get(),
+      [&](const std::string&, const rpc::WriteCheckpointRequest& r)
+          -> absl::StatusOr<rpc::WriteCheckpointResponse> {
+        absl::StatusOr<rpc::ClockState> clocks = coordinator->ReportClock(worker->member_id(), 3);
+        if (!clocks.ok()) return clocks.status();
+        if (!clocks->has_checkpoint()) return absl::InternalError("no checkpoint notice");
+        notices.push_back(clocks->checkpoint());
+        if (notices.size() == 1) {
+          return absl::FailedPreconditionError("step boundary 4 has passed");
+        }
+        rpc::CheckpointWorkerState state;
+        state.set_rank(0);
+        state.set_step(r.step());
+        absl::Status put =
+            coordinator->KvSet(absl::StrCat(notices.back().key(), 0), state.SerializeAsString());
+        if (!put.ok()) return put;
+        rpc::WriteCheckpointResponse response;
+        for (uint32_t s : r.shards()) response.add_files()->set_shard(s);
+        return response;
+      });
+  CHECK(absl::IsFailedPrecondition(checkpointer.Take(4).status()));
+  absl::StatusOr<rpc::CheckpointResponse> retried = checkpointer.Take(5);
+  INFO(retried.status().ToString());
+  REQUIRE(retried.ok());
+  REQUIRE(notices.size() == 2);
+  CHECK(notices[0].id() == notices[1].id());  // the refused attempt's folder is gone
+  CHECK(notices[0].key() != notices[1].key());
+  CHECK(retried->step() == 5);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
