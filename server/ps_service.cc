@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
+#include "common/grpc/wire.h"
 #include "common/grpc_status.h"
 #include "server/checkpoint/server_checkpoint.h"
 
@@ -25,24 +26,6 @@ constexpr uint8_t kDimTag = (2 << 3) | 0;
 constexpr size_t kPrefixBytes = 16;
 // Room after the rows for the dim field (tag and a uint32 varint).
 constexpr size_t kSuffixBytes = 1 + 5;
-
-size_t VarintSize(uint64_t value) {
-  size_t size = 1;
-  while (value >= 0x80) {
-    value >>= 7;
-    ++size;
-  }
-  return size;
-}
-
-uint8_t* PutVarint(uint64_t value, uint8_t* out) {
-  while (value >= 0x80) {
-    *out++ = static_cast<uint8_t>(value | 0x80);
-    value >>= 7;
-  }
-  *out++ = static_cast<uint8_t>(value);
-  return out;
-}
 
 // A PullResponse being built in one malloc'ed buffer that becomes the slice gRPC sends:
 // [values tag, length][rows][dim tag, dim], with the rows aligned.
@@ -66,13 +49,13 @@ class PullResponseFrame {
   // called.
   void Finish(grpc::ByteBuffer* response) {
     if (buffer_ == nullptr) return;
-    const size_t header_bytes = 1 + VarintSize(rows_bytes_);
+    const size_t header_bytes = 1 + grpc_util::VarintSize(rows_bytes_);
     uint8_t* begin = buffer_ + kPrefixBytes - header_bytes;
     begin[0] = kValuesTag;
-    PutVarint(rows_bytes_, begin + 1);
+    grpc_util::PutVarint(rows_bytes_, reinterpret_cast<char*>(begin + 1));
     uint8_t* end = buffer_ + kPrefixBytes + rows_bytes_;
     *end++ = kDimTag;
-    end = PutVarint(dim_, end);
+    end = reinterpret_cast<uint8_t*>(grpc_util::PutVarint(dim_, reinterpret_cast<char*>(end)));
     grpc::Slice slice(
         begin, static_cast<size_t>(end - begin), [](void* buffer) { std::free(buffer); }, buffer_);
     buffer_ = nullptr;  // owned by the slice
@@ -347,19 +330,23 @@ void ParameterServerService::ServePushDense(Call* call) {
 }
 
 grpc::ServerUnaryReactor* ParameterServerService::Replicate(grpc::CallbackServerContext* context,
-                                                            const rpc::ReplicateRequest* request,
-                                                            rpc::ReplicateResponse* response) {
+                                                            const grpc::ByteBuffer* request,
+                                                            grpc::ByteBuffer* response) {
   ShardedStore* store = store_.load(std::memory_order_acquire);
   if (store == nullptr) return Done(context, absl::UnavailableError("the server is starting"));
-  store->ApplyReplicated(*request, response);
+  rpc::ReplicateResponse acks;
+  absl::Status status = store->ApplyReplicated(*request, &acks);
+  if (!status.ok()) return Done(context, status);
   // A copy this server does not know of yet is in a newer map: fetch it.
-  for (const rpc::ShardAck& ack : response->acks()) {
+  for (const rpc::ShardAck& ack : acks.acks()) {
     if (ack.result() == rpc::ShardAck::NOT_HELD) {
       on_newer_map_(store->map_version() + 1);
       break;
     }
   }
-  return Done(context, absl::OkStatus());
+  bool own_buffer = false;
+  return Done(context, FromGrpcStatus(grpc::SerializationTraits<rpc::ReplicateResponse>::Serialize(
+                           acks, response, &own_buffer)));
 }
 
 ParameterServerService::~ParameterServerService() {

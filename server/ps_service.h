@@ -28,7 +28,8 @@ using ParameterServerBase = rpc::ParameterServer::WithRawCallbackMethod_Pull<
         rpc::ParameterServer::WithRawCallbackMethod_PullDense<
             rpc::ParameterServer::WithRawCallbackMethod_PushDense<
                 rpc::ParameterServer::WithRawCallbackMethod_EndStep<
-                    rpc::ParameterServer::CallbackService>>>>>;
+                    rpc::ParameterServer::WithRawCallbackMethod_Replicate<
+                        rpc::ParameterServer::CallbackService>>>>>>;
 
 // ParameterServerService serves the ParameterServer RPCs on gRPC's callback API. Thread-safe.
 //
@@ -108,8 +109,8 @@ class ParameterServerService final : public ParameterServerBase {
                                             rpc::WriteCheckpointResponse* response) override;
   // A primary's records for the copies this server holds; answered per shard in the response.
   grpc::ServerUnaryReactor* Replicate(grpc::CallbackServerContext* context,
-                                      const rpc::ReplicateRequest* request,
-                                      rpc::ReplicateResponse* response) override;
+                                      const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
 
  private:
   // The store if serving and the request's map is not newer than the store's; otherwise null and

@@ -813,10 +813,10 @@ void ShardedStore::WhenReplicated(std::vector<std::pair<uint32_t, uint64_t>> seq
   replicator_->WhenReplicated(std::move(sequences), std::move(done));
 }
 
-void ShardedStore::ApplyReplicated(const rpc::ReplicateRequest& request,
-                                   rpc::ReplicateResponse* response) {
+absl::Status ShardedStore::ApplyReplicated(const grpc::ByteBuffer& request,
+                                           rpc::ReplicateResponse* response) {
   absl::ReaderMutexLock map_lock(&map_mu_);
-  ApplyReplicateRequest(
+  return ApplyReplicateRequest(
       request,
       [this](uint32_t shard) ABSL_SHARED_LOCKS_REQUIRED(map_mu_) -> Shard* {
         if (shard >= num_shards_) return nullptr;

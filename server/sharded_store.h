@@ -171,8 +171,9 @@ class ShardedStore {
   void WhenReplicated(std::vector<std::pair<uint32_t, uint64_t>> sequences,
                       std::function<void(absl::Status)> done);
 
-  // Applies a primary's records to the copies this server holds (ApplyReplicateRequest).
-  void ApplyReplicated(const rpc::ReplicateRequest& request, rpc::ReplicateResponse* response);
+  // Applies a primary's records, a ReplicateRequest's bytes, to the copies this server holds
+  // (ApplyReplicateRequest: INVALID_ARGUMENT, nothing applied, when the bytes are not one).
+  absl::Status ApplyReplicated(const grpc::ByteBuffer& request, rpc::ReplicateResponse* response);
 
   // Every copy of a shard this server holds, for its heartbeats: applied sequence and (sync
   // training) step, whether a copy catching up is complete, and (primaries) the lag of each

@@ -713,10 +713,10 @@ class LoopbackTransport : public ReplicationTransport {
     thread_.join();
   }
 
-  void Send(const std::string& address, const rpc::ReplicateRequest& request,
+  void Send(const std::string& address, grpc::ByteBuffer request,
             std::function<void(absl::StatusOr<rpc::ReplicateResponse>)> done) override {
     absl::MutexLock lock(&mu_);
-    calls_.push_back({address, request, std::move(done)});
+    calls_.push_back({address, std::move(request), std::move(done)});
   }
 
   void Set(const std::string& address, ShardedStore* store) {
@@ -731,7 +731,7 @@ class LoopbackTransport : public ReplicationTransport {
  private:
   struct Call {
     std::string address;
-    rpc::ReplicateRequest request;
+    grpc::ByteBuffer request;
     std::function<void(absl::StatusOr<rpc::ReplicateResponse>)> done;
   };
 
@@ -754,8 +754,12 @@ class LoopbackTransport : public ReplicationTransport {
         continue;
       }
       rpc::ReplicateResponse response;
-      store->ApplyReplicated(call.request, &response);
-      call.done(std::move(response));
+      const absl::Status applied = store->ApplyReplicated(call.request, &response);
+      if (applied.ok()) {
+        call.done(std::move(response));
+      } else {
+        call.done(applied);
+      }
     }
   }
 

@@ -4,14 +4,18 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "common/grpc/wire.h"
+
 namespace ps {
 namespace client_internal {
 namespace {
 
-constexpr uint32_t kWireVarint = 0;
-constexpr uint32_t kWireFixed64 = 1;
-constexpr uint32_t kWireLengthDelimited = 2;
-constexpr uint32_t kWireFixed32 = 5;
+using grpc_util::kWireFixed32;
+using grpc_util::kWireFixed64;
+using grpc_util::kWireLengthDelimited;
+using grpc_util::kWireVarint;
+using grpc_util::PutVarint;
+using grpc_util::SliceCursor;
 
 // PullResponse's fields (proto/ps.proto).
 constexpr uint32_t kValuesField = 1;
@@ -19,73 +23,6 @@ constexpr uint32_t kDimField = 2;
 
 // Where the values of a response without values are.
 constexpr char kNothing[1] = {0};
-
-char* PutVarint(uint64_t value, char* out) {
-  while (value >= 0x80) {
-    *out++ = static_cast<char>(value | 0x80);
-    value >>= 7;
-  }
-  *out++ = static_cast<char>(value);
-  return out;
-}
-
-// Reads the bytes of a list of slices in order.
-class SliceCursor {
- public:
-  explicit SliceCursor(const std::vector<grpc::Slice>& slices) : slices_(slices) { SkipEmpty(); }
-
-  bool AtEnd() const { return index_ == slices_.size(); }
-
-  bool ReadByte(uint8_t* byte) {
-    if (AtEnd()) return false;
-    *byte = slices_[index_].begin()[offset_];
-    Advance(1);
-    return true;
-  }
-
-  bool ReadVarint(uint64_t* value) {
-    *value = 0;
-    for (int shift = 0; shift < 64; shift += 7) {
-      uint8_t byte = 0;
-      if (!ReadByte(&byte)) return false;
-      *value |= uint64_t{byte & 0x7Fu} << shift;
-      if ((byte & 0x80) == 0) return true;
-    }
-    return false;
-  }
-
-  // Skips `size` bytes, calling visit(const char* data, size_t n) for each run of them within a
-  // slice. False if fewer bytes are left.
-  template <typename Visit>
-  bool Take(uint64_t size, Visit&& visit) {
-    while (size > 0) {
-      if (AtEnd()) return false;
-      const size_t left = slices_[index_].size() - offset_;
-      const size_t n = static_cast<size_t>(std::min<uint64_t>(size, left));
-      visit(reinterpret_cast<const char*>(slices_[index_].begin()) + offset_, n);
-      Advance(n);
-      size -= n;
-    }
-    return true;
-  }
-
- private:
-  void Advance(size_t n) {
-    offset_ += n;
-    if (offset_ == slices_[index_].size()) {
-      ++index_;
-      offset_ = 0;
-      SkipEmpty();
-    }
-  }
-  void SkipEmpty() {
-    while (index_ < slices_.size() && slices_[index_].size() == 0) ++index_;
-  }
-
-  const std::vector<grpc::Slice>& slices_;
-  size_t index_ = 0;
-  size_t offset_ = 0;
-};
 
 }  // namespace
 

@@ -1,5 +1,6 @@
 #include "server/replication/replicator.h"
 
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
@@ -21,39 +22,46 @@ class GrpcReplicationTransport : public ReplicationTransport {
                            std::shared_ptr<grpc::ChannelCredentials> credentials)
       : timeout_(timeout), credentials_(std::move(credentials)) {}
 
-  void Send(const std::string& address, const rpc::ReplicateRequest& request,
+  void Send(const std::string& address, grpc::ByteBuffer request,
             std::function<void(absl::StatusOr<rpc::ReplicateResponse>)> done) override {
-    rpc::ParameterServer::Stub* stub = StubFor(address);
+    grpc::GenericStub* stub = StubFor(address);
     struct Call {
       grpc::ClientContext context;
-      rpc::ReplicateResponse response;
+      grpc::ByteBuffer request;
+      grpc::ByteBuffer response;
       std::function<void(absl::StatusOr<rpc::ReplicateResponse>)> done;
     };
     auto* call = new Call;
+    call->request = std::move(request);
     call->done = std::move(done);
     call->context.set_deadline(std::chrono::system_clock::now() +
                                absl::ToChronoMilliseconds(timeout_));
-    stub->async()->Replicate(&call->context, &request, &call->response,
-                             [call](grpc::Status status) {
-                               std::unique_ptr<Call> owned(call);
-                               if (status.ok()) {
-                                 owned->done(std::move(owned->response));
-                               } else {
-                                 owned->done(FromGrpcStatus(status));
-                               }
-                             });
+    stub->UnaryCall(&call->context, "/ps.rpc.ParameterServer/Replicate", grpc::StubOptions(),
+                    &call->request, &call->response, [call](grpc::Status status) {
+                      std::unique_ptr<Call> owned(call);
+                      rpc::ReplicateResponse response;
+                      if (status.ok()) {
+                        status = grpc::SerializationTraits<rpc::ReplicateResponse>::Deserialize(
+                            &owned->response, &response);
+                      }
+                      if (status.ok()) {
+                        owned->done(std::move(response));
+                      } else {
+                        owned->done(FromGrpcStatus(status));
+                      }
+                    });
   }
 
  private:
-  rpc::ParameterServer::Stub* StubFor(const std::string& address) {
+  grpc::GenericStub* StubFor(const std::string& address) {
     absl::MutexLock lock(&mu_);
-    std::unique_ptr<rpc::ParameterServer::Stub>& stub = stubs_[address];
+    std::unique_ptr<grpc::GenericStub>& stub = stubs_[address];
     if (stub == nullptr) {
       // Reconnects quickly to a restarted server; large windows and write buffers for batches
       // of megabytes.
       grpc_util::ChannelOptions options = grpc_util::ReplicationChannelOptions();
       options.credentials = credentials_;
-      stub = rpc::ParameterServer::NewStub(grpc_util::NewChannel(address, options));
+      stub = std::make_unique<grpc::GenericStub>(grpc_util::NewChannel(address, options));
     }
     return stub.get();
   }
@@ -61,18 +69,22 @@ class GrpcReplicationTransport : public ReplicationTransport {
   const absl::Duration timeout_;
   const std::shared_ptr<grpc::ChannelCredentials> credentials_;
   absl::Mutex mu_;
-  absl::flat_hash_map<std::string, std::unique_ptr<rpc::ParameterServer::Stub>> stubs_
+  absl::flat_hash_map<std::string, std::unique_ptr<grpc::GenericStub>> stubs_
       ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace
 
-void ApplyReplicateRequest(const rpc::ReplicateRequest& request,
-                           absl::FunctionRef<Shard*(uint32_t shard)> find,
-                           rpc::ReplicateResponse* response) {
+absl::Status ApplyReplicateRequest(const grpc::ByteBuffer& request,
+                                   absl::FunctionRef<Shard*(uint32_t shard)> find,
+                                   rpc::ReplicateResponse* response) {
+  ReplicateRequestReader reader;
+  const absl::Status read = reader.Parse(request);
+  if (!read.ok()) return read;
   // Index of each shard's ack in the response.
   absl::flat_hash_map<uint32_t, int> acks;
-  for (const rpc::ShardRecord& record : request.records()) {
+  for (const ReplicatedRecord& replicated : reader.records()) {
+    const rpc::ShardRecord& record = replicated.record;
     auto [it, first] = acks.try_emplace(record.shard(), response->acks_size());
     rpc::ShardAck* ack;
     Shard* shard = find(record.shard());
@@ -84,7 +96,9 @@ void ApplyReplicateRequest(const rpc::ReplicateRequest& request,
       ack = response->mutable_acks(it->second);
     }
     if (shard == nullptr || ack->result() != rpc::ShardAck::APPLIED) continue;
-    const absl::Status applied = shard->ApplyRecord(record);
+    const absl::Status applied = record.has_rows()
+                                     ? shard->ApplyRowsRecord(record, replicated.values)
+                                     : shard->ApplyRecord(record);
     if (absl::IsAborted(applied)) {
       ack->set_result(rpc::ShardAck::NEEDS_SNAPSHOT);
       ack->set_error(std::string(applied.message()));
@@ -100,6 +114,7 @@ void ApplyReplicateRequest(const rpc::ReplicateRequest& request,
       ack.set_complete(shard->complete());
     }
   }
+  return absl::OkStatus();
 }
 
 std::unique_ptr<ReplicationTransport> NewGrpcReplicationTransport(
@@ -272,7 +287,8 @@ void Replicator::SendSnapshot(Shard* shard, const ReplicaTarget& target) {
               if (!state->target.live) state->waited = false;
             }
           }
-          AppendLocked(PeerLocked(target, id), id, std::move(record), &sends);
+          AppendLocked(PeerLocked(target, id), id,
+                       std::make_shared<const rpc::ShardRecord>(std::move(record)), &sends);
         }
         for (auto& send : sends) send();
       },
@@ -294,25 +310,21 @@ void Replicator::Append(uint32_t shard_id, rpc::ShardRecord&& record) {
     if (entry != shards_.end()) entry->second.last_sequence = record.sequence();
     const auto it = attached_.find(shard_id);
     if (it == attached_.end() || it->second.empty()) return;
-    const std::vector<uint32_t>& servers = it->second;
-    for (size_t i = 0; i < servers.size(); ++i) {
-      Peer* peer = peers_[LaneKey(servers[i], shard_id)].get();
-      if (i + 1 == servers.size()) {
-        AppendLocked(peer, shard_id, std::move(record), &sends);
-      } else {
-        AppendLocked(peer, shard_id, record, &sends);
-      }
+    // One record for every copy: queued by each, sent from its own memory.
+    const SharedRecord shared = std::make_shared<const rpc::ShardRecord>(std::move(record));
+    for (const uint32_t server : it->second) {
+      AppendLocked(peers_[LaneKey(server, shard_id)].get(), shard_id, shared, &sends);
     }
   }
   for (auto& send : sends) send();
 }
 
-void Replicator::AppendLocked(Peer* peer, uint32_t shard_id, rpc::ShardRecord record,
+void Replicator::AppendLocked(Peer* peer, uint32_t shard_id, SharedRecord record,
                               Completions* sends) {
   Pending p;
   p.shard = shard_id;
-  p.sequence = record.sequence();
-  p.bytes = record.ByteSizeLong();
+  p.sequence = record->sequence();
+  p.bytes = record->ByteSizeLong();
   p.queued = absl::Now();
   p.record = std::move(record);
   peer->queue.push_back(std::move(p));
@@ -321,25 +333,24 @@ void Replicator::AppendLocked(Peer* peer, uint32_t shard_id, rpc::ShardRecord re
 
 void Replicator::MaybeSendLocked(Peer* peer, Completions* sends) {
   if (peer->busy || peer->queue.empty() || shutting_down_) return;
-  auto request = std::make_shared<rpc::ReplicateRequest>();
-  request->set_from_server(options_.server_id);
+  std::vector<SharedRecord> records;
   size_t bytes = 0;
   while (!peer->queue.empty() &&
          (bytes == 0 || bytes + peer->queue.front().bytes <= options_.max_batch_bytes)) {
     Pending& p = peer->queue.front();
     bytes += p.bytes;
-    // Moved, not copied: records are megabytes. They come back if the call fails.
-    *request->add_records() = std::move(p.record);
+    records.push_back(p.record);
     peer->in_flight.push_back(std::move(p));
     peer->queue.pop_front();
   }
-  peer->in_flight_request = request;
   peer->busy = true;
   ++calls_in_flight_;
-  // The transport may answer on the sending thread: the caller sends without the lock.
-  sends->push_back([this, lane = peer->key, address = peer->address, request] {
-    transport_->Send(address, *request,
-                     [this, lane, request](absl::StatusOr<rpc::ReplicateResponse> response) {
+  // The transport may answer on the sending thread: the caller frames and sends without the
+  // lock.
+  sends->push_back([this, lane = peer->key, address = peer->address,
+                    records = std::move(records)] {
+    transport_->Send(address, FrameReplicateRequest(options_.server_id, records),
+                     [this, lane](absl::StatusOr<rpc::ReplicateResponse> response) {
                        OnResponse(lane, std::move(response));
                      });
   });
@@ -356,11 +367,6 @@ void Replicator::OnResponse(uint64_t lane, absl::StatusOr<rpc::ReplicateResponse
     absl::MutexLock lock(&mu_);
     Peer* peer = peers_[lane].get();
     server_id = peer->server_id;
-    // The records go back to their entries, in case they are sent again.
-    for (size_t i = 0; i < peer->in_flight.size(); ++i) {
-      peer->in_flight[i].record = std::move(*peer->in_flight_request->mutable_records(i));
-    }
-    peer->in_flight_request.reset();
     if (!response.ok()) {
       // Nothing is known to be applied: send the same records again, after a pause.
       for (auto it = peer->in_flight.rbegin(); it != peer->in_flight.rend(); ++it) {

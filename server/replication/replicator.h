@@ -29,27 +29,31 @@
 #include "absl/time/time.h"
 #include "proto/coordinator.pb.h"
 #include "proto/ps.pb.h"
+#include "server/replication/replicate_wire.h"
 #include "server/shard/shard.h"
 
 namespace ps {
 namespace server {
 
-// Sends one batch of records to a server. Implementations must be thread-safe; `done` is called
-// exactly once, on any thread, and may call back into the Replicator.
+// Sends one batch of records to a server: `request` is a ReplicateRequest's bytes
+// (FrameReplicateRequest). Implementations must be thread-safe; `done` is called exactly once, on
+// any thread, and may call back into the Replicator.
 class ReplicationTransport {
  public:
   virtual ~ReplicationTransport() = default;
-  virtual void Send(const std::string& address, const rpc::ReplicateRequest& request,
+  virtual void Send(const std::string& address, grpc::ByteBuffer request,
                     std::function<void(absl::StatusOr<rpc::ReplicateResponse>)> done) = 0;
 };
 
-// The copy's side of a Replicate call: applies the batch's records, in order, to the copies that
-// `find(shard)` returns (nullptr: this server holds no copy of it) and answers one ShardAck per
-// shard of the batch. After a record of a shard fails, the shard's later records of the batch are
-// skipped.
-void ApplyReplicateRequest(const rpc::ReplicateRequest& request,
-                           absl::FunctionRef<Shard*(uint32_t shard)> find,
-                           rpc::ReplicateResponse* response);
+// The copy's side of a Replicate call: reads the ReplicateRequest in `request` (its rows in place,
+// ReplicateRequestReader), applies its records, in order, to the copies that `find(shard)` returns
+// (nullptr: this server holds no copy of it) and answers one ShardAck per shard of the batch.
+// After a record of a shard fails, the shard's later records of the batch are skipped.
+// INVALID_ARGUMENT, with nothing applied and *response unchanged, when the bytes are not a
+// ReplicateRequest.
+absl::Status ApplyReplicateRequest(const grpc::ByteBuffer& request,
+                                   absl::FunctionRef<Shard*(uint32_t shard)> find,
+                                   rpc::ReplicateResponse* response);
 
 // A ReplicationTransport over gRPC: one channel per address, kept.
 // `credentials` null: plaintext.
@@ -138,7 +142,8 @@ class Replicator {
     uint64_t sequence;
     size_t bytes;
     absl::Time queued;
-    rpc::ShardRecord record;
+    // Shared by every copy's queue and by the calls that carry it.
+    SharedRecord record;
   };
 
   // One lane to a destination server (see Options::lanes).
@@ -147,10 +152,8 @@ class Replicator {
     uint32_t server_id = 0;
     std::string address;
     std::deque<Pending> queue;  // not yet sent
-    // Sent, not yet answered; their records were moved into in_flight_request, and go back into
-    // them when they must be sent again.
+    // Sent, not yet answered; they go back to the queue when they must be sent again.
     std::vector<Pending> in_flight;
-    std::shared_ptr<rpc::ReplicateRequest> in_flight_request;
     bool busy = false;  // a call is out or a retry is scheduled
     absl::Time retry_at = absl::InfinitePast();
   };
@@ -192,7 +195,7 @@ class Replicator {
   // The sink of `shard_id` (called under the shard's lock).
   void Append(uint32_t shard_id, rpc::ShardRecord&& record);
   // Queues a record for `peer`; a call to start is added to `sends`, run after the lock.
-  void AppendLocked(Peer* peer, uint32_t shard_id, rpc::ShardRecord record, Completions* sends)
+  void AppendLocked(Peer* peer, uint32_t shard_id, SharedRecord record, Completions* sends)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The key of the lane of `shard`'s records to `server_id` in peers_.
   uint64_t LaneKey(uint32_t server_id, uint32_t shard) const {

@@ -49,10 +49,10 @@ struct Tables {
 // address that is "down" fails its calls with UNAVAILABLE.
 class FakeTransport : public ReplicationTransport {
  public:
-  void Send(const std::string& address, const rpc::ReplicateRequest& request,
+  void Send(const std::string& address, grpc::ByteBuffer request,
             std::function<void(absl::StatusOr<rpc::ReplicateResponse>)> done) override {
     absl::MutexLock lock(&mu_);
-    calls_.push_back({address, request, std::move(done)});
+    calls_.push_back({address, std::move(request), std::move(done)});
   }
 
   // Delivers every call queued so far (and none that their answers cause); returns how many.
@@ -69,14 +69,18 @@ class FakeTransport : public ReplicationTransport {
       }
       rpc::ReplicateResponse response;
       std::map<uint32_t, std::unique_ptr<Shard>>& copies = servers[call.address];
-      ApplyReplicateRequest(
+      const absl::Status applied = ApplyReplicateRequest(
           call.request,
           [&](uint32_t shard) -> Shard* {
             auto it = copies.find(shard);
             return it == copies.end() ? nullptr : it->second.get();
           },
           &response);
-      call.done(std::move(response));
+      if (applied.ok()) {
+        call.done(std::move(response));
+      } else {
+        call.done(applied);
+      }
     }
     return static_cast<int>(calls.size());
   }
@@ -93,7 +97,7 @@ class FakeTransport : public ReplicationTransport {
  private:
   struct Call {
     std::string address;
-    rpc::ReplicateRequest request;
+    grpc::ByteBuffer request;
     std::function<void(absl::StatusOr<rpc::ReplicateResponse>)> done;
   };
   absl::Mutex mu_;

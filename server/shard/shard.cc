@@ -406,6 +406,68 @@ absl::Status Shard::ApplyRecord(const rpc::ShardRecord& record) {
   return ApplyRecordLocked(record);
 }
 
+absl::Status Shard::ApplyRowsRecord(const rpc::ShardRecord& record,
+                                    absl::Span<const absl::string_view> values) {
+  if (!record.has_rows()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "shard %d: record %d has its values apart but is not a rows record", id_,
+        record.sequence()));
+  }
+  absl::MutexLock lock(&mu_);
+  return ApplyRecordLocked(record, &values);
+}
+
+absl::Status Shard::AssignRowsApart(const rpc::RowsChange& change,
+                                    absl::Span<const absl::string_view> values) {
+  if (change.table() >= config_.tables->size()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("shard %d: record of table %d, the job has %d tables", id_, change.table(),
+                        config_.tables->size()));
+  }
+  TableShard& table = *tables_[change.table()];
+  const size_t row_bytes = table.spec().row_floats() * sizeof(float);
+  size_t values_bytes = 0;
+  for (const absl::string_view run : values) values_bytes += run.size();
+  if (change.keys().size() % sizeof(uint64_t) != 0 ||
+      values_bytes != change.keys().size() / sizeof(uint64_t) * row_bytes) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "shard %d: record of table \"%s\" has %d bytes of keys and %d bytes of values, not %d "
+        "floats a key",
+        id_, table.spec().name, change.keys().size(), values_bytes, table.spec().row_floats()));
+  }
+  std::vector<uint64_t> aligned_keys;
+  const uint64_t* keys = reinterpret_cast<const uint64_t*>(change.keys().data());
+  if (reinterpret_cast<uintptr_t>(keys) % alignof(uint64_t) != 0) {
+    aligned_keys = Unpack<uint64_t>(change.keys());
+    keys = aligned_keys.data();
+  }
+  // Whole rows straight from their run; a row split between runs through `split`.
+  std::vector<char> split(row_bytes);
+  size_t split_bytes = 0;
+  size_t next = 0;  // index of the next key to write
+  for (absl::string_view run : values) {
+    if (split_bytes > 0) {
+      const size_t n = std::min(row_bytes - split_bytes, run.size());
+      std::memcpy(split.data() + split_bytes, run.data(), n);
+      split_bytes += n;
+      run.remove_prefix(n);
+      if (split_bytes < row_bytes) continue;
+      table.AssignRows(absl::MakeConstSpan(keys + next, 1), split.data());
+      ++next;
+      split_bytes = 0;
+    }
+    const size_t whole = run.size() / row_bytes;
+    if (whole > 0) {
+      table.AssignRows(absl::MakeConstSpan(keys + next, whole), run.data());
+      next += whole;
+      run.remove_prefix(whole * row_bytes);
+    }
+    std::memcpy(split.data(), run.data(), run.size());
+    split_bytes = run.size();
+  }
+  return absl::OkStatus();
+}
+
 void Shard::CutStateLocked(ShardCut* cut) const {
   cut->shard = id_;
   cut->sequence = applied_sequence_;
@@ -620,7 +682,8 @@ absl::Status Shard::FinishRestoreLocked(const ShardCut& cut) {
   return ApplyRecordLocked(end);
 }
 
-absl::Status Shard::ApplyRecordLocked(const rpc::ShardRecord& record) {
+absl::Status Shard::ApplyRecordLocked(const rpc::ShardRecord& record,
+                                      const absl::Span<const absl::string_view>* values_apart) {
   const bool snapshot_part = record.has_window() || record.snapshot_end();
   if (record.has_snapshot_begin()) {
     ResetLocked();
@@ -652,6 +715,11 @@ absl::Status Shard::ApplyRecordLocked(const rpc::ShardRecord& record) {
   size_t n = 0;
   switch (record.change_case()) {
     case rpc::ShardRecord::kRows: {
+      if (values_apart != nullptr) {
+        absl::Status assigned = AssignRowsApart(record.rows(), *values_apart);
+        if (!assigned.ok()) return assigned;
+        break;
+      }
       absl::Status read = ReadChange(record.rows(), /*gradients=*/false, &aligned_keys,
                                      &aligned_values, &keys, &values, &n);
       if (!read.ok()) return read;

@@ -252,6 +252,14 @@ class Shard {
   // disagree). A copy applying records has no record sink.
   absl::Status ApplyRecord(const rpc::ShardRecord& record);
 
+  // ApplyRecord for a rows record whose values are not in it (record.rows().values() is ignored)
+  // but in `values`: runs of bytes that hold them together, in order, a run possibly ending
+  // inside a row (a Replicate call's values as they lie in gRPC's slices), so that they are
+  // copied only into the rows. ApplyRecord's outcomes; INVALID_ARGUMENT, with nothing changed,
+  // also when the record is not a rows record or the runs do not hold exactly a row per key.
+  absl::Status ApplyRowsRecord(const rpc::ShardRecord& record,
+                               absl::Span<const absl::string_view> values);
+
   // False from the construction of a copy (complete = false) or a snapshot_begin until the
   // snapshot_end: the copy does not yet hold the shard's state.
   bool complete() const;
@@ -281,7 +289,15 @@ class Shard {
   absl::Status ReadChange(const rpc::RowsChange& change, bool gradients,
                           std::vector<uint64_t>* aligned_keys, std::vector<float>* aligned_values,
                           const uint64_t** keys, const float** values, size_t* n) const;
-  absl::Status ApplyRecordLocked(const rpc::ShardRecord& record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `values_apart`: ApplyRowsRecord's values (null: the record holds its own).
+  absl::Status ApplyRecordLocked(const rpc::ShardRecord& record,
+                                 const absl::Span<const absl::string_view>* values_apart = nullptr)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes the rows of a rows record whose values are `values` (ApplyRowsRecord), checked
+  // before anything is written.
+  absl::Status AssignRowsApart(const rpc::RowsChange& change,
+                               absl::Span<const absl::string_view> values)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Snapshot's parts: the rows of every table, the dense chunks, the window; each record is
   // numbered with the shard and its applied sequence.
   // `since` (if not null): only the rows whose generation is above it.

@@ -330,7 +330,7 @@ void TableShard::Assign(uint64_t id, const float* row) {
   std::memcpy(Row(slot), row, size_t{row_floats_} * sizeof(float));
 }
 
-void TableShard::AssignRows(absl::Span<const uint64_t> ids, const float* rows) {
+void TableShard::AssignRows(absl::Span<const uint64_t> ids, const void* rows) {
   const size_t n = ids.size();
   Scratch& s = ThreadScratch();
   s.hashes.resize(n);
@@ -340,7 +340,7 @@ void TableShard::AssignRows(absl::Span<const uint64_t> ids, const float* rows) {
   const size_t bytes = size_t{row_floats_} * sizeof(float);
   for (size_t i = 0; i < n; ++i) {
     BeforeChange(s.slots[i]);
-    std::memcpy(Row(s.slots[i]), rows + i * row_floats_, bytes);
+    std::memcpy(Row(s.slots[i]), static_cast<const char*>(rows) + i * bytes, bytes);
   }
 }
 

@@ -95,8 +95,8 @@ class TableShard {
   void Push(absl::Span<const uint64_t> ids, const float* grads, float* rows_after = nullptr);
 
   // Assign for many rows (row_floats() floats each, in ids order), looking the ids up together
-  // as Pull and Push do.
-  void AssignRows(absl::Span<const uint64_t> ids, const float* rows);
+  // as Pull and Push do. `rows` need not be aligned (rows read in place from a network buffer).
+  void AssignRows(absl::Span<const uint64_t> ids, const void* rows);
 
   // Overwrites the whole row of `id` (row_floats() floats: embedding then optimizer state, as
   // Find and ForEach give them), creating it if missing. For replicas and checkpoint restores.
