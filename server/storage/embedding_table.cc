@@ -309,9 +309,10 @@ void TableShard::Push(absl::Span<const uint64_t> ids, const float* grads, float*
     }
     g = s.sums.data();
   }
+  const size_t row_bytes = size_t{row_floats_} * sizeof(float);
   for (size_t u = 0; u < unique; ++u) {
     if (u + kPrefetchDistance < unique) {
-      __builtin_prefetch(Row(s.unique_slots[u + kPrefetchDistance]), 1);
+      PrefetchRowForWrite(s.unique_slots[u + kPrefetchDistance], row_bytes);
     }
     BeforeChange(s.unique_slots[u]);
     float* row = Row(s.unique_slots[u]);
@@ -339,6 +340,7 @@ void TableShard::AssignRows(absl::Span<const uint64_t> ids, const void* rows) {
   ResolveSlots(ids, s.hashes.data(), s.slots.data(), /*initialize=*/false, /*touch=*/true);
   const size_t bytes = size_t{row_floats_} * sizeof(float);
   for (size_t i = 0; i < n; ++i) {
+    if (i + kPrefetchDistance < n) PrefetchRowForWrite(s.slots[i + kPrefetchDistance], bytes);
     BeforeChange(s.slots[i]);
     std::memcpy(Row(s.slots[i]), static_cast<const char*>(rows) + i * bytes, bytes);
   }
