@@ -636,6 +636,8 @@ absl::Status ShardedStore::Push(const rpc::PushRequest& request, uint32_t* dupli
   std::vector<RunResult> results(num_runs);
   for (int r = 0; r < num_runs; ++r) results[r].shard = shards_[request.runs(r).shard()].get();
   ForEachRunGroup(request.runs(), n, [&](int first_run, int end_run, size_t at) {
+    // The group's records leave together once its shards are done.
+    Replicator::Cork cork(replicator_.get());
     for (int r = first_run; r < end_run; ++r) {
       const uint32_t count = request.runs(r).count();
       RunResult& result = results[r];

@@ -122,6 +122,44 @@ std::unique_ptr<ReplicationTransport> NewGrpcReplicationTransport(
   return std::make_unique<GrpcReplicationTransport>(timeout, std::move(credentials));
 }
 
+namespace {
+// The innermost cork of this thread (on any replicator).
+thread_local Replicator::Cork* current_cork = nullptr;
+}  // namespace
+
+Replicator::Cork::Cork(Replicator* replicator) : replicator_(replicator), outer_(current_cork) {
+  if (replicator_ != nullptr) current_cork = this;
+}
+
+Replicator::Cork::~Cork() {
+  if (replicator_ == nullptr) return;
+  current_cork = outer_;
+  replicator_->Uncork(this);
+}
+
+Replicator::Cork* Replicator::CurrentCork() {
+  for (Cork* cork = current_cork; cork != nullptr; cork = cork->outer_) {
+    if (cork->replicator_ == this) return cork;
+  }
+  return nullptr;
+}
+
+void Replicator::Uncork(Cork* cork) {
+  if (cork->lanes_.empty()) return;
+  Completions sends;
+  {
+    absl::MutexLock lock(&mu_);
+    const absl::Time now = absl::Now();
+    for (const uint64_t lane : cork->lanes_) {
+      const auto it = peers_.find(lane);
+      if (it != peers_.end() && it->second->retry_at <= now) {
+        MaybeSendLocked(it->second.get(), &sends);
+      }
+    }
+  }
+  for (auto& send : sends) send();
+}
+
 Replicator::Replicator(Options options, ReplicationTransport* transport)
     : options_(std::move(options)), transport_(transport) {
   retry_thread_ = std::thread([this] { RetryLoop(); });
@@ -303,6 +341,7 @@ void Replicator::SendSnapshot(Shard* shard, const ReplicaTarget& target) {
 
 void Replicator::Append(uint32_t shard_id, rpc::ShardRecord&& record) {
   Completions sends;
+  Cork* const cork = CurrentCork();
   {
     absl::MutexLock lock(&mu_);
     if (shutting_down_) return;
@@ -313,14 +352,14 @@ void Replicator::Append(uint32_t shard_id, rpc::ShardRecord&& record) {
     // One record for every copy: queued by each, sent from its own memory.
     const SharedRecord shared = std::make_shared<const rpc::ShardRecord>(std::move(record));
     for (const uint32_t server : it->second) {
-      AppendLocked(peers_[LaneKey(server, shard_id)].get(), shard_id, shared, &sends);
+      AppendLocked(peers_[LaneKey(server, shard_id)].get(), shard_id, shared, &sends, cork);
     }
   }
   for (auto& send : sends) send();
 }
 
 void Replicator::AppendLocked(Peer* peer, uint32_t shard_id, SharedRecord record,
-                              Completions* sends) {
+                              Completions* sends, Cork* cork) {
   Pending p;
   p.shard = shard_id;
   p.sequence = record->sequence();
@@ -328,7 +367,12 @@ void Replicator::AppendLocked(Peer* peer, uint32_t shard_id, SharedRecord record
   p.queued = absl::Now();
   p.record = std::move(record);
   peer->queue.push_back(std::move(p));
-  MaybeSendLocked(peer, sends);
+  if (cork == nullptr) {
+    MaybeSendLocked(peer, sends);
+  } else if (std::find(cork->lanes_.begin(), cork->lanes_.end(), peer->key) ==
+             cork->lanes_.end()) {
+    cork->lanes_.push_back(peer->key);
+  }
 }
 
 void Replicator::MaybeSendLocked(Peer* peer, Completions* sends) {

@@ -98,6 +98,24 @@ class Replicator {
     std::function<void()> on_caught_up;
   };
 
+  // Holds back, while it lives, the sends of the records that this thread's shards append
+  // (their changes are made on the calling thread), and sends them when it ends: a push's records
+  // then leave together, one call per lane, instead of the first alone and the rest after its
+  // answer. Corks may nest; a null replicator makes it do nothing. Not movable.
+  class Cork {
+   public:
+    explicit Cork(Replicator* replicator);
+    ~Cork();
+    Cork(const Cork&) = delete;
+    Cork& operator=(const Cork&) = delete;
+
+   private:
+    friend class Replicator;
+    Replicator* const replicator_;
+    Cork* const outer_;
+    std::vector<uint64_t> lanes_;  // lanes with records held back, by LaneKey
+  };
+
   // `transport` is not owned and must outlive the Replicator.
   Replicator(Options options, ReplicationTransport* transport);
   ~Replicator();
@@ -194,9 +212,14 @@ class Replicator {
 
   // The sink of `shard_id` (called under the shard's lock).
   void Append(uint32_t shard_id, rpc::ShardRecord&& record);
-  // Queues a record for `peer`; a call to start is added to `sends`, run after the lock.
-  void AppendLocked(Peer* peer, uint32_t shard_id, SharedRecord record, Completions* sends)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Queues a record for `peer`; a call to start is added to `sends`, run after the lock, unless
+  // `cork` (then the cork sends it when it ends).
+  void AppendLocked(Peer* peer, uint32_t shard_id, SharedRecord record, Completions* sends,
+                    Cork* cork = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The cork of this thread on this replicator, or null.
+  Cork* CurrentCork();
+  // A cork's end: sends what it held back.
+  void Uncork(Cork* cork);
   // The key of the lane of `shard`'s records to `server_id` in peers_.
   uint64_t LaneKey(uint32_t server_id, uint32_t shard) const {
     // Mixed: a server's primaries are often every num_servers-th shard.

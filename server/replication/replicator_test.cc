@@ -162,6 +162,49 @@ TEST_CASE("SYNC replication holds a push until every live copy applied it", "[re
   CHECK(Rows(*transport.servers["r3"][0], keys) == Rows(primary, keys));
 }
 
+TEST_CASE("a cork sends a thread's records together when it ends", "[replication]") {
+  Tables t;
+  FakeTransport transport;
+  transport.servers["r1"][0] = std::make_unique<Shard>(0, t.config, std::vector<size_t>{}, false);
+  Replicator::Options options;
+  options.lanes = 1;
+  // The retry thread would send queued records of an idle lane after retry_after: not here.
+  options.retry_after = absl::Hours(1);
+  Replicator replicator(options, &transport);
+  Shard primary(0, t.config, {});
+  replicator.SetTargets(&primary, {{1, "r1", true}});
+  transport.PumpAll();  // the snapshot
+  std::mt19937_64 rng(13);
+  Shard& r1 = *transport.servers["r1"][0];
+
+  SECTION("without a cork the first record leaves alone, the others after its answer") {
+    for (uint64_t s = 1; s <= 3; ++s) PushRandom(primary, &rng, 1, s);
+    CHECK(transport.Pump() == 1);
+    CHECK(r1.applied_sequence() == primary.applied_sequence() - 2);
+    CHECK(transport.Pump() == 1);
+  }
+  SECTION("with one, nothing leaves until it ends, then all in one call") {
+    {
+      Replicator::Cork cork(&replicator);
+      Replicator::Cork nested(&replicator);
+      for (uint64_t s = 1; s <= 3; ++s) PushRandom(primary, &rng, 1, s);
+      CHECK(transport.Pump() == 0);
+    }
+    CHECK(transport.Pump() == 1);
+    CHECK(transport.Pump() == 0);
+  }
+  SECTION("a cork of another replicator, or of none, holds nothing back") {
+    Replicator other(options, &transport);
+    Replicator::Cork cork(&other);
+    Replicator::Cork none(nullptr);
+    PushRandom(primary, &rng, 1, 1);
+    CHECK(transport.Pump() == 1);
+  }
+  CHECK(r1.applied_sequence() == primary.applied_sequence());
+  const std::vector<uint64_t> keys = {1, 2, 3, 60, 70};
+  CHECK(Rows(r1, keys) == Rows(primary, keys));
+}
+
 TEST_CASE("ASYNC replication answers at once and reports the lag", "[replication]") {
   Tables t;
   FakeTransport transport;
