@@ -54,7 +54,7 @@ class Framer {
     Bytes(bytes);
   }
   // `bytes` (inside `*owner`) as a slice of its own, which keeps `owner` alive.
-  void Aliased(const SharedRecord& owner, const std::string& bytes) {
+  void Aliased(const SharedRecord& owner, absl::string_view bytes) {
     Flush();
     auto* keep = new SharedRecord(owner);
     slices_.emplace_back(
@@ -77,13 +77,14 @@ class Framer {
   std::vector<grpc::Slice> slices_;
 };
 
-// Writes a rows record by hand, its values aliased.
+// Writes a rows record by hand, its values aliased when they are large.
 void FrameRowsRecord(const SharedRecord& shared, Framer* out) {
-  const rpc::ShardRecord& record = *shared;
+  const rpc::ShardRecord& record = shared->record;
   const rpc::RowsChange& rows = record.rows();
+  const absl::string_view values = shared->rows_values();
   const size_t rows_size = VarintFieldSize(rows.table()) +
                            (rows.keys().empty() ? 0 : BytesFieldSize(rows.keys().size())) +
-                           BytesFieldSize(rows.values().size());
+                           (values.empty() ? 0 : BytesFieldSize(values.size()));
   const size_t record_size =
       VarintFieldSize(record.shard()) + VarintFieldSize(record.sequence()) +
       VarintFieldSize(record.worker_id()) + VarintFieldSize(record.push_sequence()) +
@@ -98,9 +99,14 @@ void FrameRowsRecord(const SharedRecord& shared, Framer* out) {
   out->Varint(rows_size);
   out->VarintField(kRowsTable, rows.table());
   if (!rows.keys().empty()) out->BytesField(kRowsKeys, rows.keys());
+  if (values.empty()) return;
   out->Varint(Tag(kRowsValues, kWireLengthDelimited));
-  out->Varint(rows.values().size());
-  out->Aliased(shared, rows.values());
+  out->Varint(values.size());
+  if (values.size() >= kAliasedValuesBytes) {
+    out->Aliased(shared, values);
+  } else {
+    out->Bytes(values);
+  }
 }
 
 absl::Status Malformed(const std::string& what) {
@@ -225,13 +231,12 @@ grpc::ByteBuffer FrameReplicateRequest(uint32_t from_server,
   out.VarintField(kRequestFromServer, from_server);
   std::string bytes;
   for (const SharedRecord& record : records) {
-    if (record->change_case() == rpc::ShardRecord::kRows &&
-        record->rows().values().size() >= kAliasedValuesBytes) {
+    if (record->record.change_case() == rpc::ShardRecord::kRows) {
       FrameRowsRecord(record, &out);
       continue;
     }
     bytes.clear();
-    record->SerializeToString(&bytes);
+    record->record.SerializeToString(&bytes);
     out.BytesField(kRequestRecords, bytes);
   }
   return out.Finish();

@@ -18,21 +18,22 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "proto/ps.pb.h"
+#include "server/shard/shard.h"
 
 namespace ps {
 namespace server {
 
 // A record as the replicator queues it: immutable, shared by the queues of every copy it goes to
 // and by the slices of the calls that carry it.
-using SharedRecord = std::shared_ptr<const rpc::ShardRecord>;
+using SharedRecord = std::shared_ptr<const RecordOut>;
 
 // Rows records whose values are at least this many bytes are sent from the record's own memory
 // (a slice of their own); smaller ones, and every other field, are copied into shared slices.
 constexpr size_t kAliasedValuesBytes = 4096;
 
-// The ReplicateRequest from `from_server` carrying `records` in order, as gRPC sends it. The
-// values of large rows records are not copied: the buffer's slices point into the records and
-// keep them alive for as long as gRPC holds the slices.
+// The ReplicateRequest from `from_server` carrying `records` in order (each RecordOut as its
+// whole record), as gRPC sends it. The values of large rows records are not copied: the buffer's
+// slices point into the records and keep them alive for as long as gRPC holds the slices.
 grpc::ByteBuffer FrameReplicateRequest(uint32_t from_server, absl::Span<const SharedRecord> records);
 
 // One record of a ReplicateRequest as read from gRPC's slices.

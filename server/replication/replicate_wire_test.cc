@@ -4,6 +4,7 @@
 
 #include <catch2/catch.hpp>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <string>
@@ -24,8 +25,23 @@ std::string RandomBytes(std::mt19937_64* rng, size_t n) {
 std::vector<SharedRecord> EveryKind(std::mt19937_64* rng) {
   std::vector<SharedRecord> records;
   auto add = [&](rpc::ShardRecord r) {
-    records.push_back(std::make_shared<const rpc::ShardRecord>(std::move(r)));
+    records.push_back(std::make_shared<const RecordOut>(RecordOut{std::move(r), nullptr, 0}));
   };
+  // A push's rows as a Shard hands them over: values apart (large, then small).
+  for (const size_t keys : {size_t{500}, size_t{2}}) {
+    RecordOut out;
+    out.record.set_shard(2);
+    out.record.set_sequence(keys);
+    out.record.set_worker_id(1);
+    out.record.set_push_sequence(3);
+    out.record.mutable_rows()->set_table(1);
+    out.record.mutable_rows()->set_keys(RandomBytes(rng, keys * 8));
+    const std::string values = RandomBytes(rng, keys * 128);
+    out.values.reset(new float[keys * 32]);
+    out.value_bytes = values.size();
+    std::memcpy(out.values.get(), values.data(), values.size());
+    records.push_back(std::make_shared<const RecordOut>(std::move(out)));
+  }
   for (const size_t keys : {size_t{1000}, size_t{3}, size_t{0}, size_t{40}}) {
     rpc::ShardRecord r;
     r.set_shard(7);
@@ -108,7 +124,7 @@ TEST_CASE("FrameReplicateRequest writes what protobuf parses as the records", "[
   for (size_t i = 0; i < records.size(); ++i) {
     INFO("record " << i);
     CHECK(parsed.records(static_cast<int>(i)).SerializeAsString() ==
-          records[i]->SerializeAsString());
+          records[i]->Whole().SerializeAsString());
   }
 }
 
@@ -127,12 +143,15 @@ TEST_CASE("the reader gives back every record, the rows' values in place", "[rep
   REQUIRE(reader.records().size() == records.size());
   for (size_t i = 0; i < records.size(); ++i) {
     INFO("record " << i);
-    CHECK(Joined(reader.records()[i]) == records[i]->SerializeAsString());
+    CHECK(Joined(reader.records()[i]) == records[i]->Whole().SerializeAsString());
   }
   if (piece == 0) {
-    // The large rows' values are read where they lie: in the record's own memory.
-    REQUIRE(reader.records()[0].values.size() == 1);
-    CHECK(reader.records()[0].values[0].data() == records[0]->rows().values().data());
+    // The large rows' values are read where they lie: in the record's own memory, whether the
+    // record held them or kept them apart.
+    for (const size_t i : {size_t{0}, size_t{2}}) {
+      REQUIRE(reader.records()[i].values.size() == 1);
+      CHECK(reader.records()[i].values[0].data() == records[i]->rows_values().data());
+    }
   }
 }
 
@@ -142,7 +161,7 @@ TEST_CASE("the reader reads what protobuf writes", "[replicate_wire]") {
   rpc::ReplicateRequest request;
   request.set_from_server(3);
   request.mutable_header()->set_map_version(8);
-  for (const SharedRecord& r : records) *request.add_records() = *r;
+  for (const SharedRecord& r : records) *request.add_records() = r->Whole();
   const std::string bytes = request.SerializeAsString();
   grpc::Slice slice(bytes.data(), bytes.size());
   ReplicateRequestReader reader;
@@ -150,7 +169,7 @@ TEST_CASE("the reader reads what protobuf writes", "[replicate_wire]") {
   CHECK(reader.from_server() == 3);
   REQUIRE(reader.records().size() == records.size());
   for (size_t i = 0; i < records.size(); ++i) {
-    CHECK(Joined(reader.records()[i]) == records[i]->SerializeAsString());
+    CHECK(Joined(reader.records()[i]) == records[i]->Whole().SerializeAsString());
   }
 }
 
@@ -158,8 +177,8 @@ TEST_CASE("the framed buffer keeps its records alive, and only as long as it liv
           "[replicate_wire]") {
   std::mt19937_64 rng(4);
   std::vector<SharedRecord> records = EveryKind(&rng);
-  std::weak_ptr<const rpc::ShardRecord> large = records[0];
-  const std::string expected = records[0]->SerializeAsString();
+  std::weak_ptr<const RecordOut> large = records[0];
+  const std::string expected = records[0]->Whole().SerializeAsString();
   auto buffer = std::make_unique<grpc::ByteBuffer>(FrameReplicateRequest(1, records));
   records.clear();
   REQUIRE(!large.expired());
@@ -171,8 +190,9 @@ TEST_CASE("the framed buffer keeps its records alive, and only as long as it liv
 TEST_CASE("bytes that are not a ReplicateRequest are refused, never read past",
           "[replicate_wire]") {
   std::mt19937_64 rng(5);
+  const std::vector<SharedRecord> records = EveryKind(&rng);
   grpc::Slice flat;
-  REQUIRE(FrameReplicateRequest(1, EveryKind(&rng)).DumpToSingleSlice(&flat).ok());
+  REQUIRE(FrameReplicateRequest(1, records).DumpToSingleSlice(&flat).ok());
   const std::string whole(reinterpret_cast<const char*>(flat.begin()), flat.size());
   ReplicateRequestReader reader;
 
@@ -182,7 +202,7 @@ TEST_CASE("bytes that are not a ReplicateRequest are refused, never read past",
       grpc::Slice cut(whole.data(), n);
       const absl::Status status = reader.Parse(grpc::ByteBuffer(&cut, 1));
       if (status.ok()) {
-        CHECK(reader.records().size() < 10);
+        CHECK(reader.records().size() < records.size());
       } else {
         ++refused;
         CHECK(status.code() == absl::StatusCode::kInvalidArgument);

@@ -256,7 +256,7 @@ void Replicator::SetTargets(Shard* shard, std::vector<ReplicaTarget> targets,
     entry.targets = std::move(next);
     ReleaseLocked(&released);
   }
-  shard->SetRecordSink([this, id](rpc::ShardRecord&& record) { Append(id, std::move(record)); });
+  shard->SetRecordSink([this, id](RecordOut&& record) { Append(id, std::move(record)); });
   for (const ReplicaTarget& t : added) {
     if (snapshots != nullptr) {
       snapshots->push_back([this, shard, t] { SendSnapshot(shard, t); });
@@ -326,7 +326,8 @@ void Replicator::SendSnapshot(Shard* shard, const ReplicaTarget& target) {
             }
           }
           AppendLocked(PeerLocked(target, id), id,
-                       std::make_shared<const rpc::ShardRecord>(std::move(record)), &sends);
+                       std::make_shared<const RecordOut>(RecordOut{std::move(record), nullptr, 0}),
+                       &sends);
         }
         for (auto& send : sends) send();
       },
@@ -339,18 +340,18 @@ void Replicator::SendSnapshot(Shard* shard, const ReplicaTarget& target) {
       });
 }
 
-void Replicator::Append(uint32_t shard_id, rpc::ShardRecord&& record) {
+void Replicator::Append(uint32_t shard_id, RecordOut&& record) {
   Completions sends;
   Cork* const cork = CurrentCork();
   {
     absl::MutexLock lock(&mu_);
     if (shutting_down_) return;
     const auto entry = shards_.find(shard_id);
-    if (entry != shards_.end()) entry->second.last_sequence = record.sequence();
+    if (entry != shards_.end()) entry->second.last_sequence = record.record.sequence();
     const auto it = attached_.find(shard_id);
     if (it == attached_.end() || it->second.empty()) return;
     // One record for every copy: queued by each, sent from its own memory.
-    const SharedRecord shared = std::make_shared<const rpc::ShardRecord>(std::move(record));
+    const SharedRecord shared = std::make_shared<const RecordOut>(std::move(record));
     for (const uint32_t server : it->second) {
       AppendLocked(peers_[LaneKey(server, shard_id)].get(), shard_id, shared, &sends, cork);
     }
@@ -362,8 +363,8 @@ void Replicator::AppendLocked(Peer* peer, uint32_t shard_id, SharedRecord record
                               Completions* sends, Cork* cork) {
   Pending p;
   p.shard = shard_id;
-  p.sequence = record->sequence();
-  p.bytes = record->ByteSizeLong();
+  p.sequence = record->record.sequence();
+  p.bytes = record->record.ByteSizeLong() + record->value_bytes;
   p.queued = absl::Now();
   p.record = std::move(record);
   peer->queue.push_back(std::move(p));

@@ -211,7 +211,7 @@ class Replicator {
   using Completions = std::vector<std::function<void()>>;
 
   // The sink of `shard_id` (called under the shard's lock).
-  void Append(uint32_t shard_id, rpc::ShardRecord&& record);
+  void Append(uint32_t shard_id, RecordOut&& record);
   // Queues a record for `peer`; a call to start is added to `sends`, run after the lock, unless
   // `cork` (then the cork sends it when it ends).
   void AppendLocked(Peer* peer, uint32_t shard_id, SharedRecord record, Completions* sends,

@@ -107,10 +107,16 @@ void Shard::AddToPending(size_t table, absl::Span<const uint64_t> keys, const fl
   }
 }
 
-void Shard::Emit(rpc::ShardRecord&& record) {
-  record.set_shard(id_);
-  record.set_sequence(applied_sequence_);
-  sink_(std::move(record));
+rpc::ShardRecord RecordOut::Whole() const {
+  rpc::ShardRecord whole = record;
+  if (values != nullptr) whole.mutable_rows()->set_values(std::string(rows_values()));
+  return whole;
+}
+
+void Shard::Emit(RecordOut&& out) {
+  out.record.set_shard(id_);
+  out.record.set_sequence(applied_sequence_);
+  sink_(std::move(out));
 }
 
 ApplyWindow::Verdict Shard::Push(size_t table, uint32_t worker, uint64_t sequence,
@@ -118,7 +124,8 @@ ApplyWindow::Verdict Shard::Push(size_t table, uint32_t worker, uint64_t sequenc
   absl::MutexLock lock(&mu_);
   const ApplyWindow::Verdict verdict = window_.Admit(worker, sequence);
   if (verdict != ApplyWindow::Verdict::kApply) return verdict;
-  rpc::ShardRecord record;
+  RecordOut out;
+  rpc::ShardRecord& record = out.record;
   if (config_.sync) {
     AddToPending(table, keys, grads);
     if (sink_) {
@@ -128,13 +135,14 @@ ApplyWindow::Verdict Shard::Push(size_t table, uint32_t worker, uint64_t sequenc
       AppendPacked(grads, keys.size() * tables_[table]->spec().dim, pending->mutable_values());
     }
   } else if (sink_) {
-    // The rows after the update go straight into the record.
+    // The rows after the update go straight into the record's values, uninitialised before.
     rpc::RowsChange* rows = record.mutable_rows();
     rows->set_table(static_cast<uint32_t>(table));
     AppendPacked(keys.data(), keys.size(), rows->mutable_keys());
-    std::string* values = rows->mutable_values();
-    values->resize(keys.size() * tables_[table]->spec().row_floats() * sizeof(float));
-    tables_[table]->Push(keys, grads, reinterpret_cast<float*>(values->data()));
+    const size_t floats = keys.size() * tables_[table]->spec().row_floats();
+    out.values.reset(new float[floats]);
+    out.value_bytes = floats * sizeof(float);
+    tables_[table]->Push(keys, grads, out.values.get());
   } else {
     tables_[table]->Push(keys, grads);
   }
@@ -142,7 +150,7 @@ ApplyWindow::Verdict Shard::Push(size_t table, uint32_t worker, uint64_t sequenc
   if (sink_) {
     record.set_worker_id(worker);
     record.set_push_sequence(sequence);
-    Emit(std::move(record));
+    Emit(std::move(out));
   }
   return verdict;
 }
@@ -161,7 +169,7 @@ void Shard::ApplyStep(int64_t step) {
   ++applied_sequence_;
   if (sink_) {
     record.mutable_step()->set_step(step);
-    Emit(std::move(record));
+    Emit(RecordOut{std::move(record), nullptr, 0});
   }
 }
 
@@ -196,7 +204,7 @@ absl::Status Shard::AssignDense(absl::string_view name, uint32_t chunk,
   if (sink_) {
     rpc::ShardRecord record;
     DescribeDense(name, chunk, total_floats, record.mutable_dense());
-    Emit(std::move(record));
+    Emit(RecordOut{std::move(record), nullptr, 0});
   }
   return absl::OkStatus();
 }
@@ -225,7 +233,7 @@ absl::StatusOr<ApplyWindow::Verdict> Shard::ApplyDenseGradient(absl::string_view
       record.set_push_sequence(sequence);
     }
     DescribeDense(name, chunk, total_floats, record.mutable_dense());
-    Emit(std::move(record));
+    Emit(RecordOut{std::move(record), nullptr, 0});
   }
   return ApplyWindow::Verdict::kApply;
 }

@@ -63,6 +63,26 @@ struct CutRequest {
   uint64_t base_id = 0;
 };
 
+// A change as a Shard hands it to its record sink. A push's rows, the bulk of replication, keep
+// their values apart from the record, where the optimizer wrote them, so that they are neither
+// zero-filled nor copied before they are sent: then record.rows().values() is empty and `values`
+// holds `value_bytes` bytes (row_floats floats a key of record.rows().keys()). Every other record
+// holds everything itself (`values` null).
+struct RecordOut {
+  rpc::ShardRecord record;
+  std::unique_ptr<float[]> values;
+  size_t value_bytes = 0;
+
+  // The record's values, wherever they are (rows records only).
+  absl::string_view rows_values() const {
+    return values != nullptr
+               ? absl::string_view(reinterpret_cast<const char*>(values.get()), value_bytes)
+               : absl::string_view(record.rows().values());
+  }
+  // The whole record, its values put back in it if they were apart (for ApplyRecord).
+  rpc::ShardRecord Whole() const;
+};
+
 // What every shard of a server shares. Constant; the pointed-to objects must outlive the shards.
 struct ShardConfig {
   // The job's tables, by table index. Not owned; must not be null.
@@ -82,14 +102,14 @@ struct ShardConfig {
 // the table's dim): a Shard checks only what depends on its own state.
 //
 // Replication: while a record sink is set, every change is also described by one ShardRecord
-// (proto/ps.proto) numbered with the shard's applied sequence, handed to the sink under the
+// (proto/ps.proto; handed over as a RecordOut) numbered with the shard's applied sequence, handed to the sink under the
 // shard's lock and so in sequence order. A copy applies them with ApplyRecord and ends in the same
 // state bit for bit; Snapshot describes the whole shard for a copy that starts from nothing.
 class Shard {
  public:
   // Receives the records of a shard's changes, under its lock: it must not call the shard, and
   // should be quick (queue the record).
-  using RecordSink = std::function<void(rpc::ShardRecord&&)>;
+  using RecordSink = std::function<void(RecordOut&&)>;
 
   // `expected_rows[t]` presizes table t's index (see TableShard); it may be shorter than the
   // tables (missing hints are 0). A shard created `complete` holds its state (a new primary's
@@ -282,7 +302,7 @@ class Shard {
   void AddToPending(size_t table, absl::Span<const uint64_t> keys, const float* grads)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Hands a record of the change that made applied_sequence_ what it is to the sink, if any.
-  void Emit(rpc::ShardRecord&& record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Emit(RecordOut&& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Checks a RowsChange against its table (dim floats a key of gradients, or whole rows) and
   // points *keys and *values at its *n keys and their floats, in place when the bytes are
   // aligned, else in the aligned_ copies.

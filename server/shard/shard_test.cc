@@ -229,7 +229,7 @@ TEST_CASE("a copy that applies the primary's records holds the same state bit fo
   Shard primary(5, f.config, {});
   Shard copy(5, f.config, {});
   std::vector<rpc::ShardRecord> stream;
-  primary.SetRecordSink([&](rpc::ShardRecord&& r) { stream.push_back(std::move(r)); });
+  primary.SetRecordSink([&](RecordOut&& r) { stream.push_back(r.Whole()); });
   std::mt19937_64 rng(42);
   RandomChanges(primary, sync, &rng, 300);
   REQUIRE(stream.size() == primary.applied_sequence());
@@ -240,6 +240,28 @@ TEST_CASE("a copy that applies the primary's records holds the same state bit fo
     REQUIRE(applied.ok());
   }
   CHECK(DumpOf(copy, f) == DumpOf(primary, f));
+  // The same stream with the rows' values apart, in runs cut anywhere (inside rows too), as a
+  // Replicate call's slices hold them.
+  Shard in_place(5, f.config, {});
+  for (const rpc::ShardRecord& r : stream) {
+    if (!r.has_rows()) {
+      REQUIRE(in_place.ApplyRecord(r).ok());
+      continue;
+    }
+    const std::string& values = r.rows().values();
+    std::vector<absl::string_view> runs;
+    for (size_t at = 0; at < values.size();) {
+      const size_t n = std::min<size_t>(values.size() - at, 1 + rng() % 300);
+      runs.emplace_back(values.data() + at, n);
+      at += n;
+    }
+    rpc::ShardRecord without = r;
+    without.mutable_rows()->clear_values();
+    const absl::Status applied = in_place.ApplyRowsRecord(without, runs);
+    INFO(applied.ToString());
+    REQUIRE(applied.ok());
+  }
+  CHECK(DumpOf(in_place, f) == DumpOf(primary, f));
   // A batch sent again changes nothing.
   REQUIRE(copy.ApplyRecord(stream[stream.size() / 2]).ok());
   CHECK(DumpOf(copy, f) == DumpOf(primary, f));
@@ -259,8 +281,8 @@ TEST_CASE("a new copy catches up from a snapshot, then the stream's tail", "[sha
   // As a replicator does: the sink is set, and the copy becomes one of its targets in `then`.
   std::vector<rpc::ShardRecord> stream;
   bool attached = false;
-  primary.SetRecordSink([&](rpc::ShardRecord&& r) {
-    if (attached) stream.push_back(std::move(r));
+  primary.SetRecordSink([&](RecordOut&& r) {
+    if (attached) stream.push_back(r.Whole());
   });
   primary.Snapshot(
       /*snapshot_id=*/7, /*max_record_bytes=*/512,
@@ -282,7 +304,7 @@ TEST_CASE("records out of sequence or malformed are refused and change nothing",
   Fixture f(/*sync=*/false);
   Shard primary(0, f.config, {});
   std::vector<rpc::ShardRecord> stream;
-  primary.SetRecordSink([&](rpc::ShardRecord&& r) { stream.push_back(std::move(r)); });
+  primary.SetRecordSink([&](RecordOut&& r) { stream.push_back(r.Whole()); });
   std::mt19937_64 rng(3);
   RandomChanges(primary, false, &rng, 10);
   REQUIRE(stream.size() >= 3);
@@ -306,6 +328,25 @@ TEST_CASE("records out of sequence or malformed are refused and change nothing",
   unknown_table.clear_change();
   unknown_table.mutable_rows()->set_table(7);
   CHECK(copy.ApplyRecord(unknown_table).code() == absl::StatusCode::kInvalidArgument);
+  // Values apart that do not hold a row a key, a record that is not rows, an unknown table.
+  const rpc::ShardRecord* rows = nullptr;
+  for (const rpc::ShardRecord& r : stream) {
+    if (r.has_rows() && rows == nullptr) rows = &r;
+  }
+  REQUIRE(rows != nullptr);
+  rpc::ShardRecord first_rows = *rows;
+  first_rows.set_sequence(1);  // the copy's next: only its values are wrong
+  const std::string& values = rows->rows().values();
+  const std::vector<absl::string_view> short_runs = {
+      absl::string_view(values.data(), 3),
+      absl::string_view(values.data() + 3, values.size() - 4)};
+  CHECK(copy.ApplyRowsRecord(first_rows, short_runs).code() ==
+        absl::StatusCode::kInvalidArgument);
+  rpc::ShardRecord not_rows;
+  not_rows.set_sequence(1);
+  not_rows.set_snapshot_end(true);
+  CHECK(copy.ApplyRowsRecord(not_rows, {}).code() == absl::StatusCode::kInvalidArgument);
+  CHECK(copy.ApplyRowsRecord(unknown_table, {}).code() == absl::StatusCode::kInvalidArgument);
   CHECK(copy.applied_sequence() == 0);
   for (const rpc::ShardRecord& r : stream) REQUIRE(copy.ApplyRecord(r).ok());
   CHECK(DumpOf(copy, f) == DumpOf(primary, f));
