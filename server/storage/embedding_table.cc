@@ -310,6 +310,8 @@ void TableShard::Push(absl::Span<const uint64_t> ids, const float* grads, float*
     g = s.sums.data();
   }
   const size_t row_bytes = size_t{row_floats_} * sizeof(float);
+  // Without duplicates the unique rows are in ids order: each is copied out while in cache.
+  const bool copy_at_once = rows_after != nullptr && unique == n;
   for (size_t u = 0; u < unique; ++u) {
     if (u + kPrefetchDistance < unique) {
       PrefetchRowForWrite(s.unique_slots[u + kPrefetchDistance], row_bytes);
@@ -317,11 +319,12 @@ void TableShard::Push(absl::Span<const uint64_t> ids, const float* grads, float*
     BeforeChange(s.unique_slots[u]);
     float* row = Row(s.unique_slots[u]);
     optimizer.Apply(dim_, g + u * dim_, row, row + dim_);
+    if (copy_at_once) std::memcpy(rows_after + u * row_floats_, row, row_bytes);
   }
-  if (rows_after != nullptr) {
-    const size_t bytes = size_t{row_floats_} * sizeof(float);
-    for (size_t i = 0; i < n; ++i)
-      std::memcpy(rows_after + i * row_floats_, Row(s.slots[i]), bytes);
+  if (rows_after != nullptr && !copy_at_once) {
+    for (size_t i = 0; i < n; ++i) {
+      std::memcpy(rows_after + i * row_floats_, Row(s.slots[i]), row_bytes);
+    }
   }
 }
 
