@@ -16,7 +16,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 
 TARGETS=(job_config_fuzz criteo_reader_fuzz server_request_fuzz coordinator_request_fuzz
-         client_response_fuzz)
+         client_response_fuzz replicate_request_fuzz)
 limit=(-runs=20000 -max_total_time=10 -seed=1)
 names=()
 for arg in "$@"; do
