@@ -10,8 +10,6 @@ namespace ps {
 namespace client_internal {
 namespace {
 
-using grpc_util::kWireFixed32;
-using grpc_util::kWireFixed64;
 using grpc_util::kWireLengthDelimited;
 using grpc_util::kWireVarint;
 using grpc_util::PutVarint;
@@ -87,36 +85,22 @@ absl::Status PullResponseReader::Parse(const grpc::ByteBuffer& buffer) {
     const uint64_t field = tag >> 3;
     const uint32_t wire_type = static_cast<uint32_t>(tag & 7);
     uint64_t value = 0;
-    switch (wire_type) {
-      case kWireVarint:
-        if (!in.ReadVarint(&value)) return malformed();
-        if (field == kDimField) dim_ = static_cast<uint32_t>(value);
-        break;
-      case kWireFixed64:
-        if (!in.Take(8, [](const char*, size_t) {})) return malformed();
-        break;
-      case kWireFixed32:
-        if (!in.Take(4, [](const char*, size_t) {})) return malformed();
-        break;
-      case kWireLengthDelimited: {
-        if (!in.ReadVarint(&value)) return malformed();
-        if (field != kValuesField) {
-          if (!in.Take(value, [](const char*, size_t) {})) return malformed();
-          break;
-        }
-        // The last occurrence of a bytes field wins.
-        pieces_.clear();
-        size_t begin = 0;
-        const bool whole = in.Take(value, [this, &begin](const char* data, size_t n) {
-          pieces_.push_back(Piece{data, begin, n});
-          begin += n;
-        });
-        if (!whole) return malformed();
-        values_size_ = begin;
-        break;
-      }
-      default:
-        return malformed();
+    if (field == kDimField && wire_type == kWireVarint) {
+      if (!in.ReadVarint(&value)) return malformed();
+      dim_ = static_cast<uint32_t>(value);
+    } else if (field == kValuesField && wire_type == kWireLengthDelimited) {
+      if (!in.ReadVarint(&value)) return malformed();
+      // The last occurrence of a bytes field wins.
+      pieces_.clear();
+      size_t begin = 0;
+      const bool whole = in.Take(value, [this, &begin](const char* data, size_t n) {
+        pieces_.push_back(Piece{data, begin, n});
+        begin += n;
+      });
+      if (!whole) return malformed();
+      values_size_ = begin;
+    } else if (!in.SkipValue(wire_type)) {
+      return malformed();
     }
   }
   if (pieces_.empty()) {
