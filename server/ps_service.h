@@ -20,9 +20,10 @@
 namespace ps {
 namespace server {
 
-// The ParameterServer methods that clients call, parsed by the service itself (raw methods), so
-// that a request that does not parse gets INVALID_ARGUMENT naming its message type, where gRPC's
-// generated callback handler answers UNIMPLEMENTED with no message.
+// The ParameterServer methods that clients and other servers call with large requests, parsed by
+// the service itself (raw methods), so that a request that does not parse gets INVALID_ARGUMENT
+// naming its message type, where gRPC's generated callback handler answers UNIMPLEMENTED with no
+// message.
 using ParameterServerBase = rpc::ParameterServer::WithRawCallbackMethod_Pull<
     rpc::ParameterServer::WithRawCallbackMethod_Push<
         rpc::ParameterServer::WithRawCallbackMethod_PullDense<
@@ -37,7 +38,8 @@ using ParameterServerBase = rpc::ParameterServer::WithRawCallbackMethod_Pull<
 // (INVALID_ARGUMENT, naming the message type, for bytes that are not one). Pull's response is a
 // PullResponse framed by hand around rows the store writes straight into the buffer gRPC sends,
 // so the megabytes of a pull are neither zero-filled, nor serialised, nor copied into gRPC's
-// slices.
+// slices. Replicate is raw too: a primary's records are read in place from gRPC's slices
+// (ReplicateRequestReader), their rows written straight into the copies' tables.
 //
 // The writes that carry a worker id (Push, PushDense GRADIENT, and EndStep or PushDense ASSIGN
 // when their worker_id is not 0) are refused with PERMISSION_DENIED when the worker id was never
