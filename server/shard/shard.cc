@@ -454,6 +454,7 @@ absl::Status Shard::AssignRowsApart(const rpc::RowsChange& change,
   size_t split_bytes = 0;
   size_t next = 0;  // index of the next key to write
   for (absl::string_view run : values) {
+    if (run.empty()) continue;
     if (split_bytes > 0) {
       const size_t n = std::min(row_bytes - split_bytes, run.size());
       std::memcpy(split.data() + split_bytes, run.data(), n);
@@ -470,8 +471,8 @@ absl::Status Shard::AssignRowsApart(const rpc::RowsChange& change,
       next += whole;
       run.remove_prefix(whole * row_bytes);
     }
-    std::memcpy(split.data(), run.data(), run.size());
-    split_bytes = run.size();
+    if (!run.empty()) std::memcpy(split.data(), run.data(), run.size());
+    split_bytes = run.size();  // a row's start, finished by the next runs
   }
   return absl::OkStatus();
 }

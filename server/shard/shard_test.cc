@@ -253,6 +253,7 @@ TEST_CASE("a copy that applies the primary's records holds the same state bit fo
     for (size_t at = 0; at < values.size();) {
       const size_t n = std::min<size_t>(values.size() - at, 1 + rng() % 300);
       runs.emplace_back(values.data() + at, n);
+      if (rng() % 8 == 0) runs.emplace_back();  // an empty run, inside a row or not
       at += n;
     }
     rpc::ShardRecord without = r;
