@@ -135,8 +135,11 @@ absl::Status ReadRecord(SliceCursor* in, uint64_t size, ReplicatedRecord* out) {
     if (field == kRecordRows && wire_type == kWireLengthDelimited) {
       uint64_t rows_size = 0;
       if (!in->ReadVarint(&rows_size)) return Malformed("a rows change's length is cut off");
+      // Compared as sizes left, which cannot overflow as positions plus sizes could.
+      if (in->position() > end || rows_size > end - in->position()) {
+        return Malformed("a rows change runs past its record");
+      }
       const uint64_t rows_end = in->position() + rows_size;
-      if (rows_end > end) return Malformed("a rows change runs past its record");
       has_rows = true;
       while (in->position() < rows_end) {
         uint64_t rows_tag = 0;
@@ -148,7 +151,8 @@ absl::Status ReadRecord(SliceCursor* in, uint64_t size, ReplicatedRecord* out) {
           if (!in->ReadVarint(&table)) return Malformed("a rows change's table is cut off");
         } else if ((rows_field == kRowsKeys || rows_field == kRowsValues) &&
                    rows_wire_type == kWireLengthDelimited) {
-          if (!in->ReadVarint(&length) || in->position() + length > rows_end) {
+          if (!in->ReadVarint(&length) || in->position() > rows_end ||
+              length > rows_end - in->position()) {
             return Malformed("keys or values run past their rows change");
           }
           // The last occurrence of a bytes field wins, as in protobuf.
@@ -186,7 +190,7 @@ absl::Status ReadRecord(SliceCursor* in, uint64_t size, ReplicatedRecord* out) {
                         [&rest](const char* data, size_t n) { rest.append(data, n); });
         break;
       case kWireLengthDelimited:
-        read = in->ReadVarint(&value) && in->position() + value <= end;
+        read = in->ReadVarint(&value) && in->position() <= end && value <= end - in->position();
         if (read) {
           rest.append(bytes, static_cast<size_t>(grpc_util::PutVarint(value, bytes) - bytes));
           read = in->Take(value, [&rest](const char* data, size_t n) { rest.append(data, n); });

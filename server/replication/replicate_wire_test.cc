@@ -233,6 +233,15 @@ TEST_CASE("bytes that are not a ReplicateRequest are refused, never read past",
     CHECK(status.code() == absl::StatusCode::kInvalidArgument);
     CHECK(std::string(status.message()).find("two changes") != std::string::npos);
   }
+  SECTION("lengths that would wrap around past the end") {
+    // A record (field 3) of 11 bytes: a rows change (field 5) claiming 2^64 - 1 bytes, which
+    // the record's end plus that wraps around to just before it.
+    const std::string bytes = std::string("\x1a\x0b\x2a", 3) + std::string(9, '\xff') +
+                              std::string("\x01", 1);
+    grpc::Slice slice(bytes.data(), bytes.size());
+    CHECK(reader.Parse(grpc::ByteBuffer(&slice, 1)).code() ==
+          absl::StatusCode::kInvalidArgument);
+  }
   SECTION("a rows change longer than its record") {
     // Record of 4 bytes: rows (field 5), claiming 100 bytes.
     const std::string bytes = std::string("\x1a\x04\x2a\x64\x08\x01", 6);
