@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace ps {
@@ -41,6 +42,12 @@ inline char* PutVarint(uint64_t value, char* out) {
   }
   *out++ = static_cast<char>(value);
   return out;
+}
+
+// Appends `value` as a varint to `out`.
+inline void AppendVarint(uint64_t value, std::string* out) {
+  char bytes[10];
+  out->append(bytes, static_cast<size_t>(PutVarint(value, bytes) - bytes));
 }
 
 // The tag of field `field` with wire type `wire_type`.

@@ -38,10 +38,7 @@ size_t BytesFieldSize(size_t size) { return 1 + VarintSize(size) + size; }
 // values go in slices of their own that point into their record.
 class Framer {
  public:
-  void Varint(uint64_t value) {
-    char bytes[10];
-    small_.append(bytes, static_cast<size_t>(grpc_util::PutVarint(value, bytes) - bytes));
-  }
+  void Varint(uint64_t value) { grpc_util::AppendVarint(value, &small_); }
   void VarintField(uint32_t field, uint64_t value) {
     if (value == 0) return;
     Varint(Tag(field, kWireVarint));
@@ -175,14 +172,13 @@ absl::Status ReadRecord(SliceCursor* in, uint64_t size, ReplicatedRecord* out) {
       continue;
     }
     // Any other field: its bytes, for protobuf to parse.
-    char bytes[10];
-    rest.append(bytes, static_cast<size_t>(grpc_util::PutVarint(tag, bytes) - bytes));
+    grpc_util::AppendVarint(tag, &rest);
     uint64_t value = 0;
     bool read = false;
     switch (wire_type) {
       case kWireVarint:
         read = in->ReadVarint(&value);
-        rest.append(bytes, static_cast<size_t>(grpc_util::PutVarint(value, bytes) - bytes));
+        grpc_util::AppendVarint(value, &rest);
         break;
       case grpc_util::kWireFixed64:
       case grpc_util::kWireFixed32:
@@ -192,7 +188,7 @@ absl::Status ReadRecord(SliceCursor* in, uint64_t size, ReplicatedRecord* out) {
       case kWireLengthDelimited:
         read = in->ReadVarint(&value) && in->position() <= end && value <= end - in->position();
         if (read) {
-          rest.append(bytes, static_cast<size_t>(grpc_util::PutVarint(value, bytes) - bytes));
+          grpc_util::AppendVarint(value, &rest);
           read = in->Take(value, [&rest](const char* data, size_t n) { rest.append(data, n); });
         }
         break;
