@@ -376,10 +376,8 @@ void Shard::Snapshot(uint64_t snapshot_id, size_t max_record_bytes,
   then();
 }
 
-absl::Status Shard::ReadChange(const rpc::RowsChange& change, bool gradients,
-                               std::vector<uint64_t>* aligned_keys,
-                               std::vector<float>* aligned_values, const uint64_t** keys,
-                               const float** values, size_t* n) const {
+absl::Status Shard::CheckChange(const rpc::RowsChange& change, bool gradients,
+                                size_t values_bytes) const {
   if (change.table() >= config_.tables->size()) {
     return absl::InvalidArgumentError(
         absl::StrFormat("shard %d: record of table %d, the job has %d tables", id_, change.table(),
@@ -388,12 +386,21 @@ absl::Status Shard::ReadChange(const rpc::RowsChange& change, bool gradients,
   const TableSpec& spec = *(*config_.tables)[change.table()];
   const size_t floats = gradients ? spec.dim : spec.row_floats();
   if (change.keys().size() % sizeof(uint64_t) != 0 ||
-      change.values().size() != change.keys().size() / sizeof(uint64_t) * floats * sizeof(float)) {
+      values_bytes != change.keys().size() / sizeof(uint64_t) * floats * sizeof(float)) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "shard %d: record of table \"%s\" has %d bytes of keys and %d bytes of values, not %d "
         "floats a key",
-        id_, spec.name, change.keys().size(), change.values().size(), floats));
+        id_, spec.name, change.keys().size(), values_bytes, floats));
   }
+  return absl::OkStatus();
+}
+
+absl::Status Shard::ReadChange(const rpc::RowsChange& change, bool gradients,
+                               std::vector<uint64_t>* aligned_keys,
+                               std::vector<float>* aligned_values, const uint64_t** keys,
+                               const float** values, size_t* n) const {
+  const absl::Status checked = CheckChange(change, gradients, change.values().size());
+  if (!checked.ok()) return checked;
   *n = change.keys().size() / sizeof(uint64_t);
   // Parsed strings are malloc'ed, so aligned: read them in place, else from a copy.
   *keys = reinterpret_cast<const uint64_t*>(change.keys().data());
@@ -427,22 +434,12 @@ absl::Status Shard::ApplyRowsRecord(const rpc::ShardRecord& record,
 
 absl::Status Shard::AssignRowsApart(const rpc::RowsChange& change,
                                     absl::Span<const absl::string_view> values) {
-  if (change.table() >= config_.tables->size()) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("shard %d: record of table %d, the job has %d tables", id_, change.table(),
-                        config_.tables->size()));
-  }
-  TableShard& table = *tables_[change.table()];
-  const size_t row_bytes = table.spec().row_floats() * sizeof(float);
   size_t values_bytes = 0;
   for (const absl::string_view run : values) values_bytes += run.size();
-  if (change.keys().size() % sizeof(uint64_t) != 0 ||
-      values_bytes != change.keys().size() / sizeof(uint64_t) * row_bytes) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "shard %d: record of table \"%s\" has %d bytes of keys and %d bytes of values, not %d "
-        "floats a key",
-        id_, table.spec().name, change.keys().size(), values_bytes, table.spec().row_floats()));
-  }
+  const absl::Status checked = CheckChange(change, /*gradients=*/false, values_bytes);
+  if (!checked.ok()) return checked;
+  TableShard& table = *tables_[change.table()];
+  const size_t row_bytes = table.spec().row_floats() * sizeof(float);
   std::vector<uint64_t> aligned_keys;
   const uint64_t* keys = reinterpret_cast<const uint64_t*>(change.keys().data());
   if (reinterpret_cast<uintptr_t>(keys) % alignof(uint64_t) != 0) {

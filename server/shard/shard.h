@@ -303,7 +303,11 @@ class Shard {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Hands a record of the change that made applied_sequence_ what it is to the sink, if any.
   void Emit(RecordOut&& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Checks a RowsChange against its table (dim floats a key of gradients, or whole rows) and
+  // Checks a RowsChange whose values are `values_bytes` bytes against its table (dim floats a key
+  // of gradients, or whole rows): OK, or INVALID_ARGUMENT naming what disagrees.
+  absl::Status CheckChange(const rpc::RowsChange& change, bool gradients,
+                           size_t values_bytes) const;
+  // Checks a RowsChange against its table (CheckChange) and
   // points *keys and *values at its *n keys and their floats, in place when the bytes are
   // aligned, else in the aligned_ copies.
   absl::Status ReadChange(const rpc::RowsChange& change, bool gradients,
