@@ -141,9 +141,9 @@ uint32_t TableShard::IndexHash(uint64_t id) const {
 const float* TableShard::Find(uint64_t id) const {
   size_t b = HomeBucket(IndexHash(id));
   while (true) {
-    const uint32_t slot = entries_[b].slot;
-    if (slot == kEmpty) return nullptr;
-    if (ids_[b] == id) return Row(slot);
+    const Entry& entry = entries_[b];
+    if (entry.slot == kEmpty) return nullptr;
+    if (entry.id == id) return Row(entry.slot);
     if (++b == capacity_) b = 0;
   }
 }
@@ -153,7 +153,7 @@ uint32_t TableShard::FindOrCreate(uint64_t id, uint32_t hash, bool initialize, b
   while (true) {
     Entry& entry = entries_[b];
     if (entry.slot == kEmpty) break;
-    if (ids_[b] == id) {
+    if (entry.id == id) {
       if (touch) entry.generation = generation_;
       return entry.slot;
     }
@@ -168,8 +168,7 @@ uint32_t TableShard::FindOrCreate(uint64_t id, uint32_t hash, bool initialize, b
     }
   }
   const uint32_t slot = NewRow(id, initialize);
-  ids_[b] = id;
-  entries_[b] = {slot, generation_};
+  entries_[b] = {id, slot, generation_};
   return slot;
 }
 
@@ -220,20 +219,17 @@ void TableShard::ReserveSlot(uint32_t slot) {
 }
 
 void TableShard::Rehash(size_t capacity) {
-  auto ids = std::unique_ptr<uint64_t[]>(new uint64_t[capacity]);
   auto entries = std::unique_ptr<Entry[]>(new Entry[capacity]);
-  std::fill(entries.get(), entries.get() + capacity, Entry{kEmpty, 0});
+  std::fill(entries.get(), entries.get() + capacity, Entry{0, kEmpty, 0});
   for (size_t old = 0; old < capacity_; ++old) {
     if (entries_[old].slot == kEmpty) continue;
-    const uint64_t id = ids_[old];
+    const uint64_t id = entries_[old].id;
     size_t b = static_cast<size_t>((uint64_t{IndexHash(id)} * capacity) >> 32);
     while (entries[b].slot != kEmpty) {
       if (++b == capacity) b = 0;
     }
-    ids[b] = id;
     entries[b] = entries_[old];
   }
-  ids_ = std::move(ids);
   entries_ = std::move(entries);
   capacity_ = capacity;
   max_size_ = MaxSizeFor(capacity);
@@ -247,13 +243,11 @@ void TableShard::ResolveSlots(absl::Span<const uint64_t> ids, uint32_t* hashes, 
   // way, several misses overlap. (After a rehash the first prefetches miss their target: harmless.)
   for (size_t i = 0; i < std::min(n, kPrefetchDistance); ++i) {
     const size_t b = HomeBucket(hashes[i]);
-    __builtin_prefetch(&ids_[b]);
     __builtin_prefetch(&entries_[b]);
   }
   for (size_t i = 0; i < n; ++i) {
     if (i + kPrefetchDistance < n) {
       const size_t b = HomeBucket(hashes[i + kPrefetchDistance]);
-      __builtin_prefetch(&ids_[b]);
       __builtin_prefetch(&entries_[b]);
     }
     slots[i] = FindOrCreate(ids[i], hashes[i], initialize, touch);
@@ -354,7 +348,7 @@ int64_t TableShard::RowGeneration(uint64_t id) const {
   while (true) {
     const Entry& entry = entries_[b];
     if (entry.slot == kEmpty) return -1;
-    if (ids_[b] == id) return entry.generation;
+    if (entry.id == id) return entry.generation;
     if (++b == capacity_) b = 0;
   }
 }
@@ -390,7 +384,7 @@ size_t TableShard::ReadCut(size_t max_rows, uint64_t* ids, float* rows) {
     cut_ids_.resize(cut_end_);
     for (size_t b = 0; b < capacity_; ++b) {
       const uint32_t slot = entries_[b].slot;
-      if (slot < cut_end_) cut_ids_[slot] = ids_[b];
+      if (slot < cut_end_) cut_ids_[slot] = entries_[b].id;
     }
   }
   const uint32_t n = static_cast<uint32_t>(std::min<size_t>(max_rows, cut_end_ - cut_next_));
@@ -419,7 +413,7 @@ void TableShard::EndCut() {
 }
 
 size_t TableShard::MemoryBytes() const {
-  size_t bytes = capacity_ * (sizeof(uint64_t) + sizeof(Entry));
+  size_t bytes = capacity_ * sizeof(Entry);
   bytes += blocks_.capacity() * sizeof(Block);
   for (const Block& block : blocks_) {
     bytes += block.bytes;

@@ -8,9 +8,10 @@
 //   s is row s & 0xFFFF of block s >> 16. Slots are handed out in order and never move; the last
 //   block grows (by doubling, then by quarter blocks) or is sized from expected_rows, so a small
 //   shard stays small.
-// - An open-addressing index with linear probing maps an id to its slot in two parallel arrays
-//   (uint64 ids, and entries of a uint32 slot and the row's uint32 generation; slot 0xFFFFFFFF
-//   marks an empty bucket, so every id is valid, 0 and 2^64 - 1 included). Its capacity need not be
+// - An open-addressing index with linear probing maps an id to its slot in one array of 16-byte
+//   buckets (the uint64 id, its uint32 slot and the row's uint32 generation: a probe is one cache
+//   line, four buckets to a line; slot 0xFFFFFFFF marks an empty bucket, so every id is valid, 0
+//   and 2^64 - 1 included). Its capacity need not be
 //   a power of two: a bucket is addressed by multiply-shift ("fastrange") on the low 32 bits of
 //   ps::KeyHash (the shard was chosen from the high bits, which are therefore all but constant
 //   within a shard). Load stays at most 0.85; the index grows by 1.5x, or never when expected_rows
@@ -196,8 +197,11 @@ class TableShard {
     for (size_t at = 0; at < bytes; at += 64) __builtin_prefetch(row + at, 1);
   }
 
-  // A bucket's slot (kEmpty: none) and its row's generation.
+  // A bucket: its id, slot (kEmpty: none) and the row's generation, together, so that a lookup
+  // misses the cache once per bucket probed instead of once in an id array and once in an entry
+  // array.
   struct Entry {
+    uint64_t id;
     uint32_t slot;
     uint32_t generation;
   };
@@ -231,11 +235,10 @@ class TableShard {
   const size_t expected_rows_;
 
   // The index: capacity_ buckets; bucket b is empty iff entries_[b].slot == kEmpty, else it maps
-  // ids_[b].
+  // entries_[b].id.
   size_t capacity_ = 0;
   // The index grows before size_ would exceed this (0.85 * capacity_).
   size_t max_size_ = 0;
-  std::unique_ptr<uint64_t[]> ids_;
   std::unique_ptr<Entry[]> entries_;
   // Rows held; also the next free slot.
   size_t size_ = 0;
@@ -271,7 +274,7 @@ void TableShard::ForEach(F&& f) const {
     if (slot != kEmpty) bucket_of[slot] = static_cast<uint32_t>(b);
   }
   for (size_t slot = 0; slot < size_; ++slot) {
-    f(ids_[bucket_of[slot]], Row(static_cast<uint32_t>(slot)));
+    f(entries_[bucket_of[slot]].id, Row(static_cast<uint32_t>(slot)));
   }
 }
 
@@ -281,7 +284,7 @@ size_t TableShard::ForEachChangedSince(uint32_t since, F&& f) const {
   for (size_t b = 0; b < capacity_; ++b) {
     const Entry entry = entries_[b];
     if (entry.slot != kEmpty && entry.generation > since) {
-      f(ids_[b], Row(entry.slot));
+      f(entry.id, Row(entry.slot));
       ++n;
     }
   }
