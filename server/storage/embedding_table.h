@@ -11,10 +11,9 @@
 // - An open-addressing index with linear probing maps an id to its slot in one array of 16-byte
 //   buckets (the uint64 id, its uint32 slot and the row's uint32 generation: a probe is one cache
 //   line, four buckets to a line; slot 0xFFFFFFFF marks an empty bucket, so every id is valid, 0
-//   and 2^64 - 1 included). Its capacity need not be
-//   a power of two: a bucket is addressed by multiply-shift ("fastrange") on the low 32 bits of
-//   ps::KeyHash (the shard was chosen from the high bits, which are therefore all but constant
-//   within a shard). Load stays at most 0.85; the index grows by 1.5x, or never when expected_rows
+//   and 2^64 - 1 included). Its capacity need not be a power of two: a bucket is addressed by
+//   multiply-shift ("fastrange") on the low 32 bits of ps::KeyHash (the shard was chosen from the
+//   high bits, which are therefore all but constant within a shard). Load stays at most 0.85; the index grows by 1.5x, or never when expected_rows
 //   was right.
 // - Each row's generation (the generation the shard was in when the row last changed), for
 //   incremental checkpoints, sits next to its slot in the index: the lookup that finds the row

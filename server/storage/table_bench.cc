@@ -1,7 +1,7 @@
-// Measures a TableShard of 1M rows (dim 16, adagrad): memory per row presized and grown, and the
-// single-thread rates of Pull, Push and AssignRows (a replica's apply of whole rows) of 100k
-// random existing ids. Prints one JSON line. An argument sets the rows (default 1M): tables whose
-// index and rows do not fit in the caches show the cost of each cache miss.
+// Measures a TableShard (dim 16, adagrad; 1M rows by default): memory per row presized and grown,
+// and the single-thread rates of Pull, Push and AssignRows (a replica's apply of whole rows) of
+// 100k random existing ids. Prints one JSON line. An argument sets the rows: tables whose index
+// and rows do not fit in the caches show the cost of each cache miss.
 //
 //   bazel run -c opt //server/storage:table_bench [-- ROWS]
 #include <chrono>
@@ -73,8 +73,8 @@ int Main(size_t num_rows) {
       "{\"bench\":\"table_shard\",\"rows\":%zu,\"dim\":%u,\"optimizer\":\"adagrad\","
       "\"memory_ratio_presized\":%.4f,\"memory_ratio_grown\":%.4f,\"insert_rows_per_s\":%.0f,"
       "\"pull_ids_per_s\":%.0f,\"push_ids_per_s\":%.0f,\"assign_ids_per_s\":%.0f,\"batch\":%zu}\n",
-      shard.size(), kDim, presized_ratio, grown_ratio, num_rows / insert_s, kRounds * kBatch / pull_s,
-      kRounds * kBatch / push_s, kRounds * kBatch / assign_s, kBatch);
+      shard.size(), kDim, presized_ratio, grown_ratio, num_rows / insert_s,
+      kRounds * kBatch / pull_s, kRounds * kBatch / push_s, kRounds * kBatch / assign_s, kBatch);
   return 0;
 }
 
