@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -181,6 +182,10 @@ absl::Status WriteCheckpointManifest(const std::string& folder,
   std::filesystem::rename(tmp, absl::StrCat(folder, "/", kManifest), ec);
   if (ec) return absl::InternalError(absl::StrCat("rename ", tmp, ": ", ec.message()));
   return SyncPath(folder, /*folder=*/true);
+}
+
+int CheckpointReadThreads() {
+  return std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 4, 64);
 }
 
 }  // namespace ps

@@ -82,6 +82,11 @@ absl::Status WriteCheckpointManifest(const std::string& folder,
 // system's error.
 absl::Status SyncPath(const std::string& path, bool folder);
 
+// How many checkpoint files a process reads at once when it restores or checks a checkpoint: the
+// machine's cores, so that a large server parses and fills its shards on all of them, but at least
+// 4, so that a small one still overlaps reading the disk with parsing, and at most 64.
+int CheckpointReadThreads();
+
 }  // namespace ps
 
 #endif  // PS_COMMON_CHECKPOINT_CATALOG_H_

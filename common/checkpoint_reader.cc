@@ -114,7 +114,7 @@ absl::StatusOr<uint64_t> FileXxh3(const std::string& path) {
   return digest;
 }
 
-absl::Status VerifyShardFile(const std::string& path, const rpc::CheckpointShardFile& expected) {
+absl::Status CheckShardFileSize(const std::string& path, const rpc::CheckpointShardFile& expected) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) return DataLoss(path, "is missing");
   const uintmax_t bytes = std::filesystem::file_size(path, ec);
@@ -122,6 +122,12 @@ absl::Status VerifyShardFile(const std::string& path, const rpc::CheckpointShard
     return DataLoss(path, absl::StrFormat("has %d bytes, the manifest says %d", ec ? 0 : bytes,
                                           expected.bytes()));
   }
+  return absl::OkStatus();
+}
+
+absl::Status VerifyShardFile(const std::string& path, const rpc::CheckpointShardFile& expected) {
+  absl::Status size = CheckShardFileSize(path, expected);
+  if (!size.ok()) return size;
   absl::StatusOr<uint64_t> digest = FileXxh3(path);
   if (!digest.ok()) return DataLoss(path, digest.status().message());
   if (*digest != expected.xxh3()) {

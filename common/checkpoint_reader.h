@@ -60,9 +60,13 @@ bool ParseRowKey(absl::string_view key, absl::string_view* table, uint64_t* id);
 // XXH3-64 of a whole file. NOT_FOUND if it does not exist; INTERNAL if it cannot be read.
 absl::StatusOr<uint64_t> FileXxh3(const std::string& path);
 
-// Checks the file at `path` against its manifest entry `expected`: its size, then its XXH3-64
-// (a full read). DATA_LOSS naming the path if the file is missing, cannot be read, or either
-// disagrees.
+// Checks that the file at `path` has its manifest entry `expected`'s size (no read). DATA_LOSS
+// naming the path if the file is missing or its size disagrees.
+absl::Status CheckShardFileSize(const std::string& path, const rpc::CheckpointShardFile& expected);
+
+// Checks the file at `path` against its manifest entry `expected`: its size (CheckShardFileSize),
+// then its XXH3-64 (a full read). DATA_LOSS naming the path if the file is missing, cannot be
+// read, or either disagrees.
 absl::Status VerifyShardFile(const std::string& path, const rpc::CheckpointShardFile& expected);
 
 // A ShardRowCursor walks the rows of one table of a shard file, in id order, one block of the

@@ -46,6 +46,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "common/checkpoint_catalog.h"
 #include "common/coordinator_client.h"
 #include "common/grpc/security_flags.h"
 #include "common/grpc/server_builder.h"
@@ -134,8 +135,8 @@ absl::Status BoundsFromFlags(server::AdmissionLimits* limits,
         absl::StrFormat("--max_concurrent_streams must be > 0, got %d", streams));
   }
   if (quota < 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "--grpc_memory_quota_bytes must be >= 0 (0: no quota), got %d", quota));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--grpc_memory_quota_bytes must be >= 0 (0: no quota), got %d", quota));
   }
   if (idle_s <= 0 || idle_s > std::numeric_limits<int>::max() / 1000) {
     return absl::InvalidArgumentError(
@@ -206,12 +207,13 @@ class MapFollower {
         if (stop_) return;
         poked_ = false;
       }
-      const uint64_t have = store_->map_version();
+      // A map held back (its checkpoint's files still being checked) counts as seen.
+      const uint64_t have = std::max(store_->map_version(), held_.map_version);
       const absl::Time started = absl::Now();
       absl::StatusOr<rpc::ShardMap> map = coordinator_->GetShardMap(have + 1, kPoll);
       if (map.ok()) {
         const absl::Status installed =
-            server::InstallShardMap(store_, *map, server_id_, kRestoreThreads);
+            server::InstallShardMap(store_, *map, server_id_, CheckpointReadThreads(), &held_);
         if (installed.ok()) continue;
         std::fprintf(stderr, "ps_server %u: cannot install shard map %llu: %s\n", server_id_,
                      static_cast<unsigned long long>(map->version()), installed.ToString().c_str());
@@ -225,13 +227,12 @@ class MapFollower {
     }
   }
 
-  // Shard files read at once when a restored job starts.
-  static constexpr int kRestoreThreads = 4;
-
   CoordinatorClient* const coordinator_;
   server::ShardedStore* const store_;
   const uint32_t server_id_;
   const std::function<void()> on_fatal_;
+  // Only the follower's thread touches it.
+  server::HeldRestore held_;
   absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   bool poked_ ABSL_GUARDED_BY(mu_) = false;
@@ -315,10 +316,10 @@ int Main() {
     store->FillStatus(status);
     return true;
   });
-  service.SetCheckpointDurations(registry.GetHistogram(
-      "ps_server_checkpoint_duration_seconds",
-      "Time this server took to write its shards of a checkpoint.",
-      metrics::ExponentialBuckets(0.01, 2, 16)));
+  service.SetCheckpointDurations(
+      registry.GetHistogram("ps_server_checkpoint_duration_seconds",
+                            "Time this server took to write its shards of a checkpoint.",
+                            metrics::ExponentialBuckets(0.01, 2, 16)));
 
   server::Admission admission(admission_limits);
   service.SetAdmission(&admission);
@@ -352,9 +353,8 @@ int Main() {
     return 1;
   }
 
-  absl::StatusOr<std::unique_ptr<CoordinatorClient>> coordinator =
-      CoordinatorClient::Connect(coordinator_address, absl::Seconds(connect_timeout_s),
-                                 security->channel_credentials);
+  absl::StatusOr<std::unique_ptr<CoordinatorClient>> coordinator = CoordinatorClient::Connect(
+      coordinator_address, absl::Seconds(connect_timeout_s), security->channel_credentials);
   if (!coordinator.ok()) {
     std::fprintf(stderr, "ps_server: %s\n", coordinator.status().ToString().c_str());
     return 1;

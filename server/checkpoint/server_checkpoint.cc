@@ -119,15 +119,13 @@ absl::StatusOr<rpc::WriteCheckpointResponse> WriteServerCheckpoint(
   return response;
 }
 
-absl::Status InstallShardMap(ShardedStore* store, const rpc::ShardMap& map, uint32_t server_id,
-                             int threads) {
-  std::vector<uint32_t> shards;
-  if (!map.restore_from().empty()) shards = store->NewPrimaries(map, server_id);
-  if (shards.empty()) {
-    store->SetShardMap(map, server_id);
-    return absl::OkStatus();
-  }
-  const absl::Time start = absl::Now();
+namespace {
+
+// Loads shards `shards` of `map`'s checkpoint (restore_from) into new shards of `store`, on up
+// to `threads` threads; the result is ready for SetShardMap.
+absl::StatusOr<ShardedStore::Restored> LoadShards(ShardedStore* store, const rpc::ShardMap& map,
+                                                  const std::vector<uint32_t>& shards,
+                                                  int threads) {
   absl::StatusOr<rpc::CheckpointManifest> manifest = ReadCheckpointManifest(map.restore_from());
   if (!manifest.ok()) return manifest.status();
   ShardedStore::Restored restored;
@@ -177,14 +175,64 @@ absl::Status InstallShardMap(ShardedStore* store, const rpc::ShardMap& map, uint
   absl::Status loaded = LoadCheckpointShards(map.restore_from(), *manifest, store->tables(),
                                              map.num_shards(), shards, threads, &builder);
   if (!loaded.ok()) return loaded;
+  return restored;
+}
+
+}  // namespace
+
+absl::Status InstallShardMap(ShardedStore* store, const rpc::ShardMap& map, uint32_t server_id,
+                             int threads, HeldRestore* held) {
+  std::vector<uint32_t> shards;
+  if (!map.restore_from().empty()) shards = store->NewPrimaries(map, server_id);
+  const bool have_them =
+      held->map_version > 0 && held->folder == map.restore_from() && held->shards == shards;
+  if (map.restore_unchecked()) {
+    // Loaded now, while the coordinator checks the files; installed with the map that says they
+    // are intact.
+    if (!have_them) {
+      *held = HeldRestore();
+      if (!shards.empty()) {
+        const absl::Time start = absl::Now();
+        absl::StatusOr<ShardedStore::Restored> restored = LoadShards(store, map, shards, threads);
+        if (!restored.ok()) return restored.status();
+        held->restored = *std::move(restored);
+        held->loaded_at = absl::Now();
+        held->load_seconds = absl::ToDoubleSeconds(held->loaded_at - start);
+      }
+      held->folder = map.restore_from();
+      held->shards = shards;
+    }
+    held->map_version = map.version();
+    return absl::OkStatus();
+  }
+  if (shards.empty()) {
+    *held = HeldRestore();
+    store->SetShardMap(map, server_id);
+    return absl::OkStatus();
+  }
+  const absl::Time start = absl::Now();
+  ShardedStore::Restored restored;
+  double load_seconds = 0;
+  double waited_seconds = 0;  // for the coordinator's check, after loading
+  if (have_them) {
+    restored = std::move(held->restored);
+    load_seconds = held->load_seconds;
+    waited_seconds = absl::ToDoubleSeconds(start - held->loaded_at);
+  } else {
+    absl::StatusOr<ShardedStore::Restored> loaded = LoadShards(store, map, shards, threads);
+    if (!loaded.ok()) return loaded.status();
+    restored = *std::move(loaded);
+    load_seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  }
+  *held = HeldRestore();
   const absl::Time read = absl::Now();
   const size_t count = restored.shards.size();
   absl::Status installed = store->SetShardMap(map, server_id, std::move(restored));
   if (installed.ok()) {
     std::fprintf(stderr,
-                 "ps_server %u: restored %zu shards from %s: read and filled in %.2f s, "
-                 "installed in %.2f s\n",
-                 server_id, count, map.restore_from().c_str(), absl::ToDoubleSeconds(read - start),
+                 "ps_server %u: restored %zu shards from %s: read and filled in %.2f s, then "
+                 "waited %.2f s for the coordinator's check of the files, installed in %.2f s\n",
+                 server_id, count, map.restore_from().c_str(), load_seconds, waited_seconds,
                  absl::ToDoubleSeconds(absl::Now() - read));
   }
   return installed;

@@ -4,6 +4,10 @@
 #ifndef PS_SERVER_CHECKPOINT_SERVER_CHECKPOINT_H_
 #define PS_SERVER_CHECKPOINT_SERVER_CHECKPOINT_H_
 
+#include <cstdint>
+#include <string>
+#include <vector>
+
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "proto/coordinator.pb.h"
@@ -28,15 +32,35 @@ namespace server {
 absl::StatusOr<rpc::WriteCheckpointResponse> WriteServerCheckpoint(
     ShardedStore* store, const rpc::WriteCheckpointRequest& request, absl::Time deadline);
 
+// Shards a server loaded for a restore while the coordinator still checked the checkpoint's files
+// (ShardMap.restore_unchecked), held until a map says the files are intact.
+struct HeldRestore {
+  // The newest map version they were held for; 0 when none is held.
+  uint64_t map_version = 0;
+  // The checkpoint they come from, and the shards (the map's new primaries of this server).
+  std::string folder;
+  std::vector<uint32_t> shards;
+  ShardedStore::Restored restored;
+  // When they were loaded, and how long that took.
+  absl::Time loaded_at;
+  double load_seconds = 0;
+};
+
 // Installs `map` in `store` (server `server_id`). When the map names a checkpoint to restore from
 // (ShardMap.restore_from) and makes this server a new primary, those shards are first loaded
 // from the checkpoint's files on up to `threads` threads (LoadCheckpointShards), and the store
 // starts from them (ShardedStore::SetShardMap with Restored). Requests wait meanwhile (UNAVAILABLE:
-// no shard map yet). Errors, with the map not installed: ReadCheckpointManifest's;
-// LoadCheckpointShards' (DATA_LOSS for a missing or damaged file, FAILED_PRECONDITION for tables
-// that do not fit the job's); SetShardMap's.
+// no shard map yet).
+// A map that says the coordinator still checks the files (restore_unchecked) is not installed:
+// its shards are loaded into `held` (unless it holds them already), and the first map without
+// it installs them without reading the files again, when it gives this server the same new
+// primaries from the same checkpoint (otherwise they are loaded again). So no server serves a
+// restored shard before every file of the checkpoint was found intact.
+// Errors, with the map not installed: ReadCheckpointManifest's; LoadCheckpointShards' (DATA_LOSS
+// for a missing or damaged file, FAILED_PRECONDITION for tables that do not fit the job's);
+// SetShardMap's.
 absl::Status InstallShardMap(ShardedStore* store, const rpc::ShardMap& map, uint32_t server_id,
-                             int threads);
+                             int threads, HeldRestore* held);
 
 }  // namespace server
 }  // namespace ps

@@ -183,7 +183,12 @@ absl::StatusOr<ShardCut> ReadShardFile(const std::string& path,
     if (!verified.ok()) return verified;
   }
 
-  rocksdb::SstFileReader reader(FileOptions());
+  // Blocks are read in place from a mapping of the file instead of copied out of the page cache
+  // (a restore spent about 5% of its time in that copy). The size was checked above; a file
+  // truncated while it is being read ends the process (SIGBUS) instead of failing the read.
+  rocksdb::Options reader_options = FileOptions();
+  reader_options.allow_mmap_reads = true;
+  rocksdb::SstFileReader reader(reader_options);
   rocksdb::Status s = reader.Open(path);
   if (!s.ok()) return DataLoss(path, s.ToString());
   // Every block is checked as it is read (verify_checksums), so the whole file is read once.

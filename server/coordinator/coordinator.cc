@@ -162,6 +162,7 @@ Coordinator::Coordinator(CoordinatorOptions options)
       next_member_id_(first_member_id_),
       workers_(num_workers_),
       progress_(num_servers_) {
+  restore_unchecked_ = !restore_from_.empty() && !options.restore_files_checked;
   // Every rank has finished the steps before the restored one.
   for (WorkerSlot& slot : workers_) slot.clock = start_step_ - 1;
 }
@@ -193,6 +194,7 @@ void Coordinator::TakeUpLocked(const SavedCoordinator& saved, absl::Time now) {
   }
   has_map_ = st.map_built();
   map_ = st.map();
+  restore_unchecked_ = has_map_ && map_.restore_unchecked();
   failovers_ = st.failovers();
   for (const auto& [key, value] : saved.kv) kv_[key] = value;
   persisted_version_ = map_.version();
@@ -737,6 +739,48 @@ std::optional<rpc::JobFailure> Coordinator::failure() const {
   return failure_;
 }
 
+// --- Restore ---
+
+std::string Coordinator::UncheckedRestore() const {
+  absl::MutexLock lock(&mu_);
+  if (!restore_unchecked_) return "";
+  return has_map_ ? map_.restore_from() : restore_from_;
+}
+
+void Coordinator::RestoreFilesChecked() {
+  Completions out;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!restore_unchecked_) return;
+    restore_unchecked_ = false;
+    if (has_map_) {
+      map_.set_restore_unchecked(false);
+      MapChangedLocked();
+      PollWaitersLocked(&out);
+    }
+  }
+  Run(&out);
+}
+
+void Coordinator::RefuseRestore(const absl::Status& why) {
+  Completions out;
+  {
+    absl::MutexLock lock(&mu_);
+    if (failure_.has_value()) return;
+    rpc::JobFailure failure;
+    failure.set_rank(-1);
+    failure.set_reason(absl::StrCat("the checkpoint cannot be restored: ", why.ToString()));
+    failure.add_failures(failure.reason());
+    std::fprintf(stderr, "coordinator: the job failed: %s\n", failure.reason().c_str());
+    failure_ = failure;
+    if (on_job_failed_) {
+      out.push_back([callback = on_job_failed_, failure] { callback(failure); });
+    }
+    PollWaitersLocked(&out);
+  }
+  Run(&out);
+}
+
 bool Coordinator::AllToldLocked() const {
   if (!failure_.has_value()) return false;
   for (const auto& [id, m] : members_) {
@@ -889,6 +933,7 @@ void Coordinator::MaybeBuildMapLocked() {
   map_.set_version(0);  // MapChangedLocked makes it 1
   map_.set_num_shards(num_shards);
   map_.set_restore_from(restore_from_);
+  map_.set_restore_unchecked(restore_unchecked_);
   for (uint32_t shard = 0; shard < num_shards; ++shard) {
     rpc::ShardAssignment* a = map_.add_shards();
     a->set_shard(shard);

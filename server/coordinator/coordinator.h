@@ -72,6 +72,11 @@ struct CoordinatorOptions {
   // worker rank clock t - 1 and its workers and clients start_step t. Member ids are handed out
   // from its next_member_id on.
   rpc::CheckpointManifest restore_manifest;
+  // Whether restore_from's shard files were already read and found intact (VerifyRestoreFiles in
+  // restore_check.h). Default true. False: the shard map says so (ShardMap.restore_unchecked),
+  // so that the servers load their shards but serve none, until RestoreFilesChecked() or
+  // RefuseRestore().
+  bool restore_files_checked = true;
 
   // Where the coordinator keeps its state (members, shard map, clocks, rendezvous store) as it
   // changes, so that a coordinator restarted on the same store carries the job on. Not owned;
@@ -178,6 +183,20 @@ class Coordinator {
 
   // Why the job failed; nullopt while it has not.
   std::optional<rpc::JobFailure> failure() const;
+
+  // --- Restore ---
+
+  // The checkpoint folder whose shard files are still to be checked (restore_files_checked was
+  // false, or a store taken up holds a map that says restore_unchecked); empty when there is none.
+  std::string UncheckedRestore() const;
+  // The checkpoint's files were read and found intact: the shard map no longer says
+  // restore_unchecked (a new version), so the servers install their loaded shards and serve.
+  // Nothing happens when no check was pending.
+  void RestoreFilesChecked();
+  // The checkpoint's files are not intact (`why`: VerifyRestoreFiles' error): the job fails, as
+  // for a worker's failure, with that reason (JobFailure.rank -1); every member is told and exits,
+  // and no server ever served a restored shard.
+  void RefuseRestore(const absl::Status& why);
 
   // Waits, up to `timeout` of real time, until the job has failed and every alive member that
   // has neither left nor reported a failure was told so by a heartbeat's answer (members found
@@ -398,6 +417,8 @@ class Coordinator {
   std::vector<WorkerSlot> workers_ ABSL_GUARDED_BY(mu_);  // index: rank
   bool has_map_ ABSL_GUARDED_BY(mu_) = false;
   rpc::ShardMap map_ ABSL_GUARDED_BY(mu_);
+  // The restored checkpoint's files are still being checked (ShardMap.restore_unchecked).
+  bool restore_unchecked_ ABSL_GUARDED_BY(mu_) = false;
   // By server_id, then shard: the latest progress its heartbeats reported.
   std::vector<absl::flat_hash_map<uint32_t, rpc::ShardProgress>> progress_ ABSL_GUARDED_BY(mu_);
   // Replicas promoted to primary so far.

@@ -19,18 +19,23 @@
 // fails: the coordinator tells the servers and the other workers through their heartbeats, which
 // makes them exit, and then exits with status 3, saying which worker failed and why. Exit status
 // 1: the job or its data is bad (`file:line:col: message` on stderr), the checkpoint to restore
-// is damaged or does not fit the job (nothing is started), or the port cannot be bound; 2: a usage
-// error; 3: the job failed.
+// is damaged or does not fit the job (a missing or resized file, or tables that do not fit: nothing
+// is started; a file whose checksum is wrong, found while the servers load: the members are told,
+// as for a failed job, and no shard was served), or the port cannot be bound; 2: a usage error;
+// 3: the job failed.
 #include <fcntl.h>
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
+#include <thread>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -40,9 +45,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/coordinator_client.h"
+#include "common/data_check.h"
 #include "common/grpc/security_flags.h"
 #include "common/grpc/server_builder.h"
-#include "common/data_check.h"
 #include "common/job_config.h"
 #include "common/metrics/grpc_server_metrics.h"
 #include "common/metrics/http_endpoint.h"
@@ -141,7 +146,6 @@ void WaitForSignal() {
   }
 }
 
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -239,7 +243,9 @@ int main(int argc, char** argv) {
     carrying_on = saved.ok() && saved->has_value();
     options.store = store.get();
   }
-  // A job restored from a checkpoint starts only from one that is intact and fits it.
+  // A job restored from a checkpoint starts only from one that is intact and fits it: the quick
+  // checks here, the files' checksums (a read of every file) below, while the servers load.
+  std::optional<ps::coordinator::RestorePoint> to_verify;
   const std::string restore = ps::coordinator::RestorePathOf(absl::GetFlag(FLAGS_restore), *job);
   if (!restore.empty() && carrying_on) {
     std::fprintf(stderr,
@@ -257,12 +263,14 @@ int main(int argc, char** argv) {
     }
     std::fprintf(stderr,
                  "ps_coordinator: restoring checkpoint %llu from %s (step %lld, %d shards; "
-                 "checked in %.2f s)\n",
+                 "manifests, tables and sizes checked in %.2f s)\n",
                  static_cast<unsigned long long>(point->manifest.id()), point->folder.c_str(),
                  static_cast<long long>(point->manifest.step()), point->manifest.shards_size(),
                  absl::ToDoubleSeconds(absl::Now() - start));
     options.restore_from = point->folder;
-    options.restore_manifest = std::move(point->manifest);
+    options.restore_manifest = point->manifest;
+    options.restore_files_checked = false;
+    to_verify = *std::move(point);
   }
   options.job = *std::move(job);
   options.heartbeat_interval = heartbeat_interval;
@@ -281,7 +289,21 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ps_coordinator: %s\n", coordinator.status().ToString().c_str());
     return 2;
   }
-
+  // A coordinator restarted before its restore's files were checked checks them again.
+  std::atomic<bool> restore_refused{false};
+  if (const std::string unchecked = (*coordinator)->UncheckedRestore();
+      !to_verify.has_value() && !unchecked.empty()) {
+    absl::StatusOr<ps::coordinator::RestorePoint> point =
+        ps::coordinator::CheckRestorable(unchecked, (*coordinator)->job());
+    if (point.ok()) {
+      to_verify = *std::move(point);
+    } else {
+      std::fprintf(stderr, "ps_coordinator: cannot restore from %s: %s\n", unchecked.c_str(),
+                   point.status().ToString().c_str());
+      restore_refused = true;
+      (*coordinator)->RefuseRestore(point.status());
+    }
+  }
   ps::coordinator::CoordinatorService service(coordinator->get(), nullptr,
                                               security->channel_credentials);
   ps::metrics::Registry registry;
@@ -328,6 +350,28 @@ int main(int argc, char** argv) {
   std::printf("ps_coordinator listening on %s\n",
               ps::JoinHostPort(address->advertise, bound_port).c_str());
   std::fflush(stdout);
+  // Every file read once for its checksum, while the servers already load their shards: they
+  // serve them once this has passed. A damaged file fails the job (exit status 1).
+  std::thread verifier;
+  if (to_verify.has_value()) {
+    verifier = std::thread([&to_verify, &restore_refused, c = coordinator->get()] {
+      const absl::Time start = absl::Now();
+      const absl::Status verified = ps::coordinator::VerifyRestoreFiles(*to_verify);
+      if (verified.ok()) {
+        std::fprintf(stderr,
+                     "ps_coordinator: the %zu files of checkpoint %s are intact (read in %.2f s)\n",
+                     to_verify->files.size(), to_verify->folder.c_str(),
+                     absl::ToDoubleSeconds(absl::Now() - start));
+        c->RestoreFilesChecked();
+        return;
+      }
+      std::fprintf(stderr, "ps_coordinator: cannot restore from %s: %s\n",
+                   to_verify->folder.c_str(), verified.ToString().c_str());
+      restore_refused = true;
+      c->RefuseRestore(verified);
+    });
+  }
+
   int exit_code = 0;
   absl::Duration shutdown_grace = kShutdownGrace;
   const std::string port_file = absl::GetFlag(FLAGS_port_file);
@@ -344,7 +388,7 @@ int main(int argc, char** argv) {
                    ps::DescribeJobFailure(*failure).c_str(),
                    told ? "every live member was told" : "not every live member could be told",
                    absl::ToDoubleSeconds(absl::Now() - start));
-      exit_code = kJobFailedExit;
+      exit_code = restore_refused ? 1 : kJobFailedExit;
       shutdown_grace = kFailedShutdownGrace;
     } else {
       std::fprintf(stderr, "ps_coordinator: shutting down\n");
@@ -354,6 +398,7 @@ int main(int argc, char** argv) {
     exit_code = 1;
   }
 
+  if (verifier.joinable()) verifier.join();
   metrics_endpoint->reset();  // scrapes read the coordinator
   // End pending waits first so that the server's shutdown does not wait for their deadlines.
   (*coordinator)->Shutdown();

@@ -120,6 +120,56 @@ TEST_CASE("a restored sync job starts at its checkpoint's step with new member i
   CHECK(coordinator.next_member_id() == 44);
 }
 
+TEST_CASE("a restore whose files are unchecked is in the map until checked, or fails the job",
+          "[coordinator][map]") {
+  FakeClock clock;
+  CoordinatorOptions options;
+  options.job = MakeJob(2, 1, 8);
+  options.clock = &clock;
+  options.restore_from = "/ckpt/00000000000000000003";
+  options.restore_files_checked = false;
+  int failed_calls = 0;
+  options.on_job_failed = [&](const rpc::JobFailure&) { ++failed_calls; };
+  absl::StatusOr<std::unique_ptr<Coordinator>> c = Coordinator::Create(std::move(options));
+  REQUIRE(c.ok());
+  Coordinator& coordinator = **c;
+  CHECK(coordinator.UncheckedRestore() == "/ckpt/00000000000000000003");
+  REQUIRE(coordinator.Register(rpc::SERVER, "h:1", -1).ok());
+  REQUIRE(coordinator.Register(rpc::SERVER, "h:2", -1).ok());
+  absl::StatusOr<rpc::ShardMap> map = coordinator.GetShardMap(1, clock.Now());
+  REQUIRE(map.ok());
+  CHECK(map->restore_from() == "/ckpt/00000000000000000003");
+  CHECK(map->restore_unchecked());
+
+  SECTION("checked: a new version without the flag, which waiters get") {
+    Answer<rpc::ShardMap> next;
+    coordinator.AsyncGetShardMap(map->version() + 1, clock.Now() + absl::Hours(1), next.Callback());
+    CHECK_FALSE(next.done.HasBeenNotified());
+    coordinator.RestoreFilesChecked();
+    REQUIRE(next.done.HasBeenNotified());
+    REQUIRE(next.result->ok());
+    CHECK((*next.result)->version() == map->version() + 1);
+    CHECK_FALSE((*next.result)->restore_unchecked());
+    CHECK((*next.result)->restore_from() == "/ckpt/00000000000000000003");
+    CHECK(coordinator.UncheckedRestore().empty());
+    coordinator.RestoreFilesChecked();  // nothing more happens
+    CHECK(coordinator.GetShardMap(1, clock.Now())->version() == map->version() + 1);
+    CHECK_FALSE(coordinator.failure().has_value());
+  }
+  SECTION("damaged: the job fails with the reason, and the map stays unchecked") {
+    coordinator.RefuseRestore(
+        absl::DataLossError("shard-00003.sst: checksum 1, the manifest says 2"));
+    const std::optional<rpc::JobFailure> failure = coordinator.failure();
+    REQUIRE(failure.has_value());
+    CHECK(failure->rank() == -1);
+    CHECK_THAT(failure->reason(),
+               Catch::StartsWith("the checkpoint cannot be restored: DATA_LOSS"));
+    CHECK_THAT(failure->reason(), Catch::Contains("checksum 1, the manifest says 2"));
+    CHECK(failed_calls == 1);
+    CHECK(coordinator.GetShardMap(1, clock.Now())->restore_unchecked());
+  }
+}
+
 TEST_CASE("the member ids handed out are exactly [first_member_id, next_member_id)",
           "[coordinator][register]") {
   Fixture f(2, 2);

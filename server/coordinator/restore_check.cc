@@ -46,21 +46,28 @@ absl::StatusOr<RestorePoint> CheckRestorable(const std::string& path, const conf
   // An incremental checkpoint needs its chain: every base down to a full checkpoint, whole.
   absl::StatusOr<std::vector<CheckpointLink>> chain = ReadCheckpointChain(point.folder, m);
   if (!chain.ok()) return chain.status();
-  std::vector<std::pair<std::string, const rpc::CheckpointShardFile*>> files;
   for (const CheckpointLink& link : *chain) {
     for (const rpc::CheckpointShardFile& file : link.manifest.shards()) {
-      files.emplace_back(absl::StrCat(link.folder, "/", file.file()), &file);
+      RestorePoint::File& f = point.files.emplace_back();
+      f.path = absl::StrCat(link.folder, "/", file.file());
+      f.expected = file;
+      absl::Status size = CheckShardFileSize(f.path, file);
+      if (!size.ok()) return size;
     }
   }
+  return point;
+}
 
-  // Each file's size and checksum, several files at once.
+absl::Status VerifyRestoreFiles(const RestorePoint& point) {
+  // Several files at once: on a large machine the disk, not one core's hashing, is the bound.
+  const std::vector<RestorePoint::File>& files = point.files;
   std::vector<absl::Status> results(files.size());
   std::vector<std::thread> threads;
-  const size_t parallel = 4;
+  const size_t parallel = CheckpointReadThreads();
   for (size_t w = 0; w < parallel; ++w) {
     threads.emplace_back([&, w] {
       for (size_t i = w; i < files.size(); i += parallel) {
-        results[i] = VerifyShardFile(files[i].first, *files[i].second);
+        results[i] = VerifyShardFile(files[i].path, files[i].expected);
       }
     });
   }
@@ -68,7 +75,7 @@ absl::StatusOr<RestorePoint> CheckRestorable(const std::string& path, const conf
   for (const absl::Status& status : results) {
     if (!status.ok()) return status;
   }
-  return point;
+  return absl::OkStatus();
 }
 
 std::string RestorePathOf(const std::string& flag, const config::Job& job) {

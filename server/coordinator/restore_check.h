@@ -1,10 +1,12 @@
 // What a coordinator checks before it starts a job from a checkpoint: that the checkpoint is
-// complete and intact, and that the job can hold what it holds. A job is started from a checkpoint
-// only when every check passes, so that no server ever loads half of one.
+// complete and intact, and that the job can hold what it holds. The quick checks (manifests,
+// tables, chain, file sizes) come before the job starts; the files' checksums are read while the
+// servers load their shards, and no server serves a restored shard before every check passed.
 #ifndef PS_SERVER_COORDINATOR_RESTORE_CHECK_H_
 #define PS_SERVER_COORDINATOR_RESTORE_CHECK_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "proto/checkpoint.pb.h"
@@ -15,25 +17,40 @@ namespace coordinator {
 
 // A checkpoint a job may start from.
 struct RestorePoint {
+  // A shard file of the checkpoint or of a checkpoint it builds on.
+  struct File {
+    std::string path;
+    // Its manifest's entry: size and XXH3-64.
+    rpc::CheckpointShardFile expected;
+  };
+
   // The checkpoint's folder.
   std::string folder;
   rpc::CheckpointManifest manifest;
+  // Every shard file of its chain, the checkpoint's own first.
+  std::vector<File> files;
 };
 
 // Checks the checkpoint `path` names (a checkpoint's folder, or a checkpoint_dir: its newest
-// complete checkpoint) against `job`:
+// complete checkpoint) against `job`, without reading its shard files:
 //  - every table of the checkpoint is a table of the job with the same dim and optimizer type
 //    (the rows' layout); the job may have more tables (they start empty) and other optimizer
 //    hyperparameters, initializers, num_shards, num_servers or replication;
 //  - an incremental checkpoint's chain is there: every base down to a full checkpoint
 //    (ReadCheckpointChain);
-//  - every shard file of every checkpoint of the chain exists with its manifest's size and
-//    XXH3-64 (each file is read once).
+//  - every shard file of every checkpoint of the chain exists with its manifest's size.
 // Returns the checkpoint. Errors: ResolveCheckpoint's (NOT_FOUND: nothing complete there;
 // FAILED_PRECONDITION: a bad manifest); FAILED_PRECONDITION naming the table and what differs;
-// DATA_LOSS naming a missing or unfitting base checkpoint (ReadCheckpointChain), or a missing,
-// resized or damaged file (VerifyShardFile).
+// DATA_LOSS naming a missing or unfitting base checkpoint (ReadCheckpointChain), or a missing or
+// resized file (CheckShardFileSize).
 absl::StatusOr<RestorePoint> CheckRestorable(const std::string& path, const config::Job& job);
+
+// Reads every shard file of `point` (CheckRestorable's) once and checks its XXH3-64 against its
+// manifest's, several files at once (CheckpointReadThreads). This is the long part of the check,
+// which a coordinator runs while the servers already load their shards: they serve them only
+// once it has passed (ShardMap.restore_unchecked). OK, or DATA_LOSS naming the first file that is
+// missing, resized or damaged (VerifyShardFile).
+absl::Status VerifyRestoreFiles(const RestorePoint& point);
 
 // The checkpoint a job starts from: `flag` (ps_coordinator --restore) if not empty, else the
 // job's cluster.restore_from, else, with cluster.resume, checkpoint_dir's newest complete

@@ -74,6 +74,10 @@ TEST_CASE("an intact checkpoint fitting the job is restorable", "[checkpoint]") 
     REQUIRE(point.ok());
     CHECK(point->folder == c.folder);
     CHECK(point->manifest.id() == 4);
+    REQUIRE(point->files.size() == 2);
+    CHECK(point->files[1].path == c.folder + "/shard-1.sst");
+    CHECK(point->files[1].expected.bytes() == 1001);
+    CHECK(VerifyRestoreFiles(*point).ok());
   }
 }
 
@@ -97,17 +101,13 @@ TEST_CASE("a checkpoint whose tables do not fit the job is refused", "[checkpoin
   CHECK_THAT(std::string(point.status().message()), Catch::Contains(want));
 }
 
-TEST_CASE("a damaged checkpoint is refused, naming the file", "[checkpoint]") {
+TEST_CASE("a truncated or missing file is refused at once, naming the file", "[checkpoint]") {
   Checkpoint c;
   const std::string file = c.folder + "/shard-1.sst";
   std::string want;
   SECTION("truncated") {
     std::filesystem::resize_file(file, 500);
     want = "has 500 bytes, the manifest says 1001";
-  }
-  SECTION("a flipped byte") {
-    std::ofstream(file, std::ios::binary) << std::string(1000, 'b') << 'c';
-    want = "checksum";
   }
   SECTION("missing") {
     std::filesystem::remove(file);
@@ -116,6 +116,32 @@ TEST_CASE("a damaged checkpoint is refused, naming the file", "[checkpoint]") {
   absl::StatusOr<RestorePoint> point = CheckRestorable(c.folder, c.job);
   CHECK(point.status().code() == absl::StatusCode::kDataLoss);
   CHECK_THAT(std::string(point.status().message()), Catch::Contains(want));
+}
+
+TEST_CASE("a damaged file passes the quick check and fails the files' check, naming the file",
+          "[checkpoint]") {
+  Checkpoint c;
+  const std::string file = c.folder + "/shard-1.sst";
+  absl::StatusOr<RestorePoint> point = CheckRestorable(c.folder, c.job);
+  REQUIRE(point.ok());
+  std::string want;
+  SECTION("a flipped byte, same size") {
+    std::ofstream(file, std::ios::binary) << std::string(1000, 'b') << 'c';
+    want = "checksum";
+    REQUIRE(CheckRestorable(c.folder, c.job).ok());  // the size is right
+  }
+  SECTION("truncated after the quick check") {
+    std::filesystem::resize_file(file, 500);
+    want = "has 500 bytes, the manifest says 1001";
+  }
+  SECTION("removed after the quick check") {
+    std::filesystem::remove(file);
+    want = file;
+  }
+  const absl::Status verified = VerifyRestoreFiles(*point);
+  CHECK(verified.code() == absl::StatusCode::kDataLoss);
+  CHECK_THAT(std::string(verified.message()), Catch::Contains(file));
+  CHECK_THAT(std::string(verified.message()), Catch::Contains(want));
 }
 
 TEST_CASE("an incremental checkpoint is checked with every file of its chain",
@@ -128,10 +154,15 @@ TEST_CASE("an incremental checkpoint is checked with every file of its chain",
   CHECK(point->folder == newest);
   CHECK(point->manifest.base_id() == 5);
 
+  REQUIRE(point->files.size() == 6);  // two files of each of 6, 5 and 4
+  CHECK(point->files[0].path == newest + "/shard-0.sst");
+  CHECK(point->files[5].path == c.folder + "/shard-1.sst");
+  CHECK(VerifyRestoreFiles(*point).ok());
+
   std::string want;
-  SECTION("a base's file damaged") {
-    const std::string file = c.folder + "/shard-1.sst";  // of the full checkpoint 4
-    std::ofstream(file, std::ios::binary) << std::string(1000, 'b') << 'c';
+  SECTION("a base's file truncated") {
+    const std::string file = c.folder + "/shard-1.sst";
+    std::filesystem::resize_file(file, 10);
     want = file;
   }
   SECTION("a base missing") {
@@ -145,6 +176,18 @@ TEST_CASE("an incremental checkpoint is checked with every file of its chain",
   point = CheckRestorable(newest, c.job);
   CHECK(point.status().code() == absl::StatusCode::kDataLoss);
   CHECK_THAT(std::string(point.status().message()), Catch::Contains(want));
+}
+
+TEST_CASE("a damaged file of a base fails the files' check", "[checkpoint][incremental]") {
+  Checkpoint c;
+  c.Write(5, 4);
+  absl::StatusOr<RestorePoint> point = CheckRestorable(c.Write(6, 5), c.job);
+  REQUIRE(point.ok());
+  const std::string file = c.folder + "/shard-1.sst";  // of the full checkpoint 4
+  std::ofstream(file, std::ios::binary) << std::string(1000, 'b') << 'c';
+  const absl::Status verified = VerifyRestoreFiles(*point);
+  CHECK(verified.code() == absl::StatusCode::kDataLoss);
+  CHECK_THAT(std::string(verified.message()), Catch::Contains(file));
 }
 
 TEST_CASE("without a complete checkpoint there is nothing to restore", "[checkpoint]") {
