@@ -24,11 +24,14 @@ namespace ps {
 namespace server {
 namespace {
 
-// Threads writing a server's shards, and their nice value (see WriteServerCheckpoint).
-constexpr size_t kWriterThreads = 2;
+// The nice value of the threads writing a server's shards (see WriteServerCheckpoint).
 constexpr int kWriterNice = 19;
 
 }  // namespace
+
+int CheckpointWriterThreads() {
+  return std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 4, 2, 8);
+}
 
 absl::StatusOr<rpc::WriteCheckpointResponse> WriteServerCheckpoint(
     ShardedStore* store, const rpc::WriteCheckpointRequest& request, absl::Time deadline) {
@@ -50,7 +53,7 @@ absl::StatusOr<rpc::WriteCheckpointResponse> WriteServerCheckpoint(
   // the priority of the threads serving requests) and hands them to a few writer threads at a
   // lower priority, which read the cut's rows (copy-on-write, a record at a time under the lock)
   // and encode its file: training takes precedence over writing when the cores are busy, and the
-  // writing takes what training leaves. At most kWriterThreads cuts wait.
+  // writing takes what training leaves. At most as many cuts wait as there are writers.
   rpc::WriteCheckpointResponse response;
   double max_stall_ms = 0;  // guarded by mu while the writers run
   absl::Mutex mu;
@@ -85,12 +88,13 @@ absl::StatusOr<rpc::WriteCheckpointResponse> WriteServerCheckpoint(
       *response.add_files() = *std::move(file);
     }
   };
+  const size_t writer_threads = static_cast<size_t>(CheckpointWriterThreads());
   std::vector<std::thread> writers;
-  for (int t = 0; t < kWriterThreads; ++t) writers.emplace_back(write);
+  for (size_t t = 0; t < writer_threads; ++t) writers.emplace_back(write);
   for (uint32_t shard : shards) {
     {
       absl::MutexLock lock(&mu);
-      auto room = [&] { return cuts.size() < kWriterThreads || !status.ok(); };
+      auto room = [&] { return cuts.size() < writer_threads || !status.ok(); };
       mu.Await(absl::Condition(&room));
       if (!status.ok()) break;
     }

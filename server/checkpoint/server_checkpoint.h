@@ -20,10 +20,11 @@ namespace server {
 // Writes `request.shards` of `store` into `request.path` (an existing folder), one file a shard
 // named shard-NNNNN.sst, synced, then syncs the folder. A shard this server cut last for
 // checkpoint request.base_id is written incrementally on it, the others in full (see
-// ShardedStore::BeginCheckpoint). The calling thread cuts the shards, and two threads of lowered
-// priority (nice 19) read their rows (copy-on-write) and write them: memory grows by up to two
-// shards' copies, plus the old values of rows changed before they were read (for at most four
-// shards at a time; sync mode: for every shard whose next step came before it was read).
+// ShardedStore::BeginCheckpoint). The calling thread cuts the shards, and W threads of lowered
+// priority (nice 19) read their rows (copy-on-write) and write them, W being a quarter of the
+// machine's cores, from 2 to 8 (CheckpointWriterThreads): memory grows by up to W shards' copies,
+// plus the old values of rows changed before they were read (for at most 2W shards at a time;
+// sync mode: for every shard whose next step came before it was read).
 // The response's max_stall_ms is the longest a shard's lock was held by the cut or one read.
 // Errors: INVALID_ARGUMENT for a path that is not an absolute, existing folder; those of
 // BeginCheckpoint, TakeCheckpointCut (DEADLINE_EXCEEDED at `deadline`) and ReadCheckpointRows;
@@ -45,6 +46,11 @@ struct HeldRestore {
   absl::Time loaded_at;
   double load_seconds = 0;
 };
+
+// The threads WriteServerCheckpoint writes a server's shards with: a quarter of the machine's
+// cores, at least 2 and at most 8, so that a large server writes as fast as its disk takes while
+// the copies waiting to be written stay a few shards.
+int CheckpointWriterThreads();
 
 // Installs `map` in `store` (server `server_id`). When the map names a checkpoint to restore from
 // (ShardMap.restore_from) and makes this server a new primary, those shards are first loaded
