@@ -109,6 +109,38 @@ TEST_CASE("a restarted coordinator keeps the range of member ids it handed out",
   CHECK(c->Register(rpc::CLIENT, "", -1)->member_id() == 32);
 }
 
+TEST_CASE("a coordinator restarted before its restore's files were checked has them checked again",
+          "[coordinator][store]") {
+  const std::string dir = testing::TempDir() + "/coordinator_store_unchecked";
+  FakeClock clock;
+  {
+    auto store = CoordinatorStore::Open(dir);
+    REQUIRE(store.ok());
+    CoordinatorOptions options;
+    options.job = Job(2);
+    options.clock = &clock;
+    options.store = store->get();
+    options.restore_from = "/ckpt/00000000000000000001";
+    options.restore_files_checked = false;
+    absl::StatusOr<std::unique_ptr<Coordinator>> c = Coordinator::Create(std::move(options));
+    REQUIRE(c.ok());
+    REQUIRE((*c)->Register(rpc::SERVER, "h:1", -1).ok());
+    REQUIRE((*c)->Register(rpc::SERVER, "h:2", -1).ok());
+    CHECK((*c)->GetShardMap(1, clock.Now())->restore_unchecked());
+  }  // killed before the check ended
+  auto store = CoordinatorStore::Open(dir);
+  REQUIRE(store.ok());
+  auto c = Start(store->get(), &clock);  // no restore_from: as ps_coordinator carries a job on
+  CHECK(c->UncheckedRestore() == "/ckpt/00000000000000000001");
+  const uint64_t version = c->GetShardMap(1, clock.Now())->version();
+  c->RestoreFilesChecked();
+  absl::StatusOr<rpc::ShardMap> map = c->GetShardMap(version + 1, clock.Now());
+  REQUIRE(map.ok());
+  CHECK_FALSE(map->restore_unchecked());
+  CHECK(map->restore_from() == "/ckpt/00000000000000000001");
+  CHECK(c->UncheckedRestore().empty());
+}
+
 TEST_CASE("a store holding another job's state is refused", "[coordinator][store]") {
   const std::string dir = testing::TempDir() + "/coordinator_store_other";
   FakeClock clock;
