@@ -353,10 +353,13 @@ int main(int argc, char** argv) {
   // Every file read once for its checksum, while the servers already load their shards: they
   // serve them once this has passed. A damaged file fails the job (exit status 1).
   std::thread verifier;
+  std::atomic<bool> stop_verifying{false};  // a shutdown does not wait for every file
   if (to_verify.has_value()) {
-    verifier = std::thread([&to_verify, &restore_refused, c = coordinator->get()] {
+    verifier = std::thread([&to_verify, &restore_refused, &stop_verifying, c = coordinator->get()] {
       const absl::Time start = absl::Now();
-      const absl::Status verified = ps::coordinator::VerifyRestoreFiles(*to_verify);
+      const absl::Status verified =
+          ps::coordinator::VerifyRestoreFiles(*to_verify, &stop_verifying);
+      if (absl::IsCancelled(verified)) return;  // shutting down
       if (verified.ok()) {
         std::fprintf(stderr,
                      "ps_coordinator: the %zu files of checkpoint %s are intact (read in %.2f s)\n",
@@ -398,6 +401,7 @@ int main(int argc, char** argv) {
     exit_code = 1;
   }
 
+  stop_verifying = true;
   if (verifier.joinable()) verifier.join();
   metrics_endpoint->reset();  // scrapes read the coordinator
   // End pending waits first so that the server's shutdown does not wait for their deadlines.

@@ -58,7 +58,7 @@ absl::StatusOr<RestorePoint> CheckRestorable(const std::string& path, const conf
   return point;
 }
 
-absl::Status VerifyRestoreFiles(const RestorePoint& point) {
+absl::Status VerifyRestoreFiles(const RestorePoint& point, const std::atomic<bool>* cancelled) {
   // Several files at once: on a large machine the disk, not one core's hashing, is the bound.
   const std::vector<RestorePoint::File>& files = point.files;
   std::vector<absl::Status> results(files.size());
@@ -67,6 +67,10 @@ absl::Status VerifyRestoreFiles(const RestorePoint& point) {
   for (size_t w = 0; w < parallel; ++w) {
     threads.emplace_back([&, w] {
       for (size_t i = w; i < files.size(); i += parallel) {
+        if (cancelled != nullptr && cancelled->load()) {
+          results[i] = absl::CancelledError("the check of the checkpoint's files was stopped");
+          continue;
+        }
         results[i] = VerifyShardFile(files[i].path, files[i].expected);
       }
     });

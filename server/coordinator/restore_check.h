@@ -5,6 +5,7 @@
 #ifndef PS_SERVER_COORDINATOR_RESTORE_CHECK_H_
 #define PS_SERVER_COORDINATOR_RESTORE_CHECK_H_
 
+#include <atomic>
 #include <string>
 #include <vector>
 
@@ -49,8 +50,10 @@ absl::StatusOr<RestorePoint> CheckRestorable(const std::string& path, const conf
 // manifest's, several files at once (CheckpointReadThreads). This is the long part of the check,
 // which a coordinator runs while the servers already load their shards: they serve them only
 // once it has passed (ShardMap.restore_unchecked). OK, or DATA_LOSS naming the first file that is
-// missing, resized or damaged (VerifyShardFile).
-absl::Status VerifyRestoreFiles(const RestorePoint& point);
+// missing, resized or damaged (VerifyShardFile); CANCELLED when `*cancelled` (if given) became
+// true before every file was read: no new file is started then.
+absl::Status VerifyRestoreFiles(const RestorePoint& point,
+                                const std::atomic<bool>* cancelled = nullptr);
 
 // The checkpoint a job starts from: `flag` (ps_coordinator --restore) if not empty, else the
 // job's cluster.restore_from, else, with cluster.resume, checkpoint_dir's newest complete

@@ -2,6 +2,7 @@
 
 #include <stdlib.h>
 
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
@@ -78,6 +79,10 @@ TEST_CASE("an intact checkpoint fitting the job is restorable", "[checkpoint]") 
     CHECK(point->files[1].path == c.folder + "/shard-1.sst");
     CHECK(point->files[1].expected.bytes() == 1001);
     CHECK(VerifyRestoreFiles(*point).ok());
+    std::atomic<bool> cancelled{true};
+    CHECK(VerifyRestoreFiles(*point, &cancelled).code() == absl::StatusCode::kCancelled);
+    cancelled = false;
+    CHECK(VerifyRestoreFiles(*point, &cancelled).ok());
   }
 }
 
