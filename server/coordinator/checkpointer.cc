@@ -35,7 +35,7 @@ uint64_t JobDigest(const config::Job& job) {
 }
 
 Checkpointer::WriteFn GrpcWrite(absl::Duration timeout,
-                               std::shared_ptr<grpc::ChannelCredentials> credentials) {
+                                std::shared_ptr<grpc::ChannelCredentials> credentials) {
   return [timeout, credentials](const std::string& address,
                                 const rpc::WriteCheckpointRequest& request)
              -> absl::StatusOr<rpc::WriteCheckpointResponse> {
@@ -229,8 +229,8 @@ absl::StatusOr<rpc::CheckpointResponse> Checkpointer::TakeUnmeasured(
   // this attempt, not only the id: a failed checkpoint's folder is removed, so its id comes back
   // for the next one, and a worker answers each key once (a retry under the id a worker already
   // answered would otherwise wait for a state that never comes).
-  const std::string worker_key = absl::StrFormat("ps/checkpoint/%d/%016x.%d/worker/", id,
-                                                 incarnation_, ++attempts_);
+  const std::string worker_key =
+      absl::StrFormat("ps/checkpoint/%d/%016x.%d/worker/", id, incarnation_, ++attempts_);
   struct Notice {
     Coordinator* coordinator;
     std::string key;

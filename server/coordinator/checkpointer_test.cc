@@ -180,16 +180,12 @@ TEST_CASE("a checkpoint retried after a refusal asks the workers under a new key
   const std::string dir = absl::StrCat(testing::TempDir(), "/checkpointer_retry");
   std::filesystem::remove_all(dir);
   absl::StatusOr<config::Job> job = ParseJob(
-      absl::StrFormat(R"pb(name: "retry"
-                           tables { name: "emb" dim: 4 }
-                           training { mode: SYNC }
-                           cluster {
-                             num_servers: 1
-                             num_workers: 1
-                             num_shards: 2
-                             checkpoint_dir: "%s"
-                           })pb",
-                      dir),
+      absl::StrFormat(
+          R"pb(name: "retry"
+               tables { name: "emb" dim: 4 }
+               training { mode: SYNC }
+               cluster { num_servers: 1 num_workers: 1 num_shards: 2 checkpoint_dir: "%s" })pb",
+          dir),
       "retry.pbtxt");
   REQUIRE(job.ok());
   CoordinatorOptions options;
@@ -206,8 +202,8 @@ TEST_CASE("a checkpoint retried after a refusal asks the workers under a new key
   std::vector<rpc::CheckpointNotice> notices;
   Checkpointer checkpointer(
       coordinator.get(),
-      [&](const std::string&, const rpc::WriteCheckpointRequest& r)
-          -> absl::StatusOr<rpc::WriteCheckpointResponse> {
+      [&](const std::string&,
+          const rpc::WriteCheckpointRequest& r) -> absl::StatusOr<rpc::WriteCheckpointResponse> {
         absl::StatusOr<rpc::ClockState> clocks = coordinator->ReportClock(worker->member_id(), 3);
         if (!clocks.ok()) return clocks.status();
         if (!clocks->has_checkpoint()) return absl::InternalError("no checkpoint notice");

@@ -163,6 +163,10 @@ Coordinator::Coordinator(CoordinatorOptions options)
       workers_(num_workers_),
       progress_(num_servers_) {
   restore_unchecked_ = !restore_from_.empty() && !options.restore_files_checked;
+  // Kept in the map before it is built too, so that a coordinator restarted from its store
+  // before every server registered still restores the checkpoint (and checks it).
+  map_.set_restore_from(restore_from_);
+  map_.set_restore_unchecked(restore_unchecked_);
   // Every rank has finished the steps before the restored one.
   for (WorkerSlot& slot : workers_) slot.clock = start_step_ - 1;
 }
@@ -194,7 +198,7 @@ void Coordinator::TakeUpLocked(const SavedCoordinator& saved, absl::Time now) {
   }
   has_map_ = st.map_built();
   map_ = st.map();
-  restore_unchecked_ = has_map_ && map_.restore_unchecked();
+  restore_unchecked_ = map_.restore_unchecked();
   failovers_ = st.failovers();
   for (const auto& [key, value] : saved.kv) kv_[key] = value;
   persisted_version_ = map_.version();
@@ -214,9 +218,9 @@ void Coordinator::StoreFailedLocked(const absl::Status& status) {
                status.ToString().c_str());
 }
 
-void Coordinator::PersistLocked() {
+void Coordinator::PersistLocked(bool force) {
   if (store_ == nullptr) return;
-  if (persisted_next_id_ != 0 && persisted_version_ == map_.version() &&
+  if (!force && persisted_next_id_ != 0 && persisted_version_ == map_.version() &&
       persisted_next_id_ == next_member_id_ && !members_changed_) {
     return;
   }
@@ -744,7 +748,7 @@ std::optional<rpc::JobFailure> Coordinator::failure() const {
 std::string Coordinator::UncheckedRestore() const {
   absl::MutexLock lock(&mu_);
   if (!restore_unchecked_) return "";
-  return has_map_ ? map_.restore_from() : restore_from_;
+  return map_.restore_from();
 }
 
 void Coordinator::RestoreFilesChecked() {
@@ -753,10 +757,12 @@ void Coordinator::RestoreFilesChecked() {
     absl::MutexLock lock(&mu_);
     if (!restore_unchecked_) return;
     restore_unchecked_ = false;
+    map_.set_restore_unchecked(false);
     if (has_map_) {
-      map_.set_restore_unchecked(false);
       MapChangedLocked();
       PollWaitersLocked(&out);
+    } else {
+      PersistLocked(/*force=*/true);
     }
   }
   Run(&out);
@@ -929,10 +935,11 @@ void Coordinator::MaybeBuildMapLocked() {
   const uint32_t num_shards = cluster.num_shards();
   const uint32_t replicas = cluster.replication_factor();
   has_map_ = true;
+  const std::string restore_from = map_.restore_from();  // from the start, or the store
   map_.Clear();
   map_.set_version(0);  // MapChangedLocked makes it 1
   map_.set_num_shards(num_shards);
-  map_.set_restore_from(restore_from_);
+  map_.set_restore_from(restore_from);
   map_.set_restore_unchecked(restore_unchecked_);
   for (uint32_t shard = 0; shard < num_shards; ++shard) {
     rpc::ShardAssignment* a = map_.add_shards();

@@ -120,8 +120,6 @@ class Coordinator {
   // The coordinator's clock; deadlines passed to the waiting calls are on this clock.
   absl::Time Now() const { return clock_->Now(); }
   const config::Job& job() const { return job_; }
-  // The checkpoint folder the job was restored from; empty if it was not.
-  const std::string& restore_from() const { return restore_from_; }
 
   // Member ids handed out so far are below this (CheckpointManifest.next_member_id).
   uint32_t next_member_id() const;
@@ -378,8 +376,9 @@ class Coordinator {
   // Takes up the state a store held (Create).
   void TakeUpLocked(const SavedCoordinator& saved, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Writes the members, slots and map to the store (when they changed since the last write).
-  void PersistLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes the members, slots and map to the store (when they changed since the last write, or
+  // when `force`).
+  void PersistLocked(bool force = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Reports a store error (once).
   void StoreFailedLocked(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records a worker's failure and fails the job when it may (see "Workers' ends"); the

@@ -44,7 +44,8 @@ TEST_CASE("The coordinator's collector counts members by role and state, every c
   CHECK(Contains(text, "ps_coordinator_members{role=\"client\",state=\"alive\"} 0\n"));
   CHECK(Contains(text, "ps_coordinator_shard_map_version 4\n"));
   CHECK(Contains(text, "ps_coordinator_lost_shards 1\n"));
-  CHECK(Contains(text, "# TYPE ps_coordinator_failovers_total counter\nps_coordinator_failovers_total 2\n"));
+  CHECK(Contains(
+      text, "# TYPE ps_coordinator_failovers_total counter\nps_coordinator_failovers_total 2\n"));
   CHECK(Contains(text, "ps_coordinator_clock_min 9\n"));
   CHECK(Contains(text, "ps_coordinator_clock_max 11\n"));
   CHECK(Contains(text, "ps_coordinator_job_failed 0\n"));

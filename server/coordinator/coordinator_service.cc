@@ -287,8 +287,9 @@ grpc::ServerUnaryReactor* CoordinatorService::StartCheckpoint(grpc::CallbackServ
   // Worker 0 takes the end-of-training checkpoint the job asks for; any other needs an admin.
   if (!coordinator_->job().cluster().checkpoint_at_end()) {
     if (absl::Status allowed = grpc_util::RequireAdmin(
-            *context, "a checkpoint (other than the end-of-training one of a job with "
-                      "checkpoint_at_end)");
+            *context,
+            "a checkpoint (other than the end-of-training one of a job with "
+            "checkpoint_at_end)");
         !allowed.ok()) {
       return Done(context, allowed);
     }

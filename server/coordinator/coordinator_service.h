@@ -53,9 +53,9 @@ class CoordinatorService final : public rpc::Coordinator::CallbackService {
   // With tokens (grpc_util::TokenAuthProcessor), a worker token may register only workers and
   // clients, and start only the job's end-of-training checkpoint (a job with
   // checkpoint_at_end); other calls of those methods get PERMISSION_DENIED.
-  explicit CoordinatorService(Coordinator* coordinator, ReachableFn reachable = nullptr,
-                              std::shared_ptr<grpc::ChannelCredentials> server_credentials =
-                                  nullptr);
+  explicit CoordinatorService(
+      Coordinator* coordinator, ReachableFn reachable = nullptr,
+      std::shared_ptr<grpc::ChannelCredentials> server_credentials = nullptr);
   // Stops the thread that checks reported servers.
   ~CoordinatorService() override;
 

@@ -1,6 +1,7 @@
 #include "server/coordinator/coordinator_store.h"
 
 #include <catch2/catch.hpp>
+#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -139,6 +140,40 @@ TEST_CASE("a coordinator restarted before its restore's files were checked has t
   CHECK_FALSE(map->restore_unchecked());
   CHECK(map->restore_from() == "/ckpt/00000000000000000001");
   CHECK(c->UncheckedRestore().empty());
+}
+
+TEST_CASE("a coordinator restarted before its map was built still restores the checkpoint",
+          "[coordinator][store]") {
+  const std::string dir = testing::TempDir() + "/coordinator_store_restore_early";
+  std::filesystem::remove_all(dir);  // each section starts from nothing
+  FakeClock clock;
+  {
+    auto store = CoordinatorStore::Open(dir);
+    REQUIRE(store.ok());
+    CoordinatorOptions options;
+    options.job = Job(2);
+    options.clock = &clock;
+    options.store = store->get();
+    options.restore_from = "/ckpt/00000000000000000004";
+    options.restore_files_checked = false;
+    absl::StatusOr<std::unique_ptr<Coordinator>> c = Coordinator::Create(std::move(options));
+    REQUIRE(c.ok());
+    REQUIRE((*c)->Register(rpc::SERVER, "h:1", -1).ok());  // 1 of 2: no map yet
+  }
+  auto store = CoordinatorStore::Open(dir);
+  REQUIRE(store.ok());
+  auto c = Start(store->get(), &clock);
+  CHECK(c->UncheckedRestore() == "/ckpt/00000000000000000004");
+  SECTION("checked before the map is built") {
+    c->RestoreFilesChecked();
+    CHECK(c->UncheckedRestore().empty());
+  }
+  SECTION("checked after") {}
+  REQUIRE(c->Register(rpc::SERVER, "h:2", -1).ok());
+  absl::StatusOr<rpc::ShardMap> map = c->GetShardMap(1, clock.Now());
+  REQUIRE(map.ok());
+  CHECK(map->restore_from() == "/ckpt/00000000000000000004");
+  CHECK(map->restore_unchecked() == !c->UncheckedRestore().empty());
 }
 
 TEST_CASE("a store holding another job's state is refused", "[coordinator][store]") {

@@ -214,7 +214,6 @@ class FakeServer final : public rpc::ParameterServer::CallbackService {
   std::vector<grpc::ServerUnaryReactor*> held_;
 };
 
-
 TEST_CASE("over gRPC: a server that answers, one that refuses and one that hangs past the deadline",
           "[coordinator][fanout]") {
   FakeServer answering(0, /*hold=*/false);
