@@ -37,6 +37,24 @@ std::unique_ptr<Coordinator> Start(CoordinatorStore* store, FakeClock* clock, in
   return std::move(*c);
 }
 
+// A coordinator of Job(2) on `store` that restores checkpoint `folder` (whose manifest's
+// next_member_id is `next_member_id`), its files already checked or not.
+std::unique_ptr<Coordinator> StartRestoring(CoordinatorStore* store, FakeClock* clock,
+                                            const std::string& folder, bool files_checked,
+                                            uint32_t next_member_id = 0) {
+  CoordinatorOptions options;
+  options.job = Job(2);
+  options.clock = clock;
+  options.store = store;
+  options.restore_from = folder;
+  options.restore_manifest.set_next_member_id(next_member_id);
+  options.restore_files_checked = files_checked;
+  absl::StatusOr<std::unique_ptr<Coordinator>> c = Coordinator::Create(std::move(options));
+  INFO(c.status().ToString());
+  REQUIRE(c.ok());
+  return std::move(*c);
+}
+
 TEST_CASE("a coordinator restarted on its store carries the job on", "[coordinator][store]") {
   const std::string dir = testing::TempDir() + "/coordinator_store";
   FakeClock clock;
@@ -90,16 +108,10 @@ TEST_CASE("a restarted coordinator keeps the range of member ids it handed out",
     auto store = CoordinatorStore::Open(dir);
     REQUIRE(store.ok());
     // A job restored from a checkpoint: its ids start at the checkpoint's next_member_id.
-    CoordinatorOptions options;
-    options.job = Job(2);
-    options.clock = &clock;
-    options.store = store->get();
-    options.restore_from = "/ckpt/00000000000000000001";
-    options.restore_manifest.set_next_member_id(30);
-    absl::StatusOr<std::unique_ptr<Coordinator>> c = Coordinator::Create(std::move(options));
-    REQUIRE(c.ok());
-    REQUIRE((*c)->Register(rpc::WORKER, "", -1).ok());
-    REQUIRE((*c)->Register(rpc::CLIENT, "", -1).ok());
+    auto c = StartRestoring(store->get(), &clock, "/ckpt/00000000000000000001",
+                            /*files_checked=*/true, /*next_member_id=*/30);
+    REQUIRE(c->Register(rpc::WORKER, "", -1).ok());
+    REQUIRE(c->Register(rpc::CLIENT, "", -1).ok());
   }
   // Restarted as ps_coordinator restarts it: the data_dir, not the checkpoint's manifest.
   auto store = CoordinatorStore::Open(dir);
@@ -117,17 +129,11 @@ TEST_CASE("a coordinator restarted before its restore's files were checked has t
   {
     auto store = CoordinatorStore::Open(dir);
     REQUIRE(store.ok());
-    CoordinatorOptions options;
-    options.job = Job(2);
-    options.clock = &clock;
-    options.store = store->get();
-    options.restore_from = "/ckpt/00000000000000000001";
-    options.restore_files_checked = false;
-    absl::StatusOr<std::unique_ptr<Coordinator>> c = Coordinator::Create(std::move(options));
-    REQUIRE(c.ok());
-    REQUIRE((*c)->Register(rpc::SERVER, "h:1", -1).ok());
-    REQUIRE((*c)->Register(rpc::SERVER, "h:2", -1).ok());
-    CHECK((*c)->GetShardMap(1, clock.Now())->restore_unchecked());
+    auto c = StartRestoring(store->get(), &clock, "/ckpt/00000000000000000001",
+                            /*files_checked=*/false);
+    REQUIRE(c->Register(rpc::SERVER, "h:1", -1).ok());
+    REQUIRE(c->Register(rpc::SERVER, "h:2", -1).ok());
+    CHECK(c->GetShardMap(1, clock.Now())->restore_unchecked());
   }  // killed before the check ended
   auto store = CoordinatorStore::Open(dir);
   REQUIRE(store.ok());
@@ -150,15 +156,9 @@ TEST_CASE("a coordinator restarted before its map was built still restores the c
   {
     auto store = CoordinatorStore::Open(dir);
     REQUIRE(store.ok());
-    CoordinatorOptions options;
-    options.job = Job(2);
-    options.clock = &clock;
-    options.store = store->get();
-    options.restore_from = "/ckpt/00000000000000000004";
-    options.restore_files_checked = false;
-    absl::StatusOr<std::unique_ptr<Coordinator>> c = Coordinator::Create(std::move(options));
-    REQUIRE(c.ok());
-    REQUIRE((*c)->Register(rpc::SERVER, "h:1", -1).ok());  // 1 of 2: no map yet
+    auto c = StartRestoring(store->get(), &clock, "/ckpt/00000000000000000004",
+                            /*files_checked=*/false);
+    REQUIRE(c->Register(rpc::SERVER, "h:1", -1).ok());  // 1 of 2: no map yet
   }
   auto store = CoordinatorStore::Open(dir);
   REQUIRE(store.ok());
