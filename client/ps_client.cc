@@ -20,6 +20,7 @@
 #include "absl/synchronization/notification.h"
 #include "client/internal/dense_chunks.h"
 #include "client/internal/key_router.h"
+#include "client/internal/send_pool.h"
 #include "client/internal/sparse_wire.h"
 #include "common/coordinator_client.h"
 #include "common/finite.h"
@@ -218,12 +219,18 @@ class ClientImpl final : public Client {
       tables_.push_back(TableInfo{t.name(), t.dim(), NameHash(t.name())});
     }
     for (size_t i = 0; i < tables_.size(); ++i) table_index_[tables_[i].name] = i;
+    const int send_threads = options.send_threads >= 0
+                                 ? options.send_threads
+                                 : client_internal::SendPool::AutomaticThreads(
+                                       static_cast<int>(std::thread::hardware_concurrency()));
+    if (send_threads > 0) send_pool_ = std::make_unique<client_internal::SendPool>(send_threads);
   }
 
   ~ClientImpl() override {
     {
       absl::MutexLock lock(&calls_mu_);
-      auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(calls_mu_) { return calls_in_flight_ == 0; };
+      auto idle = [this]()
+                      ABSL_EXCLUSIVE_LOCKS_REQUIRED(calls_mu_) { return calls_in_flight_ == 0; };
       calls_mu_.Await(absl::Condition(&idle));
     }
     // A worker that closes its client is done; one that falls silent without this has failed.
@@ -510,6 +517,7 @@ class ClientImpl final : public Client {
       call->outstanding += static_cast<int>(requests.size());
     }
     const char* method = call->kind == SparseCall::Kind::kPush ? kPushMethod : kPullMethod;
+    bool first = true;
     for (auto& owned : requests) {
       SparseCall::Request* request = owned.release();
       request->routed_version = routing->version;
@@ -525,14 +533,23 @@ class ClientImpl final : public Client {
                    lost->shard, call->table->name, routing->version))));
         continue;
       }
-      request->context = std::make_unique<grpc::ClientContext>();
-      request->context->set_deadline(absl::ToChronoTime(absl::Now() + options_.request_timeout));
-      Encode(*call, *routing, request);
-      ServerConnection* conn = routing->servers.at(request->part.server).get();
-      conn->GenericStub()->UnaryCall(
-          request->context.get(), method, grpc::StubOptions(), &request->request_bytes,
-          &request->response_bytes,
-          [this, call, request](grpc::Status status) { OnDone(call, request, status); });
+      // The first request is started here, the others by the send pool if there is one.
+      auto start = [this, call, routing, request, method] {
+        request->context = std::make_unique<grpc::ClientContext>();
+        request->context->set_deadline(absl::ToChronoTime(absl::Now() + options_.request_timeout));
+        Encode(*call, *routing, request);
+        ServerConnection* conn = routing->servers.at(request->part.server).get();
+        conn->GenericStub()->UnaryCall(
+            request->context.get(), method, grpc::StubOptions(), &request->request_bytes,
+            &request->response_bytes,
+            [this, call, request](grpc::Status status) { OnDone(call, request, status); });
+      };
+      if (send_pool_ != nullptr && !first) {
+        send_pool_->Run(std::move(start));
+      } else {
+        start();
+      }
+      first = false;
     }
   }
 
@@ -742,6 +759,9 @@ class ClientImpl final : public Client {
   int calls_in_flight_ ABSL_GUARDED_BY(calls_mu_) = 0;
 
   Scheduler scheduler_;
+  // Null without send threads. Last, so that it goes first: the destructor has waited for every
+  // call, so none of its tasks is left by then.
+  std::unique_ptr<client_internal::SendPool> send_pool_;
 };
 
 absl::StatusOr<int64_t> ClientImpl::EndStep(int64_t step) {
@@ -837,6 +857,10 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
   }
   if (options.channels_per_server < 1 || options.max_keys_per_request < 1) {
     return absl::InvalidArgumentError("channels_per_server and max_keys_per_request must be >= 1");
+  }
+  if (options.send_threads < -1 || options.send_threads > 64) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "send_threads must be -1 (automatic) or in [0, 64], got %d", options.send_threads));
   }
   PS_ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorClient> coordinator,
                       CoordinatorClient::Connect(options.coordinator, options.connect_timeout,

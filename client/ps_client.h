@@ -48,6 +48,12 @@ struct ClientOptions {
   // of at most this many keys, sent in parallel, so that the server's threads share the work and
   // transfer overlaps with lookups. >= 1.
   int max_keys_per_request = 32768;
+  // Threads that start a call's requests beside the calling thread, which starts the first: each
+  // request is encoded and written (under TLS, encrypted) by the thread that starts it, so a call
+  // of many requests shares the cores instead of being bound by one. -1 (default): none on
+  // machines of fewer than 4 cores, else half the cores, at most 8; 0: none, the calling thread
+  // starts every request; at most 64.
+  int send_threads = -1;
   // Largest request or response in bytes; 0 takes the job's cluster.max_message_bytes.
   uint64_t max_message_bytes = 0;
   // How long a call keeps retrying retryable errors before it returns the last one. Default 60 s.

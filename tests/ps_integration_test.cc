@@ -70,7 +70,8 @@ struct Cluster {
   std::unique_ptr<Client> client;
 };
 
-Cluster StartCluster() {
+// `send_threads`: the client's ClientOptions.send_threads (-1: automatic, none on 2 cores).
+Cluster StartCluster(int send_threads = -1) {
   Cluster cluster;
   auto coordinator = testing::StartCoordinator(kJob, "integration_job");
   REQUIRE(coordinator.ok());
@@ -86,6 +87,7 @@ Cluster StartCluster() {
   options.coordinator = cluster.coordinator->address();
   options.connect_timeout = absl::Seconds(30);
   options.max_keys_per_request = 500;  // many requests per call, to exercise the splitting
+  options.send_threads = send_threads;
   auto client = Client::Connect(options);
   INFO(client.status().ToString());
   REQUIRE(client.ok());
@@ -109,7 +111,10 @@ struct Reference {
 };
 
 TEST_CASE("a real cluster matches the single-process reference", "[integration]") {
-  Cluster cluster = StartCluster();
+  // Requests started by the calling threads alone, and by a send pool beside them.
+  const int send_threads = GENERATE(0, 3);
+  CAPTURE(send_threads);
+  Cluster cluster = StartCluster(send_threads);
   Client& client = *cluster.client;
   const absl::StatusOr<config::Job> job = ParseJob(kJob, "job");
   REQUIRE(job.ok());
@@ -220,6 +225,23 @@ TEST_CASE("a real cluster matches the single-process reference", "[integration]"
     REQUIRE(pulled.get().ok());
     CHECK(std::equal(rows.begin(), rows.begin() + 8, rows.begin() + 24));  // key 1 twice
   }
+}
+
+TEST_CASE("a client with options out of range is refused before it connects", "[client]") {
+  ClientOptions options;
+  options.coordinator = "127.0.0.1:1";  // never reached
+  std::string want;
+  SECTION("send_threads") {
+    options.send_threads = GENERATE(-2, 65);
+    want = "send_threads must be -1 (automatic) or in [0, 64]";
+  }
+  SECTION("channels_per_server") {
+    options.channels_per_server = 0;
+    want = "channels_per_server and max_keys_per_request must be >= 1";
+  }
+  auto client = Client::Connect(options);
+  CHECK(client.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(client.status().message()), Catch::Contains(want));
 }
 
 TEST_CASE("ps_server refuses an out-of-range --lookup_threads at start-up, naming it",

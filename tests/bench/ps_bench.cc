@@ -10,24 +10,24 @@
 // --metrics=on: the servers and the coordinator serve /metrics, scraped every second; compare:
 // --rounds runs each way, alternating, then {"bench":"metrics_overhead",...,"pull_ratio":...}.
 // --security=on: mutual TLS and bearer tokens on every channel (credentials made by
-// deploy/make_credentials.sh); compare: as --metrics=compare, then {"bench":"security_overhead",...}.
+// deploy/make_credentials.sh); compare: as --metrics=compare, then
+// {"bench":"security_overhead",...}.
 //
 //   bazel run -c opt //tests/bench:ps_bench -- --servers=1 --workers=1 --keys=100000 --dim=16
 #include <fcntl.h>
+#include <httplib.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <httplib.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <deque>
-#include <future>
 #include <cstdio>
+#include <deque>
 #include <fstream>
+#include <future>
 #include <map>
 #include <random>
 #include <sstream>
@@ -43,14 +43,14 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "absl/time/clock.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "client/ps_client.h"
 #include "common/coordinator_client.h"
 #include "common/grpc/security_flags.h"
+#include "common/optimizer.h"
 #include "common/process_tuning.h"
 #include "proto/job.pb.h"
-#include "common/optimizer.h"
 #include "tests/testing/credentials.h"
 #include "tests/testing/daemon.h"
 #include "tests/testing/local_cluster.h"
@@ -76,6 +76,9 @@ ABSL_FLAG(int, channels, 2, "gRPC channels per server in each worker");
 ABSL_FLAG(int, inflight, 1,
           "calls each worker keeps in flight with the asynchronous API (1: blocking calls)");
 ABSL_FLAG(int, max_keys_per_request, 32768, "client's split size");
+ABSL_FLAG(int, send_threads, -1,
+          "client's threads starting a call's requests (ClientOptions.send_threads; -1: "
+          "automatic)");
 ABSL_FLAG(int, replication_factor, 1, "copies of each shard (needs that many --servers)");
 ABSL_FLAG(std::string, replication_mode, "SYNC", "SYNC or ASYNC (with --replication_factor > 1)");
 ABSL_FLAG(std::string, metrics, "off",
@@ -131,24 +134,23 @@ std::string WriteJob(int servers, int workers, int64_t capacity_hint) {
   const std::string path = testing::TempDir() + "/job.pbtxt";
   std::ofstream out(path);
   out << absl::StrFormat(R"pb(
-name: "bench"
-tables {
-  name: "bench"
-  dim: %d
-  initializer { kind: UNIFORM low: -0.01 high: 0.01 }
-  optimizer { type: "%s" learning_rate: 0.01 }
-  capacity_hint: %d
-}
-training { mode: ASYNC }
-cluster {
-  num_shards: 64
-  num_servers: %d
-  num_workers: %d
-  max_message_bytes: 268435456
-  replication_factor: %d
-  %s
-}
-)pb",
+                           name: "bench"
+                           tables {
+                             name: "bench"
+                             dim: %d
+                             initializer { kind: UNIFORM low: -0.01 high: 0.01 }
+                             optimizer { type: "%s" learning_rate: 0.01 }
+                             capacity_hint: %d
+                           }
+                           training { mode: ASYNC }
+                           cluster {
+                             num_shards: 64
+                             num_servers: %d
+                             num_workers: %d
+                             max_message_bytes: 268435456
+                             replication_factor: %d %s
+                           }
+                         )pb",
                          absl::GetFlag(FLAGS_dim), absl::GetFlag(FLAGS_optimizer), capacity_hint,
                          servers, workers, absl::GetFlag(FLAGS_replication_factor),
                          absl::GetFlag(FLAGS_replication_factor) > 1
@@ -164,6 +166,7 @@ ClientOptions WorkerOptions(const std::string& coordinator,
   options.credentials = std::move(credentials);
   options.channels_per_server = absl::GetFlag(FLAGS_channels);
   options.max_keys_per_request = absl::GetFlag(FLAGS_max_keys_per_request);
+  options.send_threads = absl::GetFlag(FLAGS_send_threads);
   return options;
 }
 
@@ -211,8 +214,8 @@ int RunWorker() {
     return (*coordinator)->KvWait(keys, absl::Seconds(120)).ok();
   };
 
-  const int warmup = absl::GetFlag(FLAGS_warmup) > 0 ? absl::GetFlag(FLAGS_warmup)
-                                                      : static_cast<int>(sets.size());
+  const int warmup =
+      absl::GetFlag(FLAGS_warmup) > 0 ? absl::GetFlag(FLAGS_warmup) : static_cast<int>(sets.size());
   for (const char* op : {"pull", "push"}) {
     const bool pull = std::string(op) == "pull";
     auto start_one = [&](int i) {
@@ -279,6 +282,7 @@ WorkerProcess SpawnWorker(const std::string& coordinator, int rank,
       absl::StrCat("--channels=", absl::GetFlag(FLAGS_channels)),
       absl::StrCat("--inflight=", absl::GetFlag(FLAGS_inflight)),
       absl::StrCat("--max_keys_per_request=", absl::GetFlag(FLAGS_max_keys_per_request)),
+      absl::StrCat("--send_threads=", absl::GetFlag(FLAGS_send_threads)),
   };
   args.insert(args.end(), security_flags.begin(), security_flags.end());
   std::vector<char*> argv;
@@ -334,7 +338,8 @@ int RunMemory() {
   const double raw = (dim + (*optimizer)->StateFloats(dim)) * sizeof(float);
   const double per_row = static_cast<double>(rss) / rows;
   absl::PrintF(
-      "{\"bench\":\"memory\",\"rows\":%d,\"dim\":%d,\"optimizer\":\"%s\",\"raw_bytes_per_row\":%.1f,"
+      "{\"bench\":\"memory\",\"rows\":%d,\"dim\":%d,\"optimizer\":\"%s\",\"raw_bytes_per_row\":%."
+      "1f,"
       "\"bytes_per_row\":%.2f,\"overhead_ratio\":%.4f,\"rss_bytes\":%d,\"rss_before_load\":%d}\n",
       rows, dim, absl::GetFlag(FLAGS_optimizer), raw, per_row, per_row / raw, rss, rss_before);
   std::fflush(stdout);
@@ -425,10 +430,10 @@ std::map<std::string, double> RunThroughput(bool metrics, bool secure) {
     const testing::TestCredentials* c = Credentials();
     if (c == nullptr) return {};
     for (std::vector<std::string>* args : {&options.server_args, &options.coordinator_args}) {
-      args->insert(args->end(), {absl::StrCat("--tls_cert=", c->node_cert),
-                                 absl::StrCat("--tls_key=", c->node_key),
-                                 absl::StrCat("--tls_ca=", c->ca),
-                                 absl::StrCat("--token_file=", c->tokens)});
+      args->insert(
+          args->end(),
+          {absl::StrCat("--tls_cert=", c->node_cert), absl::StrCat("--tls_key=", c->node_key),
+           absl::StrCat("--tls_ca=", c->ca), absl::StrCat("--token_file=", c->tokens)});
     }
     worker_security = {absl::StrCat("--tls_cert=", c->client_cert),
                        absl::StrCat("--tls_key=", c->client_key), absl::StrCat("--tls_ca=", c->ca),
@@ -446,7 +451,8 @@ std::map<std::string, double> RunThroughput(bool metrics, bool secure) {
   std::unique_ptr<Scraper> scraper;
   if (metrics) {
     std::vector<int> ports = {testing::MetricsPortInLog((*cluster)->coordinator().ReadLog())};
-    for (const auto& server : (*cluster)->servers()) ports.push_back(testing::MetricsPortInLog(server->ReadLog()));
+    for (const auto& server : (*cluster)->servers())
+      ports.push_back(testing::MetricsPortInLog(server->ReadLog()));
     scraper = std::make_unique<Scraper>(ports, absl::Milliseconds(absl::GetFlag(FLAGS_scrape_ms)));
   }
   const std::string coordinator = (*cluster)->coordinator().address();
@@ -491,17 +497,20 @@ std::map<std::string, double> RunThroughput(bool metrics, bool secure) {
     const double keys_per_s = rate[op];
     absl::PrintF(
         "{\"op\":\"%s\",\"servers\":%d,\"workers\":%d,\"keys\":%d,\"dim\":%d,\"optimizer\":\"%s\","
-        "\"handler\":\"%s\",\"inflight\":%d,\"iters\":%d,\"mkeys_per_s\":%.3f,\"value_mb_per_s\":%.1f,"
+        "\"handler\":\"%s\",\"inflight\":%d,\"iters\":%d,\"mkeys_per_s\":%.3f,\"value_mb_per_s\":%."
+        "1f,"
         "\"p50_ms\":%.3f,\"p99_ms\":%.3f,\"replication_factor\":%d,\"replication_mode\":\"%s\","
-        "\"metrics\":\"%s\",\"scrapes\":%d,\"security\":\"%s\",\"lookup_threads\":%d}\n",
+        "\"metrics\":\"%s\",\"scrapes\":%d,\"security\":\"%s\",\"lookup_threads\":%d,"
+        "\"send_threads\":%d}\n",
         op, servers, workers, k, dim, absl::GetFlag(FLAGS_optimizer),
-        absl::GetFlag(FLAGS_empty_handler) ? "empty" : "store", absl::GetFlag(FLAGS_inflight), iters, keys_per_s / 1e6,
-        keys_per_s * dim * sizeof(float) / 1e6, Percentile(latencies[op], 0.5),
-        Percentile(latencies[op], 0.99), absl::GetFlag(FLAGS_replication_factor),
+        absl::GetFlag(FLAGS_empty_handler) ? "empty" : "store", absl::GetFlag(FLAGS_inflight),
+        iters, keys_per_s / 1e6, keys_per_s * dim * sizeof(float) / 1e6,
+        Percentile(latencies[op], 0.5), Percentile(latencies[op], 0.99),
+        absl::GetFlag(FLAGS_replication_factor),
         absl::GetFlag(FLAGS_replication_factor) > 1 ? absl::GetFlag(FLAGS_replication_mode)
                                                     : std::string("none"),
         metrics ? "on" : "off", scrapes, secure ? "mtls+tokens" : "plaintext",
-        absl::GetFlag(FLAGS_lookup_threads));
+        absl::GetFlag(FLAGS_lookup_threads), absl::GetFlag(FLAGS_send_threads));
   }
   std::fflush(stdout);
   (void)(*cluster)->Terminate(absl::Seconds(10));
@@ -517,8 +526,8 @@ double Median(std::vector<double> values) {
 int RunThroughputs() {
   const std::string metrics = absl::GetFlag(FLAGS_metrics);
   const std::string security = absl::GetFlag(FLAGS_security);
-  for (const auto& [flag, value] : {std::pair<const char*, std::string>{"metrics", metrics},
-                                    {"security", security}}) {
+  for (const auto& [flag, value] :
+       {std::pair<const char*, std::string>{"metrics", metrics}, {"security", security}}) {
     if (value != "off" && value != "on" && value != "compare") {
       std::fprintf(stderr, "--%s must be off, on or compare, not %s\n", flag, value.c_str());
       return 2;
@@ -536,9 +545,9 @@ int RunThroughputs() {
   std::map<std::string, std::vector<double>> off, on;
   for (int round = 0; round < absl::GetFlag(FLAGS_rounds); ++round) {
     for (const bool with : {false, true}) {
-      const std::map<std::string, double> rate =
-          comparing_metrics ? RunThroughput(with, security == "on")
-                            : RunThroughput(metrics == "on", with);
+      const std::map<std::string, double> rate = comparing_metrics
+                                                     ? RunThroughput(with, security == "on")
+                                                     : RunThroughput(metrics == "on", with);
       if (rate.empty()) return 1;
       for (const auto& [op, keys_per_s] : rate) (with ? on : off)[op].push_back(keys_per_s);
     }
@@ -548,9 +557,9 @@ int RunThroughputs() {
       "\"pull_on_mkeys_per_s\":%.3f,\"pull_ratio\":%.3f,\"push_off_mkeys_per_s\":%.3f,"
       "\"push_on_mkeys_per_s\":%.3f,\"push_ratio\":%.3f}\n",
       comparing_metrics ? "metrics_overhead" : "security_overhead", absl::GetFlag(FLAGS_keys),
-      absl::GetFlag(FLAGS_rounds), Median(off["pull"]) / 1e6,
-      Median(on["pull"]) / 1e6, Median(on["pull"]) / Median(off["pull"]), Median(off["push"]) / 1e6,
-      Median(on["push"]) / 1e6, Median(on["push"]) / Median(off["push"]));
+      absl::GetFlag(FLAGS_rounds), Median(off["pull"]) / 1e6, Median(on["pull"]) / 1e6,
+      Median(on["pull"]) / Median(off["pull"]), Median(off["push"]) / 1e6, Median(on["push"]) / 1e6,
+      Median(on["push"]) / Median(off["push"]));
   return 0;
 }
 
