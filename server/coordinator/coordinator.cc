@@ -730,6 +730,10 @@ void Coordinator::MaybeFailJobLocked(Completions* out) {
     failure.add_failures(
         absl::StrFormat("worker %d (member %u): %s", f.rank, f.member_id, f.reason));
   }
+  FailJobLocked(std::move(failure), out);
+}
+
+void Coordinator::FailJobLocked(rpc::JobFailure failure, Completions* out) {
   std::fprintf(stderr, "coordinator: the job failed: %s\n",
                absl::StrJoin(failure.failures(), "; then ").c_str());
   failure_ = failure;
@@ -777,11 +781,7 @@ void Coordinator::RefuseRestore(const absl::Status& why) {
     failure.set_rank(-1);
     failure.set_reason(absl::StrCat("the checkpoint cannot be restored: ", why.ToString()));
     failure.add_failures(failure.reason());
-    std::fprintf(stderr, "coordinator: the job failed: %s\n", failure.reason().c_str());
-    failure_ = failure;
-    if (on_job_failed_) {
-      out.push_back([callback = on_job_failed_, failure] { callback(failure); });
-    }
+    FailJobLocked(std::move(failure), &out);
     PollWaitersLocked(&out);
   }
   Run(&out);

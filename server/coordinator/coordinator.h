@@ -386,6 +386,8 @@ class Coordinator {
   void WorkerFailedLocked(const Member& worker, std::string reason, bool silent, absl::Time now,
                           Completions* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MaybeFailJobLocked(Completions* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job fails with `failure`: it is printed and kept, and on_job_failed is queued in `out`.
+  void FailJobLocked(rpc::JobFailure failure, Completions* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool AllToldLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   static void Run(Completions* completions);
