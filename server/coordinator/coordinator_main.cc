@@ -289,8 +289,16 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ps_coordinator: %s\n", coordinator.status().ToString().c_str());
     return 2;
   }
-  // A coordinator restarted before its restore's files were checked checks them again.
+  // A checkpoint that cannot be restored fails the job; the exit status is then 1.
   std::atomic<bool> restore_refused{false};
+  auto refuse_restore = [&restore_refused, c = coordinator->get()](const std::string& folder,
+                                                                   const absl::Status& why) {
+    std::fprintf(stderr, "ps_coordinator: cannot restore from %s: %s\n", folder.c_str(),
+                 why.ToString().c_str());
+    restore_refused = true;
+    c->RefuseRestore(why);
+  };
+  // A coordinator restarted before its restore's files were checked checks them again.
   if (const std::string unchecked = (*coordinator)->UncheckedRestore();
       !to_verify.has_value() && !unchecked.empty()) {
     absl::StatusOr<ps::coordinator::RestorePoint> point =
@@ -298,10 +306,7 @@ int main(int argc, char** argv) {
     if (point.ok()) {
       to_verify = *std::move(point);
     } else {
-      std::fprintf(stderr, "ps_coordinator: cannot restore from %s: %s\n", unchecked.c_str(),
-                   point.status().ToString().c_str());
-      restore_refused = true;
-      (*coordinator)->RefuseRestore(point.status());
+      refuse_restore(unchecked, point.status());
     }
   }
   ps::coordinator::CoordinatorService service(coordinator->get(), nullptr,
@@ -355,7 +360,7 @@ int main(int argc, char** argv) {
   std::thread verifier;
   std::atomic<bool> stop_verifying{false};  // a shutdown does not wait for every file
   if (to_verify.has_value()) {
-    verifier = std::thread([&to_verify, &restore_refused, &stop_verifying, c = coordinator->get()] {
+    verifier = std::thread([&to_verify, &refuse_restore, &stop_verifying, c = coordinator->get()] {
       const absl::Time start = absl::Now();
       const absl::Status verified =
           ps::coordinator::VerifyRestoreFiles(*to_verify, &stop_verifying);
@@ -368,10 +373,7 @@ int main(int argc, char** argv) {
         c->RestoreFilesChecked();
         return;
       }
-      std::fprintf(stderr, "ps_coordinator: cannot restore from %s: %s\n",
-                   to_verify->folder.c_str(), verified.ToString().c_str());
-      restore_refused = true;
-      c->RefuseRestore(verified);
+      refuse_restore(to_verify->folder, verified);
     });
   }
 
