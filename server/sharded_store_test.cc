@@ -33,20 +33,10 @@ std::vector<uint64_t> EvenShardKeys(int n) { return testing::KeysOnShards(0, n);
 // Pulls and returns the rows by key, as an observer that keeps no step clock.
 std::map<uint64_t, std::vector<float>> PullRows(ShardedStore& store,
                                                 const std::vector<uint64_t>& keys) {
-  rpc::PullRequest request;
-  request.set_table("emb");
-  request.mutable_header()->set_clock(-1);
-  SetKeys(keys, &request);
-  rpc::PullResponse response;
-  const absl::Status status = store.Pull(request, &response);
-  REQUIRE(status.ok());
-  REQUIRE(response.dim() == 4);
-  std::map<uint64_t, std::vector<float>> rows;
-  std::vector<uint64_t> sent(request.keys().size() / 8);
-  std::memcpy(sent.data(), request.keys().data(), request.keys().size());
-  const float* v = reinterpret_cast<const float*>(response.values().data());
-  for (size_t i = 0; i < sent.size(); ++i) rows[sent[i]].assign(v + 4 * i, v + 4 * i + 4);
-  return rows;
+  absl::StatusOr<std::map<uint64_t, std::vector<float>>> rows = testing::PullStoreRows(store, keys);
+  INFO(rows.status().ToString());
+  REQUIRE(rows.ok());
+  return *std::move(rows);
 }
 
 rpc::PushRequest MakePush(const std::vector<uint64_t>& keys, float grad, uint64_t sequence) {

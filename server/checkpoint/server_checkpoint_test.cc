@@ -3,7 +3,6 @@
 #include <stdlib.h>
 
 #include <catch2/catch.hpp>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -21,28 +20,11 @@ namespace server {
 namespace {
 
 using testing::EvenOddMap;
-using testing::SetKeys;
+using testing::PullStoreRows;
 using testing::TestJob;
 constexpr uint32_t kShards = testing::kTestShards;
 
 using Rows = std::map<uint64_t, std::vector<float>>;
-
-// Pulls `keys` (of server 0's shards) as an observer that keeps no step clock.
-absl::StatusOr<Rows> Pull(ShardedStore& store, const std::vector<uint64_t>& keys) {
-  rpc::PullRequest request;
-  request.set_table("emb");
-  request.mutable_header()->set_clock(-1);
-  SetKeys(keys, &request);
-  rpc::PullResponse response;
-  absl::Status status = store.Pull(request, &response);
-  if (!status.ok()) return status;
-  Rows rows;
-  std::vector<uint64_t> sent(request.keys().size() / 8);
-  std::memcpy(sent.data(), request.keys().data(), request.keys().size());
-  const float* v = reinterpret_cast<const float*>(response.values().data());
-  for (size_t i = 0; i < sent.size(); ++i) rows[sent[i]].assign(v + 4 * i, v + 4 * i + 4);
-  return rows;
-}
 
 // A checkpoint of a two-server job (EvenOddMap) in a fresh folder, whose server 0's shards hold
 // rows for `keys`, and those rows as they were cut.
@@ -59,7 +41,7 @@ struct Checkpoint {
     for (uint32_t server = 0; server < 2; ++server) {
       std::unique_ptr<ShardedStore> store = *ShardedStore::Create(TestJob(), {});
       store->SetShardMap(EvenOddMap(1), server);
-      if (server == 0) at_cut = *Pull(*store, keys);  // creates the rows
+      if (server == 0) at_cut = *PullStoreRows(*store, keys);  // creates the rows
       std::vector<uint32_t> shards;
       for (uint32_t s = server; s < kShards; s += 2) shards.push_back(s);
       REQUIRE(store->BeginCheckpoint(-1, shards, 1).ok());
@@ -109,7 +91,7 @@ TEST_CASE(
   REQUIRE(InstallShardMap(store.get(), c.Map(1, true), 0, 2, &held).ok());
   // Nothing is served yet: the map is not installed.
   CHECK(store->map_version() == 0);
-  CHECK(Pull(*store, c.keys).status().code() == absl::StatusCode::kUnavailable);
+  CHECK(PullStoreRows(*store, c.keys).status().code() == absl::StatusCode::kUnavailable);
   CHECK(held.map_version == 1);
   CHECK(held.folder == c.dir);
   CHECK(held.shards == std::vector<uint32_t>({0, 2, 4, 6}));
@@ -126,7 +108,7 @@ TEST_CASE(
   CHECK(store->map_version() == 3);
   CHECK(held.map_version == 0);
   CHECK(held.restored.shards.empty());
-  absl::StatusOr<Rows> restored = Pull(*store, c.keys);
+  absl::StatusOr<Rows> restored = PullStoreRows(*store, c.keys);
   REQUIRE(restored.ok());
   CHECK(*restored == c.at_cut);
 }
@@ -138,7 +120,7 @@ TEST_CASE("a checked restore map with nothing held loads the files and installs 
   HeldRestore held;
   REQUIRE(InstallShardMap(store.get(), c.Map(1, false), 0, 2, &held).ok());
   CHECK(store->map_version() == 1);
-  absl::StatusOr<Rows> restored = Pull(*store, c.keys);
+  absl::StatusOr<Rows> restored = PullStoreRows(*store, c.keys);
   REQUIRE(restored.ok());
   CHECK(*restored == c.at_cut);
 }
@@ -153,7 +135,7 @@ TEST_CASE("held shards of other primaries are not installed: the checked map loa
   CHECK(held.shards == std::vector<uint32_t>({1, 3, 5, 7}));
   REQUIRE(InstallShardMap(store.get(), c.Map(2, false), 0, 2, &held).ok());
   CHECK(store->map_version() == 2);
-  absl::StatusOr<Rows> restored = Pull(*store, c.keys);
+  absl::StatusOr<Rows> restored = PullStoreRows(*store, c.keys);
   REQUIRE(restored.ok());
   CHECK(*restored == c.at_cut);
 }

@@ -1,26 +1,50 @@
 #include "server/internal/test_fixtures.h"
 
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_format.h"
 #include "common/job_config.h"
 
 namespace ps {
 namespace server {
 namespace testing {
 
+absl::StatusOr<std::map<uint64_t, std::vector<float>>> PullStoreRows(
+    ShardedStore& store, const std::vector<uint64_t>& keys) {
+  rpc::PullRequest request;
+  request.set_table("emb");
+  request.mutable_header()->set_clock(-1);
+  SetKeys(keys, &request);
+  rpc::PullResponse response;
+  absl::Status status = store.Pull(request, &response);
+  if (!status.ok()) return status;
+  if (response.dim() != 4) {
+    return absl::InternalError(absl::StrFormat("pulled rows of dim %d, not 4", response.dim()));
+  }
+  std::map<uint64_t, std::vector<float>> rows;
+  std::vector<uint64_t> sent(request.keys().size() / 8);
+  std::memcpy(sent.data(), request.keys().data(), request.keys().size());
+  const float* v = reinterpret_cast<const float*>(response.values().data());
+  for (size_t i = 0; i < sent.size(); ++i) rows[sent[i]].assign(v + 4 * i, v + 4 * i + 4);
+  return rows;
+}
+
 config::Job TestJob() {
-  absl::StatusOr<config::Job> job = ParseJob(R"pb(
-    tables {
-      name: "emb"
-      dim: 4
-      initializer { kind: UNIFORM low: -1 high: 1 }
-      optimizer { type: "sgd" learning_rate: 0.5 }
-    }
-    training { mode: ASYNC }
-    cluster { num_shards: 8 num_servers: 2 max_message_bytes: 1048576 }
-  )pb", "test.pbtxt");
+  absl::StatusOr<config::Job> job =
+      ParseJob(R"pb(
+                 tables {
+                   name: "emb"
+                   dim: 4
+                   initializer { kind: UNIFORM low: -1 high: 1 }
+                   optimizer { type: "sgd" learning_rate: 0.5 }
+                 }
+                 training { mode: ASYNC }
+                 cluster { num_shards: 8 num_servers: 2 max_message_bytes: 1048576 }
+               )pb",
+               "test.pbtxt");
   if (!job.ok()) {  // a broken fixture, not a test failure
     std::fprintf(stderr, "TestJob: %s\n", job.status().ToString().c_str());
     std::abort();

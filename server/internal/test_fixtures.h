@@ -1,5 +1,6 @@
-// What the store's and the service's tests share: a small job, a two-server shard map, and
-// requests whose keys are grouped into runs by shard as a client sends them.
+// What the store's, the service's and the checkpoint's tests share: a small job, a two-server
+// shard map, requests whose keys are grouped into runs by shard as a client sends them, and a
+// store's rows pulled by key.
 #ifndef PS_SERVER_INTERNAL_TEST_FIXTURES_H_
 #define PS_SERVER_INTERNAL_TEST_FIXTURES_H_
 
@@ -8,10 +9,12 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "common/hash.h"
 #include "proto/coordinator.pb.h"
 #include "proto/job.pb.h"
 #include "proto/ps.pb.h"
+#include "server/sharded_store.h"
 
 namespace ps {
 namespace server {
@@ -30,6 +33,11 @@ rpc::ShardMap EvenOddMap(uint64_t version);
 // The first `n` keys of table "emb" (counting from 0) on shards of parity `parity` (0: those
 // of server 0 in EvenOddMap).
 std::vector<uint64_t> KeysOnShards(int parity, int n);
+
+// The rows of `keys` (of table "emb") pulled from `store` as an observer that keeps no step
+// clock, by key. The store's error, or INTERNAL when the answer's dim is not TestJob()'s 4.
+absl::StatusOr<std::map<uint64_t, std::vector<float>>> PullStoreRows(
+    ShardedStore& store, const std::vector<uint64_t>& keys);
 
 // Sets the request's keys and runs from `keys` of its table, grouped by shard.
 template <typename Request>
