@@ -2,6 +2,9 @@
 // Starting a request does its work on the starting thread: the request is encoded, and gRPC
 // writes it inline, which under TLS means encrypting it. A call of many requests started from
 // one thread is bound by that thread; spread over the pool, the machine's cores share it.
+// Unlike the server's TaskPool (server/task_pool.h), where the caller runs and waits for its
+// batch and no task may start another, a task here is handed over and not waited for: starting a
+// request may run a completion inline, whose callback may start the application's next call.
 // Thread-safe.
 #ifndef PS_CLIENT_INTERNAL_SEND_POOL_H_
 #define PS_CLIENT_INTERNAL_SEND_POOL_H_
