@@ -6,11 +6,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <type_traits>
 #include <utility>
 
 #include "absl/strings/str_format.h"
 #include "common/grpc/wire.h"
 #include "common/grpc_status.h"
+#include "common/status_macros.h"
 #include "server/checkpoint/server_checkpoint.h"
 
 namespace ps {
@@ -140,6 +142,37 @@ ParsedCall<Request, Response>* StartCall(const grpc::ByteBuffer* bytes, grpc::By
   return call;
 }
 
+// Copies the keys and gradients of a request that names a shared slot (rule 9 of
+// proto/ps.proto) out of the slot into the request's fields, so that everything after reads a
+// private copy; `slot` gets the slot (for a pull's rows). INVALID_ARGUMENT when the request also
+// carries them in the message, and the errors of SharedRegions::Find; FAILED_PRECONDITION
+// when this server lends no shared memory.
+template <typename Request>
+absl::Status TakeFromSlot(SharedRegions* regions, Request* request, SharedRegions::Slot* slot) {
+  if (regions == nullptr) {
+    return absl::FailedPreconditionError(
+        "the request names a shared slot, and this server lends no shared memory");
+  }
+  const rpc::SharedSlot& shared = request->shared();
+  if (!request->keys().empty()) {
+    return absl::InvalidArgumentError(
+        "the request carries keys both in the message and in a shared slot");
+  }
+  PS_ASSIGN_OR_RETURN(*slot, regions->Find(shared));
+  const char* bytes = reinterpret_cast<const char*>(slot->data());
+  request->mutable_keys()->assign(bytes, shared.keys_bytes());
+  if constexpr (std::is_same_v<Request, rpc::PushRequest>) {
+    if (!request->grads().empty()) {
+      return absl::InvalidArgumentError(
+          "the request carries gradients both in the message and in a shared slot");
+    }
+    request->mutable_grads()->assign(bytes + shared.keys_bytes(), shared.grads_bytes());
+  } else if (shared.grads_bytes() != 0) {
+    return absl::InvalidArgumentError("a pull's shared slot names gradients");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 ParameterServerService::ParameterServerService(std::function<void(uint64_t)> on_newer_map)
@@ -177,6 +210,11 @@ grpc::ServerUnaryReactor* ParameterServerService::Pull(grpc::CallbackServerConte
   rpc::PullRequest request;
   absl::Status status = ParseRequest(*request_bytes, &request);
   if (!status.ok()) return Done(context, status);
+  auto slot = std::make_shared<SharedRegions::Slot>();  // empty unless the request names one
+  if (request.has_shared()) {
+    status = TakeFromSlot(shared_regions_, &request, slot.get());
+    if (!status.ok()) return Done(context, status);
+  }
   ShardedStore* store = Ready(request.header(), &status);
   if (store == nullptr) return Done(context, status);
   // A pull for step t is answered once step t - 1 is applied (sync mode; at once otherwise).
@@ -186,18 +224,43 @@ grpc::ServerUnaryReactor* ParameterServerService::Pull(grpc::CallbackServerConte
   auto pull = std::make_shared<rpc::PullRequest>(std::move(request));
   // Held until the answer is written (a sync-mode pull may wait for its step).
   auto ticket = std::make_shared<Admission::Ticket>(*std::move(admitted));
-  store->RunWhenApplied(pull->header().clock() - 1,
-                        [store, pull, ticket, response, reactor](absl::Status ready) {
-                          if (ready.ok()) {
-                            PullResponseFrame frame;
-                            ready = store->Pull(*pull, [&frame](size_t num_keys, uint32_t dim) {
-                              return frame.Allocate(num_keys, dim);
-                            });
-                            if (ready.ok()) frame.Finish(response);
-                          }
-                          ticket->Release();
-                          reactor->Finish(ToGrpcStatus(ready));
-                        });
+  store->RunWhenApplied(
+      pull->header().clock() - 1,
+      [store, pull, slot, ticket, response, reactor](absl::Status ready) {
+        if (ready.ok() && slot->data() != nullptr) {
+          // The rows go into the request's slot; the response says so.
+          PullResponseFrame unused;  // for rows that do not fit the slot: refused below
+          size_t rows_bytes = 0;
+          uint32_t rows_dim = 0;
+          ready = store->Pull(*pull, [&](size_t num_keys, uint32_t dim) {
+            rows_bytes = num_keys * dim * sizeof(float);
+            rows_dim = dim;
+            return rows_bytes <= slot->size() ? reinterpret_cast<float*>(slot->data())
+                                              : unused.Allocate(num_keys, dim);
+          });
+          if (ready.ok() && rows_bytes > slot->size()) {
+            ready = absl::InvalidArgumentError(absl::StrFormat(
+                "the rows (%d bytes) do not fit the request's shared slot of %d bytes",
+                rows_bytes, slot->size()));
+          }
+          if (ready.ok()) {
+            rpc::PullResponse in_slot;
+            in_slot.set_dim(rows_dim);
+            in_slot.set_values_in_slot(true);
+            bool own_buffer = false;
+            ready = FromGrpcStatus(grpc::SerializationTraits<rpc::PullResponse>::Serialize(
+                in_slot, response, &own_buffer));
+          }
+        } else if (ready.ok()) {
+          PullResponseFrame frame;
+          ready = store->Pull(*pull, [&frame](size_t num_keys, uint32_t dim) {
+            return frame.Allocate(num_keys, dim);
+          });
+          if (ready.ok()) frame.Finish(response);
+        }
+        ticket->Release();
+        reactor->Finish(ToGrpcStatus(ready));
+      });
   return reactor;
 }
 
@@ -266,6 +329,14 @@ grpc::ServerUnaryReactor* ParameterServerService::Push(grpc::CallbackServerConte
   auto* call = StartCall<rpc::PushRequest, rpc::PushResponse>(request, response,
                                                               Admit(context, *request), &parsed);
   if (!parsed) return call;
+  if (call->request.has_shared()) {
+    SharedRegions::Slot slot;  // the payload is copied out; the slot is not needed after
+    const absl::Status taken = TakeFromSlot(shared_regions_, &call->request, &slot);
+    if (!taken.ok()) {
+      call->Reply(taken);
+      return call;
+    }
+  }
   ServeIfWorkerMayWrite(call, /*required=*/true,
                         [this](auto* checked_call) { ServePush(checked_call); });
   return call;
@@ -393,6 +464,29 @@ grpc::ServerUnaryReactor* ParameterServerService::WriteCheckpoint(
     reactor->Finish(ToGrpcStatus(written.status()));
   });
   return reactor;
+}
+
+grpc::ServerUnaryReactor* ParameterServerService::OpenSharedRegion(
+    grpc::CallbackServerContext* context, const rpc::OpenSharedRegionRequest* request,
+    rpc::OpenSharedRegionResponse* response) {
+  if (shared_regions_ == nullptr) {
+    return Done(context,
+                absl::FailedPreconditionError(
+                    "this server lends no shared memory (ps_server --shared_memory_mb=0)"));
+  }
+  absl::StatusOr<rpc::OpenSharedRegionResponse> opened =
+      shared_regions_->Open(request->slots(), request->slot_bytes());
+  if (opened.ok()) *response = *std::move(opened);
+  return Done(context, opened.status());
+}
+
+grpc::ServerUnaryReactor* ParameterServerService::CloseSharedRegion(
+    grpc::CallbackServerContext* context, const rpc::CloseSharedRegionRequest* request,
+    rpc::CloseSharedRegionResponse* /*response*/) {
+  if (shared_regions_ == nullptr) {
+    return Done(context, absl::FailedPreconditionError("this server lends no shared memory"));
+  }
+  return Done(context, shared_regions_->Close(request->region(), request->secret()));
 }
 
 grpc::ServerUnaryReactor* ParameterServerService::GetStatus(grpc::CallbackServerContext* context,

@@ -15,6 +15,7 @@
 #include "proto/ps.grpc.pb.h"
 #include "server/admission.h"
 #include "server/registered_workers.h"
+#include "server/shared_regions.h"
 #include "server/sharded_store.h"
 
 namespace ps {
@@ -75,6 +76,11 @@ class ParameterServerService final : public ParameterServerBase {
   // the server starts). None by default: no limit.
   void SetAdmission(Admission* admission) { admission_ = admission; }
 
+  // Serves requests whose payload is in a slot of `regions` (not owned, outlives the service;
+  // set it before the server starts), and lends them through OpenSharedRegion. None by default:
+  // OpenSharedRegion and requests naming a slot are FAILED_PRECONDITION.
+  void SetSharedRegions(SharedRegions* regions) { shared_regions_ = regions; }
+
   void SetServerId(uint32_t id) { server_id_.store(id); }
 
   // Observes the time each WriteCheckpoint takes, from its start to its shards being written
@@ -109,6 +115,13 @@ class ParameterServerService final : public ParameterServerBase {
   grpc::ServerUnaryReactor* WriteCheckpoint(grpc::CallbackServerContext* context,
                                             const rpc::WriteCheckpointRequest* request,
                                             rpc::WriteCheckpointResponse* response) override;
+  // Rule 9 of proto/ps.proto: lends and takes back regions of shared memory (SharedRegions).
+  grpc::ServerUnaryReactor* OpenSharedRegion(grpc::CallbackServerContext* context,
+                                             const rpc::OpenSharedRegionRequest* request,
+                                             rpc::OpenSharedRegionResponse* response) override;
+  grpc::ServerUnaryReactor* CloseSharedRegion(grpc::CallbackServerContext* context,
+                                              const rpc::CloseSharedRegionRequest* request,
+                                              rpc::CloseSharedRegionResponse* response) override;
   // A primary's records for the copies this server holds; answered per shard in the response.
   grpc::ServerUnaryReactor* Replicate(grpc::CallbackServerContext* context,
                                       const grpc::ByteBuffer* request,
@@ -154,6 +167,7 @@ class ParameterServerService final : public ParameterServerBase {
   std::atomic<uint32_t> server_id_{0};
   metrics::Histogram* checkpoint_durations_ = nullptr;
   Admission* admission_ = nullptr;
+  SharedRegions* shared_regions_ = nullptr;
 };
 
 }  // namespace server

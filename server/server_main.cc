@@ -3,7 +3,11 @@
 //   ps_server --coordinator=HOST:PORT [--listen=0.0.0.0:0] [--advertise=HOST] [--port_file=PATH]
 //             [--metrics_listen=HOST:PORT] [--metrics_port_file=PATH] [--connect_timeout_s=45]
 //             [--hot_keys_sample_every=128] [--lookup_threads=-1] [--tls_cert=PEM --tls_key=PEM]
-//             [--tls_ca=PEM] [--token_file=PATH] [--dry_run] [resource bounds, below]
+//             [--tls_ca=PEM] [--token_file=PATH] [--shared_memory_mb=1024]
+//             [--shared_memory_idle_s=600] [--dry_run] [resource bounds, below]
+//
+// It lends clients on its host up to --shared_memory_mb of shared memory for the payloads of
+// pulls and pushes (server/shared_regions.h, proto/ps.proto rule 9); 0 lends none.
 //
 // With --tls_cert and --tls_key it serves TLS, with --tls_ca mutual TLS, and with --token_file
 // it checks every call's bearer token (common/grpc/security.h); its own calls (to the
@@ -62,6 +66,7 @@
 #include "server/ps_service.h"
 #include "server/registered_workers.h"
 #include "server/server_metrics.h"
+#include "server/shared_regions.h"
 #include "server/sharded_store.h"
 
 ABSL_FLAG(std::string, coordinator, "", "host:port of the coordinator (required)");
@@ -110,6 +115,11 @@ ABSL_FLAG(int64_t, grpc_memory_quota_bytes, 0,
           "shrinks buffers and drops connections); 0: no quota");
 ABSL_FLAG(int, max_connection_idle_s, 1800,
           "a connection with no call for this long is closed (clients reconnect); > 0");
+ABSL_FLAG(int64_t, shared_memory_mb, 1024,
+          "MiB of shared memory this server may lend to clients on its host for the payloads of "
+          "pulls and pushes (proto/ps.proto rule 9; clients elsewhere use the sockets); 0: none");
+ABSL_FLAG(int, shared_memory_idle_s, 600,
+          "a lent region that no request named for this long is closed at the next one lent; > 0");
 ABSL_FLAG(int, keepalive_s, 60,
           "ping a connection silent for this long and drop it when no answer comes within 20 s "
           "(a client whose host or network died); > 0");
@@ -151,6 +161,23 @@ absl::Status BoundsFromFlags(server::AdmissionLimits* limits,
   server_options->max_connection_idle_ms = idle_s * 1000;
   server_options->keepalive_time_ms = keepalive_s * 1000;
   server_options->keepalive_timeout_ms = 20 * 1000;
+  return absl::OkStatus();
+}
+
+// The shared-memory lending from the flags; INVALID_ARGUMENT naming the flag out of range.
+absl::Status SharedMemoryFromFlags(server::SharedRegions::Options* options) {
+  const int64_t mb = absl::GetFlag(FLAGS_shared_memory_mb);
+  const int idle_s = absl::GetFlag(FLAGS_shared_memory_idle_s);
+  if (mb < 0 || mb > (int64_t{1} << 30)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--shared_memory_mb must be in [0, 1073741824] (0: none), got %d", mb));
+  }
+  if (idle_s <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--shared_memory_idle_s must be > 0, got %d", idle_s));
+  }
+  options->max_bytes = static_cast<uint64_t>(mb) << 20;
+  options->idle_timeout = absl::Seconds(idle_s);
   return absl::OkStatus();
 }
 
@@ -284,6 +311,11 @@ int Main() {
     std::fprintf(stderr, "ps_server: %s\n", std::string(bounds.message()).c_str());
     return 2;
   }
+  server::SharedRegions::Options shared_options;
+  if (const absl::Status shared = SharedMemoryFromFlags(&shared_options); !shared.ok()) {
+    std::fprintf(stderr, "ps_server: %s\n", std::string(shared.message()).c_str());
+    return 2;
+  }
   if (absl::GetFlag(FLAGS_dry_run)) {
     const absl::Status can_listen = CheckCanListen(listen);
     if (!can_listen.ok()) {
@@ -323,6 +355,8 @@ int Main() {
 
   server::Admission admission(admission_limits);
   service.SetAdmission(&admission);
+  server::SharedRegions shared_regions(shared_options);
+  if (shared_options.max_bytes > 0) service.SetSharedRegions(&shared_regions);
   server_options.listen_address = JoinHostPort(listen.host, listen.port);
   // The job's own limit (max_message_bytes, at most 1 GiB) is enforced by the store with a clear
   // error; gRPC's limit only has to be above it, and refuses anything larger from its length
@@ -495,7 +529,8 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "ps_server --coordinator=HOST:PORT [--listen=HOST:PORT] [--advertise=HOST] "
       "[--port_file=PATH] [--metrics_listen=HOST:PORT] [--metrics_port_file=PATH] "
-      "[--connect_timeout_s=N] [--hot_keys_sample_every=N] [--lookup_threads=N] [--dry_run]");
+      "[--connect_timeout_s=N] [--hot_keys_sample_every=N] [--lookup_threads=N] "
+      "[--shared_memory_mb=N] [--shared_memory_idle_s=N] [--dry_run]");
   absl::ParseCommandLine(argc, argv);
   return ps::Main();
 }

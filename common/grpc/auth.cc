@@ -35,7 +35,10 @@ constexpr size_t kMaxLoggedPeers = 1024;
 constexpr absl::string_view kWorkerMethods[] = {
     "/ps.rpc.ParameterServer/Pull",     "/ps.rpc.ParameterServer/Push",
     "/ps.rpc.ParameterServer/PullDense", "/ps.rpc.ParameterServer/PushDense",
-    "/ps.rpc.ParameterServer/EndStep",  "/ps.rpc.Coordinator/Register",
+    "/ps.rpc.ParameterServer/EndStep",
+    "/ps.rpc.ParameterServer/OpenSharedRegion",
+    "/ps.rpc.ParameterServer/CloseSharedRegion",
+    "/ps.rpc.Coordinator/Register",
     "/ps.rpc.Coordinator/GetMemberIds", "/ps.rpc.Coordinator/Heartbeat",
     "/ps.rpc.Coordinator/Leave",        "/ps.rpc.Coordinator/GetShardMap",
     "/ps.rpc.Coordinator/ReportClock",  "/ps.rpc.Coordinator/WaitClock",

@@ -87,7 +87,8 @@ TEST_CASE("MayCall gives a worker token the data path and an admin token everyth
           "[grpc][auth]") {
   for (const char* method :
        {"/ps.rpc.ParameterServer/Pull", "/ps.rpc.ParameterServer/Push",
-        "/ps.rpc.ParameterServer/EndStep", "/ps.rpc.Coordinator/KvWait",
+        "/ps.rpc.ParameterServer/EndStep", "/ps.rpc.ParameterServer/OpenSharedRegion",
+        "/ps.rpc.ParameterServer/CloseSharedRegion", "/ps.rpc.Coordinator/KvWait",
         "/ps.rpc.Coordinator/Register", "/ps.rpc.Coordinator/Heartbeat"}) {
     CHECK(MayCall(TokenRole::kWorker, method));
     CHECK(MayCall(TokenRole::kAdmin, method));

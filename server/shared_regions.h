@@ -1,0 +1,107 @@
+// Shared memory that a server lends to clients on its host for the payloads of Pull and Push
+// (proto/ps.proto, rule 9): keys and gradients written by the client, rows written by the
+// server, none of it through the sockets.
+//
+// A region is a memfd of the server process: slots x slot_bytes bytes after one page of header
+// (SharedRegionHeader, common/shared_region_layout.h). A client of the server's user on its host
+// maps it through /proc/<pid>/fd/<fd>; any other process cannot open it, and a request that names
+// a slot must carry the region's 16-byte secret, which only the client that opened it learned
+// (over the channel, under TLS when the cluster has it).
+//
+// The server never trusts what is in a slot: callers copy a request's keys and gradients out
+// (Slot::data) before checking them, so a client writing its slot while the server reads it can
+// garble only its own request, which the checks then refuse or apply as they would any bytes.
+#ifndef PS_SERVER_SHARED_REGIONS_H_
+#define PS_SERVER_SHARED_REGIONS_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/shared_region_layout.h"
+#include "proto/ps.pb.h"
+
+namespace ps {
+namespace server {
+
+// Limits of one region (OpenSharedRegionRequest).
+constexpr uint32_t kMaxSharedSlots = 64;
+constexpr uint64_t kMaxSharedSlotBytes = uint64_t{256} << 20;
+
+// SharedRegions: the regions one server has lent. Thread-safe.
+class SharedRegions {
+ public:
+  struct Options {
+    // All regions together, header pages included; 0 lends none.
+    uint64_t max_bytes = 0;
+    // A region no request named for this long is closed at the next Open.
+    absl::Duration idle_timeout = absl::Minutes(10);
+    // The clock (tests); absl::Now when empty.
+    std::function<absl::Time()> now;
+  };
+
+  // A slot of a region, named by a request. The region stays mapped while a Slot of it lives,
+  // even if it is closed meanwhile.
+  class Slot {
+   public:
+    Slot() = default;
+    // The slot's bytes: slot_bytes of them. Shared with the client: copy what is read.
+    unsigned char* data() const { return data_; }
+    size_t size() const { return size_; }
+
+   private:
+    friend class SharedRegions;
+    std::shared_ptr<const void> region_;
+    unsigned char* data_ = nullptr;
+    size_t size_ = 0;
+  };
+
+  explicit SharedRegions(Options options);
+  // Unmaps and closes every region (a client still mapping one keeps its pages).
+  ~SharedRegions();
+  SharedRegions(const SharedRegions&) = delete;
+  SharedRegions& operator=(const SharedRegions&) = delete;
+
+  // Lends a new region of `slots` slots of `slot_bytes` bytes each (rounded up to whole pages),
+  // first closing those idle past the timeout. FAILED_PRECONDITION when this server lends none
+  // (max_bytes 0); INVALID_ARGUMENT for slots outside [1, kMaxSharedSlots] or slot_bytes outside
+  // [1, kMaxSharedSlotBytes]; RESOURCE_EXHAUSTED when the regions would pass max_bytes; INTERNAL
+  // when the kernel refuses the memory.
+  absl::StatusOr<rpc::OpenSharedRegionResponse> Open(uint32_t slots, uint64_t slot_bytes);
+
+  // Closes a region: FAILED_PRECONDITION if it is not held, PERMISSION_DENIED for a wrong secret.
+  absl::Status Close(uint64_t region, absl::string_view secret);
+
+  // The slot a request names, checked: FAILED_PRECONDITION for a region not held,
+  // PERMISSION_DENIED for a wrong secret, INVALID_ARGUMENT for a slot out of range or
+  // keys_bytes + grads_bytes beyond the slot. Marks the region used.
+  absl::StatusOr<Slot> Find(const rpc::SharedSlot& shared);
+
+  // Regions held, and their bytes.
+  size_t regions() const;
+  uint64_t bytes() const;
+
+ private:
+  struct Region;
+
+  absl::Time Now() const { return options_.now ? options_.now() : absl::Now(); }
+  // Closes the regions unused since `before`.
+  void CloseIdleLocked(absl::Time before) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const Options options_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<uint64_t, std::shared_ptr<Region>> regions_ ABSL_GUARDED_BY(mu_);
+  uint64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+};
+
+}  // namespace server
+}  // namespace ps
+
+#endif  // PS_SERVER_SHARED_REGIONS_H_
