@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
@@ -21,12 +22,14 @@
 #include "client/internal/dense_chunks.h"
 #include "client/internal/key_router.h"
 #include "client/internal/send_pool.h"
+#include "client/internal/shared_region.h"
 #include "client/internal/sparse_wire.h"
 #include "common/coordinator_client.h"
 #include "common/finite.h"
 #include "common/grpc/channel_factory.h"
 #include "common/grpc_status.h"
 #include "common/hash.h"
+#include "common/shared_region_layout.h"
 #include "common/status_macros.h"
 #include "proto/ps.grpc.pb.h"
 
@@ -43,6 +46,12 @@ using client_internal::Segment;
 constexpr uint64_t kRequestOverheadBytes = 64 << 10;
 // How long a worker's closing client waits for the coordinator to hear that it leaves.
 constexpr absl::Duration kLeaveTimeout = absl::Seconds(1);
+// Shared regions (ClientOptions.shared_memory): how long asking a server for one may take, how
+// long giving one back may, and how many times one connection opens one (a server that lost
+// the regions it lent, having restarted, is asked again).
+constexpr absl::Duration kRegionOpenTimeout = absl::Seconds(5);
+constexpr absl::Duration kRegionCloseTimeout = absl::Seconds(1);
+constexpr int kMaxRegionOpens = 4;
 
 // Pull and Push go through the generic stub with messages built and read in place
 // (client/internal/sparse_wire.h); these are their gRPC method names.
@@ -82,6 +91,13 @@ struct ServerConnection {
   std::vector<std::unique_ptr<rpc::ParameterServer::Stub>> stubs;
   std::vector<std::unique_ptr<grpc::GenericStub>> generic_stubs;
   std::atomic<uint32_t> next{0};
+
+  // The shared region this server lent (ClientOptions.shared_memory), opened by the first request
+  // that may use one; `region_off` once it cannot be had (the server is elsewhere or lends none).
+  absl::Mutex region_mu;
+  std::shared_ptr<client_internal::SharedRegion> region ABSL_GUARDED_BY(region_mu);
+  int region_opens ABSL_GUARDED_BY(region_mu) = 0;
+  bool region_off ABSL_GUARDED_BY(region_mu) = false;
 
   rpc::ParameterServer::Stub* Stub() {
     return stubs[next.fetch_add(1, std::memory_order_relaxed) % stubs.size()].get();
@@ -177,6 +193,10 @@ struct SparseCall {
     Part part;
     uint64_t sequence = 0;
     uint64_t routed_version = 0;
+    // The server it went to, and the shared slot its payload is in (slot -1: in the message).
+    std::shared_ptr<ServerConnection> conn;
+    std::shared_ptr<client_internal::SharedRegion> region;
+    int slot = -1;
     std::unique_ptr<grpc::ClientContext> context;
     // A PullRequest or PushRequest; a PullResponse or PushResponse.
     grpc::ByteBuffer request_bytes;
@@ -232,6 +252,16 @@ class ClientImpl final : public Client {
       auto idle = [this]()
                       ABSL_EXCLUSIVE_LOCKS_REQUIRED(calls_mu_) { return calls_in_flight_ == 0; };
       calls_mu_.Await(absl::Condition(&idle));
+    }
+    // The regions the servers lent are given back (those of servers no longer in the map expire
+    // on their own).
+    for (const auto& [id, conn] : CurrentRouting()->servers) {
+      std::shared_ptr<client_internal::SharedRegion> region;
+      {
+        absl::MutexLock lock(&conn->region_mu);
+        region = std::move(conn->region);
+      }
+      if (region != nullptr) CloseSharedRegion(conn.get(), region->id(), region->secret());
     }
     // A worker that closes its client is done; one that falls silent without this has failed.
     if (options_.role == rpc::WORKER) {
@@ -457,8 +487,40 @@ class ClientImpl final : public Client {
     Send(call, routing, std::move(requests));
   }
 
-  // Writes the message of `request`, routed with `routing`.
-  void Encode(const SparseCall& call, const Routing& routing, SparseCall::Request* request) {
+  // Writes the keys of `request` at `keys_out` and, for a push, its gradients at `grads_out`.
+  static void WritePayload(const SparseCall& call, const SparseCall::Request& request,
+                           char* keys_out, char* grads_out) {
+    const uint32_t dim = call.table->dim;
+    const size_t row_bytes = size_t{dim} * sizeof(float);
+    for (const Segment& seg : request.part.segments) {
+      std::memcpy(keys_out, call.plan.unique.data() + seg.begin, seg.count * sizeof(uint64_t));
+      keys_out += seg.count * sizeof(uint64_t);
+    }
+    if (call.kind != SparseCall::Kind::kPush) return;
+    char* g = grads_out;
+    for (const Segment& seg : request.part.segments) {
+      if (call.grad_sums.empty()) {
+        const uint32_t end = seg.begin + seg.count;
+        for (uint32_t j = seg.begin; j < end; ++j) {
+          if (j + kPrefetchRows < end) {
+            PrefetchRow<false>(call.grads.data() + size_t{call.plan.order[j + kPrefetchRows]} * dim,
+                               row_bytes);
+          }
+          std::memcpy(g, call.grads.data() + size_t{call.plan.order[j]} * dim, row_bytes);
+          g += row_bytes;
+        }
+      } else {
+        const size_t bytes = size_t{seg.count} * row_bytes;
+        std::memcpy(g, call.grad_sums.data() + size_t{seg.begin} * dim, bytes);
+        g += bytes;
+      }
+    }
+  }
+
+  // Writes the message of `request`, routed with `routing`, to go to `conn`: its keys and
+  // gradients in a slot of the region `conn` lent when there is one free, else in the message.
+  void Encode(const SparseCall& call, const Routing& routing,
+              const std::shared_ptr<ServerConnection>& conn, SparseCall::Request* request) {
     const uint32_t dim = call.table->dim;
     // The small fields through protobuf; keys and gradients written in place after them.
     rpc::PushRequest fields;  // a PullRequest's fields are a prefix of a PushRequest's
@@ -478,35 +540,109 @@ class ClientImpl final : public Client {
     const size_t row_bytes = size_t{dim} * sizeof(float);
     const size_t key_bytes = num_keys * sizeof(uint64_t);
     const size_t grad_bytes = push ? num_keys * row_bytes : 0;
+    request->conn = conn;
+    if (std::shared_ptr<client_internal::SharedRegion> region = SharedRegionOf(conn.get());
+        region != nullptr && key_bytes + grad_bytes <= region->slot_bytes() &&
+        num_keys * row_bytes <= region->slot_bytes()) {
+      const int slot = region->Acquire();
+      if (slot >= 0) {
+        char* at = reinterpret_cast<char*>(region->slot(static_cast<uint32_t>(slot)));
+        WritePayload(call, *request, at, at + key_bytes);
+        rpc::SharedSlot* shared = fields.mutable_shared();
+        shared->set_region(region->id());
+        shared->set_secret(region->secret());
+        shared->set_slot(static_cast<uint32_t>(slot));
+        shared->set_keys_bytes(key_bytes);
+        shared->set_grads_bytes(grad_bytes);
+        request->region = std::move(region);
+        request->slot = slot;
+        MessageWriter writer(fields.ByteSizeLong());
+        writer.AppendMessage(fields);
+        request->request_bytes = writer.Finish();
+        return;
+      }
+    }
     MessageWriter writer(fields.ByteSizeLong() + 2 * MessageWriter::kFieldOverheadBytes +
                          key_bytes + grad_bytes);
     writer.AppendMessage(fields);
-    char* out = writer.AppendBytesField(kKeysField, key_bytes);
-    for (const Segment& seg : request->part.segments) {
-      std::memcpy(out, call.plan.unique.data() + seg.begin, seg.count * sizeof(uint64_t));
-      out += seg.count * sizeof(uint64_t);
-    }
-    if (push) {
-      char* g = writer.AppendBytesField(kGradsField, grad_bytes);
-      for (const Segment& seg : request->part.segments) {
-        if (call.grad_sums.empty()) {
-          const uint32_t end = seg.begin + seg.count;
-          for (uint32_t j = seg.begin; j < end; ++j) {
-            if (j + kPrefetchRows < end) {
-              PrefetchRow<false>(
-                  call.grads.data() + size_t{call.plan.order[j + kPrefetchRows]} * dim, row_bytes);
-            }
-            std::memcpy(g, call.grads.data() + size_t{call.plan.order[j]} * dim, row_bytes);
-            g += row_bytes;
-          }
-        } else {
-          const size_t bytes = size_t{seg.count} * row_bytes;
-          std::memcpy(g, call.grad_sums.data() + size_t{seg.begin} * dim, bytes);
-          g += bytes;
-        }
-      }
-    }
+    char* keys_out = writer.AppendBytesField(kKeysField, key_bytes);
+    char* grads_out = push ? writer.AppendBytesField(kGradsField, grad_bytes) : nullptr;
+    WritePayload(call, *request, keys_out, grads_out);
     request->request_bytes = writer.Finish();
+  }
+
+  // The region `conn`'s server lent this client, opened on first use; null when shared memory is
+  // off, or the server is on another host or lends none (then never asked again), or it could
+  // not be asked just now.
+  std::shared_ptr<client_internal::SharedRegion> SharedRegionOf(ServerConnection* conn) {
+    if (!options_.shared_memory) return nullptr;
+    absl::MutexLock lock(&conn->region_mu);
+    if (conn->region != nullptr || conn->region_off) return conn->region;
+    if (++conn->region_opens > kMaxRegionOpens) {
+      conn->region_off = true;
+      return nullptr;
+    }
+    // Slots for the requests a few calls may have in flight, each for a whole request of the
+    // job's widest table; fewer for wide tables, so that a region stays near 64 MiB.
+    uint32_t max_dim = 1;
+    for (const TableInfo& table : tables_) max_dim = std::max(max_dim, table.dim);
+    const uint64_t slot_bytes = std::min<uint64_t>(
+        uint64_t{MaxKeysPerRequest(max_dim)} * (sizeof(uint64_t) + max_dim * sizeof(float)),
+        kMaxSharedSlotBytes);
+    const uint32_t slots = static_cast<uint32_t>(
+        std::clamp<uint64_t>((uint64_t{64} << 20) / slot_bytes, 2,
+                             4 * static_cast<uint64_t>(options_.channels_per_server)));
+    rpc::OpenSharedRegionRequest open;
+    open.set_slots(std::min<uint32_t>(slots, kMaxSharedSlots));
+    open.set_slot_bytes(slot_bytes);
+    rpc::OpenSharedRegionResponse lent;
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + kRegionOpenTimeout));
+    const absl::Status opened =
+        FromGrpcStatus(conn->Stub()->OpenSharedRegion(&context, open, &lent));
+    if (!opened.ok()) {
+      // Unreachable for now: asked again by a later request. Otherwise it lends none to us.
+      if (!absl::IsUnavailable(opened) && !absl::IsDeadlineExceeded(opened)) {
+        conn->region_off = true;
+      }
+      return nullptr;
+    }
+    absl::StatusOr<std::unique_ptr<client_internal::SharedRegion>> mapped =
+        client_internal::SharedRegion::Map(lent);
+    if (!mapped.ok()) {
+      // Another host (or user, or pid namespace): give the memory back and use the channel.
+      conn->region_off = true;
+      CloseSharedRegion(conn, lent.region(), lent.secret());
+      return nullptr;
+    }
+    conn->region = std::move(*mapped);
+    return conn->region;
+  }
+
+  // Whether `status` is a server's refusal of a request's shared slot (SharedRegions::Find: its
+  // messages name the "shared region") rather than of the request itself.
+  static bool IsSharedRegionRefusal(const absl::Status& status) {
+    return (absl::IsFailedPrecondition(status) || absl::IsPermissionDenied(status)) &&
+           absl::StrContains(status.message(), "shared region");
+  }
+
+  // Forgets `region` as `conn`'s (if it still is), so that the next request opens another.
+  static void DropSharedRegion(ServerConnection* conn,
+                               const client_internal::SharedRegion* region) {
+    absl::MutexLock lock(&conn->region_mu);
+    if (conn->region.get() == region) conn->region.reset();
+  }
+
+  // Gives a lent region back to its server (best effort: an unused one expires there anyway).
+  static void CloseSharedRegion(ServerConnection* conn, uint64_t region,
+                                const std::string& secret) {
+    rpc::CloseSharedRegionRequest close;
+    close.set_region(region);
+    close.set_secret(secret);
+    rpc::CloseSharedRegionResponse closed;
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + kRegionCloseTimeout));
+    conn->Stub()->CloseSharedRegion(&context, close, &closed).ok();
   }
 
   // Encodes and sends `requests` with `routing`; their completions drive the call on.
@@ -537,8 +673,8 @@ class ClientImpl final : public Client {
       auto start = [this, call, routing, request, method] {
         request->context = std::make_unique<grpc::ClientContext>();
         request->context->set_deadline(absl::ToChronoTime(absl::Now() + options_.request_timeout));
-        Encode(*call, *routing, request);
-        ServerConnection* conn = routing->servers.at(request->part.server).get();
+        const std::shared_ptr<ServerConnection>& conn = routing->servers.at(request->part.server);
+        Encode(*call, *routing, conn, request);
         conn->GenericStub()->UnaryCall(
             request->context.get(), method, grpc::StubOptions(), &request->request_bytes,
             &request->response_bytes,
@@ -565,6 +701,16 @@ class ClientImpl final : public Client {
     } else if (status.ok()) {
       PullResponseReader values;
       status = values.Parse(request->response_bytes);
+      if (status.ok() && values.values_in_slot()) {
+        if (request->slot < 0) {
+          status = absl::InternalError(absl::StrFormat(
+              "server %s answered rows in a shared slot to a request that named none",
+              request->context->peer()));
+        } else {
+          values.ReadFromSlot(request->region->slot(static_cast<uint32_t>(request->slot)),
+                              size_t{request->part.num_keys} * dim * sizeof(float));
+        }
+      }
       if (status.ok() &&
           values.values_size() != size_t{request->part.num_keys} * dim * sizeof(float)) {
         status = absl::InternalError(absl::StrFormat(
@@ -594,6 +740,21 @@ class ClientImpl final : public Client {
           rows += size_t{seg.count} * row_bytes;
         }
       }
+    }
+    if (request->slot >= 0) {
+      // The server answered: the slot is free again. Otherwise it may still read or write it.
+      if (grpc_status.ok()) {
+        request->region->Release(request->slot);
+      } else {
+        request->region->Retire(request->slot);
+        if (IsSharedRegionRefusal(status)) {
+          // The region is gone (the server restarted or expired it): open another, and resend.
+          DropSharedRegion(request->conn.get(), request->region.get());
+          status = absl::UnavailableError(absl::StrCat(status.message(), "; resent"));
+        }
+      }
+      request->slot = -1;
+      request->region.reset();
     }
     // A request that is done with (rows scattered, push applied, or failed for good) is freed
     // here, before the call can finish: once it has, the caller may destroy this client, and

@@ -54,6 +54,11 @@ struct ClientOptions {
   // machines of fewer than 4 cores, else half the cores, at most 8; 0: none, the calling thread
   // starts every request; at most 64.
   int send_threads = -1;
+  // Pulls and pushes to a server on this host carry their keys, gradients and rows in shared
+  // memory the server lends (proto/ps.proto rule 9) instead of through the socket; a server
+  // elsewhere (or one that lends none: ps_server --shared_memory_mb=0) is reached through the
+  // channel as always. false: always the channel.
+  bool shared_memory = true;
   // Largest request or response in bytes; 0 takes the job's cluster.max_message_bytes.
   uint64_t max_message_bytes = 0;
   // How long a call keeps retrying retryable errors before it returns the last one. Default 60 s.

@@ -24,6 +24,10 @@ struct SharedRegionHeader {
 // Bytes before the first slot: a page, so that every slot starts on a page.
 constexpr uint64_t kSharedRegionHeaderBytes = 4096;
 
+// Limits of one region (OpenSharedRegionRequest).
+constexpr uint32_t kMaxSharedSlots = 64;
+constexpr uint64_t kMaxSharedSlotBytes = uint64_t{256} << 20;
+
 }  // namespace ps
 
 #endif  // PS_COMMON_SHARED_REGION_LAYOUT_H_

@@ -151,7 +151,7 @@ template <typename Request>
 absl::Status TakeFromSlot(SharedRegions* regions, Request* request, SharedRegions::Slot* slot) {
   if (regions == nullptr) {
     return absl::FailedPreconditionError(
-        "the request names a shared slot, and this server lends no shared memory");
+        "the request names a slot of a shared region, and this server lends no shared memory");
   }
   const rpc::SharedSlot& shared = request->shared();
   if (!request->keys().empty()) {
@@ -171,6 +171,39 @@ absl::Status TakeFromSlot(SharedRegions* regions, Request* request, SharedRegion
     return absl::InvalidArgumentError("a pull's shared slot names gradients");
   }
   return absl::OkStatus();
+}
+
+// Reads the rows of `pull` into `response`: into `slot` when the request named one (the
+// response then says so), else into a frame of their own.
+absl::Status AnswerPull(ShardedStore* store, const rpc::PullRequest& pull,
+                        const SharedRegions::Slot& slot, grpc::ByteBuffer* response) {
+  if (slot.data() == nullptr) {
+    PullResponseFrame frame;
+    PS_RETURN_IF_ERROR(store->Pull(
+        pull, [&frame](size_t num_keys, uint32_t dim) { return frame.Allocate(num_keys, dim); }));
+    frame.Finish(response);
+    return absl::OkStatus();
+  }
+  PullResponseFrame unused;  // for rows that do not fit the slot: refused below
+  size_t rows_bytes = 0;
+  uint32_t rows_dim = 0;
+  PS_RETURN_IF_ERROR(store->Pull(pull, [&](size_t num_keys, uint32_t dim) {
+    rows_bytes = num_keys * dim * sizeof(float);
+    rows_dim = dim;
+    return rows_bytes <= slot.size() ? reinterpret_cast<float*>(slot.data())
+                                     : unused.Allocate(num_keys, dim);
+  }));
+  if (rows_bytes > slot.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("the rows (%d bytes) do not fit the request's shared slot of %d bytes",
+                        rows_bytes, slot.size()));
+  }
+  rpc::PullResponse in_slot;
+  in_slot.set_dim(rows_dim);
+  in_slot.set_values_in_slot(true);
+  bool own_buffer = false;
+  return FromGrpcStatus(
+      grpc::SerializationTraits<rpc::PullResponse>::Serialize(in_slot, response, &own_buffer));
 }
 
 }  // namespace
@@ -224,43 +257,12 @@ grpc::ServerUnaryReactor* ParameterServerService::Pull(grpc::CallbackServerConte
   auto pull = std::make_shared<rpc::PullRequest>(std::move(request));
   // Held until the answer is written (a sync-mode pull may wait for its step).
   auto ticket = std::make_shared<Admission::Ticket>(*std::move(admitted));
-  store->RunWhenApplied(
-      pull->header().clock() - 1,
-      [store, pull, slot, ticket, response, reactor](absl::Status ready) {
-        if (ready.ok() && slot->data() != nullptr) {
-          // The rows go into the request's slot; the response says so.
-          PullResponseFrame unused;  // for rows that do not fit the slot: refused below
-          size_t rows_bytes = 0;
-          uint32_t rows_dim = 0;
-          ready = store->Pull(*pull, [&](size_t num_keys, uint32_t dim) {
-            rows_bytes = num_keys * dim * sizeof(float);
-            rows_dim = dim;
-            return rows_bytes <= slot->size() ? reinterpret_cast<float*>(slot->data())
-                                              : unused.Allocate(num_keys, dim);
-          });
-          if (ready.ok() && rows_bytes > slot->size()) {
-            ready = absl::InvalidArgumentError(absl::StrFormat(
-                "the rows (%d bytes) do not fit the request's shared slot of %d bytes",
-                rows_bytes, slot->size()));
-          }
-          if (ready.ok()) {
-            rpc::PullResponse in_slot;
-            in_slot.set_dim(rows_dim);
-            in_slot.set_values_in_slot(true);
-            bool own_buffer = false;
-            ready = FromGrpcStatus(grpc::SerializationTraits<rpc::PullResponse>::Serialize(
-                in_slot, response, &own_buffer));
-          }
-        } else if (ready.ok()) {
-          PullResponseFrame frame;
-          ready = store->Pull(*pull, [&frame](size_t num_keys, uint32_t dim) {
-            return frame.Allocate(num_keys, dim);
-          });
-          if (ready.ok()) frame.Finish(response);
-        }
-        ticket->Release();
-        reactor->Finish(ToGrpcStatus(ready));
-      });
+  store->RunWhenApplied(pull->header().clock() - 1,
+                        [store, pull, slot, ticket, response, reactor](absl::Status ready) {
+                          if (ready.ok()) ready = AnswerPull(store, *pull, *slot, response);
+                          ticket->Release();
+                          reactor->Finish(ToGrpcStatus(ready));
+                        });
   return reactor;
 }
 

@@ -30,10 +30,6 @@
 namespace ps {
 namespace server {
 
-// Limits of one region (OpenSharedRegionRequest).
-constexpr uint32_t kMaxSharedSlots = 64;
-constexpr uint64_t kMaxSharedSlotBytes = uint64_t{256} << 20;
-
 // SharedRegions: the regions one server has lent. Thread-safe.
 class SharedRegions {
  public:

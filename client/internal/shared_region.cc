@@ -20,7 +20,8 @@ absl::StatusOr<std::unique_ptr<SharedRegion>> SharedRegion::Map(
     const rpc::OpenSharedRegionResponse& lent) {
   if (lent.header_bytes() != kSharedRegionHeaderBytes || lent.slots() == 0 ||
       lent.slot_bytes() == 0 || lent.slot_bytes() % 4096 != 0 || lent.secret().size() != 16 ||
-      lent.pid() <= 0 || lent.fd() < 0 || lent.slots() > 64 || lent.slot_bytes() > (1ull << 28)) {
+      lent.pid() <= 0 || lent.fd() < 0 || lent.slots() > kMaxSharedSlots ||
+      lent.slot_bytes() > kMaxSharedSlotBytes) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "the server's OpenSharedRegion answer does not describe a region (%d slots of %d bytes "
         "after %d, pid %d, fd %d)",

@@ -18,6 +18,7 @@ using grpc_util::SliceCursor;
 // PullResponse's fields (proto/ps.proto).
 constexpr uint32_t kValuesField = 1;
 constexpr uint32_t kDimField = 2;
+constexpr uint32_t kValuesInSlotField = 3;
 
 // Where the values of a response without values are.
 constexpr char kNothing[1] = {0};
@@ -69,6 +70,7 @@ absl::Status PullResponseReader::Parse(const grpc::ByteBuffer& buffer) {
   cursor_ = 0;
   values_size_ = 0;
   dim_ = 0;
+  values_in_slot_ = false;
   if (buffer.Valid() && !buffer.Dump(&slices_).ok()) {
     return absl::InternalError("unreadable PullResponse");
   }
@@ -77,6 +79,7 @@ absl::Status PullResponseReader::Parse(const grpc::ByteBuffer& buffer) {
     pieces_.assign(1, Piece{kNothing, 0, 0});
     values_size_ = 0;
     dim_ = 0;
+    values_in_slot_ = false;
     return absl::InternalError("malformed PullResponse");
   };
   while (!in.AtEnd()) {
@@ -88,6 +91,9 @@ absl::Status PullResponseReader::Parse(const grpc::ByteBuffer& buffer) {
     if (field == kDimField && wire_type == kWireVarint) {
       if (!in.ReadVarint(&value)) return malformed();
       dim_ = static_cast<uint32_t>(value);
+    } else if (field == kValuesInSlotField && wire_type == kWireVarint) {
+      if (!in.ReadVarint(&value)) return malformed();
+      values_in_slot_ = value != 0;
     } else if (field == kValuesField && wire_type == kWireLengthDelimited) {
       if (!in.ReadVarint(&value)) return malformed();
       // The last occurrence of a bytes field wins.
@@ -108,6 +114,12 @@ absl::Status PullResponseReader::Parse(const grpc::ByteBuffer& buffer) {
     pieces_.push_back(Piece{kNothing, 0, 0});
   }
   return absl::OkStatus();
+}
+
+void PullResponseReader::ReadFromSlot(const void* data, size_t size) {
+  pieces_.assign(1, Piece{static_cast<const char*>(data), 0, size});
+  cursor_ = 0;
+  values_size_ = size;
 }
 
 void PullResponseReader::CopySlow(size_t offset, size_t size, void* out) {

@@ -61,6 +61,11 @@ class PullResponseReader {
   absl::Status Parse(const grpc::ByteBuffer& buffer);
 
   uint32_t dim() const { return dim_; }
+  // Whether the server wrote the rows into the request's shared slot (PullResponse.
+  // values_in_slot); then the values are read from there once ReadFromSlot says where.
+  bool values_in_slot() const { return values_in_slot_; }
+  // Reads the values from `size` bytes at `data` (a shared slot) instead of the message.
+  void ReadFromSlot(const void* data, size_t size);
   // Bytes of the values field.
   size_t values_size() const { return values_size_; }
 
@@ -90,6 +95,7 @@ class PullResponseReader {
   size_t cursor_ = 0;
   size_t values_size_ = 0;
   uint32_t dim_ = 0;
+  bool values_in_slot_ = false;
 };
 
 }  // namespace client_internal
