@@ -497,7 +497,12 @@ grpc::ServerUnaryReactor* ParameterServerService::GetStatus(grpc::CallbackServer
   ShardedStore* store = store_.load(std::memory_order_acquire);
   if (store == nullptr) return Done(context, absl::UnavailableError("the server is starting"));
   response->set_server_id(server_id_.load());
-  return Done(context, store->FillStatus(*request, response));
+  const absl::Status filled = store->FillStatus(*request, response);
+  if (filled.ok() && shared_regions_ != nullptr) {
+    response->set_shared_regions(static_cast<uint32_t>(shared_regions_->regions()));
+    response->set_shared_region_bytes(shared_regions_->bytes());
+  }
+  return Done(context, filled);
 }
 
 }  // namespace server

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -16,6 +17,7 @@
 #include "common/job_config.h"
 #include "server/admission.h"
 #include "server/internal/test_fixtures.h"
+#include "server/shared_regions.h"
 
 namespace ps {
 namespace server {
@@ -401,6 +403,159 @@ TEST_CASE("an admission limit refuses data-path calls RESOURCE_EXHAUSTED, not En
 
   held->Release();
   CHECK(served.Pull(MakePull(KeysOnShards(0, 3), 3), &response).ok());
+}
+
+// Moves the keys (and a push's gradients) of `request` into slot `slot` of `lent`, which this
+// process can reach through `regions`, and names the slot instead.
+template <typename Request>
+void MoveToSlot(SharedRegions& regions, const rpc::OpenSharedRegionResponse& lent, uint32_t slot,
+                Request* request) {
+  rpc::SharedSlot shared;
+  shared.set_region(lent.region());
+  shared.set_secret(lent.secret());
+  shared.set_slot(slot);
+  shared.set_keys_bytes(request->keys().size());
+  std::string payload = request->keys();
+  if constexpr (std::is_same_v<Request, rpc::PushRequest>) {
+    shared.set_grads_bytes(request->grads().size());
+    payload += request->grads();
+    request->clear_grads();
+  }
+  const auto at = regions.Find(shared);
+  REQUIRE(at.ok());
+  REQUIRE(payload.size() <= at->size());
+  std::memcpy(at->data(), payload.data(), payload.size());
+  request->clear_keys();
+  *request->mutable_shared() = shared;
+}
+
+TEST_CASE("pulls and pushes carried in a lent slot", "[server][service][shared]") {
+  auto store = ShardedStore::Create(TestJob(), {});
+  REQUIRE(store.ok());
+  (*store)->SetShardMap(EvenOddMap(3), 0);
+  Served served;
+  served.service.SetStore(store->get());
+  SharedRegions::Options options;
+  options.max_bytes = 64 << 20;
+  SharedRegions regions(options);
+  served.service.SetSharedRegions(&regions);
+
+  rpc::OpenSharedRegionRequest open;
+  open.set_slots(2);
+  open.set_slot_bytes(1 << 16);
+  rpc::OpenSharedRegionResponse lent;
+  {
+    grpc::ClientContext context;
+    const grpc::Status opened = served.stub->OpenSharedRegion(&context, open, &lent);
+    INFO(opened.error_message());
+    REQUIRE(opened.ok());
+  }
+  CHECK(regions.regions() == 1);
+  const std::vector<uint64_t> keys = KeysOnShards(0, 300);
+
+  // A pull: the rows land in the slot, the response says so.
+  rpc::PullRequest pull = MakePull(keys, 3);
+  rpc::PullResponse want;
+  REQUIRE((*store)->Pull(pull, &want).ok());
+  MoveToSlot(regions, lent, 0, &pull);
+  rpc::PullResponse got;
+  grpc::Status status = served.Pull(pull, &got);
+  INFO(status.error_message());
+  REQUIRE(status.ok());
+  CHECK(got.values_in_slot());
+  CHECK(got.dim() == 4);
+  CHECK(got.values().empty());
+  const auto slot0 = regions.Find(pull.shared());
+  REQUIRE(slot0.ok());
+  CHECK(std::string(reinterpret_cast<const char*>(slot0->data()), want.values().size()) ==
+        want.values());
+
+  // A push: applied as if it came in the message (sgd, lr 0.5, gradient 1).
+  rpc::PushRequest push = MakePush(keys, 1, 1);
+  MoveToSlot(regions, lent, 1, &push);
+  rpc::PushResponse pushed;
+  {
+    grpc::ClientContext context;
+    status = served.stub->Push(&context, push, &pushed);
+    INFO(status.error_message());
+    REQUIRE(status.ok());
+  }
+  rpc::PullResponse after;
+  REQUIRE((*store)->Pull(MakePull(keys, 3), &after).ok());
+  std::vector<float> before_rows(keys.size() * 4);
+  std::vector<float> after_rows(keys.size() * 4);
+  std::memcpy(before_rows.data(), want.values().data(), want.values().size());
+  std::memcpy(after_rows.data(), after.values().data(), after.values().size());
+  for (size_t i = 0; i < after_rows.size(); ++i) {
+    CHECK(after_rows[i] == Approx(before_rows[i] - 0.5f));
+  }
+
+  // Refusals, each before anything is applied.
+  auto pull_code = [&](const rpc::PullRequest& request) {
+    rpc::PullResponse response;
+    return served.Pull(request, &response).error_code();
+  };
+  rpc::PullRequest wrong = pull;
+  wrong.mutable_shared()->mutable_secret()->front() ^= 1;
+  CHECK(pull_code(wrong) == grpc::StatusCode::PERMISSION_DENIED);
+  wrong = pull;
+  wrong.mutable_shared()->set_region(lent.region() + 1);
+  CHECK(pull_code(wrong) == grpc::StatusCode::FAILED_PRECONDITION);
+  wrong = pull;
+  wrong.mutable_shared()->set_slot(2);
+  CHECK(pull_code(wrong) == grpc::StatusCode::INVALID_ARGUMENT);
+  wrong = pull;
+  wrong.mutable_shared()->set_keys_bytes(lent.slot_bytes() + 8);
+  CHECK(pull_code(wrong) == grpc::StatusCode::INVALID_ARGUMENT);
+  wrong = pull;
+  wrong.set_keys(std::string(8, '\0'));  // keys in both places
+  CHECK(pull_code(wrong) == grpc::StatusCode::INVALID_ARGUMENT);
+  wrong = pull;
+  wrong.mutable_shared()->set_grads_bytes(16);
+  CHECK(pull_code(wrong) == grpc::StatusCode::INVALID_ARGUMENT);
+  {  // Rows that do not fit the slot: 5000 keys of dim 4 are 80000 bytes.
+    rpc::PullRequest big = MakePull(KeysOnShards(0, 5000), 3);
+    MoveToSlot(regions, lent, 0, &big);
+    rpc::PullResponse response;
+    const grpc::Status refused = served.Pull(big, &response);
+    CHECK(refused.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK(absl::StrContains(refused.error_message(), "do not fit"));
+  }
+
+  // Given back, the region is gone for requests.
+  rpc::CloseSharedRegionRequest close;
+  close.set_region(lent.region());
+  close.set_secret(lent.secret());
+  rpc::CloseSharedRegionResponse closed;
+  {
+    grpc::ClientContext context;
+    REQUIRE(served.stub->CloseSharedRegion(&context, close, &closed).ok());
+  }
+  CHECK(regions.regions() == 0);
+  CHECK(pull_code(pull) == grpc::StatusCode::FAILED_PRECONDITION);
+}
+
+TEST_CASE("a service that lends no shared memory refuses slots", "[server][service][shared]") {
+  auto store = ShardedStore::Create(TestJob(), {});
+  REQUIRE(store.ok());
+  (*store)->SetShardMap(EvenOddMap(3), 0);
+  Served served;
+  served.service.SetStore(store->get());
+  rpc::OpenSharedRegionRequest open;
+  open.set_slots(1);
+  open.set_slot_bytes(4096);
+  rpc::OpenSharedRegionResponse lent;
+  grpc::ClientContext context;
+  CHECK(served.stub->OpenSharedRegion(&context, open, &lent).error_code() ==
+        grpc::StatusCode::FAILED_PRECONDITION);
+  rpc::PullRequest pull = MakePull(KeysOnShards(0, 3), 3);
+  pull.clear_keys();
+  pull.mutable_shared()->set_region(1);
+  pull.mutable_shared()->set_keys_bytes(24);
+  rpc::PullResponse response;
+  const grpc::Status refused = served.Pull(pull, &response);
+  CHECK(refused.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+  CHECK(absl::StrContains(refused.error_message(), "shared region"));
 }
 
 }  // namespace

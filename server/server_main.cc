@@ -66,8 +66,8 @@
 #include "server/ps_service.h"
 #include "server/registered_workers.h"
 #include "server/server_metrics.h"
-#include "server/shared_regions.h"
 #include "server/sharded_store.h"
+#include "server/shared_regions.h"
 
 ABSL_FLAG(std::string, coordinator, "", "host:port of the coordinator (required)");
 ABSL_FLAG(std::string, listen, "0.0.0.0:0",
@@ -340,14 +340,19 @@ int Main() {
   });
 
   // Metrics: every call by method and code (the interceptor), the store's figures at scrape time.
+  server::SharedRegions shared_regions(shared_options);
+  if (shared_options.max_bytes > 0) service.SetSharedRegions(&shared_regions);
   metrics::Registry registry;
   std::atomic<server::ShardedStore*> metrics_store{nullptr};
-  server::AddServerCollector(&registry, [&metrics_store](rpc::ServerStatus* status) {
-    server::ShardedStore* store = metrics_store.load(std::memory_order_acquire);
-    if (store == nullptr) return false;
-    store->FillStatus(status);
-    return true;
-  });
+  server::AddServerCollector(
+      &registry, [&metrics_store, &shared_regions](rpc::ServerStatus* status) {
+        server::ShardedStore* store = metrics_store.load(std::memory_order_acquire);
+        if (store == nullptr) return false;
+        store->FillStatus(status);
+        status->set_shared_regions(static_cast<uint32_t>(shared_regions.regions()));
+        status->set_shared_region_bytes(shared_regions.bytes());
+        return true;
+      });
   service.SetCheckpointDurations(
       registry.GetHistogram("ps_server_checkpoint_duration_seconds",
                             "Time this server took to write its shards of a checkpoint.",
@@ -355,8 +360,7 @@ int Main() {
 
   server::Admission admission(admission_limits);
   service.SetAdmission(&admission);
-  server::SharedRegions shared_regions(shared_options);
-  if (shared_options.max_bytes > 0) service.SetSharedRegions(&shared_regions);
+
   server_options.listen_address = JoinHostPort(listen.host, listen.port);
   // The job's own limit (max_message_bytes, at most 1 GiB) is enforced by the store with a clear
   // error; gRPC's limit only has to be above it, and refuses anything larger from its length

@@ -47,6 +47,11 @@ void AddServerCollector(metrics::Registry* registry,
                status.replica_shards_size());
     sink.Gauge("ps_server_shard_map_version", "The version of the shard map this server serves.",
                {}, static_cast<double>(status.map_version()));
+    sink.Gauge("ps_server_shared_regions",
+               "Regions of shared memory lent to clients on this host (--shared_memory_mb).", {},
+               status.shared_regions());
+    sink.Gauge("ps_server_shared_region_bytes", "The bytes of those regions.", {},
+               static_cast<double>(status.shared_region_bytes()));
     for (const rpc::ShardProgress& shard : status.shards()) {
       for (const rpc::ReplicaLag& lag : shard.replica_lags()) {
         const metrics::Labels labels = {{"shard", absl::StrCat(shard.shard())},

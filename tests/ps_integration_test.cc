@@ -16,6 +16,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "client/ps_client.h"
 #include "common/coordinator_client.h"
 #include "common/hash.h"
@@ -70,29 +71,52 @@ struct Cluster {
   std::unique_ptr<Client> client;
 };
 
-// `send_threads`: the client's ClientOptions.send_threads (-1: automatic, none on 2 cores).
-Cluster StartCluster(int send_threads = -1) {
+ClientOptions ClientOf(const Cluster& cluster) {
+  ClientOptions options;
+  options.coordinator = cluster.coordinator->address();
+  options.connect_timeout = absl::Seconds(30);
+  options.max_keys_per_request = 500;  // many requests per call, to exercise the splitting
+  return options;
+}
+
+// `send_threads`: the client's ClientOptions.send_threads (-1: automatic, none on 2 cores);
+// `shared_memory`: its ClientOptions.shared_memory; `server_flags`: more flags of each server.
+Cluster StartCluster(int send_threads = -1, bool shared_memory = true,
+                     const std::vector<std::string>& server_flags = {}) {
   Cluster cluster;
   auto coordinator = testing::StartCoordinator(kJob, "integration_job");
   REQUIRE(coordinator.ok());
   cluster.coordinator = std::move(*coordinator);
   for (int i = 0; i < 2; ++i) {
-    auto server = testing::Daemon::Start(
-        "server/ps_server", {absl::StrCat("--coordinator=", cluster.coordinator->address())});
+    std::vector<std::string> flags = {
+        absl::StrCat("--coordinator=", cluster.coordinator->address())};
+    flags.insert(flags.end(), server_flags.begin(), server_flags.end());
+    auto server = testing::Daemon::Start("server/ps_server", flags);
     INFO(server.status().ToString());
     REQUIRE(server.ok());
     cluster.servers.push_back(std::move(*server));
   }
-  ClientOptions options;
-  options.coordinator = cluster.coordinator->address();
-  options.connect_timeout = absl::Seconds(30);
-  options.max_keys_per_request = 500;  // many requests per call, to exercise the splitting
+  ClientOptions options = ClientOf(cluster);
   options.send_threads = send_threads;
+  options.shared_memory = shared_memory;
   auto client = Client::Connect(options);
   INFO(client.status().ToString());
   REQUIRE(client.ok());
   cluster.client = std::move(*client);
   return cluster;
+}
+
+// A server's status, asked over its own channel.
+rpc::ServerStatus StatusOf(const testing::Daemon& server) {
+  auto stub = rpc::ParameterServer::NewStub(
+      grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  rpc::ServerStatus status;
+  const grpc::Status got = stub->GetStatus(&context, rpc::ServerStatusRequest(), &status);
+  INFO(got.error_message());
+  REQUIRE(got.ok());
+  return status;
 }
 
 // The single-process reference: one TableShard per table holding every key.
@@ -111,10 +135,21 @@ struct Reference {
 };
 
 TEST_CASE("a real cluster matches the single-process reference", "[integration]") {
-  // Requests started by the calling threads alone, and by a send pool beside them.
-  const int send_threads = GENERATE(0, 3);
-  CAPTURE(send_threads);
-  Cluster cluster = StartCluster(send_threads);
+  // Requests started by the calling threads alone and by a send pool beside them; payloads in
+  // the shared memory the servers lend (and in the messages when every slot is taken), in the
+  // messages only, and with servers that lend none.
+  struct Transport {
+    int send_threads;
+    bool shared_memory;
+    std::vector<std::string> server_flags;
+  };
+  const Transport transport =
+      GENERATE(Transport{0, true, {}}, Transport{3, true, {}}, Transport{0, false, {}},
+               Transport{0, true, {"--shared_memory_mb=0"}});
+  const bool lent = transport.shared_memory && transport.server_flags.empty();
+  CAPTURE(transport.send_threads, transport.shared_memory, transport.server_flags);
+  Cluster cluster =
+      StartCluster(transport.send_threads, transport.shared_memory, transport.server_flags);
   Client& client = *cluster.client;
   const absl::StatusOr<config::Job> job = ParseJob(kJob, "job");
   REQUIRE(job.ok());
@@ -224,6 +259,48 @@ TEST_CASE("a real cluster matches the single-process reference", "[integration]"
     std::future<absl::Status> pulled = client.PullAsync("sgd", keys, absl::MakeSpan(rows));
     REQUIRE(pulled.get().ok());
     CHECK(std::equal(rows.begin(), rows.begin() + 8, rows.begin() + 24));  // key 1 twice
+  }
+
+  // Each server lent this client one region, if any, and has it back once the client is gone.
+  for (const auto& server : cluster.servers) {
+    const rpc::ServerStatus status = StatusOf(*server);
+    CHECK(status.shared_regions() == (lent ? 1u : 0u));
+    CHECK((status.shared_region_bytes() > 0) == lent);
+  }
+  cluster.client.reset();
+  for (const auto& server : cluster.servers) CHECK(StatusOf(*server).shared_regions() == 0);
+}
+
+TEST_CASE("a client whose shared region expired opens another and loses nothing",
+          "[integration]") {
+  Cluster cluster = StartCluster(-1, true, {"--shared_memory_idle_s=1"});
+  Client& first = *cluster.client;
+  // Keys of both servers' shards, key 5 twice.
+  std::vector<uint64_t> keys;
+  for (uint64_t k = 0; k < 64; ++k) keys.push_back(k);
+  keys.push_back(5);
+  const std::vector<float> grads(keys.size() * 8, 1.0f);
+  std::vector<float> before(keys.size() * 8);
+  REQUIRE(first.Pull("sgd", keys, absl::MakeSpan(before)).ok());
+  for (const auto& server : cluster.servers) REQUIRE(StatusOf(*server).shared_regions() == 1);
+
+  // Past the idle time (not a synchronisation: the expiry under test is one of time), a second
+  // client's region makes each server close the first's.
+  absl::SleepFor(absl::Milliseconds(1500));
+  auto second = Client::Connect(ClientOf(cluster));
+  REQUIRE(second.ok());
+  std::vector<float> rows(keys.size() * 8);
+  REQUIRE((*second)->Pull("sgd", keys, absl::MakeSpan(rows)).ok());
+  for (const auto& server : cluster.servers) CHECK(StatusOf(*server).shared_regions() == 1);
+
+  // The first client's next requests are refused for the region, and resent through a new one.
+  REQUIRE(first.Push("sgd", keys, grads).ok());
+  REQUIRE(first.Pull("sgd", keys, absl::MakeSpan(rows)).ok());
+  for (const auto& server : cluster.servers) CHECK(StatusOf(*server).shared_regions() == 2);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    // Key 5 twice in the push: its gradients summed (sgd, lr 0.1); the push applied once.
+    const float pushes = keys[i / 8] == 5 ? 2.0f : 1.0f;
+    CHECK(rows[i] == Approx(before[i] - 0.1f * pushes).margin(1e-6));
   }
 }
 
