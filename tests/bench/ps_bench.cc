@@ -79,6 +79,9 @@ ABSL_FLAG(int, max_keys_per_request, 32768, "client's split size");
 ABSL_FLAG(int, send_threads, -1,
           "client's threads starting a call's requests (ClientOptions.send_threads; -1: "
           "automatic)");
+ABSL_FLAG(bool, shared_memory, true,
+          "payloads in the shared memory the servers lend (ClientOptions.shared_memory; they are "
+          "on this host); false: through the sockets");
 ABSL_FLAG(int, replication_factor, 1, "copies of each shard (needs that many --servers)");
 ABSL_FLAG(std::string, replication_mode, "SYNC", "SYNC or ASYNC (with --replication_factor > 1)");
 ABSL_FLAG(std::string, metrics, "off",
@@ -167,6 +170,7 @@ ClientOptions WorkerOptions(const std::string& coordinator,
   options.channels_per_server = absl::GetFlag(FLAGS_channels);
   options.max_keys_per_request = absl::GetFlag(FLAGS_max_keys_per_request);
   options.send_threads = absl::GetFlag(FLAGS_send_threads);
+  options.shared_memory = absl::GetFlag(FLAGS_shared_memory);
   return options;
 }
 
@@ -283,6 +287,7 @@ WorkerProcess SpawnWorker(const std::string& coordinator, int rank,
       absl::StrCat("--inflight=", absl::GetFlag(FLAGS_inflight)),
       absl::StrCat("--max_keys_per_request=", absl::GetFlag(FLAGS_max_keys_per_request)),
       absl::StrCat("--send_threads=", absl::GetFlag(FLAGS_send_threads)),
+      absl::StrCat("--shared_memory=", absl::GetFlag(FLAGS_shared_memory) ? "true" : "false"),
   };
   args.insert(args.end(), security_flags.begin(), security_flags.end());
   std::vector<char*> argv;
@@ -501,7 +506,7 @@ std::map<std::string, double> RunThroughput(bool metrics, bool secure) {
         "1f,"
         "\"p50_ms\":%.3f,\"p99_ms\":%.3f,\"replication_factor\":%d,\"replication_mode\":\"%s\","
         "\"metrics\":\"%s\",\"scrapes\":%d,\"security\":\"%s\",\"lookup_threads\":%d,"
-        "\"send_threads\":%d}\n",
+        "\"send_threads\":%d,\"shared_memory\":%s}\n",
         op, servers, workers, k, dim, absl::GetFlag(FLAGS_optimizer),
         absl::GetFlag(FLAGS_empty_handler) ? "empty" : "store", absl::GetFlag(FLAGS_inflight),
         iters, keys_per_s / 1e6, keys_per_s * dim * sizeof(float) / 1e6,
@@ -510,7 +515,8 @@ std::map<std::string, double> RunThroughput(bool metrics, bool secure) {
         absl::GetFlag(FLAGS_replication_factor) > 1 ? absl::GetFlag(FLAGS_replication_mode)
                                                     : std::string("none"),
         metrics ? "on" : "off", scrapes, secure ? "mtls+tokens" : "plaintext",
-        absl::GetFlag(FLAGS_lookup_threads), absl::GetFlag(FLAGS_send_threads));
+        absl::GetFlag(FLAGS_lookup_threads), absl::GetFlag(FLAGS_send_threads),
+        absl::GetFlag(FLAGS_shared_memory) ? "true" : "false");
   }
   std::fflush(stdout);
   (void)(*cluster)->Terminate(absl::Seconds(10));
