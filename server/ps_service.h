@@ -42,6 +42,10 @@ using ParameterServerBase = rpc::ParameterServer::WithRawCallbackMethod_Pull<
 // slices. Replicate is raw too: a primary's records are read in place from gRPC's slices
 // (ReplicateRequestReader), their rows written straight into the copies' tables.
 //
+// With SharedRegions set, a Pull or Push may carry its payload in a slot of a region lent to a
+// client on this host (proto/ps.proto rule 9): its keys and gradients are copied out of the slot
+// before anything else reads them, and a pull's rows are written into the slot.
+//
 // The writes that carry a worker id (Push, PushDense GRADIENT, and EndStep or PushDense ASSIGN
 // when their worker_id is not 0) are refused with PERMISSION_DENIED when the worker id was never
 // issued by the coordinator (RegisteredWorkers, once set); Push and PushDense GRADIENT also when
