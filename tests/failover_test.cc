@@ -22,6 +22,7 @@
 #include "proto/ps.grpc.pb.h"
 #include "tests/testing/daemon.h"
 #include "tests/testing/eventually.h"
+#include "tests/testing/server_status.h"
 
 namespace ps {
 namespace {
@@ -212,15 +213,10 @@ TEST_CASE("a primary killed in a storm of pushes loses no acknowledged push (SYN
 }
 
 rpc::ServerStatus StatusOf(const testing::Daemon& server) {
-  auto stub = rpc::ParameterServer::NewStub(
-      grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials()));
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  rpc::ServerStatus status;
-  const grpc::Status rpc_status = stub->GetStatus(&context, rpc::ServerStatusRequest(), &status);
-  INFO(rpc_status.error_message());
-  REQUIRE(rpc_status.ok());
-  return status;
+  absl::StatusOr<rpc::ServerStatus> status = testing::ServerStatusOf(server, absl::Seconds(5));
+  INFO(status.status().ToString());
+  REQUIRE(status.ok());
+  return *std::move(status);
 }
 
 // The records a server applied as primary that a replica may not hold yet: per shard, the

@@ -24,6 +24,7 @@
 #include "proto/ps.grpc.pb.h"
 #include "server/storage/embedding_table.h"
 #include "tests/testing/daemon.h"
+#include "tests/testing/server_status.h"
 #include "tests/testing/temp_dir.h"
 
 namespace ps {
@@ -106,17 +107,11 @@ Cluster StartCluster(int send_threads = -1, bool shared_memory = true,
   return cluster;
 }
 
-// A server's status, asked over its own channel.
 rpc::ServerStatus StatusOf(const testing::Daemon& server) {
-  auto stub = rpc::ParameterServer::NewStub(
-      grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials()));
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-  rpc::ServerStatus status;
-  const grpc::Status got = stub->GetStatus(&context, rpc::ServerStatusRequest(), &status);
-  INFO(got.error_message());
-  REQUIRE(got.ok());
-  return status;
+  absl::StatusOr<rpc::ServerStatus> status = testing::ServerStatusOf(server);
+  INFO(status.status().ToString());
+  REQUIRE(status.ok());
+  return *std::move(status);
 }
 
 // The single-process reference: one TableShard per table holding every key.
