@@ -316,15 +316,23 @@ TEST_CASE("a client with options out of range is refused before it connects", "[
   CHECK_THAT(std::string(client.status().message()), Catch::Contains(want));
 }
 
-TEST_CASE("ps_server refuses an out-of-range --lookup_threads at start-up, naming it",
-          "[integration]") {
+TEST_CASE("ps_server refuses an out-of-range flag at start-up, naming it", "[integration]") {
+  struct Refused {
+    const char* flag;
+    const char* says;
+  };
+  const Refused refused =
+      GENERATE(Refused{"--lookup_threads=-2", "--lookup_threads must be -1"},
+               Refused{"--shared_memory_mb=-1", "--shared_memory_mb must be in [0, 1073741824]"},
+               Refused{"--shared_memory_idle_s=0", "--shared_memory_idle_s must be > 0"});
+  CAPTURE(refused.flag);
   auto server = testing::Daemon::Launch(
-      "server/ps_server", {"--coordinator=127.0.0.1:1", "--lookup_threads=-2", "--dry_run"});
+      "server/ps_server", {"--coordinator=127.0.0.1:1", refused.flag, "--dry_run"});
   REQUIRE(server.ok());
   const absl::StatusOr<int> exit_status = (*server)->Wait(absl::Seconds(30));
   REQUIRE(exit_status.ok());
   CHECK(*exit_status == 2);
-  CHECK_THAT((*server)->ReadLog(), Catch::Contains("--lookup_threads must be -1"));
+  CHECK_THAT((*server)->ReadLog(), Catch::Contains(refused.says));
 }
 
 TEST_CASE("bad requests get specific errors and the servers keep serving", "[integration]") {
