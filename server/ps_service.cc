@@ -501,6 +501,7 @@ grpc::ServerUnaryReactor* ParameterServerService::GetStatus(grpc::CallbackServer
   if (filled.ok() && shared_regions_ != nullptr) {
     response->set_shared_regions(static_cast<uint32_t>(shared_regions_->regions()));
     response->set_shared_region_bytes(shared_regions_->bytes());
+    response->set_shared_regions_opened(shared_regions_->opened());
   }
   return Done(context, filled);
 }

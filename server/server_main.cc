@@ -351,6 +351,7 @@ int Main() {
         store->FillStatus(status);
         status->set_shared_regions(static_cast<uint32_t>(shared_regions.regions()));
         status->set_shared_region_bytes(shared_regions.bytes());
+        status->set_shared_regions_opened(shared_regions.opened());
         return true;
       });
   service.SetCheckpointDurations(

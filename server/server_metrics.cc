@@ -52,6 +52,9 @@ void AddServerCollector(metrics::Registry* registry,
                status.shared_regions());
     sink.Gauge("ps_server_shared_region_bytes", "The bytes of those regions.", {},
                static_cast<double>(status.shared_region_bytes()));
+    sink.Counter("ps_server_shared_regions_opened_total",
+                 "Regions of shared memory lent since the server started.", {},
+                 static_cast<double>(status.shared_regions_opened()));
     for (const rpc::ShardProgress& shard : status.shards()) {
       for (const rpc::ReplicaLag& lag : shard.replica_lags()) {
         const metrics::Labels labels = {{"shard", absl::StrCat(shard.shard())},

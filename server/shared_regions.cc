@@ -122,6 +122,7 @@ absl::StatusOr<rpc::OpenSharedRegionResponse> SharedRegions::Open(uint32_t slots
   absl::MutexLock lock(&mu_);
   region->last_used = Now();
   regions_[region->id] = std::move(region);
+  ++opened_;
   return response;
 }
 
@@ -197,6 +198,11 @@ size_t SharedRegions::regions() const {
 uint64_t SharedRegions::bytes() const {
   absl::MutexLock lock(&mu_);
   return bytes_;
+}
+
+uint64_t SharedRegions::opened() const {
+  absl::MutexLock lock(&mu_);
+  return opened_;
 }
 
 }  // namespace server

@@ -79,9 +79,10 @@ class SharedRegions {
   // keys_bytes + grads_bytes beyond the slot. Marks the region used.
   absl::StatusOr<Slot> Find(const rpc::SharedSlot& shared);
 
-  // Regions held, and their bytes.
+  // Regions held, and their bytes; regions lent since the start (closed ones included).
   size_t regions() const;
   uint64_t bytes() const;
+  uint64_t opened() const;
 
  private:
   struct Region;
@@ -95,6 +96,7 @@ class SharedRegions {
   absl::flat_hash_map<uint64_t, std::shared_ptr<Region>> regions_ ABSL_GUARDED_BY(mu_);
   uint64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t opened_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace server

@@ -78,6 +78,7 @@ TEST_CASE("a lent region is mapped by another opener as the response says", "[sh
   REQUIRE(regions.Close(region->region(), region->secret()).ok());
   CHECK(regions.regions() == 0);
   CHECK(regions.bytes() == 0);
+  CHECK(regions.opened() == 1);
   slot->data()[1] = 0x22;
   CHECK(client_slot[1] == 0x22);
   CHECK(regions.Find(Name(*region, 2, 100)).status().code() ==

@@ -266,6 +266,43 @@ TEST_CASE("a real cluster matches the single-process reference", "[integration]"
   for (const auto& server : cluster.servers) CHECK(StatusOf(*server).shared_regions() == 0);
 }
 
+TEST_CASE("a client that cannot map a server's region gives it back and uses the channel",
+          "[integration]") {
+  // Servers in a pid namespace of their own, as on another host: the /proc/<pid>/fd/<fd> they
+  // name is not theirs from here (it is this namespace's pid 1 or nothing).
+  Cluster cluster;
+  auto coordinator = testing::StartCoordinator(kJob, "integration_job");
+  REQUIRE(coordinator.ok());
+  cluster.coordinator = std::move(*coordinator);
+  for (int i = 0; i < 2; ++i) {
+    auto server = testing::Daemon::Start(
+        "/usr/bin/unshare", {"--pid", "--fork", "--kill-child", "server/ps_server",
+                             absl::StrCat("--coordinator=", cluster.coordinator->address())});
+    INFO(server.status().ToString());
+    REQUIRE(server.ok());
+    cluster.servers.push_back(std::move(*server));
+  }
+  auto client = Client::Connect(ClientOf(cluster));
+  REQUIRE(client.ok());
+  std::vector<uint64_t> keys;
+  for (uint64_t k = 0; k < 64; ++k) keys.push_back(k);
+  std::vector<float> before(keys.size() * 8);
+  REQUIRE((*client)->Pull("sgd", keys, absl::MakeSpan(before)).ok());
+  const std::vector<float> grads(keys.size() * 8, 1.0f);
+  REQUIRE((*client)->Push("sgd", keys, grads).ok());
+  std::vector<float> after(keys.size() * 8);
+  REQUIRE((*client)->Pull("sgd", keys, absl::MakeSpan(after)).ok());
+  for (size_t i = 0; i < after.size(); ++i) {
+    CHECK(after[i] == Approx(before[i] - 0.1f).margin(1e-6));  // sgd, lr 0.1, once
+  }
+  // Each server lent the client one region, which it gave back at once; none is held.
+  for (const auto& server : cluster.servers) {
+    const rpc::ServerStatus status = StatusOf(*server);
+    CHECK(status.shared_regions_opened() == 1);
+    CHECK(status.shared_regions() == 0);
+  }
+}
+
 TEST_CASE("a client whose shared region expired opens another and loses nothing",
           "[integration]") {
   Cluster cluster = StartCluster(-1, true, {"--shared_memory_idle_s=1"});
@@ -291,7 +328,11 @@ TEST_CASE("a client whose shared region expired opens another and loses nothing"
   // The first client's next requests are refused for the region, and resent through a new one.
   REQUIRE(first.Push("sgd", keys, grads).ok());
   REQUIRE(first.Pull("sgd", keys, absl::MakeSpan(rows)).ok());
-  for (const auto& server : cluster.servers) CHECK(StatusOf(*server).shared_regions() == 2);
+  for (const auto& server : cluster.servers) {
+    const rpc::ServerStatus status = StatusOf(*server);
+    CHECK(status.shared_regions() == 2);
+    CHECK(status.shared_regions_opened() == 3);
+  }
   for (size_t i = 0; i < rows.size(); ++i) {
     // Key 5 twice in the push: its gradients summed (sgd, lr 0.1); the push applied once.
     const float pushes = keys[i / 8] == 5 ? 2.0f : 1.0f;
