@@ -662,7 +662,9 @@ TEST_CASE("a killed server's shards answer DATA_LOSS (or UNAVAILABLE), never han
 
   // The surviving server, the coordinator and the other server's clean shutdown.
   CHECK(cluster.servers[0]->Terminate(absl::Seconds(10)).ok());
-  CHECK(cluster.coordinator->Terminate(absl::Seconds(10)).ok());
+  const absl::Status stopped = cluster.coordinator->Terminate(absl::Seconds(10));
+  INFO(stopped.ToString());
+  CHECK(stopped.ok());
 }
 
 }  // namespace
