@@ -243,9 +243,9 @@ grpc::ServerUnaryReactor* ParameterServerService::Pull(grpc::CallbackServerConte
   rpc::PullRequest request;
   absl::Status status = ParseRequest(*request_bytes, &request);
   if (!status.ok()) return Done(context, status);
-  auto slot = std::make_shared<SharedRegions::Slot>();  // empty unless the request names one
+  SharedRegions::Slot slot;  // empty unless the request names one
   if (request.has_shared()) {
-    status = TakeFromSlot(shared_regions_, &request, slot.get());
+    status = TakeFromSlot(shared_regions_, &request, &slot);
     if (!status.ok()) return Done(context, status);
   }
   ShardedStore* store = Ready(request.header(), &status);
@@ -259,7 +259,7 @@ grpc::ServerUnaryReactor* ParameterServerService::Pull(grpc::CallbackServerConte
   auto ticket = std::make_shared<Admission::Ticket>(*std::move(admitted));
   store->RunWhenApplied(pull->header().clock() - 1,
                         [store, pull, slot, ticket, response, reactor](absl::Status ready) {
-                          if (ready.ok()) ready = AnswerPull(store, *pull, *slot, response);
+                          if (ready.ok()) ready = AnswerPull(store, *pull, slot, response);
                           ticket->Release();
                           reactor->Finish(ToGrpcStatus(ready));
                         });
