@@ -197,6 +197,11 @@ struct SparseCall {
     std::shared_ptr<ServerConnection> conn;
     std::shared_ptr<client_internal::SharedRegion> region;
     int slot = -1;
+    // Made in the region (rule 10) with this message, rather than as an RPC; and whether the
+    // server answered it (its slot is then free again, whatever the answer).
+    bool in_region = false;
+    rpc::PushRequest region_message;
+    bool region_answered = false;
     std::unique_ptr<grpc::ClientContext> context;
     // A PullRequest or PushRequest; a PullResponse or PushResponse.
     grpc::ByteBuffer request_bytes;
@@ -554,8 +559,14 @@ class ClientImpl final : public Client {
         shared->set_slot(static_cast<uint32_t>(slot));
         shared->set_keys_bytes(key_bytes);
         shared->set_grads_bytes(grad_bytes);
-        request->region = std::move(region);
         request->slot = slot;
+        if (region->calls()) {
+          request->region = std::move(region);
+          request->in_region = true;
+          request->region_message = std::move(fields);
+          return;
+        }
+        request->region = std::move(region);
         MessageWriter writer(fields.ByteSizeLong());
         writer.AppendMessage(fields);
         request->request_bytes = writer.Finish();
@@ -608,7 +619,7 @@ class ClientImpl final : public Client {
       return nullptr;
     }
     absl::StatusOr<std::unique_ptr<client_internal::SharedRegion>> mapped =
-        client_internal::SharedRegion::Map(lent);
+        client_internal::SharedRegion::Map(lent, options_.shared_memory_calls);
     if (!mapped.ok()) {
       // Another host (or user, or pid namespace): give the memory back and use the channel.
       conn->region_off = true;
@@ -620,9 +631,11 @@ class ClientImpl final : public Client {
   }
 
   // Whether `status` is a server's refusal of a request's shared slot (SharedRegions::Find: its
-  // messages name the "shared region") rather than of the request itself.
+  // messages name the "shared region") rather than of the request itself, or says that the
+  // server that lent the region exited (SharedRegion::Call).
   static bool IsSharedRegionRefusal(const absl::Status& status) {
-    return (absl::IsFailedPrecondition(status) || absl::IsPermissionDenied(status)) &&
+    return (absl::IsFailedPrecondition(status) || absl::IsPermissionDenied(status) ||
+            absl::IsUnavailable(status)) &&
            absl::StrContains(status.message(), "shared region");
   }
 
@@ -675,6 +688,28 @@ class ClientImpl final : public Client {
         request->context->set_deadline(absl::ToChronoTime(absl::Now() + options_.request_timeout));
         const std::shared_ptr<ServerConnection>& conn = routing->servers.at(request->part.server);
         Encode(*call, *routing, conn, request);
+        if (request->in_region) {
+          const uint32_t region_method = call->kind == SparseCall::Kind::kPush
+                                             ? kSharedCallPush
+                                             : kSharedCallPull;
+          if (request->region->Call(
+                  request->slot, region_method, request->region_message,
+                  absl::Now() + options_.request_timeout,
+                  [this, call, request](const absl::Status& status, std::string response,
+                                        bool answered) {
+                    request->region_answered = answered;
+                    grpc::Slice slice(response);
+                    request->response_bytes = grpc::ByteBuffer(&slice, 1);
+                    OnDone(call, request, ToGrpcStatus(status));
+                  })) {
+            return;
+          }
+          // Too large for a call page: an RPC, its payload in the slot.
+          request->in_region = false;
+          MessageWriter writer(request->region_message.ByteSizeLong());
+          writer.AppendMessage(request->region_message);
+          request->request_bytes = writer.Finish();
+        }
         conn->GenericStub()->UnaryCall(
             request->context.get(), method, grpc::StubOptions(), &request->request_bytes,
             &request->response_bytes,
@@ -687,6 +722,12 @@ class ClientImpl final : public Client {
       }
       first = false;
     }
+  }
+
+  // The server a request went to, for messages.
+  static std::string PeerOf(const SparseCall::Request& request) {
+    if (request.in_region) return absl::StrCat(request.conn->address, " (in shared memory)");
+    return request.context->peer();
   }
 
   void OnDone(const std::shared_ptr<SparseCall>& call, SparseCall::Request* raw,
@@ -705,7 +746,7 @@ class ClientImpl final : public Client {
         if (request->slot < 0) {
           status = absl::InternalError(absl::StrFormat(
               "server %s answered rows in a shared slot to a request that named none",
-              request->context->peer()));
+              PeerOf(*request)));
         } else {
           values.ReadFromSlot(request->region->slot(static_cast<uint32_t>(request->slot)),
                               size_t{request->part.num_keys} * dim * sizeof(float));
@@ -714,7 +755,7 @@ class ClientImpl final : public Client {
       if (status.ok() &&
           values.values_size() != size_t{request->part.num_keys} * dim * sizeof(float)) {
         status = absl::InternalError(absl::StrFormat(
-            "server %s answered %d bytes for %d keys of dim %d", request->context->peer(),
+            "server %s answered %d bytes for %d keys of dim %d", PeerOf(*request),
             values.values_size(), request->part.num_keys, dim));
       }
       if (status.ok()) {
@@ -743,18 +784,20 @@ class ClientImpl final : public Client {
     }
     if (request->slot >= 0) {
       // The server answered: the slot is free again. Otherwise it may still read or write it.
-      if (grpc_status.ok()) {
+      if (grpc_status.ok() || request->region_answered) {
         request->region->Release(request->slot);
       } else {
         request->region->Retire(request->slot);
-        if (IsSharedRegionRefusal(status)) {
-          // The region is gone (the server restarted or expired it): open another, and resend.
-          DropSharedRegion(request->conn.get(), request->region.get());
-          status = absl::UnavailableError(absl::StrCat(status.message(), "; resent"));
-        }
+      }
+      if (!grpc_status.ok() && IsSharedRegionRefusal(status)) {
+        // The region is gone (the server restarted or expired it): open another, and resend.
+        DropSharedRegion(request->conn.get(), request->region.get());
+        status = absl::UnavailableError(absl::StrCat(status.message(), "; resent"));
       }
       request->slot = -1;
       request->region.reset();
+      request->in_region = false;
+      request->region_answered = false;
     }
     // A request that is done with (rows scattered, push applied, or failed for good) is freed
     // here, before the call can finish: once it has, the caller may destroy this client, and

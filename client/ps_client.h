@@ -59,6 +59,11 @@ struct ClientOptions {
   // elsewhere (or one that lends none: ps_server --shared_memory_mb=0) is reached through the
   // channel as always. false: always the channel.
   bool shared_memory = true;
+  // With shared_memory: the pulls and pushes themselves are made in the shared memory (rule 10:
+  // the request message written there and the server woken through a futex) rather than as RPCs
+  // on the channel, when the server serves calls there. false: RPCs, with their payloads in
+  // shared memory.
+  bool shared_memory_calls = true;
   // Largest request or response in bytes; 0 takes the job's cluster.max_message_bytes.
   uint64_t max_message_bytes = 0;
   // How long a call keeps retrying retryable errors before it returns the last one. Default 60 s.

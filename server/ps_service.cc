@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "common/grpc/wire.h"
 #include "common/grpc_status.h"
+#include "common/shared_region_layout.h"
 #include "common/status_macros.h"
 #include "server/checkpoint/server_checkpoint.h"
 
@@ -77,6 +78,15 @@ grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* context, const absl:
   return reactor;
 }
 
+// INVALID_ARGUMENT: a request of `bytes` bytes does not parse as a `Message`.
+template <typename Message>
+absl::Status NotParsed(size_t bytes) {
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "the request (%d bytes) does not parse as a %s: a field of the wrong wire type, a length "
+      "past the end of the message, or a string field that is not UTF-8",
+      bytes, Message::descriptor()->full_name()));
+}
+
 // Parses the bytes of a request into `message`; INVALID_ARGUMENT naming the message type when
 // they are not one.
 template <typename Message>
@@ -85,10 +95,37 @@ absl::Status ParseRequest(const grpc::ByteBuffer& bytes, Message* message) {
   if (grpc::SerializationTraits<Message>::Deserialize(&copy, message).ok()) {
     return absl::OkStatus();
   }
-  return absl::InvalidArgumentError(absl::StrFormat(
-      "the request (%d bytes) does not parse as a %s: a field of the wrong wire type, a length "
-      "past the end of the message, or a string field that is not UTF-8",
-      bytes.Length(), Message::descriptor()->full_name()));
+  return NotParsed<Message>(bytes.Length());
+}
+
+// The same for a request made in a shared region: its bytes were copied out of the call page.
+template <typename Message>
+absl::Status ParseRequest(const std::string& bytes, Message* message) {
+  if (message->ParseFromString(bytes)) return absl::OkStatus();
+  return NotParsed<Message>(bytes.size());
+}
+
+// A request made in a shared region carries its payload in the call's own slot.
+template <typename Request>
+absl::Status CheckCallSlot(const Request& request, const SharedRegions::Call& call) {
+  if (!request.has_shared() || request.shared().region() != call.region() ||
+      request.shared().slot() != call.slot()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "a call made in slot %d of shared region %d must name that slot for its payload", call.slot(),
+        call.region()));
+  }
+  return absl::OkStatus();
+}
+
+// The bytes of a small response, in one string.
+std::string Flatten(const grpc::ByteBuffer& buffer) {
+  std::vector<grpc::Slice> slices;
+  std::string bytes;
+  if (!buffer.Dump(&slices).ok()) return bytes;
+  for (const grpc::Slice& slice : slices) {
+    bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+  }
+  return bytes;
 }
 
 // A call of a raw method: the parsed request, the response to serialise, and the reactor, which
@@ -121,6 +158,28 @@ class ParsedCall final : public grpc::ServerUnaryReactor {
 
  private:
   grpc::ByteBuffer* const out_;
+};
+
+// A Pull or Push made in a shared region, parsed: as ParsedCall, answered in the call page.
+template <typename Request, typename Response>
+class SharedParsedCall {
+ public:
+  explicit SharedParsedCall(SharedRegions::Call call) : call_(std::move(call)) {}
+
+  // Answers the call and deletes this: with the response when `status` is OK.
+  void Reply(const absl::Status& status) {
+    call_.Answer(status, status.ok() ? response.SerializeAsString() : std::string());
+    delete this;
+  }
+
+  const SharedRegions::Call& call() const { return call_; }
+
+  Request request;
+  Response response;
+  Admission::Ticket ticket;
+
+ private:
+  SharedRegions::Call call_;
 };
 
 // Starts a call of a raw method admitted as `admitted` says: the call, which has already answered
@@ -241,29 +300,77 @@ grpc::ServerUnaryReactor* ParameterServerService::Pull(grpc::CallbackServerConte
   absl::StatusOr<Admission::Ticket> admitted = Admit(context, *request_bytes);
   if (!admitted.ok()) return Done(context, admitted.status());
   rpc::PullRequest request;
-  absl::Status status = ParseRequest(*request_bytes, &request);
+  const absl::Status status = ParseRequest(*request_bytes, &request);
   if (!status.ok()) return Done(context, status);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  ServePull(std::move(request), *std::move(admitted), response,
+            [reactor](const absl::Status& done) { reactor->Finish(ToGrpcStatus(done)); });
+  return reactor;
+}
+
+void ParameterServerService::ServePull(rpc::PullRequest request, Admission::Ticket admitted,
+                                       grpc::ByteBuffer* response,
+                                       std::function<void(absl::Status)> finish) {
+  absl::Status status;
   SharedRegions::Slot slot;  // empty unless the request names one
   if (request.has_shared()) {
     status = TakeFromSlot(shared_regions_, &request, &slot);
-    if (!status.ok()) return Done(context, status);
+    if (!status.ok()) return finish(status);
   }
   ShardedStore* store = Ready(request.header(), &status);
-  if (store == nullptr) return Done(context, status);
+  if (store == nullptr) return finish(status);
   // A pull for step t is answered once step t - 1 is applied (sync mode; at once otherwise).
   status = store->CheckPullStep(request.header().clock());
-  if (!status.ok()) return Done(context, status);
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (!status.ok()) return finish(status);
   auto pull = std::make_shared<rpc::PullRequest>(std::move(request));
   // Held until the answer is written (a sync-mode pull may wait for its step).
-  auto ticket = std::make_shared<Admission::Ticket>(*std::move(admitted));
-  store->RunWhenApplied(pull->header().clock() - 1,
-                        [store, pull, slot, ticket, response, reactor](absl::Status ready) {
-                          if (ready.ok()) ready = AnswerPull(store, *pull, slot, response);
-                          ticket->Release();
-                          reactor->Finish(ToGrpcStatus(ready));
-                        });
-  return reactor;
+  auto ticket = std::make_shared<Admission::Ticket>(std::move(admitted));
+  store->RunWhenApplied(pull->header().clock() - 1, [store, pull, slot, ticket, response,
+                                                     finish = std::move(finish)](
+                                                        absl::Status ready) {
+    if (ready.ok()) ready = AnswerPull(store, *pull, slot, response);
+    ticket->Release();
+    finish(ready);
+  });
+}
+
+void ParameterServerService::ServeSharedCall(SharedRegions::Call call) {
+  absl::StatusOr<Admission::Ticket> admitted =
+      admission_ == nullptr
+          ? Admission::Ticket()
+          : admission_->Admit(call.peer(), static_cast<int64_t>(call.request().size()));
+  if (!admitted.ok()) return call.Answer(admitted.status(), "");
+  if (call.method() == kSharedCallPull) {
+    rpc::PullRequest request;
+    absl::Status status = ParseRequest(call.request(), &request);
+    if (status.ok()) status = CheckCallSlot(request, call);
+    if (!status.ok()) return call.Answer(status, "");
+    // The response (a PullResponse saying the rows are in the slot) outlives this frame when the
+    // pull waits for its step.
+    auto answered = std::make_shared<std::pair<SharedRegions::Call, grpc::ByteBuffer>>();
+    answered->first = std::move(call);
+    ServePull(std::move(request), *std::move(admitted), &answered->second,
+              [answered](const absl::Status& done) {
+                answered->first.Answer(done, done.ok() ? Flatten(answered->second) : "");
+              });
+    return;
+  }
+  if (call.method() != kSharedCallPush) {
+    return call.Answer(
+        absl::InvalidArgumentError(absl::StrFormat(
+            "a call page names method %d, neither a pull (%d) nor a push (%d)", call.method(),
+            kSharedCallPull, kSharedCallPush)),
+        "");
+  }
+  auto* push = new SharedParsedCall<rpc::PushRequest, rpc::PushResponse>(std::move(call));
+  push->ticket = *std::move(admitted);
+  absl::Status status = ParseRequest(push->call().request(), &push->request);
+  if (status.ok()) status = CheckCallSlot(push->request, push->call());
+  SharedRegions::Slot slot;  // the payload is copied out; the slot is not needed after
+  if (status.ok()) status = TakeFromSlot(shared_regions_, &push->request, &slot);
+  if (!status.ok()) return push->Reply(status);
+  ServeIfWorkerMayWrite(push, /*required=*/true,
+                        [this](auto* checked_call) { ServePush(checked_call); });
 }
 
 void ParameterServerService::ReportLatePush(const rpc::RequestHeader& header, uint32_t keys) {
@@ -477,7 +584,7 @@ grpc::ServerUnaryReactor* ParameterServerService::OpenSharedRegion(
                     "this server lends no shared memory (ps_server --shared_memory_mb=0)"));
   }
   absl::StatusOr<rpc::OpenSharedRegionResponse> opened =
-      shared_regions_->Open(request->slots(), request->slot_bytes());
+      shared_regions_->Open(request->slots(), request->slot_bytes(), context->peer());
   if (opened.ok()) *response = *std::move(opened);
   return Done(context, opened.status());
 }

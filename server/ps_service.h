@@ -126,6 +126,12 @@ class ParameterServerService final : public ParameterServerBase {
   grpc::ServerUnaryReactor* CloseSharedRegion(grpc::CallbackServerContext* context,
                                               const rpc::CloseSharedRegionRequest* request,
                                               rpc::CloseSharedRegionResponse* response) override;
+  // Serves a Pull or Push made in a shared region (rule 10 of proto/ps.proto; wired as
+  // SharedRegions::Options::serve_call): admitted as the region's peer, then served as the RPC
+  // would be, its request naming the call's own slot. Answers the call from whichever thread the
+  // request finishes on.
+  void ServeSharedCall(SharedRegions::Call call);
+
   // A primary's records for the copies this server holds; answered per shard in the response.
   grpc::ServerUnaryReactor* Replicate(grpc::CallbackServerContext* context,
                                       const grpc::ByteBuffer* request,
@@ -149,6 +155,11 @@ class ParameterServerService final : public ParameterServerBase {
   // RegisteredWorkers::Check said so. When Check refuses it, replies with its status instead.
   template <typename Call, typename Serve>
   void ServeIfWorkerMayWrite(Call* call, bool required, Serve serve);
+
+  // A Pull's work once it is admitted and parsed, for both transports: `finish` gets its status
+  // once the rows are written (into the request's slot, or `response`).
+  void ServePull(rpc::PullRequest request, Admission::Ticket ticket, grpc::ByteBuffer* response,
+                 std::function<void(absl::Status)> finish);
 
   // The methods' work once the request is parsed and its worker checked.
   template <typename Call>

@@ -340,6 +340,10 @@ int Main() {
   });
 
   // Metrics: every call by method and code (the interceptor), the store's figures at scrape time.
+  // Calls made in the regions (rule 10) are served as the RPCs are.
+  shared_options.serve_call = [&service](server::SharedRegions::Call call) {
+    service.ServeSharedCall(std::move(call));
+  };
   server::SharedRegions shared_regions(shared_options);
   if (shared_options.max_bytes > 0) service.SetSharedRegions(&shared_regions);
   metrics::Registry registry;
@@ -512,6 +516,7 @@ int Main() {
   metrics_store.store(nullptr);
   stage_done("metrics");
   grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  shared_regions.StopCalls();
   stage_done("calls in flight");
   follower.store(nullptr);
   map_follower.reset();

@@ -4,13 +4,17 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <thread>
 #include <utility>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "common/futex.h"
 
 namespace ps {
 namespace server {
@@ -31,6 +35,15 @@ bool SameSecret(absl::string_view a, const unsigned char* b) {
   return diff == 0;
 }
 
+// Writes INTERNAL into `page`: a response of `bytes` bytes does not fit it.
+void AnswerTooLong(SharedCallPage* page, size_t bytes) {
+  const std::string text = absl::StrFormat(
+      "the server's response (%d bytes) does not fit a call page of %d", bytes, sizeof(page->data));
+  std::memcpy(page->data, text.data(), text.size());
+  page->answer_bytes = static_cast<uint32_t>(text.size());
+  page->code = static_cast<int32_t>(absl::StatusCode::kInternal);
+}
+
 }  // namespace
 
 struct SharedRegions::Region {
@@ -42,22 +55,124 @@ struct SharedRegions::Region {
     if (fd >= 0) close(fd);
   }
 
+  uint32_t* bell(size_t offset) const { return reinterpret_cast<uint32_t*>(base + offset); }
+  SharedCallPage* page(uint32_t slot) const {
+    return reinterpret_cast<SharedCallPage*>(base + kSharedPageBytes * (1 + uint64_t{slot}));
+  }
+
   uint64_t id = 0;
   int fd = -1;
   unsigned char* base = nullptr;
   uint64_t bytes = 0;
   uint32_t slots = 0;
   uint64_t slot_bytes = 0;
+  uint64_t header_bytes = 0;
   unsigned char secret[kSecretBytes] = {};
+  std::string peer;
   absl::Time last_used;  // guarded by SharedRegions::mu_
+  // The calls' thread (rule 10), stopped by StopRegion.
+  std::thread thread;
+  std::atomic<bool> stopping{false};
 };
+
+SharedRegions::Call& SharedRegions::Call::operator=(Call&& other) noexcept {
+  if (this != &other) {
+    if (region_ != nullptr) Answer(absl::InternalError("the server dropped the call"), "");
+    region_ = std::move(other.region_);
+    other.region_ = nullptr;
+    slot_ = other.slot_;
+    method_ = other.method_;
+    request_ = std::move(other.request_);
+  }
+  return *this;
+}
+
+SharedRegions::Call::~Call() {
+  if (region_ != nullptr) Answer(absl::InternalError("the server dropped the call"), "");
+}
+
+uint64_t SharedRegions::Call::region() const { return region_->id; }
+
+const std::string& SharedRegions::Call::peer() const { return region_->peer; }
+
+void SharedRegions::Call::Answer(const absl::Status& status, absl::string_view response) {
+  if (region_ == nullptr) return;
+  SharedCallPage* page = region_->page(slot_);
+  absl::string_view bytes = status.ok() ? response : status.message();
+  if (status.ok() && bytes.size() > sizeof(page->data)) {
+    // Cannot happen with this server's responses; said plainly rather than cut.
+    AnswerTooLong(page, bytes.size());
+  } else {
+    bytes = bytes.substr(0, sizeof(page->data));
+    std::memcpy(page->data, bytes.data(), bytes.size());
+    page->answer_bytes = static_cast<uint32_t>(bytes.size());
+    page->code = static_cast<int32_t>(status.code());
+  }
+  StoreWord(&page->state, kSharedCallAnswered);
+  RingBell(region_->bell(kClientBellOffset));
+  region_ = nullptr;
+}
 
 SharedRegions::SharedRegions(Options options) : options_(std::move(options)) {}
 
-SharedRegions::~SharedRegions() = default;
+SharedRegions::~SharedRegions() { StopCalls(); }
+
+void SharedRegions::StopCalls() {
+  std::vector<std::shared_ptr<Region>> regions;
+  {
+    absl::MutexLock lock(&mu_);
+    calls_stopped_ = true;
+    for (const auto& [id, region] : regions_) regions.push_back(region);
+  }
+  for (const auto& region : regions) StopRegion(region.get());
+}
+
+void SharedRegions::StopRegion(Region* region) {
+  if (!region->thread.joinable()) return;
+  region->stopping.store(true);
+  RingBell(region->bell(kServerBellOffset));
+  region->thread.join();
+  // The client withdraws the calls not taken.
+  StoreWord(region->bell(kClosedOffset), 1);
+  RingBell(region->bell(kClientBellOffset));
+}
+
+void SharedRegions::ServeCalls(Region* region) {
+  uint32_t* bell = region->bell(kServerBellOffset);
+  while (!region->stopping.load()) {
+    const uint32_t rung = LoadWord(bell);
+    bool served = false;
+    for (uint32_t i = 0; i < region->slots && !region->stopping.load(); ++i) {
+      SharedCallPage* page = region->page(i);
+      if (!SwapWord(&page->state, kSharedCallRequested, kSharedCallServing)) continue;
+      served = true;
+      Call call;
+      call.slot_ = i;
+      call.method_ = __atomic_load_n(&page->method, __ATOMIC_RELAXED);
+      const uint32_t request_bytes = __atomic_load_n(&page->request_bytes, __ATOMIC_RELAXED);
+      {
+        absl::MutexLock lock(&mu_);
+        const auto it = regions_.find(region->id);
+        if (it == regions_.end()) return;  // closed meanwhile; its stop is on its way
+        call.region_ = it->second;
+      }
+      if (request_bytes > sizeof(page->data)) {
+        call.Answer(absl::InvalidArgumentError(absl::StrFormat(
+                        "a call page says its request has %d bytes, past the page's %d",
+                        request_bytes, sizeof(page->data))),
+                    "");
+        continue;
+      }
+      call.request_.assign(page->data, request_bytes);
+      options_.serve_call(std::move(call));
+    }
+    if (!served) FutexWait(bell, rung, absl::InfiniteDuration());
+  }
+}
 
 absl::StatusOr<rpc::OpenSharedRegionResponse> SharedRegions::Open(uint32_t slots,
-                                                                  uint64_t slot_bytes) {
+                                                                  uint64_t slot_bytes,
+                                                                  absl::string_view peer) {
   if (options_.max_bytes == 0) {
     return absl::FailedPreconditionError(
         "this server lends no shared memory (ps_server --shared_memory_mb=0)");
@@ -73,10 +188,16 @@ absl::StatusOr<rpc::OpenSharedRegionResponse> SharedRegions::Open(uint32_t slots
   auto region = std::make_shared<Region>();
   region->slots = slots;
   region->slot_bytes = RoundUpToPage(slot_bytes);
-  region->bytes = kSharedRegionHeaderBytes + uint64_t{slots} * region->slot_bytes;
+  region->header_bytes = SharedRegionHeaderBytes(slots);
+  region->bytes = region->header_bytes + uint64_t{slots} * region->slot_bytes;
+  region->peer = std::string(peer);
+  std::vector<std::shared_ptr<Region>> idle;
+  absl::Cleanup stop_idle = [&idle] {
+    for (const auto& closed : idle) StopRegion(closed.get());
+  };
   {
     absl::MutexLock lock(&mu_);
-    CloseIdleLocked(Now() - options_.idle_timeout);
+    idle = TakeIdleLocked(Now() - options_.idle_timeout);
     if (bytes_ + region->bytes > options_.max_bytes) {
       return absl::ResourceExhaustedError(
           absl::StrFormat("shared regions would take %d bytes, over this server's %d (ps_server "
@@ -118,8 +239,12 @@ absl::StatusOr<rpc::OpenSharedRegionResponse> SharedRegions::Open(uint32_t slots
   response.set_fd(region->fd);
   response.set_slots(slots);
   response.set_slot_bytes(region->slot_bytes);
-  response.set_header_bytes(kSharedRegionHeaderBytes);
+  response.set_header_bytes(region->header_bytes);
   absl::MutexLock lock(&mu_);
+  if (options_.serve_call && !calls_stopped_) {
+    response.set_calls(true);
+    region->thread = std::thread([this, raw = region.get()] { ServeCalls(raw); });
+  }
   region->last_used = Now();
   regions_[region->id] = std::move(region);
   ++opened_;
@@ -127,7 +252,10 @@ absl::StatusOr<rpc::OpenSharedRegionResponse> SharedRegions::Open(uint32_t slots
 }
 
 absl::Status SharedRegions::Close(uint64_t id, absl::string_view secret) {
-  std::shared_ptr<Region> closed;  // unmapped outside the lock
+  std::shared_ptr<Region> closed;  // stopped and unmapped outside the lock
+  absl::Cleanup stop = [&closed] {
+    if (closed != nullptr) StopRegion(closed.get());
+  };
   absl::MutexLock lock(&mu_);
   const auto it = regions_.find(id);
   if (it == regions_.end()) {
@@ -173,21 +301,23 @@ absl::StatusOr<SharedRegions::Slot> SharedRegions::Find(const rpc::SharedSlot& s
                         shared.keys_bytes(), shared.grads_bytes(), region->slot_bytes));
   }
   Slot slot;
-  slot.data_ = region->base + kSharedRegionHeaderBytes + shared.slot() * region->slot_bytes;
+  slot.data_ = region->base + region->header_bytes + shared.slot() * region->slot_bytes;
   slot.size_ = region->slot_bytes;
   slot.region_ = std::move(region);
   return slot;
 }
 
-void SharedRegions::CloseIdleLocked(absl::Time before) {
-  std::vector<uint64_t> idle;
+std::vector<std::shared_ptr<SharedRegions::Region>> SharedRegions::TakeIdleLocked(
+    absl::Time before) {
+  std::vector<std::shared_ptr<Region>> idle;
   for (const auto& [id, region] : regions_) {
-    if (region->last_used < before) idle.push_back(id);
+    if (region->last_used < before) idle.push_back(region);
   }
-  for (const uint64_t id : idle) {
-    bytes_ -= regions_[id]->bytes;
-    regions_.erase(id);
+  for (const auto& region : idle) {
+    bytes_ -= region->bytes;
+    regions_.erase(region->id);
   }
+  return idle;
 }
 
 size_t SharedRegions::regions() const {

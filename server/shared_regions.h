@@ -11,6 +11,11 @@
 // The server never trusts what is in a slot: callers copy a request's keys and gradients out
 // (Slot::data) before checking them, so a client writing its slot while the server reads it can
 // garble only its own request, which the checks then refuse or apply as they would any bytes.
+//
+// With Options::serve_call set, each region also carries calls (rule 10): a thread of the region
+// sleeps on the region's server bell, takes each call a client wrote into a call page (its
+// message copied out first) and hands it to serve_call, which answers it (Call::Answer) from
+// whichever thread it finishes on.
 #ifndef PS_SERVER_SHARED_REGIONS_H_
 #define PS_SERVER_SHARED_REGIONS_H_
 
@@ -18,6 +23,8 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
@@ -32,7 +39,11 @@ namespace server {
 
 // SharedRegions: the regions one server has lent. Thread-safe.
 class SharedRegions {
+  struct Region;
+
  public:
+  class Call;
+
   struct Options {
     // All regions together, header pages included; 0 lends none.
     uint64_t max_bytes = 0;
@@ -40,6 +51,8 @@ class SharedRegions {
     absl::Duration idle_timeout = absl::Minutes(10);
     // The clock (tests); absl::Now when empty.
     std::function<absl::Time()> now;
+    // Serves the calls made in regions (rule 10); none are served when empty.
+    std::function<void(Call)> serve_call;
   };
 
   // A slot of a region, named by a request. The region stays mapped while a Slot of it lives,
@@ -58,18 +71,51 @@ class SharedRegions {
     size_t size_ = 0;
   };
 
+  // A call made in a region (rule 10), taken from its call page. Answer it once; a Call dropped
+  // unanswered answers INTERNAL.
+  class Call {
+   public:
+    Call() = default;
+    Call(Call&& other) noexcept { *this = std::move(other); }
+    Call& operator=(Call&& other) noexcept;
+    Call(const Call&) = delete;
+    Call& operator=(const Call&) = delete;
+    ~Call();
+
+    // kSharedCallPull or kSharedCallPush (anything else: the client wrote garbage).
+    uint32_t method() const { return method_; }
+    // The request message, copied out of the call page.
+    const std::string& request() const { return request_; }
+    // The slot whose call page this is (the request's SharedSlot must name it).
+    uint32_t slot() const { return slot_; }
+    uint64_t region() const;
+    // The gRPC peer that opened the region (admission counts the call as that peer's).
+    const std::string& peer() const;
+    // Writes the answer into the call page (the error's text cut to the page) and rings the
+    // client's bell. `response` must fit the page (a Pull's or Push's response without rows).
+    void Answer(const absl::Status& status, absl::string_view response);
+
+   private:
+    friend class SharedRegions;
+    std::shared_ptr<Region> region_;
+    uint32_t slot_ = 0;
+    uint32_t method_ = 0;
+    std::string request_;
+  };
+
   explicit SharedRegions(Options options);
   // Unmaps and closes every region (a client still mapping one keeps its pages).
   ~SharedRegions();
   SharedRegions(const SharedRegions&) = delete;
   SharedRegions& operator=(const SharedRegions&) = delete;
 
-  // Lends a new region of `slots` slots of `slot_bytes` bytes each (rounded up to whole pages),
-  // first closing those idle past the timeout. FAILED_PRECONDITION when this server lends none
+  // Lends a new region of `slots` slots of `slot_bytes` bytes each (rounded up to whole pages) to
+  // `peer`, first closing those idle past the timeout; with serve_call, starts its thread. FAILED_PRECONDITION when this server lends none
   // (max_bytes 0); INVALID_ARGUMENT for slots outside [1, kMaxSharedSlots] or slot_bytes outside
   // [1, kMaxSharedSlotBytes]; RESOURCE_EXHAUSTED when the regions would pass max_bytes; INTERNAL
   // when the kernel refuses the memory.
-  absl::StatusOr<rpc::OpenSharedRegionResponse> Open(uint32_t slots, uint64_t slot_bytes);
+  absl::StatusOr<rpc::OpenSharedRegionResponse> Open(uint32_t slots, uint64_t slot_bytes,
+                                                     absl::string_view peer = "");
 
   // Closes a region: FAILED_PRECONDITION if it is not held, PERMISSION_DENIED for a wrong secret.
   absl::Status Close(uint64_t region, absl::string_view secret);
@@ -79,17 +125,24 @@ class SharedRegions {
   // keys_bytes + grads_bytes beyond the slot. Marks the region used.
   absl::StatusOr<Slot> Find(const rpc::SharedSlot& shared);
 
+  // Stops taking calls: the regions' threads end (a call being served still gets its answer).
+  // Before the server's store goes away; the destructor does it too.
+  void StopCalls();
+
   // Regions held, and their bytes; regions lent since the start (closed ones included).
   size_t regions() const;
   uint64_t bytes() const;
   uint64_t opened() const;
 
  private:
-  struct Region;
-
   absl::Time Now() const { return options_.now ? options_.now() : absl::Now(); }
-  // Closes the regions unused since `before`.
-  void CloseIdleLocked(absl::Time before) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes out the regions unused since `before`, to be stopped (StopRegion) outside the lock.
+  std::vector<std::shared_ptr<Region>> TakeIdleLocked(absl::Time before)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends a region's thread, if it has one. Not under mu_ (the thread takes it in Find).
+  static void StopRegion(Region* region);
+  // The thread of a region with calls.
+  void ServeCalls(Region* region);
 
   const Options options_;
   mutable absl::Mutex mu_;
@@ -97,6 +150,7 @@ class SharedRegions {
   uint64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t opened_ ABSL_GUARDED_BY(mu_) = 0;
+  bool calls_stopped_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace server

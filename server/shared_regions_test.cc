@@ -41,7 +41,8 @@ TEST_CASE("a lent region is mapped by another opener as the response says", "[sh
   CHECK(region->slots() == 3);
   CHECK(region->slot_bytes() % page == 0);
   CHECK(region->slot_bytes() >= 10000);
-  CHECK(region->header_bytes() == kSharedRegionHeaderBytes);
+  CHECK(region->header_bytes() == SharedRegionHeaderBytes(3));
+  CHECK_FALSE(region->calls());  // no serve_call
   CHECK(region->secret().size() == 16);
   CHECK(region->pid() == getpid());
   const uint64_t total = region->header_bytes() + region->slots() * region->slot_bytes();
@@ -127,7 +128,7 @@ TEST_CASE("regions are bounded in number, size and bytes", "[shared]") {
           absl::StatusCode::kInvalidArgument);
   }
   SECTION("over the server's bytes") {
-    const uint64_t one = kSharedRegionHeaderBytes + 4 * (uint64_t{1} << 20);
+    const uint64_t one = SharedRegionHeaderBytes(4) + 4 * (uint64_t{1} << 20);
     SharedRegions regions(Lend(2 * one));
     REQUIRE(regions.Open(4, 1 << 20).ok());
     const auto second = regions.Open(4, 1 << 20);

@@ -81,9 +81,10 @@ ClientOptions ClientOf(const Cluster& cluster) {
 }
 
 // `send_threads`: the client's ClientOptions.send_threads (-1: automatic, none on 2 cores);
-// `shared_memory`: its ClientOptions.shared_memory; `server_flags`: more flags of each server.
+// `shared_memory`, `calls`: its ClientOptions.shared_memory and .shared_memory_calls;
+// `server_flags`: more flags of each server.
 Cluster StartCluster(int send_threads = -1, bool shared_memory = true,
-                     const std::vector<std::string>& server_flags = {}) {
+                     const std::vector<std::string>& server_flags = {}, bool calls = true) {
   Cluster cluster;
   auto coordinator = testing::StartCoordinator(kJob, "integration_job");
   REQUIRE(coordinator.ok());
@@ -100,6 +101,7 @@ Cluster StartCluster(int send_threads = -1, bool shared_memory = true,
   ClientOptions options = ClientOf(cluster);
   options.send_threads = send_threads;
   options.shared_memory = shared_memory;
+  options.shared_memory_calls = calls;
   auto client = Client::Connect(options);
   INFO(client.status().ToString());
   REQUIRE(client.ok());
@@ -130,21 +132,23 @@ struct Reference {
 };
 
 TEST_CASE("a real cluster matches the single-process reference", "[integration]") {
-  // Requests started by the calling threads alone and by a send pool beside them; payloads in
-  // the shared memory the servers lend (and in the messages when every slot is taken), in the
-  // messages only, and with servers that lend none.
+  // Requests started by the calling threads alone and by a send pool beside them; calls made in
+  // the shared memory the servers lend (and RPCs when every slot is taken); RPCs with their
+  // payloads in that memory; payloads in the messages only; and servers that lend none.
   struct Transport {
     int send_threads;
     bool shared_memory;
     std::vector<std::string> server_flags;
+    bool calls = true;
   };
   const Transport transport =
-      GENERATE(Transport{0, true, {}}, Transport{3, true, {}}, Transport{0, false, {}},
-               Transport{0, true, {"--shared_memory_mb=0"}});
+      GENERATE(Transport{0, true, {}}, Transport{3, true, {}}, Transport{0, true, {}, false},
+               Transport{0, false, {}}, Transport{0, true, {"--shared_memory_mb=0"}});
   const bool lent = transport.shared_memory && transport.server_flags.empty();
-  CAPTURE(transport.send_threads, transport.shared_memory, transport.server_flags);
-  Cluster cluster =
-      StartCluster(transport.send_threads, transport.shared_memory, transport.server_flags);
+  CAPTURE(transport.send_threads, transport.shared_memory, transport.server_flags,
+          transport.calls);
+  Cluster cluster = StartCluster(transport.send_threads, transport.shared_memory,
+                                 transport.server_flags, transport.calls);
   Client& client = *cluster.client;
   const absl::StatusOr<config::Job> job = ParseJob(kJob, "job");
   REQUIRE(job.ok());

@@ -1,24 +1,148 @@
 #include "client/internal/shared_region.h"
 
 #include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/futex.h"
 #include "common/shared_region_layout.h"
 
 namespace ps {
 namespace client_internal {
 
+// The calls made in a region, shared by the region and its waiting thread.
+struct SharedRegion::Calls {
+  struct Pending {
+    bool active = false;
+    absl::Time deadline;
+    CallDone done;
+  };
+
+  Calls() = default;
+  Calls(const Calls&) = delete;
+  Calls& operator=(const Calls&) = delete;
+  ~Calls() {
+    if (pidfd >= 0) close(pidfd);
+  }
+
+  SharedCallPage* page(uint32_t slot) const {
+    return reinterpret_cast<SharedCallPage*>(base + kSharedPageBytes * (1 + uint64_t{slot}));
+  }
+  uint32_t* bell(size_t offset) const { return reinterpret_cast<uint32_t*>(base + offset); }
+
+  // Whether the server's process has exited (its pidfd is readable; without one, its pid is gone).
+  bool ServerExited() const {
+    if (pidfd >= 0) {
+      pollfd polled{pidfd, POLLIN, 0};
+      return poll(&polled, 1, 0) > 0;
+    }
+    return kill(pid, 0) != 0 && errno == ESRCH;
+  }
+
+  // The waiting thread: hands each answered call, each call past its deadline and, once the
+  // server's process has exited, every call to its `done`; sleeps on the client's bell between.
+  static void Wait(std::shared_ptr<Calls> calls);
+
+  std::shared_ptr<void> mapping;  // the pages stay mapped while the thread runs
+  unsigned char* base = nullptr;
+  uint64_t region = 0;
+  int pid = 0;
+  int pidfd = -1;
+
+  absl::Mutex mu;
+  std::vector<Pending> pending ABSL_GUARDED_BY(mu);  // by slot
+  bool stop ABSL_GUARDED_BY(mu) = false;
+};
+
+void SharedRegion::Calls::Wait(std::shared_ptr<Calls> calls) {
+  uint32_t* bell = calls->bell(kClientBellOffset);
+  struct Ended {
+    CallDone done;
+    absl::Status status;
+    std::string response;
+    bool answered = false;
+  };
+  std::vector<Ended> ended;
+  absl::Time next_check = absl::Now() + kLivenessPeriod;
+  while (true) {
+    const uint32_t rung = LoadWord(bell);
+    const absl::Time now = absl::Now();
+    absl::Time wake = now + kLivenessPeriod;
+    {
+      absl::MutexLock lock(&calls->mu);
+      if (calls->stop) return;
+      bool any = false;
+      for (const Pending& p : calls->pending) any |= p.active;
+      bool exited = false;
+      if (any && now >= next_check) {
+        exited = calls->ServerExited();
+        next_check = now + kLivenessPeriod;
+      }
+      const bool closed = LoadWord(calls->bell(kClosedOffset)) != 0;
+      for (uint32_t slot = 0; slot < calls->pending.size(); ++slot) {
+        Pending& pending = calls->pending[slot];
+        if (!pending.active) continue;
+        SharedCallPage* page = calls->page(slot);
+        Ended end;
+        if (LoadWord(&page->state) == kSharedCallAnswered) {
+          const uint32_t bytes = std::min<uint32_t>(page->answer_bytes, sizeof(page->data));
+          const int32_t code = page->code;
+          if (code == 0) {
+            end.response.assign(page->data, bytes);
+          } else if (code < 0 || code > static_cast<int32_t>(absl::StatusCode::kUnauthenticated)) {
+            end.status = absl::InternalError(absl::StrFormat(
+                "the server answered a call in shared region %d with status code %d",
+                calls->region, code));
+          } else {
+            end.status =
+                absl::Status(static_cast<absl::StatusCode>(code), absl::string_view(page->data, bytes));
+          }
+          end.answered = true;
+          StoreWord(&page->state, kSharedCallIdle);
+        } else if (closed && SwapWord(&page->state, kSharedCallRequested, kSharedCallIdle)) {
+          end.status = absl::FailedPreconditionError(absl::StrFormat(
+              "shared region %d was closed by the server (given back, idle too long, or the "
+              "server is stopping) before it took the call: open another",
+              calls->region));
+        } else if (exited) {
+          end.status = absl::UnavailableError(absl::StrFormat(
+              "the process (pid %d) of the server that lent shared region %d exited",
+              calls->pid, calls->region));
+        } else if (now >= pending.deadline) {
+          end.status = absl::DeadlineExceededError(absl::StrFormat(
+              "no answer to a call in shared region %d by its deadline", calls->region));
+        } else {
+          wake = std::min(wake, pending.deadline);
+          continue;
+        }
+        end.done = std::move(pending.done);
+        pending = Pending();
+        ended.push_back(std::move(end));
+      }
+    }
+    for (Ended& end : ended) end.done(end.status, std::move(end.response), end.answered);
+    if (!ended.empty()) {
+      ended.clear();
+      continue;
+    }
+    FutexWait(bell, rung, wake - now);
+  }
+}
+
 absl::StatusOr<std::unique_ptr<SharedRegion>> SharedRegion::Map(
-    const rpc::OpenSharedRegionResponse& lent) {
-  if (lent.header_bytes() != kSharedRegionHeaderBytes || lent.slots() == 0 ||
+    const rpc::OpenSharedRegionResponse& lent, bool calls) {
+  if (lent.header_bytes() != SharedRegionHeaderBytes(lent.slots()) || lent.slots() == 0 ||
       lent.slot_bytes() == 0 || lent.slot_bytes() % 4096 != 0 || lent.secret().size() != 16 ||
       lent.pid() <= 0 || lent.fd() < 0 || lent.slots() > kMaxSharedSlots ||
       lent.slot_bytes() > kMaxSharedSlotBytes) {
@@ -63,15 +187,65 @@ absl::StatusOr<std::unique_ptr<SharedRegion>> SharedRegion::Map(
   region->secret_ = lent.secret();
   region->slots_ = lent.slots();
   region->slot_bytes_ = lent.slot_bytes();
-  region->base_ = base;
-  region->bytes_ = bytes;
-  region->slots_base_ = static_cast<unsigned char*>(base) + lent.header_bytes();
+  region->mapping_ = std::shared_ptr<void>(base, [bytes](void* mapped) { munmap(mapped, bytes); });
+  region->base_ = static_cast<unsigned char*>(base);
+  region->slots_base_ = region->base_ + lent.header_bytes();
   for (int i = static_cast<int>(lent.slots()) - 1; i >= 0; --i) region->free_.push_back(i);
+  if (lent.calls() && calls) {
+    auto state = std::make_shared<Calls>();
+    state->mapping = region->mapping_;
+    state->base = region->base_;
+    state->region = lent.region();
+    state->pid = lent.pid();
+    state->pidfd = static_cast<int>(syscall(SYS_pidfd_open, lent.pid(), 0));
+    {
+      absl::MutexLock lock(&state->mu);
+      state->pending.resize(lent.slots());
+    }
+    region->calls_ = state;
+    region->waiter_ = std::thread([state] { Calls::Wait(state); });
+  }
   return region;
 }
 
 SharedRegion::~SharedRegion() {
-  if (base_ != nullptr) munmap(base_, bytes_);
+  if (calls_ == nullptr) return;
+  {
+    absl::MutexLock lock(&calls_->mu);
+    calls_->stop = true;
+  }
+  RingBell(calls_->bell(kClientBellOffset));
+  // The last holder may be a call's `done`, on the waiting thread itself: that thread then ends
+  // on its own, holding the calls' state and the mapping until it does.
+  if (waiter_.get_id() == std::this_thread::get_id()) {
+    waiter_.detach();
+  } else {
+    waiter_.join();
+  }
+}
+
+bool SharedRegion::Call(int slot, uint32_t method, const google::protobuf::MessageLite& request,
+                        absl::Time deadline, CallDone done) {
+  if (calls_ == nullptr || slot < 0 || static_cast<uint32_t>(slot) >= slots_ ||
+      LoadWord(calls_->bell(kClosedOffset)) != 0) {
+    return false;
+  }
+  SharedCallPage* page = calls_->page(static_cast<uint32_t>(slot));
+  const size_t bytes = request.ByteSizeLong();
+  if (bytes > sizeof(page->data)) return false;
+  request.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(page->data));
+  page->method = method;
+  page->request_bytes = static_cast<uint32_t>(bytes);
+  {
+    absl::MutexLock lock(&calls_->mu);
+    Calls::Pending& pending = calls_->pending[static_cast<uint32_t>(slot)];
+    pending.active = true;
+    pending.deadline = deadline;
+    pending.done = std::move(done);
+  }
+  StoreWord(&page->state, kSharedCallRequested);
+  RingBell(calls_->bell(kServerBellOffset));
+  return true;
 }
 
 int SharedRegion::Acquire() {

@@ -17,7 +17,7 @@ namespace {
 struct Lent {
   explicit Lent(uint32_t slots, uint64_t slot_bytes = 4096) {
     fd = memfd_create("test-region", MFD_CLOEXEC);
-    bytes = kSharedRegionHeaderBytes + slots * slot_bytes;
+    bytes = SharedRegionHeaderBytes(slots) + slots * slot_bytes;
     REQUIRE(ftruncate(fd, static_cast<off_t>(bytes)) == 0);
     base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     REQUIRE(base != MAP_FAILED);
@@ -34,14 +34,14 @@ struct Lent {
     response.set_fd(fd);
     response.set_slots(slots);
     response.set_slot_bytes(slot_bytes);
-    response.set_header_bytes(kSharedRegionHeaderBytes);
+    response.set_header_bytes(SharedRegionHeaderBytes(slots));
   }
   ~Lent() {
     munmap(base, bytes);
     close(fd);
   }
   unsigned char* slot(uint32_t i) const {
-    return static_cast<unsigned char*>(base) + kSharedRegionHeaderBytes + i * response.slot_bytes();
+    return static_cast<unsigned char*>(base) + response.header_bytes() + i * response.slot_bytes();
   }
 
   int fd = -1;
@@ -77,6 +77,7 @@ TEST_CASE("what is not the lent region is refused", "[client][shared]") {
   SECTION("another size") {
     rpc::OpenSharedRegionResponse other = lent.response;
     other.set_slots(3);
+    other.set_header_bytes(SharedRegionHeaderBytes(3));
     CHECK(SharedRegion::Map(other).status().code() == absl::StatusCode::kFailedPrecondition);
   }
   SECTION("a file that is not there (another host's pid and fd)") {

@@ -1,0 +1,51 @@
+// Futex waits and wakes on a 32-bit word of memory shared between processes (a MAP_SHARED
+// mapping), for the bells of shared regions (common/shared_region_layout.h). Linux only.
+#ifndef PS_COMMON_FUTEX_H_
+#define PS_COMMON_FUTEX_H_
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cstdint>
+
+#include "absl/time/time.h"
+
+namespace ps {
+
+// Sleeps while *word == expected, at most `timeout` (absl::InfiniteDuration: no limit). Returns
+// at once when the word differs; may return early (a signal, a spurious wake): callers re-check.
+inline void FutexWait(uint32_t* word, uint32_t expected, absl::Duration timeout) {
+  if (timeout == absl::InfiniteDuration()) {
+    syscall(SYS_futex, word, FUTEX_WAIT, expected, nullptr, nullptr, 0);
+    return;
+  }
+  const timespec relative = absl::ToTimespec(timeout < absl::ZeroDuration() ? absl::ZeroDuration()
+                                                                             : timeout);
+  syscall(SYS_futex, word, FUTEX_WAIT, expected, &relative, nullptr, 0);
+}
+
+// Wakes every process and thread sleeping on `word`.
+inline void FutexWakeAll(uint32_t* word) {
+  syscall(SYS_futex, word, FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+}
+
+// Rings a bell: increments it and wakes those sleeping on it.
+inline void RingBell(uint32_t* bell) {
+  __atomic_add_fetch(bell, 1, __ATOMIC_SEQ_CST);
+  FutexWakeAll(bell);
+}
+
+inline uint32_t LoadWord(const uint32_t* word) { return __atomic_load_n(word, __ATOMIC_SEQ_CST); }
+inline void StoreWord(uint32_t* word, uint32_t value) {
+  __atomic_store_n(word, value, __ATOMIC_SEQ_CST);
+}
+inline bool SwapWord(uint32_t* word, uint32_t expected, uint32_t desired) {
+  return __atomic_compare_exchange_n(word, &expected, desired, false, __ATOMIC_SEQ_CST,
+                                     __ATOMIC_SEQ_CST);
+}
+
+}  // namespace ps
+
+#endif  // PS_COMMON_FUTEX_H_
