@@ -689,19 +689,17 @@ class ClientImpl final : public Client {
         const std::shared_ptr<ServerConnection>& conn = routing->servers.at(request->part.server);
         Encode(*call, *routing, conn, request);
         if (request->in_region) {
-          const uint32_t region_method = call->kind == SparseCall::Kind::kPush
-                                             ? kSharedCallPush
-                                             : kSharedCallPull;
-          if (request->region->Call(
-                  request->slot, region_method, request->region_message,
-                  absl::Now() + options_.request_timeout,
-                  [this, call, request](const absl::Status& status, std::string response,
-                                        bool answered) {
-                    request->region_answered = answered;
-                    grpc::Slice slice(response);
-                    request->response_bytes = grpc::ByteBuffer(&slice, 1);
-                    OnDone(call, request, ToGrpcStatus(status));
-                  })) {
+          const uint32_t region_method =
+              call->kind == SparseCall::Kind::kPush ? kSharedCallPush : kSharedCallPull;
+          if (request->region->Call(request->slot, region_method, request->region_message,
+                                    absl::Now() + options_.request_timeout,
+                                    [this, call, request](const absl::Status& status,
+                                                          std::string response, bool answered) {
+                                      request->region_answered = answered;
+                                      grpc::Slice slice(response);
+                                      request->response_bytes = grpc::ByteBuffer(&slice, 1);
+                                      OnDone(call, request, ToGrpcStatus(status));
+                                    })) {
             return;
           }
           // Too large for a call page: an RPC, its payload in the slot.
@@ -754,9 +752,9 @@ class ClientImpl final : public Client {
       }
       if (status.ok() &&
           values.values_size() != size_t{request->part.num_keys} * dim * sizeof(float)) {
-        status = absl::InternalError(absl::StrFormat(
-            "server %s answered %d bytes for %d keys of dim %d", PeerOf(*request),
-            values.values_size(), request->part.num_keys, dim));
+        status = absl::InternalError(
+            absl::StrFormat("server %s answered %d bytes for %d keys of dim %d", PeerOf(*request),
+                            values.values_size(), request->part.num_keys, dim));
       }
       if (status.ok()) {
         // Scatter this response's rows, straight from gRPC's slices, to every position of their

@@ -21,8 +21,8 @@ inline void FutexWait(uint32_t* word, uint32_t expected, absl::Duration timeout)
     syscall(SYS_futex, word, FUTEX_WAIT, expected, nullptr, nullptr, 0);
     return;
   }
-  const timespec relative = absl::ToTimespec(timeout < absl::ZeroDuration() ? absl::ZeroDuration()
-                                                                             : timeout);
+  const timespec relative =
+      absl::ToTimespec(timeout < absl::ZeroDuration() ? absl::ZeroDuration() : timeout);
   syscall(SYS_futex, word, FUTEX_WAIT, expected, &relative, nullptr, 0);
 }
 

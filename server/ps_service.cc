@@ -111,8 +111,8 @@ absl::Status CheckCallSlot(const Request& request, const SharedRegions::Call& ca
   if (!request.has_shared() || request.shared().region() != call.region() ||
       request.shared().slot() != call.slot()) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "a call made in slot %d of shared region %d must name that slot for its payload", call.slot(),
-        call.region()));
+        "a call made in slot %d of shared region %d must name that slot for its payload",
+        call.slot(), call.region()));
   }
   return absl::OkStatus();
 }
@@ -325,13 +325,13 @@ void ParameterServerService::ServePull(rpc::PullRequest request, Admission::Tick
   auto pull = std::make_shared<rpc::PullRequest>(std::move(request));
   // Held until the answer is written (a sync-mode pull may wait for its step).
   auto ticket = std::make_shared<Admission::Ticket>(std::move(admitted));
-  store->RunWhenApplied(pull->header().clock() - 1, [store, pull, slot, ticket, response,
-                                                     finish = std::move(finish)](
-                                                        absl::Status ready) {
-    if (ready.ok()) ready = AnswerPull(store, *pull, slot, response);
-    ticket->Release();
-    finish(ready);
-  });
+  store->RunWhenApplied(
+      pull->header().clock() - 1,
+      [store, pull, slot, ticket, response, finish = std::move(finish)](absl::Status ready) {
+        if (ready.ok()) ready = AnswerPull(store, *pull, slot, response);
+        ticket->Release();
+        finish(ready);
+      });
 }
 
 void ParameterServerService::ServeSharedCall(SharedRegions::Call call) {
@@ -356,11 +356,10 @@ void ParameterServerService::ServeSharedCall(SharedRegions::Call call) {
     return;
   }
   if (call.method() != kSharedCallPush) {
-    return call.Answer(
-        absl::InvalidArgumentError(absl::StrFormat(
-            "a call page names method %d, neither a pull (%d) nor a push (%d)", call.method(),
-            kSharedCallPull, kSharedCallPush)),
-        "");
+    return call.Answer(absl::InvalidArgumentError(absl::StrFormat(
+                           "a call page names method %d, neither a pull (%d) nor a push (%d)",
+                           call.method(), kSharedCallPull, kSharedCallPush)),
+                       "");
   }
   auto* push = new SharedParsedCall<rpc::PushRequest, rpc::PushResponse>(std::move(call));
   push->ticket = *std::move(admitted);

@@ -15,8 +15,8 @@
 #include "proto/ps.grpc.pb.h"
 #include "server/admission.h"
 #include "server/registered_workers.h"
-#include "server/shared_regions.h"
 #include "server/sharded_store.h"
+#include "server/shared_regions.h"
 
 namespace ps {
 namespace server {

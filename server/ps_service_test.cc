@@ -1,20 +1,26 @@
 #include "server/ps_service.h"
 
+#include <fcntl.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "common/futex.h"
 #include "common/hash.h"
 #include "common/job_config.h"
+#include "common/shared_region_layout.h"
 #include "server/admission.h"
 #include "server/internal/test_fixtures.h"
 #include "server/shared_regions.h"
@@ -533,6 +539,110 @@ TEST_CASE("pulls and pushes carried in a lent slot", "[server][service][shared]"
   }
   CHECK(regions.regions() == 0);
   CHECK(pull_code(pull) == grpc::StatusCode::FAILED_PRECONDITION);
+}
+
+// Makes a call in slot `slot` of a region mapped at `base`, as a client on this host does, and
+// waits for its answer: its code and bytes.
+std::pair<int32_t, std::string> CallInRegion(unsigned char* base, uint32_t slot, uint32_t method,
+                                             const std::string& request) {
+  auto* page = reinterpret_cast<SharedCallPage*>(base + kSharedPageBytes * (1 + slot));
+  REQUIRE(request.size() <= sizeof(page->data));
+  std::memcpy(page->data, request.data(), request.size());
+  page->method = method;
+  page->request_bytes = static_cast<uint32_t>(request.size());
+  auto* client_bell = reinterpret_cast<uint32_t*>(base + kClientBellOffset);
+  StoreWord(&page->state, kSharedCallRequested);
+  RingBell(reinterpret_cast<uint32_t*>(base + kServerBellOffset));
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  while (LoadWord(&page->state) != kSharedCallAnswered) {
+    REQUIRE(absl::Now() < give_up);
+    FutexWait(client_bell, LoadWord(client_bell), absl::Milliseconds(10));
+  }
+  StoreWord(&page->state, kSharedCallIdle);
+  return {page->code, std::string(page->data, page->answer_bytes)};
+}
+
+TEST_CASE("pulls and pushes made in a lent region are served as the RPCs",
+          "[server][service][shared]") {
+  auto store = ShardedStore::Create(TestJob(), {});
+  REQUIRE(store.ok());
+  (*store)->SetShardMap(EvenOddMap(3), 0);
+  Served served;
+  served.service.SetStore(store->get());
+  SharedRegions::Options options;
+  options.max_bytes = 64 << 20;
+  options.serve_call = [&served](SharedRegions::Call call) {
+    served.service.ServeSharedCall(std::move(call));
+  };
+  SharedRegions regions(options);
+  served.service.SetSharedRegions(&regions);
+  rpc::OpenSharedRegionRequest asked;
+  asked.set_slots(2);
+  asked.set_slot_bytes(1 << 16);
+  rpc::OpenSharedRegionResponse lent;
+  {
+    grpc::ClientContext context;
+    REQUIRE(served.stub->OpenSharedRegion(&context, asked, &lent).ok());
+  }
+  REQUIRE(lent.calls());
+  const std::string path = absl::StrCat("/proc/", lent.pid(), "/fd/", lent.fd());
+  const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  const uint64_t bytes = lent.header_bytes() + lent.slots() * lent.slot_bytes();
+  void* mapped = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  REQUIRE(mapped != MAP_FAILED);
+  auto* base = static_cast<unsigned char*>(mapped);
+  const std::vector<uint64_t> keys = KeysOnShards(0, 300);
+
+  // A pull: the rows land in the slot.
+  rpc::PullRequest pull = MakePull(keys, 3);
+  rpc::PullResponse want;
+  REQUIRE((*store)->Pull(pull, &want).ok());
+  MoveToSlot(regions, lent, 0, &pull);
+  auto [code, answer] = CallInRegion(base, 0, kSharedCallPull, pull.SerializeAsString());
+  INFO(answer);
+  REQUIRE(code == 0);
+  rpc::PullResponse said;
+  REQUIRE(said.ParseFromString(answer));
+  CHECK(said.values_in_slot());
+  CHECK(said.dim() == 4);
+  unsigned char* slot0 = base + lent.header_bytes();
+  CHECK(std::string(reinterpret_cast<const char*>(slot0), want.values().size()) == want.values());
+
+  // A push: applied (sgd, lr 0.5, gradient 1).
+  rpc::PushRequest push = MakePush(keys, 1, 1);
+  MoveToSlot(regions, lent, 1, &push);
+  std::tie(code, answer) = CallInRegion(base, 1, kSharedCallPush, push.SerializeAsString());
+  REQUIRE(code == 0);
+  rpc::PullResponse after;
+  REQUIRE((*store)->Pull(MakePull(keys, 3), &after).ok());
+  float before_row = 0;
+  float after_row = 0;
+  std::memcpy(&before_row, want.values().data(), sizeof(float));
+  std::memcpy(&after_row, after.values().data(), sizeof(float));
+  CHECK(after_row == Approx(before_row - 0.5f));
+
+  // Refusals: a payload in another slot than the call's, none at all, an unknown method, bytes
+  // that do not parse, and a wrong secret.
+  std::tie(code, answer) =
+      CallInRegion(base, 1, kSharedCallPull, pull.SerializeAsString());  // slot 0's
+  CHECK(code == static_cast<int32_t>(absl::StatusCode::kInvalidArgument));
+  CHECK(absl::StrContains(answer, "must name that slot"));
+  std::tie(code, answer) =
+      CallInRegion(base, 0, kSharedCallPull, MakePull(keys, 3).SerializeAsString());
+  CHECK(code == static_cast<int32_t>(absl::StatusCode::kInvalidArgument));
+  std::tie(code, answer) = CallInRegion(base, 0, 7, pull.SerializeAsString());
+  CHECK(code == static_cast<int32_t>(absl::StatusCode::kInvalidArgument));
+  CHECK(absl::StrContains(answer, "method 7"));
+  // Field 1 (the header) length-delimited, holding a tag of wire type 7, which is none.
+  std::tie(code, answer) = CallInRegion(base, 1, kSharedCallPush, std::string("\x0a\x01\x0f", 3));
+  CHECK(code == static_cast<int32_t>(absl::StatusCode::kInvalidArgument));
+  rpc::PullRequest wrong = pull;
+  wrong.mutable_shared()->mutable_secret()->front() ^= 1;
+  std::tie(code, answer) = CallInRegion(base, 0, kSharedCallPull, wrong.SerializeAsString());
+  CHECK(code == static_cast<int32_t>(absl::StatusCode::kPermissionDenied));
+  munmap(mapped, bytes);
 }
 
 TEST_CASE("a service that lends no shared memory refuses slots", "[server][service][shared]") {

@@ -110,10 +110,10 @@ class SharedRegions {
   SharedRegions& operator=(const SharedRegions&) = delete;
 
   // Lends a new region of `slots` slots of `slot_bytes` bytes each (rounded up to whole pages) to
-  // `peer`, first closing those idle past the timeout; with serve_call, starts its thread. FAILED_PRECONDITION when this server lends none
-  // (max_bytes 0); INVALID_ARGUMENT for slots outside [1, kMaxSharedSlots] or slot_bytes outside
-  // [1, kMaxSharedSlotBytes]; RESOURCE_EXHAUSTED when the regions would pass max_bytes; INTERNAL
-  // when the kernel refuses the memory.
+  // `peer`, first closing those idle past the timeout; with serve_call, starts its thread.
+  // FAILED_PRECONDITION when this server lends none (max_bytes 0); INVALID_ARGUMENT for slots
+  // outside [1, kMaxSharedSlots] or slot_bytes outside [1, kMaxSharedSlotBytes]; RESOURCE_EXHAUSTED
+  // when the regions would pass max_bytes; INTERNAL when the kernel refuses the memory.
   absl::StatusOr<rpc::OpenSharedRegionResponse> Open(uint32_t slots, uint64_t slot_bytes,
                                                      absl::string_view peer = "");
 

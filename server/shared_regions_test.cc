@@ -6,9 +6,12 @@
 
 #include <catch2/catch.hpp>
 #include <cstring>
+#include <deque>
 #include <string>
 
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "common/futex.h"
 
 namespace ps {
 namespace server {
@@ -155,6 +158,109 @@ TEST_CASE("regions unused past the idle timeout are closed at the next open", "[
   CHECK(regions.regions() == 2);
   CHECK(regions.Find(Name(*idle, 0, 8)).status().code() == absl::StatusCode::kFailedPrecondition);
   CHECK(regions.Find(Name(*used, 0, 8)).ok());
+}
+
+// Calls handed to serve_call, for the test to take.
+struct Served {
+  absl::Mutex mu;
+  std::deque<SharedRegions::Call> calls ABSL_GUARDED_BY(mu);
+
+  SharedRegions::Call Next() {
+    absl::MutexLock lock(&mu);
+    auto some = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return !calls.empty(); };
+    REQUIRE(mu.AwaitWithTimeout(absl::Condition(&some), absl::Seconds(30)));
+    SharedRegions::Call call = std::move(calls.front());
+    calls.pop_front();
+    return call;
+  }
+};
+
+// The region as a client on this host maps it.
+unsigned char* MapLent(const rpc::OpenSharedRegionResponse& lent) {
+  const std::string path = absl::StrFormat("/proc/%d/fd/%d", lent.pid(), lent.fd());
+  const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  const uint64_t bytes = lent.header_bytes() + lent.slots() * lent.slot_bytes();
+  void* mapped = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  REQUIRE(mapped != MAP_FAILED);
+  return static_cast<unsigned char*>(mapped);
+}
+
+TEST_CASE("calls written into a region's pages are served and answered there", "[shared]") {
+  Served served;
+  SharedRegions::Options options = Lend(64 << 20);
+  options.serve_call = [&served](SharedRegions::Call call) {
+    absl::MutexLock lock(&served.mu);
+    served.calls.push_back(std::move(call));
+  };
+  SharedRegions regions(options);
+  const auto lent = regions.Open(2, 4096, "ipv4:127.0.0.1:5");
+  REQUIRE(lent.ok());
+  REQUIRE(lent->calls());
+  CHECK(lent->header_bytes() == SharedRegionHeaderBytes(2));
+  unsigned char* base = MapLent(*lent);
+  auto* page = reinterpret_cast<SharedCallPage*>(base + kSharedPageBytes * 2);  // slot 1's
+  auto* server_bell = reinterpret_cast<uint32_t*>(base + kServerBellOffset);
+  auto* closed = reinterpret_cast<uint32_t*>(base + kClosedOffset);
+
+  SECTION("a call: its message and slot, and the answer in its page") {
+    const std::string message = "a pull's bytes";
+    std::memcpy(page->data, message.data(), message.size());
+    page->method = kSharedCallPull;
+    page->request_bytes = static_cast<uint32_t>(message.size());
+    StoreWord(&page->state, kSharedCallRequested);
+    RingBell(server_bell);
+    SharedRegions::Call call = served.Next();
+    CHECK(call.method() == kSharedCallPull);
+    CHECK(call.request() == message);
+    CHECK(call.slot() == 1);
+    CHECK(call.region() == lent->region());
+    CHECK(call.peer() == "ipv4:127.0.0.1:5");
+    CHECK(LoadWord(&page->state) == kSharedCallServing);
+    call.Answer(absl::OkStatus(), "the response");
+    CHECK(LoadWord(&page->state) == kSharedCallAnswered);
+    CHECK(page->code == 0);
+    CHECK(std::string(page->data, page->answer_bytes) == "the response");
+
+    // An error answers its code and text; a call dropped unanswered answers INTERNAL.
+    StoreWord(&page->state, kSharedCallRequested);
+    RingBell(server_bell);
+    served.Next().Answer(absl::NotFoundError("no such table"), "");
+    CHECK(page->code == static_cast<int32_t>(absl::StatusCode::kNotFound));
+    CHECK(std::string(page->data, page->answer_bytes) == "no such table");
+    StoreWord(&page->state, kSharedCallRequested);
+    RingBell(server_bell);
+    { SharedRegions::Call dropped = served.Next(); }
+    CHECK(page->code == static_cast<int32_t>(absl::StatusCode::kInternal));
+  }
+  SECTION("a page claiming more request bytes than it holds is refused, not served") {
+    page->method = kSharedCallPush;
+    page->request_bytes = 1 << 20;
+    StoreWord(&page->state, kSharedCallRequested);
+    RingBell(server_bell);
+    // The refusal is written by the region's thread itself: wait for its answer.
+    while (LoadWord(&page->state) != kSharedCallAnswered) {
+      FutexWait(&page->state, kSharedCallRequested, absl::Milliseconds(10));
+      FutexWait(&page->state, kSharedCallServing, absl::Milliseconds(10));
+    }
+    CHECK(page->code == static_cast<int32_t>(absl::StatusCode::kInvalidArgument));
+    absl::MutexLock lock(&served.mu);
+    CHECK(served.calls.empty());
+  }
+  SECTION("closing the region says so in its header") {
+    CHECK(LoadWord(closed) == 0);
+    REQUIRE(regions.Close(lent->region(), lent->secret()).ok());
+    CHECK(LoadWord(closed) == 1);
+  }
+  SECTION("after StopCalls, the regions say so, and new ones carry no calls") {
+    regions.StopCalls();
+    CHECK(LoadWord(closed) == 1);
+    const auto later = regions.Open(1, 4096);
+    REQUIRE(later.ok());
+    CHECK_FALSE(later->calls());
+  }
+  munmap(base, lent->header_bytes() + lent->slots() * lent->slot_bytes());
 }
 
 }  // namespace

@@ -102,11 +102,11 @@ void SharedRegion::Calls::Wait(std::shared_ptr<Calls> calls) {
             end.response.assign(page->data, bytes);
           } else if (code < 0 || code > static_cast<int32_t>(absl::StatusCode::kUnauthenticated)) {
             end.status = absl::InternalError(absl::StrFormat(
-                "the server answered a call in shared region %d with status code %d",
-                calls->region, code));
+                "the server answered a call in shared region %d with status code %d", calls->region,
+                code));
           } else {
-            end.status =
-                absl::Status(static_cast<absl::StatusCode>(code), absl::string_view(page->data, bytes));
+            end.status = absl::Status(static_cast<absl::StatusCode>(code),
+                                      absl::string_view(page->data, bytes));
           }
           end.answered = true;
           StoreWord(&page->state, kSharedCallIdle);
@@ -117,8 +117,8 @@ void SharedRegion::Calls::Wait(std::shared_ptr<Calls> calls) {
               calls->region));
         } else if (exited) {
           end.status = absl::UnavailableError(absl::StrFormat(
-              "the process (pid %d) of the server that lent shared region %d exited",
-              calls->pid, calls->region));
+              "the process (pid %d) of the server that lent shared region %d exited", calls->pid,
+              calls->region));
         } else if (now >= pending.deadline) {
           end.status = absl::DeadlineExceededError(absl::StrFormat(
               "no answer to a call in shared region %d by its deadline", calls->region));

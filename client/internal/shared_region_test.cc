@@ -1,12 +1,16 @@
 #include "client/internal/shared_region.h"
 
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <set>
 
+#include "absl/synchronization/notification.h"
+#include "common/futex.h"
 #include "common/shared_region_layout.h"
 
 namespace ps {
@@ -117,6 +121,164 @@ TEST_CASE("slots are lent one request at a time, and retired ones never again",
   CHECK(r.Acquire() == 0);
   CHECK(r.Acquire() == -1);
   CHECK(r.retired() == 1);
+}
+
+// What a call's `done` was given.
+struct Ended {
+  absl::Notification notified;
+  absl::Status status;
+  std::string response;
+  bool answered = false;
+
+  SharedRegion::CallDone Done() {
+    return [this](const absl::Status& s, std::string r, bool a) {
+      status = s;
+      response = std::move(r);
+      answered = a;
+      notified.Notify();
+    };
+  }
+  void Wait() { REQUIRE(notified.WaitForNotificationWithTimeout(absl::Seconds(30))); }
+};
+
+SharedCallPage* PageOf(const Lent& lent, uint32_t slot) {
+  return reinterpret_cast<SharedCallPage*>(static_cast<unsigned char*>(lent.base) +
+                                           kSharedPageBytes * (1 + slot));
+}
+
+uint32_t* WordAt(const Lent& lent, size_t offset) {
+  return reinterpret_cast<uint32_t*>(static_cast<unsigned char*>(lent.base) + offset);
+}
+
+// Plays the server's part for the call in `slot`: takes it, checks it, answers it.
+void Answer(const Lent& lent, uint32_t slot, absl::StatusCode code, const std::string& data) {
+  SharedCallPage* page = PageOf(lent, slot);
+  REQUIRE(SwapWord(&page->state, kSharedCallRequested, kSharedCallServing));
+  std::memcpy(page->data, data.data(), data.size());
+  page->answer_bytes = static_cast<uint32_t>(data.size());
+  page->code = static_cast<int32_t>(code);
+  StoreWord(&page->state, kSharedCallAnswered);
+  RingBell(WordAt(lent, kClientBellOffset));
+}
+
+TEST_CASE("a call made in a region is written to its page and ended by the answer",
+          "[client][shared]") {
+  Lent lent(2);
+  lent.response.set_calls(true);
+  auto region = SharedRegion::Map(lent.response);
+  REQUIRE(region.ok());
+  SharedRegion& r = **region;
+  REQUIRE(r.calls());
+  const int slot = r.Acquire();
+  rpc::PullRequest request;
+  request.set_table("emb");
+  request.mutable_shared()->set_slot(static_cast<uint32_t>(slot));
+  const uint32_t server_bell = LoadWord(WordAt(lent, kServerBellOffset));
+  Ended ended;
+  REQUIRE(r.Call(slot, kSharedCallPull, request, absl::Now() + absl::Seconds(30), ended.Done()));
+  SharedCallPage* page = PageOf(lent, static_cast<uint32_t>(slot));
+  CHECK(LoadWord(&page->state) == kSharedCallRequested);
+  CHECK(LoadWord(WordAt(lent, kServerBellOffset)) == server_bell + 1);
+  CHECK(page->method == kSharedCallPull);
+  rpc::PullRequest written;
+  REQUIRE(written.ParseFromArray(page->data, static_cast<int>(page->request_bytes)));
+  CHECK(written.table() == "emb");
+
+  SECTION("answered OK: the response message") {
+    Answer(lent, static_cast<uint32_t>(slot), absl::StatusCode::kOk, "rows-said");
+    ended.Wait();
+    CHECK(ended.status.ok());
+    CHECK(ended.response == "rows-said");
+    CHECK(ended.answered);
+    CHECK(LoadWord(&page->state) == kSharedCallIdle);
+  }
+  SECTION("answered with an error: its code and text") {
+    Answer(lent, static_cast<uint32_t>(slot), absl::StatusCode::kUnavailable, "map is newer");
+    ended.Wait();
+    CHECK(ended.status == absl::UnavailableError("map is newer"));
+    CHECK(ended.answered);
+  }
+  SECTION("an answer with a code that is none") {
+    Answer(lent, static_cast<uint32_t>(slot), static_cast<absl::StatusCode>(99), "?");
+    ended.Wait();
+    CHECK(ended.status.code() == absl::StatusCode::kInternal);
+  }
+  SECTION("the region closed before the server took the call: withdrawn") {
+    StoreWord(WordAt(lent, kClosedOffset), 1);
+    RingBell(WordAt(lent, kClientBellOffset));
+    ended.Wait();
+    CHECK(ended.status.code() == absl::StatusCode::kFailedPrecondition);
+    CHECK(ended.status.message().find("shared region") != absl::string_view::npos);
+    CHECK_FALSE(ended.answered);
+    // The server can no longer take it.
+    CHECK(LoadWord(&page->state) == kSharedCallIdle);
+    // And no more calls are made in it.
+    Ended other;
+    CHECK_FALSE(r.Call(r.Acquire(), kSharedCallPull, request, absl::Now() + absl::Seconds(30),
+                       other.Done()));
+  }
+}
+
+TEST_CASE("a call nobody answers ends at its deadline", "[client][shared]") {
+  Lent lent(1);
+  lent.response.set_calls(true);
+  auto region = SharedRegion::Map(lent.response);
+  REQUIRE(region.ok());
+  Ended ended;
+  REQUIRE((*region)->Call((*region)->Acquire(), kSharedCallPush, rpc::PushRequest(),
+                          absl::Now() + absl::Milliseconds(20), ended.Done()));
+  ended.Wait();
+  CHECK(ended.status.code() == absl::StatusCode::kDeadlineExceeded);
+  CHECK_FALSE(ended.answered);
+}
+
+TEST_CASE("calls fail UNAVAILABLE once the lending process exits", "[client][shared]") {
+  Lent lent(1);
+  lent.response.set_calls(true);
+  // The lender is a child holding the region's fd, killed with the call in flight.
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    pause();
+    _exit(0);
+  }
+  lent.response.set_pid(child);
+  auto region = SharedRegion::Map(lent.response);
+  REQUIRE(region.ok());
+  Ended ended;
+  REQUIRE((*region)->Call((*region)->Acquire(), kSharedCallPull, rpc::PullRequest(),
+                          absl::Now() + absl::Seconds(60), ended.Done()));
+  REQUIRE(kill(child, SIGKILL) == 0);
+  int wstatus = 0;
+  REQUIRE(waitpid(child, &wstatus, 0) == child);
+  ended.Wait();
+  CHECK(ended.status.code() == absl::StatusCode::kUnavailable);
+  CHECK(ended.status.message().find("shared region") != absl::string_view::npos);
+  CHECK_FALSE(ended.answered);
+}
+
+TEST_CASE("a region lent without calls, or mapped without, makes none", "[client][shared]") {
+  Lent lent(1);
+  auto without = SharedRegion::Map(lent.response);
+  REQUIRE(without.ok());
+  CHECK_FALSE((*without)->calls());
+  CHECK_FALSE((*without)->Call(0, kSharedCallPull, rpc::PullRequest(), absl::Now(), nullptr));
+  lent.response.set_calls(true);
+  auto declined = SharedRegion::Map(lent.response, /*calls=*/false);
+  REQUIRE(declined.ok());
+  CHECK_FALSE((*declined)->calls());
+}
+
+TEST_CASE("a request larger than a call page is not made in the region", "[client][shared]") {
+  Lent lent(1);
+  lent.response.set_calls(true);
+  auto region = SharedRegion::Map(lent.response);
+  REQUIRE(region.ok());
+  rpc::PullRequest request;
+  request.set_table(std::string(kSharedPageBytes, 't'));
+  CHECK_FALSE((*region)->Call((*region)->Acquire(), kSharedCallPull, request,
+                              absl::Now() + absl::Seconds(1), nullptr));
+  CHECK(LoadWord(&PageOf(lent, 0)->state) == kSharedCallIdle);
 }
 
 }  // namespace
