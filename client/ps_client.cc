@@ -217,6 +217,9 @@ struct SparseCall {
   KeyPlan plan;
   std::vector<float> grad_sums;  // push with repeated keys: summed gradients in unique order
   Client::Callback done;
+  // The thread that started the call blocks until `done` has run (Pull, Push): a call of one
+  // request made in shared memory is waited for by that thread itself, not the region's.
+  bool caller_waits = false;
   absl::Time deadline;
   absl::Duration backoff = absl::Milliseconds(5);
 
@@ -296,16 +299,38 @@ class ClientImpl final : public Client {
 
   absl::Status Pull(absl::string_view table, absl::Span<const uint64_t> keys,
                     absl::Span<float> values) override {
-    return Wait([&](Callback done) { PullAsync(table, keys, values, std::move(done)); });
+    return Wait([&](Callback done) {
+      StartPull(table, keys, values, std::move(done), /*caller_waits=*/true);
+    });
   }
 
   absl::Status Push(absl::string_view table, absl::Span<const uint64_t> keys,
                     absl::Span<const float> grads) override {
-    return Wait([&](Callback done) { PushAsync(table, keys, grads, std::move(done)); });
+    return Wait([&](Callback done) {
+      StartPush(table, keys, grads, std::move(done), /*caller_waits=*/true);
+    });
   }
 
   void PullAsync(absl::string_view table, absl::Span<const uint64_t> keys, absl::Span<float> values,
                  Callback done) override {
+    StartPull(table, keys, values, std::move(done), /*caller_waits=*/false);
+  }
+
+  void PushAsync(absl::string_view table, absl::Span<const uint64_t> keys,
+                 absl::Span<const float> grads, Callback done) override {
+    StartPush(table, keys, grads, std::move(done), /*caller_waits=*/false);
+  }
+
+  absl::Status PullDense(absl::string_view name, absl::Span<float> values) override;
+  absl::StatusOr<int64_t> EndStep(int64_t step) override;
+  absl::Status PushDense(absl::string_view name, absl::Span<const float> values,
+                         DenseUpdate update) override;
+
+ private:
+  // PullAsync; with `caller_waits`, the calling thread blocks until `done` has run anyway, so it
+  // may wait for a call made in shared memory itself (SparseCall::caller_waits).
+  void StartPull(absl::string_view table, absl::Span<const uint64_t> keys, absl::Span<float> values,
+                 Callback done, bool caller_waits) {
     absl::StatusOr<const TableInfo*> info = FindTable(table);
     if (!info.ok()) return done(info.status());
     if (values.size() != keys.size() * (*info)->dim) {
@@ -319,11 +344,13 @@ class ClientImpl final : public Client {
     call->keys = keys;
     call->values = values;
     call->done = std::move(done);
+    call->caller_waits = caller_waits;
     StartCall(std::move(call));
   }
 
-  void PushAsync(absl::string_view table, absl::Span<const uint64_t> keys,
-                 absl::Span<const float> grads, Callback done) override {
+  // PushAsync; `caller_waits` as for StartPull.
+  void StartPush(absl::string_view table, absl::Span<const uint64_t> keys,
+                 absl::Span<const float> grads, Callback done, bool caller_waits) {
     absl::StatusOr<const TableInfo*> info = FindTable(table);
     if (!info.ok()) return done(info.status());
     if (grads.size() != keys.size() * (*info)->dim) {
@@ -341,15 +368,10 @@ class ClientImpl final : public Client {
     call->keys = keys;
     call->grads = grads;
     call->done = std::move(done);
+    call->caller_waits = caller_waits;
     StartCall(std::move(call));
   }
 
-  absl::Status PullDense(absl::string_view name, absl::Span<float> values) override;
-  absl::StatusOr<int64_t> EndStep(int64_t step) override;
-  absl::Status PushDense(absl::string_view name, absl::Span<const float> values,
-                         DenseUpdate update) override;
-
- private:
   static absl::Status Wait(const std::function<void(Callback)>& start) {
     absl::Notification finished;
     absl::Status result;
@@ -489,7 +511,7 @@ class ClientImpl final : public Client {
     }
     call->plan.parts.clear();
     if (requests.empty()) return Finish(call, absl::OkStatus());
-    Send(call, routing, std::move(requests));
+    Send(call, routing, std::move(requests), /*on_caller=*/true);
   }
 
   // Writes the keys of `request` at `keys_out` and, for a push, its gradients at `grads_out`.
@@ -659,8 +681,10 @@ class ClientImpl final : public Client {
   }
 
   // Encodes and sends `requests` with `routing`; their completions drive the call on.
+  // `on_caller`: this is the thread that started the call (not a retry's).
   void Send(const std::shared_ptr<SparseCall>& call, const std::shared_ptr<const Routing>& routing,
-            std::vector<std::unique_ptr<SparseCall::Request>> requests) {
+            std::vector<std::unique_ptr<SparseCall::Request>> requests, bool on_caller = false) {
+    const bool wait_here = on_caller && call->caller_waits && requests.size() == 1;
     {
       absl::MutexLock lock(&call->mu);
       call->outstanding += static_cast<int>(requests.size());
@@ -683,7 +707,7 @@ class ClientImpl final : public Client {
         continue;
       }
       // The first request is started here, the others by the send pool if there is one.
-      auto start = [this, call, routing, request, method] {
+      auto start = [this, call, routing, request, method, wait_here] {
         request->context = std::make_unique<grpc::ClientContext>();
         request->context->set_deadline(absl::ToChronoTime(absl::Now() + options_.request_timeout));
         const std::shared_ptr<ServerConnection>& conn = routing->servers.at(request->part.server);
@@ -691,15 +715,17 @@ class ClientImpl final : public Client {
         if (request->in_region) {
           const uint32_t region_method =
               call->kind == SparseCall::Kind::kPush ? kSharedCallPush : kSharedCallPull;
-          if (request->region->Call(request->slot, region_method, request->region_message,
-                                    absl::Now() + options_.request_timeout,
-                                    [this, call, request](const absl::Status& status,
-                                                          std::string response, bool answered) {
-                                      request->region_answered = answered;
-                                      grpc::Slice slice(response);
-                                      request->response_bytes = grpc::ByteBuffer(&slice, 1);
-                                      OnDone(call, request, ToGrpcStatus(status));
-                                    })) {
+          if (request->region->Call(
+                  request->slot, region_method, request->region_message,
+                  absl::Now() + options_.request_timeout,
+                  [this, call, request](const absl::Status& status, std::string response,
+                                        bool answered) {
+                    request->region_answered = answered;
+                    grpc::Slice slice(response);
+                    request->response_bytes = grpc::ByteBuffer(&slice, 1);
+                    OnDone(call, request, ToGrpcStatus(status));
+                  },
+                  wait_here)) {
             return;
           }
           // Too large for a call page: an RPC, its payload in the slot.

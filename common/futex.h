@@ -37,6 +37,21 @@ inline void RingBell(uint32_t* bell) {
   FutexWakeAll(bell);
 }
 
+// Spins while *word == value, at most `budget`: whether it changed. For a wait expected to be
+// shorter than a sleep and a wake-up.
+inline bool SpinWhile(const uint32_t* word, uint32_t value, absl::Duration budget) {
+  const absl::Time until = absl::Now() + budget;
+  while (true) {
+    for (int i = 0; i < 64; ++i) {
+      if (__atomic_load_n(word, __ATOMIC_SEQ_CST) != value) return true;
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+    }
+    if (absl::Now() >= until) return false;
+  }
+}
+
 inline uint32_t LoadWord(const uint32_t* word) { return __atomic_load_n(word, __ATOMIC_SEQ_CST); }
 inline void StoreWord(uint32_t* word, uint32_t value) {
   __atomic_store_n(word, value, __ATOMIC_SEQ_CST);

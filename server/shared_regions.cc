@@ -22,6 +22,10 @@ namespace {
 
 constexpr size_t kSecretBytes = sizeof(SharedRegionHeader::secret);
 
+// How long a region's thread spins for the next call before it sleeps. Measured with ps_bench at
+// 1000 keys on 2 cores (README).
+constexpr absl::Duration kServeSpin = absl::Microseconds(100);
+
 uint64_t RoundUpToPage(uint64_t bytes) {
   static const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   return (bytes + page - 1) / page * page;
@@ -166,7 +170,11 @@ void SharedRegions::ServeCalls(Region* region) {
       call.request_.assign(page->data, request_bytes);
       options_.serve_call(std::move(call));
     }
-    if (!served) FutexWait(bell, rung, absl::InfiniteDuration());
+    // A client making small calls one after another writes its next one sooner than a sleep and
+    // a wake-up would take.
+    if (!served && !SpinWhile(bell, rung, kServeSpin)) {
+      FutexWait(bell, rung, absl::InfiniteDuration());
+    }
   }
 }
 

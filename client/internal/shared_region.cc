@@ -20,6 +20,13 @@
 
 namespace ps {
 namespace client_internal {
+namespace {
+
+// How long a caller waiting for its own call (Call's wait_here) spins before it sleeps. Measured
+// with ps_bench at 1000 keys on 2 cores (README).
+constexpr absl::Duration kCallerSpin = absl::Microseconds(50);
+
+}  // namespace
 
 // The calls made in a region, shared by the region and its waiting thread.
 struct SharedRegion::Calls {
@@ -50,9 +57,25 @@ struct SharedRegion::Calls {
     return kill(pid, 0) != 0 && errno == ESRCH;
   }
 
+  // How a call ended.
+  struct Ended {
+    CallDone done;
+    absl::Status status;
+    std::string response;
+    bool answered = false;
+  };
+
+  // Whether the call in `slot` has ended, and how (into *end): answered; withdrawn, the region
+  // being `closed`; the server `exited`; or past `deadline` at `now`.
+  bool TryEnd(uint32_t slot, bool closed, bool exited, absl::Time now, absl::Time deadline,
+              Ended* end) const;
+
   // The waiting thread: hands each answered call, each call past its deadline and, once the
   // server's process has exited, every call to its `done`; sleeps on the client's bell between.
   static void Wait(std::shared_ptr<Calls> calls);
+
+  // Waits on the calling thread for the call in `slot` to end (as Wait would end it).
+  Ended WaitHere(uint32_t slot, absl::Time deadline) const;
 
   std::shared_ptr<void> mapping;  // the pages stay mapped while the thread runs
   unsigned char* base = nullptr;
@@ -65,14 +88,42 @@ struct SharedRegion::Calls {
   bool stop ABSL_GUARDED_BY(mu) = false;
 };
 
+bool SharedRegion::Calls::TryEnd(uint32_t slot, bool closed, bool exited, absl::Time now,
+                                 absl::Time deadline, Ended* end) const {
+  SharedCallPage* page = this->page(slot);
+  if (LoadWord(&page->state) == kSharedCallAnswered) {
+    const uint32_t bytes = std::min<uint32_t>(page->answer_bytes, sizeof(page->data));
+    const int32_t code = page->code;
+    if (code == 0) {
+      end->response.assign(page->data, bytes);
+    } else if (code < 0 || code > static_cast<int32_t>(absl::StatusCode::kUnauthenticated)) {
+      end->status = absl::InternalError(absl::StrFormat(
+          "the server answered a call in shared region %d with status code %d", region, code));
+    } else {
+      end->status =
+          absl::Status(static_cast<absl::StatusCode>(code), absl::string_view(page->data, bytes));
+    }
+    end->answered = true;
+    StoreWord(&page->state, kSharedCallIdle);
+  } else if (closed && SwapWord(&page->state, kSharedCallRequested, kSharedCallIdle)) {
+    end->status = absl::FailedPreconditionError(absl::StrFormat(
+        "shared region %d was closed by the server (given back, idle too long, or the server is "
+        "stopping) before it took the call: open another",
+        region));
+  } else if (exited) {
+    end->status = absl::UnavailableError(absl::StrFormat(
+        "the process (pid %d) of the server that lent shared region %d exited", pid, region));
+  } else if (now >= deadline) {
+    end->status = absl::DeadlineExceededError(
+        absl::StrFormat("no answer to a call in shared region %d by its deadline", region));
+  } else {
+    return false;
+  }
+  return true;
+}
+
 void SharedRegion::Calls::Wait(std::shared_ptr<Calls> calls) {
   uint32_t* bell = calls->bell(kClientBellOffset);
-  struct Ended {
-    CallDone done;
-    absl::Status status;
-    std::string response;
-    bool answered = false;
-  };
   std::vector<Ended> ended;
   absl::Time next_check = absl::Now() + kLivenessPeriod;
   while (true) {
@@ -93,36 +144,8 @@ void SharedRegion::Calls::Wait(std::shared_ptr<Calls> calls) {
       for (uint32_t slot = 0; slot < calls->pending.size(); ++slot) {
         Pending& pending = calls->pending[slot];
         if (!pending.active) continue;
-        SharedCallPage* page = calls->page(slot);
         Ended end;
-        if (LoadWord(&page->state) == kSharedCallAnswered) {
-          const uint32_t bytes = std::min<uint32_t>(page->answer_bytes, sizeof(page->data));
-          const int32_t code = page->code;
-          if (code == 0) {
-            end.response.assign(page->data, bytes);
-          } else if (code < 0 || code > static_cast<int32_t>(absl::StatusCode::kUnauthenticated)) {
-            end.status = absl::InternalError(absl::StrFormat(
-                "the server answered a call in shared region %d with status code %d", calls->region,
-                code));
-          } else {
-            end.status = absl::Status(static_cast<absl::StatusCode>(code),
-                                      absl::string_view(page->data, bytes));
-          }
-          end.answered = true;
-          StoreWord(&page->state, kSharedCallIdle);
-        } else if (closed && SwapWord(&page->state, kSharedCallRequested, kSharedCallIdle)) {
-          end.status = absl::FailedPreconditionError(absl::StrFormat(
-              "shared region %d was closed by the server (given back, idle too long, or the "
-              "server is stopping) before it took the call: open another",
-              calls->region));
-        } else if (exited) {
-          end.status = absl::UnavailableError(absl::StrFormat(
-              "the process (pid %d) of the server that lent shared region %d exited", calls->pid,
-              calls->region));
-        } else if (now >= pending.deadline) {
-          end.status = absl::DeadlineExceededError(absl::StrFormat(
-              "no answer to a call in shared region %d by its deadline", calls->region));
-        } else {
+        if (!calls->TryEnd(slot, closed, exited, now, pending.deadline, &end)) {
           wake = std::min(wake, pending.deadline);
           continue;
         }
@@ -137,6 +160,26 @@ void SharedRegion::Calls::Wait(std::shared_ptr<Calls> calls) {
       continue;
     }
     FutexWait(bell, rung, wake - now);
+  }
+}
+
+SharedRegion::Calls::Ended SharedRegion::Calls::WaitHere(uint32_t slot, absl::Time deadline) const {
+  uint32_t* bell = this->bell(kClientBellOffset);
+  absl::Time next_check = absl::Now() + kLivenessPeriod;
+  Ended end;
+  while (true) {
+    const uint32_t rung = LoadWord(bell);
+    const absl::Time now = absl::Now();
+    bool exited = false;
+    if (now >= next_check) {
+      exited = ServerExited();
+      next_check = now + kLivenessPeriod;
+    }
+    const bool closed = LoadWord(this->bell(kClosedOffset)) != 0;
+    if (TryEnd(slot, closed, exited, now, deadline, &end)) return end;
+    // The answer of a small call often comes sooner than a sleep and a wake-up would take.
+    if (SpinWhile(bell, rung, kCallerSpin)) continue;
+    FutexWait(bell, rung, std::min(deadline, next_check) - now);
   }
 }
 
@@ -225,7 +268,7 @@ SharedRegion::~SharedRegion() {
 }
 
 bool SharedRegion::Call(int slot, uint32_t method, const google::protobuf::MessageLite& request,
-                        absl::Time deadline, CallDone done) {
+                        absl::Time deadline, CallDone done, bool wait_here) {
   if (calls_ == nullptr || slot < 0 || static_cast<uint32_t>(slot) >= slots_ ||
       LoadWord(calls_->bell(kClosedOffset)) != 0) {
     return false;
@@ -236,6 +279,14 @@ bool SharedRegion::Call(int slot, uint32_t method, const google::protobuf::Messa
   request.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(page->data));
   page->method = method;
   page->request_bytes = static_cast<uint32_t>(bytes);
+  if (wait_here) {
+    // Not the waiting thread's: this thread waits for it.
+    StoreWord(&page->state, kSharedCallRequested);
+    RingBell(calls_->bell(kServerBellOffset));
+    Calls::Ended end = calls_->WaitHere(static_cast<uint32_t>(slot), deadline);
+    done(end.status, std::move(end.response), end.answered);
+    return true;
+  }
   {
     absl::MutexLock lock(&calls_->mu);
     Calls::Pending& pending = calls_->pending[static_cast<uint32_t>(slot)];

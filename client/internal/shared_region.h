@@ -72,8 +72,10 @@ class SharedRegion {
   // server's process exited; FAILED_PRECONDITION, naming the "shared region", when the server
   // closed the region before taking the call. False, with nothing done, when the region has no
   // calls, is closed, or `request` does not fit a call page (send it through the channel).
+  // With `wait_here`, the calling thread waits for the call to end and runs `done` itself before
+  // returning (one wake-up instead of two, for a caller that would block anyway).
   bool Call(int slot, uint32_t method, const google::protobuf::MessageLite& request,
-            absl::Time deadline, CallDone done);
+            absl::Time deadline, CallDone done, bool wait_here = false);
 
  private:
   struct Calls;

@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <set>
+#include <thread>
 
 #include "absl/synchronization/notification.h"
 #include "common/futex.h"
@@ -217,6 +218,45 @@ TEST_CASE("a call made in a region is written to its page and ended by the answe
     CHECK_FALSE(r.Call(r.Acquire(), kSharedCallPull, request, absl::Now() + absl::Seconds(30),
                        other.Done()));
   }
+}
+
+TEST_CASE("a call its caller waits for ends on that thread", "[client][shared]") {
+  Lent lent(1);
+  lent.response.set_calls(true);
+  auto region = SharedRegion::Map(lent.response);
+  REQUIRE(region.ok());
+  SharedCallPage* page = PageOf(lent, 0);
+  // The server's part, on a thread of its own: it answers once the call is written.
+  std::thread server([&] {
+    while (LoadWord(&page->state) != kSharedCallRequested) {
+      FutexWait(WordAt(lent, kServerBellOffset), LoadWord(WordAt(lent, kServerBellOffset)),
+                absl::Milliseconds(10));
+    }
+    Answer(lent, 0, absl::StatusCode::kOk, "answered");
+  });
+  Ended ended;
+  std::thread::id ran_on;
+  const bool made = (*region)->Call((*region)->Acquire(), kSharedCallPush, rpc::PushRequest(),
+                                    absl::Now() + absl::Seconds(30),
+                                    [&](const absl::Status& s, std::string r, bool a) {
+                                      ran_on = std::this_thread::get_id();
+                                      ended.Done()(s, std::move(r), a);
+                                    },
+                                    /*wait_here=*/true);
+  server.join();
+  REQUIRE(made);
+  CHECK(ended.notified.HasBeenNotified());  // before Call returned
+  CHECK(ran_on == std::this_thread::get_id());
+  CHECK(ended.status.ok());
+  CHECK(ended.response == "answered");
+  CHECK(LoadWord(&page->state) == kSharedCallIdle);
+
+  // And its deadline, on the same thread.
+  Ended late;
+  REQUIRE((*region)->Call((*region)->Acquire(), kSharedCallPush, rpc::PushRequest(),
+                          absl::Now() + absl::Milliseconds(20), late.Done(), /*wait_here=*/true));
+  CHECK(late.notified.HasBeenNotified());
+  CHECK(late.status.code() == absl::StatusCode::kDeadlineExceeded);
 }
 
 TEST_CASE("a call nobody answers ends at its deadline", "[client][shared]") {
