@@ -82,6 +82,9 @@ ABSL_FLAG(int, send_threads, -1,
 ABSL_FLAG(bool, shared_memory, true,
           "payloads in the shared memory the servers lend (ClientOptions.shared_memory; they are "
           "on this host); false: through the sockets");
+ABSL_FLAG(bool, shared_memory_calls, true,
+          "with --shared_memory: pulls and pushes made in the shared memory itself "
+          "(ClientOptions.shared_memory_calls); false: RPCs with their payloads there");
 ABSL_FLAG(int, replication_factor, 1, "copies of each shard (needs that many --servers)");
 ABSL_FLAG(std::string, replication_mode, "SYNC", "SYNC or ASYNC (with --replication_factor > 1)");
 ABSL_FLAG(std::string, metrics, "off",
@@ -171,6 +174,7 @@ ClientOptions WorkerOptions(const std::string& coordinator,
   options.max_keys_per_request = absl::GetFlag(FLAGS_max_keys_per_request);
   options.send_threads = absl::GetFlag(FLAGS_send_threads);
   options.shared_memory = absl::GetFlag(FLAGS_shared_memory);
+  options.shared_memory_calls = absl::GetFlag(FLAGS_shared_memory_calls);
   return options;
 }
 
@@ -288,6 +292,8 @@ WorkerProcess SpawnWorker(const std::string& coordinator, int rank,
       absl::StrCat("--max_keys_per_request=", absl::GetFlag(FLAGS_max_keys_per_request)),
       absl::StrCat("--send_threads=", absl::GetFlag(FLAGS_send_threads)),
       absl::StrCat("--shared_memory=", absl::GetFlag(FLAGS_shared_memory) ? "true" : "false"),
+      absl::StrCat("--shared_memory_calls=",
+                   absl::GetFlag(FLAGS_shared_memory_calls) ? "true" : "false"),
   };
   args.insert(args.end(), security_flags.begin(), security_flags.end());
   std::vector<char*> argv;
@@ -506,7 +512,7 @@ std::map<std::string, double> RunThroughput(bool metrics, bool secure) {
         "1f,"
         "\"p50_ms\":%.3f,\"p99_ms\":%.3f,\"replication_factor\":%d,\"replication_mode\":\"%s\","
         "\"metrics\":\"%s\",\"scrapes\":%d,\"security\":\"%s\",\"lookup_threads\":%d,"
-        "\"send_threads\":%d,\"shared_memory\":%s}\n",
+        "\"send_threads\":%d,\"shared_memory\":%s,\"shared_memory_calls\":%s}\n",
         op, servers, workers, k, dim, absl::GetFlag(FLAGS_optimizer),
         absl::GetFlag(FLAGS_empty_handler) ? "empty" : "store", absl::GetFlag(FLAGS_inflight),
         iters, keys_per_s / 1e6, keys_per_s * dim * sizeof(float) / 1e6,
@@ -516,7 +522,8 @@ std::map<std::string, double> RunThroughput(bool metrics, bool secure) {
                                                     : std::string("none"),
         metrics ? "on" : "off", scrapes, secure ? "mtls+tokens" : "plaintext",
         absl::GetFlag(FLAGS_lookup_threads), absl::GetFlag(FLAGS_send_threads),
-        absl::GetFlag(FLAGS_shared_memory) ? "true" : "false");
+        absl::GetFlag(FLAGS_shared_memory) ? "true" : "false",
+        absl::GetFlag(FLAGS_shared_memory_calls) ? "true" : "false");
   }
   std::fflush(stdout);
   (void)(*cluster)->Terminate(absl::Seconds(10));
