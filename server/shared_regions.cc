@@ -1,5 +1,6 @@
 #include "server/shared_regions.h"
 
+#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <unistd.h>
@@ -142,7 +143,9 @@ void SharedRegions::StopRegion(Region* region) {
 }
 
 void SharedRegions::ServeCalls(Region* region) {
+  pthread_setname_np(pthread_self(), "ps-shm-calls");
   uint32_t* bell = region->bell(kServerBellOffset);
+  bool spin = true;
   while (!region->stopping.load()) {
     const uint32_t rung = LoadWord(bell);
     bool served = false;
@@ -170,11 +173,14 @@ void SharedRegions::ServeCalls(Region* region) {
       call.request_.assign(page->data, request_bytes);
       options_.serve_call(std::move(call));
     }
+    if (served) continue;
     // A client making small calls one after another writes its next one sooner than a sleep and
-    // a wake-up would take.
-    if (!served && !SpinWhile(bell, rung, kServeSpin)) {
-      FutexWait(bell, rung, absl::InfiniteDuration());
-    }
+    // a wake-up would take: spin while the calls come that close, sleep at once while they do
+    // not (large calls, or an idle client).
+    if (spin && SpinWhile(bell, rung, kServeSpin)) continue;
+    const absl::Time slept = absl::Now();
+    FutexWait(bell, rung, absl::InfiniteDuration());
+    spin = absl::Now() - slept < kServeSpin;
   }
 }
 

@@ -2,12 +2,14 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -83,6 +85,9 @@ struct SharedRegion::Calls {
   int pid = 0;
   int pidfd = -1;
 
+  // Whether the calls waited for here (WaitHere) are answered within kCallerSpin.
+  mutable std::atomic<bool> spin_pays{true};
+
   absl::Mutex mu;
   std::vector<Pending> pending ABSL_GUARDED_BY(mu);  // by slot
   bool stop ABSL_GUARDED_BY(mu) = false;
@@ -123,6 +128,7 @@ bool SharedRegion::Calls::TryEnd(uint32_t slot, bool closed, bool exited, absl::
 }
 
 void SharedRegion::Calls::Wait(std::shared_ptr<Calls> calls) {
+  pthread_setname_np(pthread_self(), "ps-shm-answers");
   uint32_t* bell = calls->bell(kClientBellOffset);
   std::vector<Ended> ended;
   absl::Time next_check = absl::Now() + kLivenessPeriod;
@@ -177,9 +183,14 @@ SharedRegion::Calls::Ended SharedRegion::Calls::WaitHere(uint32_t slot, absl::Ti
     }
     const bool closed = LoadWord(this->bell(kClosedOffset)) != 0;
     if (TryEnd(slot, closed, exited, now, deadline, &end)) return end;
-    // The answer of a small call often comes sooner than a sleep and a wake-up would take.
-    if (SpinWhile(bell, rung, kCallerSpin)) continue;
+    // The answer of a small call often comes sooner than a sleep and a wake-up would take: spin
+    // while answers come that soon, sleep at once while they do not (large calls).
+    if (spin_pays.load(std::memory_order_relaxed)) {
+      if (SpinWhile(bell, rung, kCallerSpin)) continue;
+      spin_pays.store(false, std::memory_order_relaxed);
+    }
     FutexWait(bell, rung, std::min(deadline, next_check) - now);
+    if (absl::Now() - now < kCallerSpin) spin_pays.store(true, std::memory_order_relaxed);
   }
 }
 
