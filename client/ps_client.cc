@@ -716,7 +716,7 @@ class ClientImpl final : public Client {
           const uint32_t region_method =
               call->kind == SparseCall::Kind::kPush ? kSharedCallPush : kSharedCallPull;
           if (request->region->Call(
-                  request->slot, region_method, request->region_message,
+                  request->slot, region_method, request->region_message, request->part.num_keys,
                   absl::Now() + options_.request_timeout,
                   [this, call, request](const absl::Status& status, std::string response,
                                         bool answered) {

@@ -65,7 +65,10 @@ struct SharedCallPage {
   // The answer's absl::StatusCode; `data` holds the response message when it is 0 (OK), the
   // error's text otherwise.
   int32_t code;
-  uint32_t reserved[11];
+  // The request's keys, written by the client: a hint the server schedules by (a call of many
+  // keys is served beside others, a small one at once by the thread that took it).
+  uint32_t keys;
+  uint32_t reserved[10];
   char data[kSharedPageBytes - 64];
 };
 static_assert(sizeof(SharedCallPage) == kSharedPageBytes, "a call page is one page");

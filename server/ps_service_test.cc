@@ -543,13 +543,15 @@ TEST_CASE("pulls and pushes carried in a lent slot", "[server][service][shared]"
 
 // Makes a call in slot `slot` of a region mapped at `base`, as a client on this host does, and
 // waits for its answer: its code and bytes.
+// `keys`: the page's hint (SharedRegions::kPoolKeys or more: served by the regions' pool).
 std::pair<int32_t, std::string> CallInRegion(unsigned char* base, uint32_t slot, uint32_t method,
-                                             const std::string& request) {
+                                             const std::string& request, uint32_t keys = 0) {
   auto* page = reinterpret_cast<SharedCallPage*>(base + kSharedPageBytes * (1 + slot));
   REQUIRE(request.size() <= sizeof(page->data));
   std::memcpy(page->data, request.data(), request.size());
   page->method = method;
   page->request_bytes = static_cast<uint32_t>(request.size());
+  page->keys = keys;
   auto* client_bell = reinterpret_cast<uint32_t*>(base + kClientBellOffset);
   StoreWord(&page->state, kSharedCallRequested);
   RingBell(reinterpret_cast<uint32_t*>(base + kServerBellOffset));
@@ -610,10 +612,11 @@ TEST_CASE("pulls and pushes made in a lent region are served as the RPCs",
   unsigned char* slot0 = base + lent.header_bytes();
   CHECK(std::string(reinterpret_cast<const char*>(slot0), want.values().size()) == want.values());
 
-  // A push: applied (sgd, lr 0.5, gradient 1).
+  // A push: applied (sgd, lr 0.5, gradient 1); said to be large, so served by the pool.
   rpc::PushRequest push = MakePush(keys, 1, 1);
   MoveToSlot(regions, lent, 1, &push);
-  std::tie(code, answer) = CallInRegion(base, 1, kSharedCallPush, push.SerializeAsString());
+  std::tie(code, answer) = CallInRegion(base, 1, kSharedCallPush, push.SerializeAsString(),
+                                        SharedRegions::kPoolKeys);
   REQUIRE(code == 0);
   rpc::PullResponse after;
   REQUIRE((*store)->Pull(MakePull(keys, 3), &after).ok());

@@ -344,6 +344,8 @@ int Main() {
   shared_options.serve_call = [&service](server::SharedRegions::Call call) {
     service.ServeSharedCall(std::move(call));
   };
+  shared_options.pool_threads =
+      std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 2, 8);
   server::SharedRegions shared_regions(shared_options);
   if (shared_options.max_bytes > 0) service.SetSharedRegions(&shared_regions);
   metrics::Registry registry;

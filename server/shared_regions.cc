@@ -5,6 +5,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -118,7 +119,30 @@ void SharedRegions::Call::Answer(const absl::Status& status, absl::string_view r
   region_ = nullptr;
 }
 
-SharedRegions::SharedRegions(Options options) : options_(std::move(options)) {}
+SharedRegions::SharedRegions(Options options) : options_(std::move(options)) {
+  if (!options_.serve_call) return;
+  for (int i = 0; i < std::max(1, options_.pool_threads); ++i) {
+    pool_.emplace_back([this] { ServePool(); });
+  }
+}
+
+void SharedRegions::ServePool() {
+  pthread_setname_np(pthread_self(), "ps-shm-pool");
+  while (true) {
+    Call call;
+    {
+      absl::MutexLock lock(&pool_mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(pool_mu_) {
+        return !pool_calls_.empty() || pool_stopping_;
+      };
+      pool_mu_.Await(absl::Condition(&ready));
+      if (pool_calls_.empty()) return;  // stopping, every call served
+      call = std::move(pool_calls_.front());
+      pool_calls_.pop_front();
+    }
+    options_.serve_call(std::move(call));
+  }
+}
 
 SharedRegions::~SharedRegions() { StopCalls(); }
 
@@ -130,6 +154,14 @@ void SharedRegions::StopCalls() {
     for (const auto& [id, region] : regions_) regions.push_back(region);
   }
   for (const auto& region : regions) StopRegion(region.get());
+  // The pool serves what it was handed, then ends.
+  {
+    absl::MutexLock lock(&pool_mu_);
+    pool_stopping_ = true;
+  }
+  for (std::thread& thread : pool_) {
+    if (thread.joinable()) thread.join();
+  }
 }
 
 void SharedRegions::StopRegion(Region* region) {
@@ -171,6 +203,13 @@ void SharedRegions::ServeCalls(Region* region) {
         continue;
       }
       call.request_.assign(page->data, request_bytes);
+      if (__atomic_load_n(&page->keys, __ATOMIC_RELAXED) >= kPoolKeys) {
+        absl::MutexLock lock(&pool_mu_);
+        if (!pool_stopping_) {
+          pool_calls_.push_back(std::move(call));
+          continue;
+        }
+      }
       options_.serve_call(std::move(call));
     }
     if (served) continue;

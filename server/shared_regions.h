@@ -15,15 +15,19 @@
 // With Options::serve_call set, each region also carries calls (rule 10): a thread of the region
 // sleeps on the region's server bell, takes each call a client wrote into a call page (its
 // message copied out first) and hands it to serve_call, which answers it (Call::Answer) from
-// whichever thread it finishes on.
+// whichever thread it finishes on. A small call is served by the region's thread itself; one of
+// kPoolKeys keys or more by a pool of threads the regions share, so that a client's large
+// requests are served side by side, as their RPCs would be.
 #ifndef PS_SERVER_SHARED_REGIONS_H_
 #define PS_SERVER_SHARED_REGIONS_H_
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -53,7 +57,12 @@ class SharedRegions {
     std::function<absl::Time()> now;
     // Serves the calls made in regions (rule 10); none are served when empty.
     std::function<void(Call)> serve_call;
+    // Threads serving the large calls of every region (with serve_call).
+    int pool_threads = 2;
   };
+
+  // Calls of this many keys or more (their call page's hint) are served by the pool.
+  static constexpr uint32_t kPoolKeys = 4096;
 
   // A slot of a region, named by a request. The region stays mapped while a Slot of it lives,
   // even if it is closed meanwhile.
@@ -143,6 +152,8 @@ class SharedRegions {
   static void StopRegion(Region* region);
   // The thread of a region with calls.
   void ServeCalls(Region* region);
+  // A thread of the pool.
+  void ServePool();
 
   const Options options_;
   mutable absl::Mutex mu_;
@@ -151,6 +162,11 @@ class SharedRegions {
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t opened_ ABSL_GUARDED_BY(mu_) = 0;
   bool calls_stopped_ ABSL_GUARDED_BY(mu_) = false;
+
+  absl::Mutex pool_mu_;
+  std::deque<Call> pool_calls_ ABSL_GUARDED_BY(pool_mu_);
+  bool pool_stopping_ ABSL_GUARDED_BY(pool_mu_) = false;
+  std::vector<std::thread> pool_;
 };
 
 }  // namespace server

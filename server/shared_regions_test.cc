@@ -1,6 +1,7 @@
 #include "server/shared_regions.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -164,6 +165,16 @@ TEST_CASE("regions unused past the idle timeout are closed at the next open", "[
 struct Served {
   absl::Mutex mu;
   std::deque<SharedRegions::Call> calls ABSL_GUARDED_BY(mu);
+  // The name of the thread that handed each call over.
+  std::deque<std::string> threads ABSL_GUARDED_BY(mu);
+
+  std::string NextThread() {
+    absl::MutexLock lock(&mu);
+    REQUIRE(!threads.empty());
+    std::string name = threads.front();
+    threads.pop_front();
+    return name;
+  }
 
   SharedRegions::Call Next() {
     absl::MutexLock lock(&mu);
@@ -191,8 +202,11 @@ TEST_CASE("calls written into a region's pages are served and answered there", "
   Served served;
   SharedRegions::Options options = Lend(64 << 20);
   options.serve_call = [&served](SharedRegions::Call call) {
+    char name[16] = {};
+    pthread_getname_np(pthread_self(), name, sizeof(name));
     absl::MutexLock lock(&served.mu);
     served.calls.push_back(std::move(call));
+    served.threads.push_back(name);
   };
   SharedRegions regions(options);
   const auto lent = regions.Open(2, 4096, "ipv4:127.0.0.1:5");
@@ -217,6 +231,7 @@ TEST_CASE("calls written into a region's pages are served and answered there", "
     CHECK(call.slot() == 1);
     CHECK(call.region() == lent->region());
     CHECK(call.peer() == "ipv4:127.0.0.1:5");
+    CHECK(served.NextThread() == "ps-shm-calls");  // a small call: the region's thread
     CHECK(LoadWord(&page->state) == kSharedCallServing);
     call.Answer(absl::OkStatus(), "the response");
     CHECK(LoadWord(&page->state) == kSharedCallAnswered);
@@ -233,6 +248,18 @@ TEST_CASE("calls written into a region's pages are served and answered there", "
     RingBell(server_bell);
     { SharedRegions::Call dropped = served.Next(); }
     CHECK(page->code == static_cast<int32_t>(absl::StatusCode::kInternal));
+  }
+  SECTION("a call of many keys is served by the pool") {
+    page->method = kSharedCallPush;
+    page->request_bytes = 0;
+    page->keys = SharedRegions::kPoolKeys;
+    StoreWord(&page->state, kSharedCallRequested);
+    RingBell(server_bell);
+    SharedRegions::Call call = served.Next();
+    CHECK(call.slot() == 1);
+    CHECK(served.NextThread() == "ps-shm-pool");
+    call.Answer(absl::OkStatus(), "");
+    CHECK(LoadWord(&page->state) == kSharedCallAnswered);
   }
   SECTION("a page claiming more request bytes than it holds is refused, not served") {
     page->method = kSharedCallPush;

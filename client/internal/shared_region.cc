@@ -279,7 +279,7 @@ SharedRegion::~SharedRegion() {
 }
 
 bool SharedRegion::Call(int slot, uint32_t method, const google::protobuf::MessageLite& request,
-                        absl::Time deadline, CallDone done, bool wait_here) {
+                        uint32_t keys, absl::Time deadline, CallDone done, bool wait_here) {
   if (calls_ == nullptr || slot < 0 || static_cast<uint32_t>(slot) >= slots_ ||
       LoadWord(calls_->bell(kClosedOffset)) != 0) {
     return false;
@@ -290,6 +290,7 @@ bool SharedRegion::Call(int slot, uint32_t method, const google::protobuf::Messa
   request.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(page->data));
   page->method = method;
   page->request_bytes = static_cast<uint32_t>(bytes);
+  page->keys = keys;
   if (wait_here) {
     // Not the waiting thread's: this thread waits for it.
     StoreWord(&page->state, kSharedCallRequested);

@@ -74,7 +74,8 @@ class SharedRegion {
   // calls, is closed, or `request` does not fit a call page (send it through the channel).
   // With `wait_here`, the calling thread waits for the call to end and runs `done` itself before
   // returning (one wake-up instead of two, for a caller that would block anyway).
-  bool Call(int slot, uint32_t method, const google::protobuf::MessageLite& request,
+  // `keys`: the request's, a hint for the server's scheduling.
+  bool Call(int slot, uint32_t method, const google::protobuf::MessageLite& request, uint32_t keys,
             absl::Time deadline, CallDone done, bool wait_here = false);
 
  private:

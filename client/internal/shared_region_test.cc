@@ -176,11 +176,13 @@ TEST_CASE("a call made in a region is written to its page and ended by the answe
   request.mutable_shared()->set_slot(static_cast<uint32_t>(slot));
   const uint32_t server_bell = LoadWord(WordAt(lent, kServerBellOffset));
   Ended ended;
-  REQUIRE(r.Call(slot, kSharedCallPull, request, absl::Now() + absl::Seconds(30), ended.Done()));
+  REQUIRE(
+      r.Call(slot, kSharedCallPull, request, 1234, absl::Now() + absl::Seconds(30), ended.Done()));
   SharedCallPage* page = PageOf(lent, static_cast<uint32_t>(slot));
   CHECK(LoadWord(&page->state) == kSharedCallRequested);
   CHECK(LoadWord(WordAt(lent, kServerBellOffset)) == server_bell + 1);
   CHECK(page->method == kSharedCallPull);
+  CHECK(page->keys == 1234);
   rpc::PullRequest written;
   REQUIRE(written.ParseFromArray(page->data, static_cast<int>(page->request_bytes)));
   CHECK(written.table() == "emb");
@@ -215,7 +217,7 @@ TEST_CASE("a call made in a region is written to its page and ended by the answe
     CHECK(LoadWord(&page->state) == kSharedCallIdle);
     // And no more calls are made in it.
     Ended other;
-    CHECK_FALSE(r.Call(r.Acquire(), kSharedCallPull, request, absl::Now() + absl::Seconds(30),
+    CHECK_FALSE(r.Call(r.Acquire(), kSharedCallPull, request, 1, absl::Now() + absl::Seconds(30),
                        other.Done()));
   }
 }
@@ -236,7 +238,7 @@ TEST_CASE("a call its caller waits for ends on that thread", "[client][shared]")
   });
   Ended ended;
   std::thread::id ran_on;
-  const bool made = (*region)->Call((*region)->Acquire(), kSharedCallPush, rpc::PushRequest(),
+  const bool made = (*region)->Call((*region)->Acquire(), kSharedCallPush, rpc::PushRequest(), 1,
                                     absl::Now() + absl::Seconds(30),
                                     [&](const absl::Status& s, std::string r, bool a) {
                                       ran_on = std::this_thread::get_id();
@@ -254,7 +256,7 @@ TEST_CASE("a call its caller waits for ends on that thread", "[client][shared]")
   // And its deadline, on the same thread.
   (*region)->Release(0);
   Ended late;
-  REQUIRE((*region)->Call((*region)->Acquire(), kSharedCallPush, rpc::PushRequest(),
+  REQUIRE((*region)->Call((*region)->Acquire(), kSharedCallPush, rpc::PushRequest(), 1,
                           absl::Now() + absl::Milliseconds(20), late.Done(), /*wait_here=*/true));
   CHECK(late.notified.HasBeenNotified());
   CHECK(late.status.code() == absl::StatusCode::kDeadlineExceeded);
@@ -266,7 +268,7 @@ TEST_CASE("a call nobody answers ends at its deadline", "[client][shared]") {
   auto region = SharedRegion::Map(lent.response);
   REQUIRE(region.ok());
   Ended ended;
-  REQUIRE((*region)->Call((*region)->Acquire(), kSharedCallPush, rpc::PushRequest(),
+  REQUIRE((*region)->Call((*region)->Acquire(), kSharedCallPush, rpc::PushRequest(), 1,
                           absl::Now() + absl::Milliseconds(20), ended.Done()));
   ended.Wait();
   CHECK(ended.status.code() == absl::StatusCode::kDeadlineExceeded);
@@ -287,7 +289,7 @@ TEST_CASE("calls fail UNAVAILABLE once the lending process exits", "[client][sha
   auto region = SharedRegion::Map(lent.response);
   REQUIRE(region.ok());
   Ended ended;
-  REQUIRE((*region)->Call((*region)->Acquire(), kSharedCallPull, rpc::PullRequest(),
+  REQUIRE((*region)->Call((*region)->Acquire(), kSharedCallPull, rpc::PullRequest(), 1,
                           absl::Now() + absl::Seconds(60), ended.Done()));
   REQUIRE(kill(child, SIGKILL) == 0);
   int wstatus = 0;
@@ -303,7 +305,7 @@ TEST_CASE("a region lent without calls, or mapped without, makes none", "[client
   auto without = SharedRegion::Map(lent.response);
   REQUIRE(without.ok());
   CHECK_FALSE((*without)->calls());
-  CHECK_FALSE((*without)->Call(0, kSharedCallPull, rpc::PullRequest(), absl::Now(), nullptr));
+  CHECK_FALSE((*without)->Call(0, kSharedCallPull, rpc::PullRequest(), 1, absl::Now(), nullptr));
   lent.response.set_calls(true);
   auto declined = SharedRegion::Map(lent.response, /*calls=*/false);
   REQUIRE(declined.ok());
@@ -317,7 +319,7 @@ TEST_CASE("a request larger than a call page is not made in the region", "[clien
   REQUIRE(region.ok());
   rpc::PullRequest request;
   request.set_table(std::string(kSharedPageBytes, 't'));
-  CHECK_FALSE((*region)->Call((*region)->Acquire(), kSharedCallPull, request,
+  CHECK_FALSE((*region)->Call((*region)->Acquire(), kSharedCallPull, request, 1,
                               absl::Now() + absl::Seconds(1), nullptr));
   CHECK(LoadWord(&PageOf(lent, 0)->state) == kSharedCallIdle);
 }
