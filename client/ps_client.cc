@@ -358,10 +358,7 @@ class ClientImpl final : public Client {
           absl::StrFormat("push of %d keys of dim %d needs %d gradients, got %d", keys.size(),
                           (*info)->dim, keys.size() * (*info)->dim, grads.size())));
     }
-    if (!AllFinite(grads.data(), grads.size())) {
-      return done(absl::InvalidArgumentError(absl::StrFormat(
-          "push to table \"%s\" has a NaN or Inf gradient; nothing was applied", table)));
-    }
+    // Gradients are checked for NaN and Inf while the keys are planned (StartCall).
     auto call = std::make_shared<SparseCall>();
     call->kind = SparseCall::Kind::kPush;
     call->table = *info;
@@ -486,8 +483,16 @@ class ClientImpl final : public Client {
       }
       owners = &readers;
     }
-    call->plan = client_internal::PlanKeys(call->keys, call->table->name_hash, *owners,
-                                           MaxKeysPerRequest(dim));
+    const bool push = call->kind == SparseCall::Kind::kPush;
+    call->plan = client_internal::PlanKeys(
+        call->keys, call->table->name_hash, *owners, MaxKeysPerRequest(dim),
+        push ? call->grads : absl::Span<const float>(), push ? dim : 0);
+    if (!call->plan.rows_finite) {
+      // Before any request is sent: nothing is applied anywhere.
+      return Finish(call, absl::InvalidArgumentError(absl::StrFormat(
+                              "push to table \"%s\" has a NaN or Inf gradient; nothing was applied",
+                              call->table->name)));
+    }
     if (call->kind == SparseCall::Kind::kPush && call->plan.unique.size() < call->keys.size()) {
       // Repeated keys: sum their gradients first. Without repeats, unique[j] is
       // keys[plan.order[j]] and Send gathers the caller's gradients directly.

@@ -397,6 +397,12 @@ TEST_CASE("bad requests get specific errors and the servers keep serving", "[int
         absl::StatusCode::kInvalidArgument);
   grads[5] = std::numeric_limits<float>::quiet_NaN();
   CHECK(client.Push("sgd", keys, grads).code() == absl::StatusCode::kInvalidArgument);
+  grads[5] = 1.0f;
+  grads[20] = -std::numeric_limits<float>::infinity();  // key 7's row
+  CHECK(client.Push("sgd", keys, grads).code() == absl::StatusCode::kInvalidArgument);
+  // Nothing of either push was applied, on any server.
+  REQUIRE(client.Pull("sgd", keys, absl::MakeSpan(rows)).ok());
+  CHECK(rows == before);
 
   // The same through a raw stub, past the client's own checks: the servers refuse too.
   const rpc::ShardMap map = client.shard_map();

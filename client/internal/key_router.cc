@@ -4,6 +4,7 @@
 #include <memory>
 #include <numeric>
 
+#include "common/finite.h"
 #include "common/hash.h"
 
 namespace ps {
@@ -38,7 +39,8 @@ int TableBits(uint32_t keys) {
 }  // namespace
 
 KeyPlan PlanKeys(absl::Span<const uint64_t> keys, uint64_t name_hash,
-                 absl::Span<const uint32_t> shard_to_server, uint32_t max_keys_per_part) {
+                 absl::Span<const uint32_t> shard_to_server, uint32_t max_keys_per_part,
+                 absl::Span<const float> rows, uint32_t dim) {
   const uint32_t num_shards = static_cast<uint32_t>(shard_to_server.size());
   const size_t n = keys.size();
   KeyPlan plan;
@@ -59,9 +61,20 @@ KeyPlan PlanKeys(absl::Span<const uint64_t> keys, uint64_t name_hash,
   // Scratch arrays are left uninitialised: every element is written before it is read.
   std::unique_ptr<uint32_t[]> rank_of_key(new uint32_t[n]);
   std::vector<uint32_t> start(num_shards + 1, 0);
-  for (size_t i = 0; i < n; ++i) {
-    rank_of_key[i] = rank_of_shard[ShardOf(name_hash, keys[i], num_shards)];
-    ++start[rank_of_key[i] + 1];
+  if (rows.empty()) {
+    for (size_t i = 0; i < n; ++i) {
+      rank_of_key[i] = rank_of_shard[ShardOf(name_hash, keys[i], num_shards)];
+      ++start[rank_of_key[i] + 1];
+    }
+  } else {
+    // The rows' loads overlap the keys' hashing.
+    FiniteCheck finite;
+    for (size_t i = 0; i < n; ++i) {
+      rank_of_key[i] = rank_of_shard[ShardOf(name_hash, keys[i], num_shards)];
+      ++start[rank_of_key[i] + 1];
+      finite.Add(rows.data() + i * dim, dim);
+    }
+    plan.rows_finite = finite.ok();
   }
   for (uint32_t r = 0; r < num_shards; ++r) start[r + 1] += start[r];
   std::unique_ptr<uint64_t[]> sorted_keys(new uint64_t[n]);

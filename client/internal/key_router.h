@@ -38,13 +38,18 @@ struct KeyPlan {
   std::vector<uint32_t> shard_begin;
   std::vector<uint32_t> shard_end;
   std::vector<Part> parts;
+  // With `rows` given to PlanKeys: whether every one of them is finite (no NaN or Inf).
+  bool rows_finite = true;
 };
 
 // Plans a call on `keys` of the table whose NameHash is `name_hash`. `shard_to_server[s]` is the
 // server of shard s (its size is the number of shards). Each part holds at most
-// `max_keys_per_part` (>= 1) keys and the keys of one server.
+// `max_keys_per_part` (>= 1) keys and the keys of one server. `rows`, when not empty, holds
+// keys.size() rows of `dim` floats (a push's gradients), checked for NaN and Inf in the same pass
+// over the keys (KeyPlan::rows_finite) rather than in a pass of their own.
 KeyPlan PlanKeys(absl::Span<const uint64_t> keys, uint64_t name_hash,
-                 absl::Span<const uint32_t> shard_to_server, uint32_t max_keys_per_part);
+                 absl::Span<const uint32_t> shard_to_server, uint32_t max_keys_per_part,
+                 absl::Span<const float> rows = {}, uint32_t dim = 0);
 
 // Regroups the segments of `part` (planned with an older map) by the servers of
 // `shard_to_server`, keeping each segment whole.

@@ -1,7 +1,8 @@
 #include "client/internal/key_router.h"
 
-#include <catch2/catch.hpp>
 #include <algorithm>
+#include <catch2/catch.hpp>
+#include <limits>
 #include <random>
 #include <set>
 
@@ -68,6 +69,24 @@ TEST_CASE("an empty call plans nothing", "[client][router]") {
   const KeyPlan plan = PlanKeys({}, NameHash("t"), map, 10);
   CHECK(plan.unique.empty());
   CHECK(plan.parts.empty());
+}
+
+TEST_CASE("a push's rows are checked for NaN and Inf while its keys are planned",
+          "[client][router]") {
+  const std::vector<uint32_t> map(8, 0);
+  std::vector<uint64_t> keys;
+  for (uint64_t k = 0; k < 100; ++k) keys.push_back(k * 7919);
+  std::vector<float> rows(keys.size() * 3, 0.5f);
+  CHECK(PlanKeys(keys, NameHash("t"), map, 10, rows, 3).rows_finite);
+  CHECK(PlanKeys(keys, NameHash("t"), map, 10).rows_finite);  // none given
+  const size_t where = GENERATE(0, 1, 150, 299);
+  const float bad =
+      GENERATE(std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+               -std::numeric_limits<float>::infinity());
+  rows[where] = bad;
+  const KeyPlan plan = PlanKeys(keys, NameHash("t"), map, 10, rows, 3);
+  CHECK_FALSE(plan.rows_finite);
+  CHECK(plan.unique.size() == keys.size());  // planned all the same
 }
 
 TEST_CASE("reroute regroups a part's segments by the new map", "[client][router]") {
