@@ -381,7 +381,10 @@ TEST_CASE("ps_server refuses an out-of-range flag at start-up, naming it", "[int
 }
 
 TEST_CASE("bad requests get specific errors and the servers keep serving", "[integration]") {
-  Cluster cluster = StartCluster();
+  // With and without the client's send threads.
+  const int send_threads = GENERATE(0, 2);
+  CAPTURE(send_threads);
+  Cluster cluster = StartCluster(send_threads);
   Client& client = *cluster.client;
   const std::vector<uint64_t> keys = {5, 6, 7};
   std::vector<float> before(keys.size() * 8);
@@ -400,7 +403,13 @@ TEST_CASE("bad requests get specific errors and the servers keep serving", "[int
   grads[5] = 1.0f;
   grads[20] = -std::numeric_limits<float>::infinity();  // key 7's row
   CHECK(client.Push("sgd", keys, grads).code() == absl::StatusCode::kInvalidArgument);
-  // Nothing of either push was applied, on any server.
+  // And with a key repeated (its gradients summed first).
+  const std::vector<uint64_t> repeated = {5, 6, 7, 6};
+  std::vector<float> repeated_grads(repeated.size() * 8, 1.0f);
+  repeated_grads[25] = std::numeric_limits<float>::quiet_NaN();  // the second 6's row
+  CHECK(client.Push("sgd", repeated, repeated_grads).code() ==
+        absl::StatusCode::kInvalidArgument);
+  // Nothing of these pushes was applied, on any server.
   REQUIRE(client.Pull("sgd", keys, absl::MakeSpan(rows)).ok());
   CHECK(rows == before);
 
