@@ -280,11 +280,15 @@ SharedRegion::~SharedRegion() {
 
 bool SharedRegion::Call(int slot, uint32_t method, const google::protobuf::MessageLite& request,
                         uint32_t keys, absl::Time deadline, CallDone done, bool wait_here) {
-  if (calls_ == nullptr || slot < 0 || static_cast<uint32_t>(slot) >= slots_ ||
-      LoadWord(calls_->bell(kClosedOffset)) != 0) {
+  // Once the call is published, its answer may end it on the waiting thread, and `done` may drop
+  // the last reference to this region: from then on only locals are touched, `calls` keeping the
+  // pages mapped.
+  const std::shared_ptr<Calls> calls = calls_;
+  if (calls == nullptr || slot < 0 || static_cast<uint32_t>(slot) >= slots_ ||
+      LoadWord(calls->bell(kClosedOffset)) != 0) {
     return false;
   }
-  SharedCallPage* page = calls_->page(static_cast<uint32_t>(slot));
+  SharedCallPage* page = calls->page(static_cast<uint32_t>(slot));
   const size_t bytes = request.ByteSizeLong();
   if (bytes > sizeof(page->data)) return false;
   request.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(page->data));
@@ -294,20 +298,20 @@ bool SharedRegion::Call(int slot, uint32_t method, const google::protobuf::Messa
   if (wait_here) {
     // Not the waiting thread's: this thread waits for it.
     StoreWord(&page->state, kSharedCallRequested);
-    RingBell(calls_->bell(kServerBellOffset));
-    Calls::Ended end = calls_->WaitHere(static_cast<uint32_t>(slot), deadline);
+    RingBell(calls->bell(kServerBellOffset));
+    Calls::Ended end = calls->WaitHere(static_cast<uint32_t>(slot), deadline);
     done(end.status, std::move(end.response), end.answered);
     return true;
   }
   {
-    absl::MutexLock lock(&calls_->mu);
-    Calls::Pending& pending = calls_->pending[static_cast<uint32_t>(slot)];
+    absl::MutexLock lock(&calls->mu);
+    Calls::Pending& pending = calls->pending[static_cast<uint32_t>(slot)];
     pending.active = true;
     pending.deadline = deadline;
     pending.done = std::move(done);
   }
   StoreWord(&page->state, kSharedCallRequested);
-  RingBell(calls_->bell(kServerBellOffset));
+  RingBell(calls->bell(kServerBellOffset));
   return true;
 }
 
