@@ -435,6 +435,19 @@ void MoveToSlot(SharedRegions& regions, const rpc::OpenSharedRegionResponse& len
   *request->mutable_shared() = shared;
 }
 
+// A region of 2 slots of 64 KiB, lent by `served` through the RPC.
+rpc::OpenSharedRegionResponse OpenRegion(Served& served) {
+  rpc::OpenSharedRegionRequest asked;
+  asked.set_slots(2);
+  asked.set_slot_bytes(1 << 16);
+  rpc::OpenSharedRegionResponse lent;
+  grpc::ClientContext context;
+  const grpc::Status opened = served.stub->OpenSharedRegion(&context, asked, &lent);
+  INFO(opened.error_message());
+  REQUIRE(opened.ok());
+  return lent;
+}
+
 TEST_CASE("pulls and pushes carried in a lent slot", "[server][service][shared]") {
   auto store = ShardedStore::Create(TestJob(), {});
   REQUIRE(store.ok());
@@ -446,16 +459,7 @@ TEST_CASE("pulls and pushes carried in a lent slot", "[server][service][shared]"
   SharedRegions regions(options);
   served.service.SetSharedRegions(&regions);
 
-  rpc::OpenSharedRegionRequest open;
-  open.set_slots(2);
-  open.set_slot_bytes(1 << 16);
-  rpc::OpenSharedRegionResponse lent;
-  {
-    grpc::ClientContext context;
-    const grpc::Status opened = served.stub->OpenSharedRegion(&context, open, &lent);
-    INFO(opened.error_message());
-    REQUIRE(opened.ok());
-  }
+  const rpc::OpenSharedRegionResponse lent = OpenRegion(served);
   CHECK(regions.regions() == 1);
   const std::vector<uint64_t> keys = KeysOnShards(0, 300);
 
@@ -578,23 +582,12 @@ TEST_CASE("pulls and pushes made in a lent region are served as the RPCs",
   };
   SharedRegions regions(options);
   served.service.SetSharedRegions(&regions);
-  rpc::OpenSharedRegionRequest asked;
-  asked.set_slots(2);
-  asked.set_slot_bytes(1 << 16);
-  rpc::OpenSharedRegionResponse lent;
-  {
-    grpc::ClientContext context;
-    REQUIRE(served.stub->OpenSharedRegion(&context, asked, &lent).ok());
-  }
+  const rpc::OpenSharedRegionResponse lent = OpenRegion(served);
   REQUIRE(lent.calls());
-  const std::string path = absl::StrCat("/proc/", lent.pid(), "/fd/", lent.fd());
-  const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
-  REQUIRE(fd >= 0);
-  const uint64_t bytes = lent.header_bytes() + lent.slots() * lent.slot_bytes();
-  void* mapped = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
-  REQUIRE(mapped != MAP_FAILED);
-  auto* base = static_cast<unsigned char*>(mapped);
+  const absl::StatusOr<unsigned char*> mapped = testing::MapLentRegion(lent);
+  INFO(mapped.status().ToString());
+  REQUIRE(mapped.ok());
+  unsigned char* base = *mapped;
   const std::vector<uint64_t> keys = KeysOnShards(0, 300);
 
   // A pull: the rows land in the slot.
@@ -615,8 +608,8 @@ TEST_CASE("pulls and pushes made in a lent region are served as the RPCs",
   // A push: applied (sgd, lr 0.5, gradient 1); said to be large, so served by the pool.
   rpc::PushRequest push = MakePush(keys, 1, 1);
   MoveToSlot(regions, lent, 1, &push);
-  std::tie(code, answer) = CallInRegion(base, 1, kSharedCallPush, push.SerializeAsString(),
-                                        SharedRegions::kPoolKeys);
+  std::tie(code, answer) =
+      CallInRegion(base, 1, kSharedCallPush, push.SerializeAsString(), SharedRegions::kPoolKeys);
   REQUIRE(code == 0);
   rpc::PullResponse after;
   REQUIRE((*store)->Pull(MakePull(keys, 3), &after).ok());
@@ -645,7 +638,7 @@ TEST_CASE("pulls and pushes made in a lent region are served as the RPCs",
   wrong.mutable_shared()->mutable_secret()->front() ^= 1;
   std::tie(code, answer) = CallInRegion(base, 0, kSharedCallPull, wrong.SerializeAsString());
   CHECK(code == static_cast<int32_t>(absl::StatusCode::kPermissionDenied));
-  munmap(mapped, bytes);
+  munmap(base, testing::LentRegionBytes(lent));
 }
 
 TEST_CASE("a service that lends no shared memory refuses slots", "[server][service][shared]") {

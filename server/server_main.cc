@@ -60,6 +60,7 @@
 #include "common/net_address.h"
 #include "common/port_file.h"
 #include "common/process_tuning.h"
+#include "common/shared_region_layout.h"
 #include "common/signals.h"
 #include "server/admission.h"
 #include "server/checkpoint/server_checkpoint.h"
@@ -346,9 +347,24 @@ int Main() {
   };
   shared_options.pool_threads =
       std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 2, 8);
+  // They count in the RPCs' series (ps_server_rpcs_total, ps_server_rpc_duration_seconds), and
+  // in ps_server_shared_calls_total.
+  metrics::Registry registry;
+  metrics::CallMetrics pull_calls(&registry, "ps_server", "Pull");
+  metrics::CallMetrics push_calls(&registry, "ps_server", "Push");
+  metrics::Counter* shared_calls = registry.GetCounter(
+      "ps_server_shared_calls_total",
+      "Pulls and pushes made in shared memory by clients on this host (counted in "
+      "ps_server_rpcs_total too).");
+  shared_options.on_answered = [&pull_calls, &push_calls, shared_calls](
+                                   uint32_t method, absl::StatusCode code, absl::Duration took) {
+    auto ToSeconds = [](absl::Duration d) { return absl::ToDoubleSeconds(d); };
+    shared_calls->Increment();
+    if (method == kSharedCallPull) pull_calls.Record(static_cast<int>(code), ToSeconds(took));
+    if (method == kSharedCallPush) push_calls.Record(static_cast<int>(code), ToSeconds(took));
+  };
   server::SharedRegions shared_regions(shared_options);
   if (shared_options.max_bytes > 0) service.SetSharedRegions(&shared_regions);
-  metrics::Registry registry;
   std::atomic<server::ShardedStore*> metrics_store{nullptr};
   server::AddServerCollector(
       &registry, [&metrics_store, &shared_regions](rpc::ServerStatus* status) {

@@ -89,6 +89,8 @@ SharedRegions::Call& SharedRegions::Call::operator=(Call&& other) noexcept {
     slot_ = other.slot_;
     method_ = other.method_;
     request_ = std::move(other.request_);
+    taken_ = other.taken_;
+    on_answered_ = std::move(other.on_answered_);
   }
   return *this;
 }
@@ -117,9 +119,14 @@ void SharedRegions::Call::Answer(const absl::Status& status, absl::string_view r
   StoreWord(&page->state, kSharedCallAnswered);
   RingBell(region_->bell(kClientBellOffset));
   region_ = nullptr;
+  if (on_answered_ != nullptr && *on_answered_) {
+    (*on_answered_)(method_, status.code(), absl::Now() - taken_);
+  }
 }
 
-SharedRegions::SharedRegions(Options options) : options_(std::move(options)) {
+SharedRegions::SharedRegions(Options options)
+    : options_(std::move(options)),
+      on_answered_(std::make_shared<const Call::Hook>(options_.on_answered)) {
   if (!options_.serve_call) return;
   for (int i = 0; i < std::max(1, options_.pool_threads); ++i) {
     pool_.emplace_back([this] { ServePool(); });
@@ -186,6 +193,8 @@ void SharedRegions::ServeCalls(Region* region) {
       if (!SwapWord(&page->state, kSharedCallRequested, kSharedCallServing)) continue;
       served = true;
       Call call;
+      call.taken_ = absl::Now();
+      call.on_answered_ = on_answered_;
       call.slot_ = i;
       call.method_ = __atomic_load_n(&page->method, __ATOMIC_RELAXED);
       const uint32_t request_bytes = __atomic_load_n(&page->request_bytes, __ATOMIC_RELAXED);

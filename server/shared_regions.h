@@ -59,6 +59,8 @@ class SharedRegions {
     std::function<void(Call)> serve_call;
     // Threads serving the large calls of every region (with serve_call).
     int pool_threads = 2;
+    // Told of every call answered: its method, status code and time from being taken (metrics).
+    std::function<void(uint32_t method, absl::StatusCode code, absl::Duration took)> on_answered;
   };
 
   // Calls of this many keys or more (their call page's hint) are served by the pool.
@@ -106,10 +108,14 @@ class SharedRegions {
 
    private:
     friend class SharedRegions;
+    using Hook = std::function<void(uint32_t, absl::StatusCode, absl::Duration)>;
+
     std::shared_ptr<Region> region_;
     uint32_t slot_ = 0;
     uint32_t method_ = 0;
     std::string request_;
+    absl::Time taken_;
+    std::shared_ptr<const Hook> on_answered_;
   };
 
   explicit SharedRegions(Options options);
@@ -156,6 +162,8 @@ class SharedRegions {
   void ServePool();
 
   const Options options_;
+  // options_.on_answered, shared with the calls (which may be answered after this is gone).
+  const std::shared_ptr<const Call::Hook> on_answered_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<uint64_t, std::shared_ptr<Region>> regions_ ABSL_GUARDED_BY(mu_);
   uint64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;

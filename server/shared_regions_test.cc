@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "common/futex.h"
+#include "server/internal/test_fixtures.h"
 
 namespace ps {
 namespace server {
@@ -186,21 +187,20 @@ struct Served {
   }
 };
 
-// The region as a client on this host maps it.
-unsigned char* MapLent(const rpc::OpenSharedRegionResponse& lent) {
-  const std::string path = absl::StrFormat("/proc/%d/fd/%d", lent.pid(), lent.fd());
-  const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
-  REQUIRE(fd >= 0);
-  const uint64_t bytes = lent.header_bytes() + lent.slots() * lent.slot_bytes();
-  void* mapped = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
-  REQUIRE(mapped != MAP_FAILED);
-  return static_cast<unsigned char*>(mapped);
-}
-
 TEST_CASE("calls written into a region's pages are served and answered there", "[shared]") {
   Served served;
   SharedRegions::Options options = Lend(64 << 20);
+  struct Answered {
+    uint32_t method;
+    absl::StatusCode code;
+  };
+  absl::Mutex answered_mu;
+  std::vector<Answered> answered;
+  options.on_answered = [&](uint32_t method, absl::StatusCode code, absl::Duration took) {
+    CHECK(took >= absl::ZeroDuration());
+    absl::MutexLock lock(&answered_mu);
+    answered.push_back({method, code});
+  };
   options.serve_call = [&served](SharedRegions::Call call) {
     char name[16] = {};
     pthread_getname_np(pthread_self(), name, sizeof(name));
@@ -213,7 +213,10 @@ TEST_CASE("calls written into a region's pages are served and answered there", "
   REQUIRE(lent.ok());
   REQUIRE(lent->calls());
   CHECK(lent->header_bytes() == SharedRegionHeaderBytes(2));
-  unsigned char* base = MapLent(*lent);
+  const absl::StatusOr<unsigned char*> mapped = testing::MapLentRegion(*lent);
+  INFO(mapped.status().ToString());
+  REQUIRE(mapped.ok());
+  unsigned char* base = *mapped;
   auto* page = reinterpret_cast<SharedCallPage*>(base + kSharedPageBytes * 2);  // slot 1's
   auto* server_bell = reinterpret_cast<uint32_t*>(base + kServerBellOffset);
   auto* closed = reinterpret_cast<uint32_t*>(base + kClosedOffset);
@@ -235,6 +238,12 @@ TEST_CASE("calls written into a region's pages are served and answered there", "
     CHECK(LoadWord(&page->state) == kSharedCallServing);
     call.Answer(absl::OkStatus(), "the response");
     CHECK(LoadWord(&page->state) == kSharedCallAnswered);
+    {
+      absl::MutexLock lock(&answered_mu);
+      REQUIRE(answered.size() == 1);  // told, for the metrics
+      CHECK(answered[0].method == kSharedCallPull);
+      CHECK(answered[0].code == absl::StatusCode::kOk);
+    }
     CHECK(page->code == 0);
     CHECK(std::string(page->data, page->answer_bytes) == "the response");
 
@@ -287,7 +296,7 @@ TEST_CASE("calls written into a region's pages are served and answered there", "
     REQUIRE(later.ok());
     CHECK_FALSE(later->calls());
   }
-  munmap(base, lent->header_bytes() + lent->slots() * lent->slot_bytes());
+  munmap(base, testing::LentRegionBytes(*lent));
 }
 
 }  // namespace

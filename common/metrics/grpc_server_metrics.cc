@@ -16,44 +16,9 @@ namespace {
 
 constexpr int kNumCodes = 17;  // grpc::StatusCode OK (0) .. UNAUTHENTICATED (16)
 
-// The series of one method. Counters by code are made on a code's first use, so a scrape shows
-// only the codes that happened.
-class MethodMetrics {
- public:
-  MethodMetrics(Registry* registry, const std::string& prefix, std::string method)
-      : registry_(registry),
-        prefix_(prefix),
-        method_(std::move(method)),
-        duration_(registry->GetHistogram(prefix + "_rpc_duration_seconds",
-                                         "Time from a call's arrival to its status being sent.",
-                                         LatencyBuckets(), {{"method", method_}})) {
-    for (auto& counter : by_code_) counter.store(nullptr, std::memory_order_relaxed);
-  }
-
-  void Record(int code, double seconds) {
-    duration_->Observe(seconds);
-    if (code < 0 || code >= kNumCodes) code = static_cast<int>(grpc::StatusCode::UNKNOWN);
-    Counter* counter = by_code_[code].load(std::memory_order_acquire);
-    if (counter == nullptr) {
-      // The registry returns the same counter to racing threads.
-      counter = registry_->GetCounter(prefix_ + "_rpcs_total", "Calls answered, by status code.",
-                                      {{"method", method_}, {"code", GrpcCodeName(code)}});
-      by_code_[code].store(counter, std::memory_order_release);
-    }
-    counter->Increment();
-  }
-
- private:
-  Registry* const registry_;
-  const std::string prefix_;
-  const std::string method_;
-  Histogram* const duration_;
-  std::array<std::atomic<Counter*>, kNumCodes> by_code_;
-};
-
 class MetricsInterceptor final : public grpc::experimental::Interceptor {
  public:
-  explicit MetricsInterceptor(MethodMetrics* method)
+  explicit MetricsInterceptor(CallMetrics* method)
       : method_(method), start_(std::chrono::steady_clock::now()) {}
 
   void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
@@ -66,7 +31,7 @@ class MetricsInterceptor final : public grpc::experimental::Interceptor {
   }
 
  private:
-  MethodMetrics* const method_;
+  CallMetrics* const method_;
   const std::chrono::steady_clock::time_point start_;
 };
 
@@ -83,7 +48,7 @@ class MetricsInterceptorFactory final
 
  private:
   // By the method's full path ("/ps.rpc.ParameterServer/Pull").
-  MethodMetrics* Method(const char* c_path) {
+  CallMetrics* Method(const char* c_path) {
     const absl::string_view path = c_path == nullptr ? "" : c_path;
     {
       absl::ReaderMutexLock lock(&mu_);
@@ -98,12 +63,12 @@ class MetricsInterceptorFactory final
     if (methods_.size() >= kMaxMethods) {
       // A client calling made-up methods must not grow the map: they share one series.
       if (unknown_ == nullptr) {
-        unknown_ = std::make_unique<MethodMetrics>(registry_, prefix_, "unknown");
+        unknown_ = std::make_unique<CallMetrics>(registry_, prefix_, "unknown");
       }
       return unknown_.get();
     }
     auto& slot = methods_[std::string(path)];
-    slot = std::make_unique<MethodMetrics>(registry_, prefix_, name);
+    slot = std::make_unique<CallMetrics>(registry_, prefix_, name);
     return slot.get();
   }
 
@@ -112,19 +77,53 @@ class MetricsInterceptorFactory final
   Registry* const registry_;
   const std::string prefix_;
   absl::Mutex mu_;
-  absl::flat_hash_map<std::string, std::unique_ptr<MethodMetrics>> methods_ ABSL_GUARDED_BY(mu_);
-  std::unique_ptr<MethodMetrics> unknown_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, std::unique_ptr<CallMetrics>> methods_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<CallMetrics> unknown_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace
 
+CallMetrics::CallMetrics(Registry* registry, const std::string& prefix, std::string method)
+    : registry_(registry),
+      prefix_(prefix),
+      method_(std::move(method)),
+      duration_(registry->GetHistogram(prefix + "_rpc_duration_seconds",
+                                       "Time from a call's arrival to its status being sent.",
+                                       LatencyBuckets(), {{"method", method_}})) {
+  for (auto& counter : by_code_) counter.store(nullptr, std::memory_order_relaxed);
+}
+
+void CallMetrics::Record(int code, double seconds) {
+  duration_->Observe(seconds);
+  if (code < 0 || code >= kNumCodes) code = static_cast<int>(grpc::StatusCode::UNKNOWN);
+  Counter* counter = by_code_[code].load(std::memory_order_acquire);
+  if (counter == nullptr) {
+    // The registry returns the same counter to racing threads.
+    counter = registry_->GetCounter(prefix_ + "_rpcs_total", "Calls answered, by status code.",
+                                    {{"method", method_}, {"code", GrpcCodeName(code)}});
+    by_code_[code].store(counter, std::memory_order_release);
+  }
+  counter->Increment();
+}
+
 const char* GrpcCodeName(int code) {
-  static constexpr const char* kNames[kNumCodes] = {
-      "OK",                 "CANCELLED",          "UNKNOWN",      "INVALID_ARGUMENT",
-      "DEADLINE_EXCEEDED",  "NOT_FOUND",          "ALREADY_EXISTS", "PERMISSION_DENIED",
-      "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED",      "OUT_OF_RANGE",
-      "UNIMPLEMENTED",      "INTERNAL",           "UNAVAILABLE",  "DATA_LOSS",
-      "UNAUTHENTICATED"};
+  static constexpr const char* kNames[kNumCodes] = {"OK",
+                                                    "CANCELLED",
+                                                    "UNKNOWN",
+                                                    "INVALID_ARGUMENT",
+                                                    "DEADLINE_EXCEEDED",
+                                                    "NOT_FOUND",
+                                                    "ALREADY_EXISTS",
+                                                    "PERMISSION_DENIED",
+                                                    "RESOURCE_EXHAUSTED",
+                                                    "FAILED_PRECONDITION",
+                                                    "ABORTED",
+                                                    "OUT_OF_RANGE",
+                                                    "UNIMPLEMENTED",
+                                                    "INTERNAL",
+                                                    "UNAVAILABLE",
+                                                    "DATA_LOSS",
+                                                    "UNAUTHENTICATED"};
   if (code < 0 || code >= kNumCodes) return "UNKNOWN_CODE";
   return kNames[code];
 }

@@ -77,6 +77,18 @@ TEST_CASE("Every call a server answers is counted by method and code, and timed"
   CHECK(Contains(text, "ps_test_rpc_duration_seconds_count{method=\"GetShardMap\"} 3\n"));
   CHECK(Contains(text, "ps_test_rpc_duration_seconds_count{method=\"KvGet\"} 2\n"));
   CHECK_FALSE(Contains(text, "code=\"INTERNAL\""));
+
+  // Calls answered outside gRPC join the same series.
+  CallMetrics outside(&registry, "ps_test", "GetShardMap");
+  outside.Record(static_cast<int>(grpc::StatusCode::OK), 0.001);
+  outside.Record(static_cast<int>(grpc::StatusCode::INTERNAL), 0.002);
+  outside.Record(99, 0.003);  // no such code: UNKNOWN
+  const std::string after = registry.Render();
+  INFO(after);
+  CHECK(Contains(after, "ps_test_rpcs_total{method=\"GetShardMap\",code=\"OK\"} 4\n"));
+  CHECK(Contains(after, "ps_test_rpcs_total{method=\"GetShardMap\",code=\"INTERNAL\"} 1\n"));
+  CHECK(Contains(after, "ps_test_rpcs_total{method=\"GetShardMap\",code=\"UNKNOWN\"} 1\n"));
+  CHECK(Contains(after, "ps_test_rpc_duration_seconds_count{method=\"GetShardMap\"} 6\n"));
 }
 
 TEST_CASE("Status codes have their canonical names", "[grpc]") {

@@ -1,5 +1,10 @@
 #include "server/internal/test_fixtures.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -11,6 +16,25 @@
 namespace ps {
 namespace server {
 namespace testing {
+
+uint64_t LentRegionBytes(const rpc::OpenSharedRegionResponse& lent) {
+  return lent.header_bytes() + uint64_t{lent.slots()} * lent.slot_bytes();
+}
+
+absl::StatusOr<unsigned char*> MapLentRegion(const rpc::OpenSharedRegionResponse& lent) {
+  const std::string path = absl::StrFormat("/proc/%d/fd/%d", lent.pid(), lent.fd());
+  const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::InternalError(absl::StrFormat("open %s: %s", path, std::strerror(errno)));
+  }
+  void* mapped = mmap(nullptr, LentRegionBytes(lent), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  const int error = errno;
+  close(fd);
+  if (mapped == MAP_FAILED) {
+    return absl::InternalError(absl::StrFormat("mmap %s: %s", path, std::strerror(error)));
+  }
+  return static_cast<unsigned char*>(mapped);
+}
 
 absl::StatusOr<std::map<uint64_t, std::vector<float>>> PullStoreRows(
     ShardedStore& store, const std::vector<uint64_t>& keys) {

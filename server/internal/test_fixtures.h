@@ -1,6 +1,6 @@
 // What the store's, the service's and the checkpoint's tests share: a small job, a two-server
-// shard map, requests whose keys are grouped into runs by shard as a client sends them, and a
-// store's rows pulled by key.
+// shard map, requests whose keys are grouped into runs by shard as a client sends them, a
+// store's rows pulled by key, and a lent shared region mapped as a client on this host maps it.
 #ifndef PS_SERVER_INTERNAL_TEST_FIXTURES_H_
 #define PS_SERVER_INTERNAL_TEST_FIXTURES_H_
 
@@ -38,6 +38,11 @@ std::vector<uint64_t> KeysOnShards(int parity, int n);
 // clock, by key. The store's error, or INTERNAL when the answer's dim is not TestJob()'s 4.
 absl::StatusOr<std::map<uint64_t, std::vector<float>>> PullStoreRows(
     ShardedStore& store, const std::vector<uint64_t>& keys);
+
+// Maps the shared region `lent` describes as a client on this host does (/proc/<pid>/fd/<fd>);
+// INTERNAL, saying why, when it cannot. Unmap it with munmap(base, LentRegionBytes(lent)).
+absl::StatusOr<unsigned char*> MapLentRegion(const rpc::OpenSharedRegionResponse& lent);
+uint64_t LentRegionBytes(const rpc::OpenSharedRegionResponse& lent);
 
 // Sets the request's keys and runs from `keys` of its table, grouped by shard.
 template <typename Request>
