@@ -587,13 +587,12 @@ class ClientImpl final : public Client {
         shared->set_keys_bytes(key_bytes);
         shared->set_grads_bytes(grad_bytes);
         request->slot = slot;
-        if (region->calls()) {
-          request->region = std::move(region);
+        request->region = std::move(region);
+        if (request->region->calls()) {
           request->in_region = true;
           request->region_message = std::move(fields);
           return;
         }
-        request->region = std::move(region);
         MessageWriter writer(fields.ByteSizeLong());
         writer.AppendMessage(fields);
         request->request_bytes = writer.Finish();
@@ -713,8 +712,6 @@ class ClientImpl final : public Client {
       }
       // The first request is started here, the others by the send pool if there is one.
       auto start = [this, call, routing, request, method, wait_here] {
-        request->context = std::make_unique<grpc::ClientContext>();
-        request->context->set_deadline(absl::ToChronoTime(absl::Now() + options_.request_timeout));
         const std::shared_ptr<ServerConnection>& conn = routing->servers.at(request->part.server);
         Encode(*call, *routing, conn, request);
         if (request->in_region) {
@@ -733,12 +730,16 @@ class ClientImpl final : public Client {
                   wait_here)) {
             return;
           }
-          // Too large for a call page: an RPC, its payload in the slot.
+          // Not made in the region (too large for a call page, or the region closed): an RPC,
+          // its payload in the slot.
           request->in_region = false;
           MessageWriter writer(request->region_message.ByteSizeLong());
           writer.AppendMessage(request->region_message);
           request->request_bytes = writer.Finish();
         }
+        // A context only for an RPC: a call made in the region has its deadline in the call.
+        request->context = std::make_unique<grpc::ClientContext>();
+        request->context->set_deadline(absl::ToChronoTime(absl::Now() + options_.request_timeout));
         conn->GenericStub()->UnaryCall(
             request->context.get(), method, grpc::StubOptions(), &request->request_bytes,
             &request->response_bytes,

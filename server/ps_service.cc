@@ -604,11 +604,7 @@ grpc::ServerUnaryReactor* ParameterServerService::GetStatus(grpc::CallbackServer
   if (store == nullptr) return Done(context, absl::UnavailableError("the server is starting"));
   response->set_server_id(server_id_.load());
   const absl::Status filled = store->FillStatus(*request, response);
-  if (filled.ok() && shared_regions_ != nullptr) {
-    response->set_shared_regions(static_cast<uint32_t>(shared_regions_->regions()));
-    response->set_shared_region_bytes(shared_regions_->bytes());
-    response->set_shared_regions_opened(shared_regions_->opened());
-  }
+  if (filled.ok() && shared_regions_ != nullptr) shared_regions_->FillStatus(response);
   return Done(context, filled);
 }
 

@@ -7,7 +7,8 @@
 //             [--shared_memory_idle_s=600] [--dry_run] [resource bounds, below]
 //
 // It lends clients on its host up to --shared_memory_mb of shared memory for the payloads of
-// pulls and pushes (server/shared_regions.h, proto/ps.proto rule 9); 0 lends none.
+// pulls and pushes and for the calls themselves (server/shared_regions.h, proto/ps.proto rules 9
+// and 10); 0 lends none.
 //
 // With --tls_cert and --tls_key it serves TLS, with --tls_ca mutual TLS, and with --token_file
 // it checks every call's bearer token (common/grpc/security.h); its own calls (to the
@@ -118,7 +119,8 @@ ABSL_FLAG(int, max_connection_idle_s, 1800,
           "a connection with no call for this long is closed (clients reconnect); > 0");
 ABSL_FLAG(int64_t, shared_memory_mb, 1024,
           "MiB of shared memory this server may lend to clients on its host for the payloads of "
-          "pulls and pushes (proto/ps.proto rule 9; clients elsewhere use the sockets); 0: none");
+          "pulls and pushes and the calls themselves (proto/ps.proto rules 9 and 10; clients "
+          "elsewhere use the sockets); 0: none");
 ABSL_FLAG(int, shared_memory_idle_s, 600,
           "a lent region that no request named for this long is closed at the next one lent; > 0");
 ABSL_FLAG(int, keepalive_s, 60,
@@ -340,15 +342,14 @@ int Main() {
     if (MapFollower* f = follower.load()) f->Poke();
   });
 
-  // Metrics: every call by method and code (the interceptor), the store's figures at scrape time.
   // Calls made in the regions (rule 10) are served as the RPCs are.
   shared_options.serve_call = [&service](server::SharedRegions::Call call) {
     service.ServeSharedCall(std::move(call));
   };
   shared_options.pool_threads =
       std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 2, 8);
-  // They count in the RPCs' series (ps_server_rpcs_total, ps_server_rpc_duration_seconds), and
-  // in ps_server_shared_calls_total.
+  // Metrics: every call by method and code (the interceptor, and the calls made in the regions,
+  // also counted in ps_server_shared_calls_total), the store's figures at scrape time.
   metrics::Registry registry;
   metrics::CallMetrics pull_calls(&registry, "ps_server", "Pull");
   metrics::CallMetrics push_calls(&registry, "ps_server", "Push");
@@ -358,10 +359,11 @@ int Main() {
       "ps_server_rpcs_total too).");
   shared_options.on_answered = [&pull_calls, &push_calls, shared_calls](
                                    uint32_t method, absl::StatusCode code, absl::Duration took) {
-    auto ToSeconds = [](absl::Duration d) { return absl::ToDoubleSeconds(d); };
     shared_calls->Increment();
-    if (method == kSharedCallPull) pull_calls.Record(static_cast<int>(code), ToSeconds(took));
-    if (method == kSharedCallPush) push_calls.Record(static_cast<int>(code), ToSeconds(took));
+    if (method == kSharedCallPull || method == kSharedCallPush) {
+      (method == kSharedCallPull ? pull_calls : push_calls)
+          .Record(static_cast<int>(code), absl::ToDoubleSeconds(took));
+    }
   };
   server::SharedRegions shared_regions(shared_options);
   if (shared_options.max_bytes > 0) service.SetSharedRegions(&shared_regions);
@@ -371,9 +373,7 @@ int Main() {
         server::ShardedStore* store = metrics_store.load(std::memory_order_acquire);
         if (store == nullptr) return false;
         store->FillStatus(status);
-        status->set_shared_regions(static_cast<uint32_t>(shared_regions.regions()));
-        status->set_shared_region_bytes(shared_regions.bytes());
-        status->set_shared_regions_opened(shared_regions.opened());
+        shared_regions.FillStatus(status);
         return true;
       });
   service.SetCheckpointDurations(
@@ -383,7 +383,6 @@ int Main() {
 
   server::Admission admission(admission_limits);
   service.SetAdmission(&admission);
-
   server_options.listen_address = JoinHostPort(listen.host, listen.port);
   // The job's own limit (max_message_bytes, at most 1 GiB) is enforced by the store with a clear
   // error; gRPC's limit only has to be above it, and refuses anything larger from its length

@@ -127,7 +127,7 @@ void SharedRegions::Call::Answer(const absl::Status& status, absl::string_view r
 SharedRegions::SharedRegions(Options options)
     : options_(std::move(options)),
       on_answered_(std::make_shared<const Call::Hook>(options_.on_answered)) {
-  if (!options_.serve_call) return;
+  if (!options_.serve_call || options_.max_bytes == 0) return;  // no calls without regions
   for (int i = 0; i < std::max(1, options_.pool_threads); ++i) {
     pool_.emplace_back([this] { ServePool(); });
   }
@@ -380,6 +380,13 @@ std::vector<std::shared_ptr<SharedRegions::Region>> SharedRegions::TakeIdleLocke
     regions_.erase(region->id);
   }
   return idle;
+}
+
+void SharedRegions::FillStatus(rpc::ServerStatus* status) const {
+  absl::MutexLock lock(&mu_);
+  status->set_shared_regions(static_cast<uint32_t>(regions_.size()));
+  status->set_shared_region_bytes(bytes_);
+  status->set_shared_regions_opened(opened_);
 }
 
 size_t SharedRegions::regions() const {

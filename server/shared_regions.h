@@ -148,6 +148,9 @@ class SharedRegions {
   size_t regions() const;
   uint64_t bytes() const;
   uint64_t opened() const;
+  // The three into `status` (ServerStatus.shared_regions, shared_region_bytes,
+  // shared_regions_opened), read together.
+  void FillStatus(rpc::ServerStatus* status) const;
 
  private:
   absl::Time Now() const { return options_.now ? options_.now() : absl::Now(); }
