@@ -10,6 +10,7 @@
 #include <set>
 #include <thread>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/synchronization/notification.h"
 #include "common/futex.h"
 #include "common/shared_region_layout.h"
@@ -285,6 +286,13 @@ TEST_CASE("calls fail UNAVAILABLE once the lending process exits", "[client][sha
     pause();
     _exit(0);
   }
+  // Killed and reaped however the test ends, so that a failure leaves no process behind.
+  bool reaped = false;
+  absl::Cleanup reap = [child, &reaped] {
+    if (reaped) return;
+    kill(child, SIGKILL);
+    waitpid(child, nullptr, 0);
+  };
   lent.response.set_pid(child);
   auto region = SharedRegion::Map(lent.response);
   REQUIRE(region.ok());
@@ -294,6 +302,7 @@ TEST_CASE("calls fail UNAVAILABLE once the lending process exits", "[client][sha
   REQUIRE(kill(child, SIGKILL) == 0);
   int wstatus = 0;
   REQUIRE(waitpid(child, &wstatus, 0) == child);
+  reaped = true;
   ended.Wait();
   CHECK(ended.status.code() == absl::StatusCode::kUnavailable);
   CHECK(ended.status.message().find("shared region") != absl::string_view::npos);
