@@ -6,8 +6,6 @@
 #include <filesystem>
 #include <utility>
 
-#include "absl/base/config.h"
-#include "absl/base/internal/endian.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -17,9 +15,10 @@
 #include "rocksdb/sst_file_reader.h"
 #include "xxhash.h"
 
-#ifndef ABSL_IS_LITTLE_ENDIAN
-#error "shard files hold little-endian floats, which this reader copies as they are"
-#endif
+#include "common/byte_order.h"
+
+static_assert(ps::kHostIsLittleEndian,
+              "shard files hold little-endian floats, which this reader copies as they are");
 
 namespace ps {
 namespace {
@@ -29,7 +28,7 @@ absl::Status DataLoss(const std::string& path, absl::string_view what) {
 }
 
 void AppendBigEndian32(uint32_t v, std::string* out) {
-  const uint32_t be = absl::ghtonl(v);
+  const uint32_t be = BigEndian32(v);
   out->append(reinterpret_cast<const char*>(&be), sizeof(be));
 }
 

@@ -10,12 +10,13 @@
 
 #include <cstdint>
 
-#include "absl/base/internal/endian.h"
 #include "absl/numeric/int128.h"
 #include "absl/strings/string_view.h"
 // Inlined: @system//:xxhash defines XXH_INLINE_ALL for everything that depends on it, so hashing
 // an 8-byte id is a few multiplies with no call into libxxhash.
 #include "xxhash.h"
+
+#include "common/byte_order.h"
 
 namespace ps {
 
@@ -26,7 +27,7 @@ inline uint64_t NameHash(absl::string_view name) {
 
 // The well-mixed 64-bit hash of `id` in the table whose NameHash is `name_hash`.
 inline uint64_t KeyHash(uint64_t name_hash, uint64_t id) {
-  const uint64_t le = absl::little_endian::FromHost64(id);
+  const uint64_t le = LittleEndian64(id);
   return XXH3_64bits_withSeed(&le, sizeof(le), name_hash);
 }
 

@@ -14,17 +14,11 @@
 #include "cuda_kernels/device.h"
 #include "cuda_kernels/embedding.h"
 #include "cuda_kernels/memory.h"
+#include "cuda_kernels/testing/require_ok.h"
 
 namespace ps {
 namespace cuda {
 namespace {
-
-#define REQUIRE_OK(expr)       \
-  do {                         \
-    const Error err_ = (expr); \
-    INFO(err_.message);        \
-    REQUIRE(err_.ok());        \
-  } while (0)
 
 template <typename T>
 DeviceArray<T> Upload(const std::vector<T>& host) {

@@ -14,17 +14,11 @@
 #include "cuda_kernels/device.h"
 #include "cuda_kernels/embedding.h"
 #include "cuda_kernels/memory.h"
+#include "cuda_kernels/testing/require_ok.h"
 
 namespace ps {
 namespace cuda {
 namespace {
-
-#define REQUIRE_OK(expr)       \
-  do {                         \
-    const Error err_ = (expr); \
-    INFO(err_.message);        \
-    REQUIRE(err_.ok());        \
-  } while (0)
 
 TEST_CASE("BuildRowCsr lists the bags of every row in order", "[cuda][embedding]") {
   // 3 bags of 2 slots over 4 rows: bag 0 reads rows 2 and 0, bag 1 row 2 twice, bag 2 nothing.

@@ -3,9 +3,10 @@
 #include <cmath>
 #include <cstring>
 
-#include "absl/base/internal/endian.h"
 #include "absl/strings/str_format.h"
 #include "xxhash.h"
+
+#include "common/byte_order.h"
 
 namespace ps {
 namespace server {
@@ -16,7 +17,7 @@ namespace {
 // BUILD file turns off floating-point contraction for this file so that no FMA changes a rounding.
 
 uint64_t HashU64(uint64_t value, uint64_t seed) {
-  const uint64_t le = absl::little_endian::FromHost64(value);
+  const uint64_t le = LittleEndian64(value);
   return XXH3_64bits_withSeed(&le, sizeof(le), seed);
 }
 
