@@ -11,7 +11,7 @@ int main(int argc, char** argv) {
   if (ps::cuda::DeviceCount() == 0) {
     std::fprintf(stderr,
                  "FAILED: this test needs a CUDA device and none was found (run it on a machine "
-                 "with an NVIDIA GPU and its driver; see README, \"GPU tests\")\n");
+                 "with an NVIDIA GPU and its driver; see tests/README.md, \"GPU tests\")\n");
     return 1;
   }
   return Catch::Session().run(argc, argv);

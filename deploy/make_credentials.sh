@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Makes what a cluster needs for mutual TLS and bearer tokens (README: Security), with openssl.
+# Makes what a cluster needs for mutual TLS and bearer tokens (deploy/README.md: Security),
+# with openssl.
 #
 #   deploy/make_credentials.sh OUT_DIR [NAME...]
 #
@@ -77,8 +78,8 @@ rm -f "$out/ca.srl"
 
 admin=$(openssl rand -hex 32)
 worker=$(openssl rand -hex 32)
-printf '# role token (README: Security)\nadmin %s\nworker %s\n' "$admin" "$worker" >"$out/tokens"
-printf '# role token (README: Security)\nworker %s\n' "$worker" >"$out/worker_token"
+printf '# role token (deploy/README.md: Security)\nadmin %s\nworker %s\n' "$admin" "$worker" >"$out/tokens"
+printf '# role token (deploy/README.md: Security)\nworker %s\n' "$worker" >"$out/worker_token"
 
 echo "make_credentials: wrote $out/{ca.pem,ca.key,node.pem,node.key,client.pem,client.key,tokens,worker_token}"
 echo "make_credentials: node.pem is valid for ${names[*]} until $(openssl x509 -in "$out/node.pem" -noout -enddate | cut -d= -f2)"

@@ -57,7 +57,7 @@ class HotKeys {
   // The default sampling: one key in this many. On a stream of distinct keys (the worst case:
   // every sample replaces a counter) a sample costs about 50 ns with the sketch in cache, more
   // when the request's rows have evicted it; ps_bench's pulls of 100k random keys lost 2.8% of
-  // their rate to 1 in 64 and more to 1 in 32 (README, "Performance"), so the default is 1 in 128.
+  // their rate to 1 in 64 and more to 1 in 32 (tests/bench/README.md), so the default is 1 in 128.
   // At a million keys a second a server still samples about 8000 keys a second.
   static constexpr uint32_t kDefaultSampleEvery = 128;
 

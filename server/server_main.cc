@@ -15,7 +15,7 @@
 // coordinator, and replication to the other servers) use the same certificate and present the
 // file's admin token.
 //
-// Resource bounds (README "Resource bounds"): --max_inflight_requests, --max_inflight_bytes,
+// Resource bounds (server/README.md): --max_inflight_requests, --max_inflight_bytes,
 // --max_inflight_requests_per_peer, --max_inflight_bytes_per_peer (server/admission.h; over them
 // a request is refused RESOURCE_EXHAUSTED at once), --max_concurrent_streams,
 // --grpc_memory_quota_bytes, --max_connection_idle_s, --keepalive_s (common/grpc/server_builder.h).

@@ -25,7 +25,7 @@ namespace {
 constexpr size_t kSecretBytes = sizeof(SharedRegionHeader::secret);
 
 // How long a region's thread spins for the next call before it sleeps. Measured with ps_bench at
-// 1000 keys on 2 cores (README).
+// 1000 keys on 2 cores (tests/bench/README.md).
 constexpr absl::Duration kServeSpin = absl::Microseconds(100);
 
 uint64_t RoundUpToPage(uint64_t bytes) {

@@ -1,4 +1,4 @@
-// The consistency modes (README.md, "Consistency modes") checked end to end on a real cluster: a
+// The consistency modes (worker/README.md) checked end to end on a real cluster: a
 // ps_coordinator and two ps_server processes, and three workers as threads of this test, each with
 // its own Client (role WORKER) and CoordinatorClient and a worker::StepSync for the job's mode,
 // running the trainer's step protocol: BeforePull(t); SetClock(t); Pull; Push; AfterPush(t).
@@ -329,7 +329,7 @@ TEST_CASE("every mode's pulls see what the mode promises, with a straggler",
         }
         violations.Check(w, o, complaint);
       }
-      // The shared key, as the README states the modes.
+      // The shared key, as worker/README.md states the modes.
       if (sync && !quorum) {
         violations.Check(
             w, o,

@@ -102,7 +102,7 @@ void Step(Client& client, CoordinatorClient& coordinator, const std::vector<uint
 }
 
 
-// Prints a command's text output, for the README's samples.
+// Prints a command's text output, for client/README.md's samples.
 void Show(const std::string& command, const testing::ProcessResult& result) {
   std::cout << "$ ps_ctl " << command << "\n" << result.stdout_text << result.stderr_text << "\n";
 }

@@ -1,5 +1,5 @@
 // The consistency protocol of one worker around its pulls and pushes, as the job's mode asks
-// (the table of modes is in README.md):
+// (the table of modes is in worker/README.md):
 //   SYNC               the servers hold a pull of step t until step t - 1 is applied, and apply a
 //                      step when the workers have ended it: AfterPush ends the step.
 //   BOUNDED_STALENESS  BeforePull(t) waits until every worker has finished step t - s - 1 (the

@@ -7,8 +7,8 @@
 //
 // With --tls_ca its calls to the coordinator and the servers use TLS (presenting --tls_cert as
 // its client certificate when given), and with --token_file they carry the file's worker token
-// (its admin token when it has none). Gloo's traffic between workers is not encrypted: README's
-// Security section says how to keep it on a private network.
+// (its admin token when it has none). Gloo's traffic between workers is not encrypted:
+// deploy/README.md's Security section says how to keep it on a private network.
 //
 // The other workers reach this one (Gloo's TCP connections, NCCL's bootstrap) at its advertised
 // host: the --listen host when it is a specific address, else --advertise or this host's default

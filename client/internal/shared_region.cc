@@ -25,7 +25,7 @@ namespace client_internal {
 namespace {
 
 // How long a caller waiting for its own call (Call's wait_here) spins before it sleeps. Measured
-// with ps_bench at 1000 keys on 2 cores (README).
+// with ps_bench at 1000 keys on 2 cores (tests/bench/README.md).
 constexpr absl::Duration kCallerSpin = absl::Microseconds(50);
 
 }  // namespace

@@ -6,7 +6,7 @@
 //   ps_launch stop RUN_DIR                                      SIGTERM, then SIGKILL
 //
 // The cluster description (proto/launch.proto) says the backend (LOCAL, SSH or SLURM), the hosts
-// and what runs on each, and where the binaries are. See README, "Running on a cluster".
+// and what runs on each, and where the binaries are. See deploy/README.md.
 #include <cstdio>
 #include <string>
 #include <vector>

@@ -9,7 +9,7 @@
         client.push("user", keys, -0.1 * rows)    # repeated keys summed, applied exactly once
 
 Needs the stubs generated from proto/ (``bazel build //client/python:ps_client``) on the path:
-PYTHONPATH=client/python:bazel-bin/client/python. See README.md, "Python".
+PYTHONPATH=client/python:bazel-bin/client/python. See client/python/README.md.
 """
 
 from .client import Client, connect

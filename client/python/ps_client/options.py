@@ -46,7 +46,7 @@ class ClientOptions:
     rank: int = -1
     # gRPC client interceptors wrapped around every server channel (tracing, fault injection).
     interceptors: tuple = ()
-    # TLS and bearer tokens (ps_client/security.py; README: Security), paths as the daemons'
+    # TLS and bearer tokens (ps_client/security.py; deploy/README.md), paths as the daemons'
     # flags of the same names; "" = not given. tls_ca: the CA of the servers' certificates (the
     # client then dials with TLS). tls_cert/tls_key (both or neither): this client's certificate,
     # for clusters that require client certificates. token_file: lines "ROLE TOKEN"; every call

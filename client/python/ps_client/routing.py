@@ -6,9 +6,9 @@ the name hash; its shard is the high 64 bits of ``key_hash * num_shards``.
 
 ``key_hashes`` computes XXH3-64 of 8-byte inputs with NumPy, for a whole array at once: the
 specification's path for inputs of 4 to 8 bytes (XXH3_len_4to8_64b) is a few 64-bit operations.
-It is several times faster than calling python3-xxhash once per key (README.md, "Python", has
-the rates), and is checked against python3-xxhash (``key_hashes_reference``) when this module is
-imported and by the tests.
+It is several times faster than calling python3-xxhash once per key (client/python/README.md,
+"Rates", has the rates), and is checked against python3-xxhash (``key_hashes_reference``) when
+this module is imported and by the tests.
 
 ``plan_keys`` mirrors client/internal/key_router.cc: keys deduplicated, grouped by server, then
 shard (shards in (server, shard) order, keys of a shard in the order they first appear), cut into
