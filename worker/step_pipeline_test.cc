@@ -1,5 +1,6 @@
 #include "worker/step_pipeline.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <fstream>
 #include <memory>
@@ -48,6 +49,62 @@ std::string WriteData(const std::string& dir) {
   for (int i = 0; i < 4; ++i) out << "1\t" << i << "\t0000000a\t0000000b\n";
   return path;
 }
+
+// A cluster that went on without this worker: the pulls of the steps in `applied` (the steps the
+// quorum applied without it) are ABORTED, EndStep answers the newest of them, and every other pull
+// gets zeros. It records the clock of every pull.
+class StragglerClient final : public Client {
+ public:
+  StragglerClient(const config::Job& job, std::vector<int64_t> applied)
+      : job_(job), applied_(std::move(applied)) {}
+
+  const config::Job& job() const override { return job_; }
+  uint32_t worker_id() const override { return 1; }
+  int rank() const override { return 0; }
+  int64_t start_step() const override { return 0; }
+  absl::StatusOr<uint32_t> Dim(absl::string_view) const override { return kDim; }
+  absl::Status Pull(absl::string_view, absl::Span<const uint64_t>, absl::Span<float>) override {
+    return absl::UnimplementedError("Pull");
+  }
+  absl::Status Push(absl::string_view, absl::Span<const uint64_t>,
+                    absl::Span<const float>) override {
+    return absl::UnimplementedError("Push");
+  }
+  absl::Status PullDense(absl::string_view, absl::Span<float>) override {
+    return absl::UnimplementedError("PullDense");
+  }
+  absl::Status PushDense(absl::string_view, absl::Span<const float>, DenseUpdate) override {
+    return absl::UnimplementedError("PushDense");
+  }
+  void PullAsync(absl::string_view, absl::Span<const uint64_t>, absl::Span<float> values,
+                 Callback done) override {
+    pulled.push_back(clock_);
+    if (std::find(applied_.begin(), applied_.end(), clock_) != applied_.end()) {
+      done(absl::AbortedError("step applied without this worker"));
+      return;
+    }
+    std::fill(values.begin(), values.end(), 0.0f);
+    done(absl::OkStatus());
+  }
+  void PushAsync(absl::string_view, absl::Span<const uint64_t>, absl::Span<const float>,
+                 Callback done) override {
+    done(absl::OkStatus());
+  }
+  absl::StatusOr<int64_t> EndStep(int64_t step) override {
+    ended.push_back(step);
+    return applied_.empty() ? step : std::max(step, applied_.back());
+  }
+  void SetClock(int64_t step) override { clock_ = step; }
+  rpc::ShardMap shard_map() const override { return rpc::ShardMap(); }
+
+  std::vector<int64_t> pulled;  // the clock of each pull
+  std::vector<int64_t> ended;   // the steps ended
+
+ private:
+  const config::Job job_;
+  const std::vector<int64_t> applied_;
+  int64_t clock_ = -1;
+};
 
 TEST_CASE("StepPipeline pulls each step's rows and pushes its gradients, overlapping steps where "
           "the mode allows",
@@ -108,6 +165,46 @@ TEST_CASE("StepPipeline pulls each step's rows and pushes its gradients, overlap
   REQUIRE((*client)->Pull("emb", absl::MakeConstSpan(batch.keys.data(), 2), absl::MakeSpan(rows))
               .ok());
   for (float v : rows) CHECK(v == 2.0f * kSteps);
+}
+
+TEST_CASE("StepPipeline catches a SYNC straggler up with the step the cluster is at",
+          "[worker][step_pipeline]") {
+  auto dir = testing::ScopedTempDir::Create("step_pipeline");
+  REQUIRE(dir.ok());
+  const config::Job job = CountingJob(config::Training::SYNC, WriteData((*dir)->path()));
+  // The quorum applied steps 0 to 2 without this worker.
+  StragglerClient client(job, {0, 1, 2});
+  auto reader = BatchReader::Open(job, kSchema, 0, 1, 2, nullptr);
+  REQUIRE(reader.ok());
+  StepSync sync(job, &client, nullptr, 1);
+  WaitTime waited;
+  StepPipeline pipeline(&client, &sync, reader->get(), GroupFields(job, 2), 2, kDim, &waited);
+  REQUIRE_FALSE(pipeline.pipelined());
+  const int64_t end = GENERATE(10, 3);
+  INFO("training runs " << end << " steps");
+  std::vector<int64_t> caught_up;
+  REQUIRE(pipeline.Start(0).ok());
+  int64_t step = 0;
+  const absl::StatusOr<bool> pulled =
+      pipeline.AwaitRows(&step, [&](int64_t next) -> absl::StatusOr<int64_t> {
+        caught_up.push_back(next);
+        return end;
+      });
+  REQUIRE(pulled.ok());
+  // Step 0 ended (EndStep says 2 is applied): the dense collectives of steps 1 and 2 are joined
+  // (catch_up(3)), and the same batch is pulled again for step 3, unless training ends there.
+  CHECK(client.ended == std::vector<int64_t>{0});
+  CHECK(caught_up == std::vector<int64_t>{3});
+  CHECK(step == 3);
+  CHECK(*pulled == (end > 3));
+  if (*pulled) {
+    CHECK(client.pulled == std::vector<int64_t>{0, 3});
+    CHECK(pipeline.batch().size == 2);
+    CHECK(pipeline.rows() == std::vector<float>(2 * 2 * kDim, 0.0f));
+  } else {
+    CHECK(client.pulled == std::vector<int64_t>{0});
+  }
+  REQUIRE(pipeline.Finish().ok());
 }
 
 }  // namespace
