@@ -277,6 +277,12 @@ absl::Status CheckJob(const Checker& c, const Where& root, const config::Job& jo
                           "job has %d",
                           m.num_sparse_features(), m.num_sparse_features(), job.tables_size()));
     }
+    if (m.has_pooling()) {
+      // A setting that would do nothing: refused rather than ignored.
+      return c.Error(w, m, "pooling",
+                     "has no effect until multi-valued fields exist: every field holds one "
+                     "value, which SUM and MEAN pool alike (remove the setting)");
+    }
   }
 
   // Data.

@@ -177,6 +177,12 @@ TEST_CASE("semantic errors name the field and what is wrong", "[common][job]") {
              "model.shared_table: no table named \"nope\""},
       BadJob{"model with too few tables", "training {", "model { num_sparse_features: 3 }\ntraining {",
              "job.pbtxt:11:9: ", "3 sparse features need 3 tables (or a shared_table), the job has 2"},
+      BadJob{"pooling, which has no effect yet", "training {",
+             "model { shared_table: \"user\"\n  pooling: MEAN }\ntraining {", "job.pbtxt:12:3: ",
+             "model.pooling: has no effect until multi-valued fields exist"},
+      BadJob{"pooling set to its default", "training {",
+             "model { shared_table: \"user\" pooling: SUM }\ntraining {", "job.pbtxt:11:30: ",
+             "model.pooling: has no effect until multi-valued fields exist"},
       BadJob{"zero layer", "training {", "model { shared_table: \"user\" top_mlp: [8, 0] }\ntraining {",
              "job.pbtxt:11:30: ", "model.top_mlp: layer sizes must be > 0"});
   INFO(bad.what);

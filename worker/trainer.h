@@ -1,6 +1,13 @@
 // The training loop of one worker: read a batch, pull its embedding rows, forward and backward,
 // push the embedding gradients, AllReduce the dense gradients among the workers and apply the
 // dense optimizer; progress lines, a JSON-lines metrics file, and a held-out evaluation.
+//
+// Train is a loop over the stages of a step and the policies around it, each a component of its
+// own: BatchReader (reading), StepPipeline (pulling and pushing under the mode's protocol,
+// overlapping steps where the mode allows), StepCompute (the model and the dense optimizer),
+// DenseSync (the dense collectives and the steps training runs), EvaluationPolicy (held-out
+// evaluations and early stopping), CheckpointPolicy (the worker's part of checkpoints) and
+// ProgressReporter (progress lines, metrics file, Prometheus series).
 #ifndef PS_WORKER_TRAINER_H_
 #define PS_WORKER_TRAINER_H_
 
@@ -16,27 +23,12 @@
 #include "common/metrics/registry.h"
 #include "proto/job.pb.h"
 #include "worker/collective/allreduce.h"
-#include "worker/heldout_eval.h"
+#include "worker/evaluation_policy.h"
 #include "worker/model/model.h"
+#include "worker/progress_report.h"
 
 namespace ps {
 namespace worker {
-
-// The Prometheus series of one worker, labelled rank="<rank>".
-struct WorkerMetrics {
-  WorkerMetrics(metrics::Registry* registry, int rank);
-
-  metrics::Gauge* step;                // ps_worker_step: steps finished
-  metrics::Counter* samples;           // ps_worker_samples_total: samples trained
-  metrics::Gauge* samples_per_second;  // ps_worker_samples_per_second: over the last interval
-  metrics::Gauge* loss;                // ps_worker_loss: mean over the last interval
-  metrics::Gauge* auc;                 // ps_worker_auc: running AUC over the last interval
-  // ps_worker_{pull,push,allreduce}_duration_seconds: a step's wait for its rows, its push
-  // (with the wait for the previous step's, pipelined), and the dense AllReduce.
-  metrics::Histogram* pull;
-  metrics::Histogram* push;
-  metrics::Histogram* allreduce;
-};
 
 struct TrainerOptions {
   // Where progress lines go (after the first step, every progress_interval, and at the end);
@@ -66,12 +58,6 @@ struct TrainerOptions {
   // block t on. Empty / 0: a fresh start.
   std::string resume_from;
   int64_t start_step = 0;
-};
-
-// A held-out evaluation during training.
-struct Evaluation {
-  int64_t step = 0;  // after this many steps
-  HeldoutMetrics metrics;
 };
 
 struct TrainResult {

@@ -89,6 +89,176 @@ std::string JsonNumber(double x) {
   return std::isfinite(x) ? absl::StrCat(x) : std::string("null");
 }
 
+// The last line on stdout: `RESULT {json}` with the run's figures.
+void PrintResult(const worker::TrainResult& result, int rank, const config::Job& job) {
+  // The best held-out AUC of the evaluations during training (NaN without any).
+  double best_auc = std::nan("");
+  for (const worker::Evaluation& e : result.evaluations) {
+    if (std::isnan(best_auc) || e.metrics.auc > best_auc) best_auc = e.metrics.auc;
+  }
+  std::printf(
+      "RESULT "
+      "{\"backend\":\"%s\",\"rank\":%d,\"workers\":%d,\"servers\":%d,\"steps\":%lld,\"samples\":%"
+      "lld,"
+      "\"samples_per_s\":%.1f,\"seconds\":%.2f,\"final_loss\":%s,\"heldout_auc\":%s,"
+      "\"heldout_logloss\":%s,\"heldout_samples\":%lld,\"skipped_lines\":%lld,"
+      "\"heldout_by_rank\":0,\"evaluations\":%d,\"best_heldout_auc\":%s,\"stopped_early_at\":%s,"
+      "\"mean_pull_ms\":%.3f,\"mean_push_ms\":%.3f,\"mean_batch\":%.1f,\"checkpoint\":\"%s\"}\n",
+      result.backend.c_str(), rank, job.cluster().num_workers(), job.cluster().num_servers(),
+      static_cast<long long>(result.steps), static_cast<long long>(result.samples),
+      result.samples_per_s, result.seconds, JsonNumber(result.final_loss).c_str(),
+      JsonNumber(result.heldout_auc).c_str(), JsonNumber(result.heldout_logloss).c_str(),
+      static_cast<long long>(result.heldout_samples),
+      static_cast<long long>(result.skipped_lines), static_cast<int>(result.evaluations.size()),
+      JsonNumber(best_auc).c_str(),
+      result.stopped_early_at >= 0 ? absl::StrCat(result.stopped_early_at).c_str() : "null",
+      result.mean_pull_ms, result.mean_push_ms,
+      result.mean_batch,
+      absl::StrReplaceAll(result.checkpoint, {{"\\", "\\\\"}, {"\"", "\\\""}}).c_str());
+}
+
+// Joins the workers' dense AllReduce group. GPU workers reduce over NCCL (the model's host
+// buffers staged through device memory), the rest over Gloo. The model runs on device 0 of those
+// this process sees: workers sharing a machine each get theirs through CUDA_VISIBLE_DEVICES, as
+// NCCL needs one device per rank. Errors of the collective, with their code, as the message the
+// worker fails with.
+absl::StatusOr<std::unique_ptr<worker::AllReduce>> JoinDenseGroup(
+    const config::Job& job, int rank, int devices, worker::Backend backend,
+    const std::string& collective, const std::string& collective_host,
+    CoordinatorClient* coordinator, absl::Duration timeout) {
+  const bool gpu_model =
+      backend == worker::Backend::kGpu || (backend == worker::Backend::kAuto && devices > 0);
+  const bool nccl = collective == "nccl" || (collective == "auto" && gpu_model);
+  const std::string group = absl::StrCat(job.name(), "/dense");
+  const int workers = static_cast<int>(job.cluster().num_workers());
+  std::fprintf(stderr, "worker %d: dense AllReduce over %s\n", rank, nccl ? "NCCL" : "Gloo");
+  if (nccl && std::getenv("NCCL_SOCKET_IFNAME") == nullptr) {
+    // NCCL's bootstrap picks an interface of its own; the advertised address's is the one the
+    // other workers reach.
+    if (absl::StatusOr<std::string> iface = InterfaceWithAddress(collective_host); iface.ok()) {
+      setenv("NCCL_SOCKET_IFNAME", iface->c_str(), 1);
+      std::fprintf(stderr, "worker %d: NCCL_SOCKET_IFNAME=%s (the interface of %s)\n", rank,
+                   iface->c_str(), collective_host.c_str());
+    }
+  }
+  worker::AllReduce::GlooOptions gloo;
+  gloo.hostname = collective_host;
+  absl::StatusOr<std::unique_ptr<worker::AllReduce>> allreduce =
+      nccl ? worker::AllReduce::CreateNccl(coordinator, group, rank, workers, 0, timeout)
+           : worker::AllReduce::CreateGloo(coordinator, group, rank, workers, timeout, gloo);
+  if (!allreduce.ok()) {
+    return absl::Status(
+        allreduce.status().code(),
+        absl::StrCat("ps_worker: ", nccl ? "NCCL" : "Gloo",
+                     " AllReduce: ", allreduce.status().ToString(),
+                     absl::IsDeadlineExceeded(allreduce.status())
+                         ? " (do all workers use the same --collective?)"
+                         : ""));
+  }
+  return allreduce;
+}
+
+// Registers with the coordinator, joins the workers' dense group, trains and prints the result
+// (the flags checked by Main). Exit status 0, or 1 on failure (reported to the coordinator once
+// registered).
+int Run(const std::string& address, const std::string& collective_host,
+        const std::string& collective, int connect_timeout_s, worker::Backend backend,
+        const grpc_util::Security& security, metrics::Registry* registry,
+        metrics::MetricsEndpoint* metrics_endpoint) {
+  const absl::Duration timeout = absl::Seconds(connect_timeout_s);
+  const std::shared_ptr<grpc::ChannelCredentials> credentials = security.ChannelCredentials();
+  // Before registering, so that every failure after it can be reported.
+  absl::StatusOr<std::unique_ptr<CoordinatorClient>> coordinator =
+      CoordinatorClient::Connect(address, timeout, credentials);
+  if (!coordinator.ok()) {
+    std::fprintf(stderr, "ps_worker: %s\n", coordinator.status().ToString().c_str());
+    return 1;
+  }
+  // A coordinator restarting from its data_dir is waited for, not a reason to stop training.
+  (*coordinator)->SetRetryWindow(timeout);
+  ClientOptions options;
+  options.coordinator = address;
+  options.credentials = credentials;
+  options.connect_timeout = timeout;
+  options.role = rpc::WORKER;
+  options.rank = absl::GetFlag(FLAGS_rank);
+  // A worker whose coordinator is gone for good stops with a clear message rather than wait.
+  options.coordinator_lost_after = timeout;
+  options.on_coordinator_lost = [address, connect_timeout_s](const absl::Status& error) {
+    std::fprintf(stderr,
+                 "ps_worker: the coordinator at %s has not answered for %d s (%s); exiting\n",
+                 address.c_str(), connect_timeout_s, error.ToString().c_str());
+    std::fflush(stderr);
+    std::_Exit(1);
+  };
+  // Another worker failed: the job cannot go on.
+  options.on_job_failed = [](const rpc::JobFailure& failure) {
+    std::fprintf(stderr, "ps_worker: the job failed: %s; exiting\n",
+                 DescribeJobFailure(failure).c_str());
+    std::fflush(stderr);
+    std::_Exit(1);
+  };
+  absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
+  if (!client.ok()) {
+    std::fprintf(stderr, "ps_worker: %s\n", client.status().ToString().c_str());
+    return 1;
+  }
+  const config::Job& job = (*client)->job();
+  const int rank = (*client)->rank();
+  // From here on a failure is reported, so that the coordinator fails the job at once (and the
+  // servers and other workers stop) rather than find this worker silent.
+  const uint32_t member_id = (*client)->worker_id();
+  // The worker then exits at once: calls in flight may wait on steps that will never be applied,
+  // and its heartbeats must stop.
+  auto fail = [&](const std::string& message) {
+    std::fprintf(stderr, "%s\n", message.c_str());
+    const absl::Status reported = (*coordinator)->ReportWorkerFailure(member_id, message);
+    if (!reported.ok()) {
+      std::fprintf(stderr, "worker %d: could not report the failure to the coordinator: %s\n", rank,
+                   reported.ToString().c_str());
+    }
+    std::fflush(stdout);
+    std::fflush(stderr);
+    std::_Exit(1);
+    return 1;
+  };
+  // A restored job resumes: sync jobs at the checkpoint's step, with the workers' state in it.
+  const std::string restored = (*client)->shard_map().restore_from();
+  if (!restored.empty() && job.training().mode() != config::Training::SYNC) {
+    return fail(absl::StrCat(
+        "ps_worker: the job was restored from checkpoint ", restored,
+        ", and workers resume only sync jobs (in the other modes no step boundary holds the "
+        "workers' state). The restored tables are served to clients (ps_client)."));
+  }
+  worker::SetCpuThreads(absl::GetFlag(FLAGS_compute_threads));
+  const int devices = cuda::DeviceCount();
+  std::fprintf(stderr, "worker %d: %d CUDA devices, backend %s\n", rank, devices,
+               absl::GetFlag(FLAGS_backend).c_str());
+  absl::StatusOr<std::unique_ptr<worker::AllReduce>> allreduce =
+      JoinDenseGroup(job, rank, devices, backend, collective, collective_host, coordinator->get(),
+                     timeout);
+  if (!allreduce.ok()) return fail(std::string(allreduce.status().message()));
+  worker::TrainerOptions trainer;
+  trainer.metrics_path = absl::GetFlag(FLAGS_metrics_file);
+  if (metrics_endpoint != nullptr) trainer.metrics = registry;
+  trainer.progress_interval = absl::Seconds(absl::GetFlag(FLAGS_progress_s));
+  trainer.max_steps = absl::GetFlag(FLAGS_max_steps);
+  trainer.slowdown = std::max(1.0, absl::GetFlag(FLAGS_slowdown));
+  trainer.backend = backend;
+  trainer.resume_from = restored;
+  trainer.start_step = (*client)->start_step();
+  absl::StatusOr<worker::TrainResult> result = worker::Train(
+      job, client->get(), coordinator->get(), (*client)->worker_id(), allreduce->get(), trainer);
+  if (!result.ok()) return fail(absl::StrCat("worker ", rank, ": ", result.status().ToString()));
+  PrintResult(*result, rank, job);
+  std::fflush(stdout);
+  if (metrics_endpoint != nullptr && absl::GetFlag(FLAGS_metrics_final_scrape_s) > 0) {
+    metrics_endpoint->AwaitScrapeAfter(metrics_endpoint->scrapes(),
+                                       absl::Seconds(absl::GetFlag(FLAGS_metrics_final_scrape_s)));
+  }
+  return 0;
+}
+
 int Main() {
   const std::string address = absl::GetFlag(FLAGS_coordinator);
   if (address.empty()) {
@@ -160,7 +330,6 @@ int Main() {
                 address.c_str(), collective_host.c_str());
     return 0;
   }
-  const absl::Duration timeout = absl::Seconds(connect_timeout_s);
   metrics::Registry registry;
   absl::StatusOr<std::unique_ptr<metrics::MetricsEndpoint>> metrics_endpoint =
       metrics::StartDaemonEndpoint("ps_worker", absl::GetFlag(FLAGS_metrics_listen),
@@ -169,147 +338,8 @@ int Main() {
     std::fprintf(stderr, "%s\n", std::string(metrics_endpoint.status().message()).c_str());
     return 1;
   }
-  const std::shared_ptr<grpc::ChannelCredentials> credentials = security->ChannelCredentials();
-  // Before registering, so that every failure after it can be reported.
-  absl::StatusOr<std::unique_ptr<CoordinatorClient>> coordinator =
-      CoordinatorClient::Connect(address, timeout, credentials);
-  if (!coordinator.ok()) {
-    std::fprintf(stderr, "ps_worker: %s\n", coordinator.status().ToString().c_str());
-    return 1;
-  }
-  // A coordinator restarting from its data_dir is waited for, not a reason to stop training.
-  (*coordinator)->SetRetryWindow(timeout);
-  ClientOptions options;
-  options.coordinator = address;
-  options.credentials = credentials;
-  options.connect_timeout = timeout;
-  options.role = rpc::WORKER;
-  options.rank = absl::GetFlag(FLAGS_rank);
-  // A worker whose coordinator is gone for good stops with a clear message rather than wait.
-  options.coordinator_lost_after = timeout;
-  options.on_coordinator_lost = [address, connect_timeout_s](const absl::Status& error) {
-    std::fprintf(stderr,
-                 "ps_worker: the coordinator at %s has not answered for %d s (%s); exiting\n",
-                 address.c_str(), connect_timeout_s, error.ToString().c_str());
-    std::fflush(stderr);
-    std::_Exit(1);
-  };
-  // Another worker failed: the job cannot go on.
-  options.on_job_failed = [](const rpc::JobFailure& failure) {
-    std::fprintf(stderr, "ps_worker: the job failed: %s; exiting\n",
-                 DescribeJobFailure(failure).c_str());
-    std::fflush(stderr);
-    std::_Exit(1);
-  };
-  absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
-  if (!client.ok()) {
-    std::fprintf(stderr, "ps_worker: %s\n", client.status().ToString().c_str());
-    return 1;
-  }
-  const config::Job& job = (*client)->job();
-  const int rank = (*client)->rank();
-  // From here on a failure is reported, so that the coordinator fails the job at once (and the
-  // servers and other workers stop) rather than find this worker silent.
-  const uint32_t member_id = (*client)->worker_id();
-  // The worker then exits at once: calls in flight may wait on steps that will never be applied,
-  // and its heartbeats must stop.
-  auto fail = [&](const std::string& message) {
-    std::fprintf(stderr, "%s\n", message.c_str());
-    const absl::Status reported = (*coordinator)->ReportWorkerFailure(member_id, message);
-    if (!reported.ok()) {
-      std::fprintf(stderr, "worker %d: could not report the failure to the coordinator: %s\n", rank,
-                   reported.ToString().c_str());
-    }
-    std::fflush(stdout);
-    std::fflush(stderr);
-    std::_Exit(1);
-    return 1;
-  };
-  // A restored job resumes: sync jobs at the checkpoint's step, with the workers' state in it.
-  const std::string restored = (*client)->shard_map().restore_from();
-  if (!restored.empty() && job.training().mode() != config::Training::SYNC) {
-    return fail(absl::StrCat(
-        "ps_worker: the job was restored from checkpoint ", restored,
-        ", and workers resume only sync jobs (in the other modes no step boundary holds the "
-        "workers' state). The restored tables are served to clients (ps_client)."));
-  }
-  worker::SetCpuThreads(absl::GetFlag(FLAGS_compute_threads));
-  const int devices = cuda::DeviceCount();
-  std::fprintf(stderr, "worker %d: %d CUDA devices, backend %s\n", rank, devices,
-               absl::GetFlag(FLAGS_backend).c_str());
-  // GPU workers reduce over NCCL (the model's host buffers staged through device memory), the
-  // rest over Gloo. The model runs on device 0 of those this process sees: workers sharing a
-  // machine each get theirs through CUDA_VISIBLE_DEVICES, as NCCL needs one device per rank.
-  const bool gpu_model =
-      *backend == worker::Backend::kGpu || (*backend == worker::Backend::kAuto && devices > 0);
-  const bool nccl = collective == "nccl" || (collective == "auto" && gpu_model);
-  const std::string group = absl::StrCat(job.name(), "/dense");
-  const int workers = static_cast<int>(job.cluster().num_workers());
-  std::fprintf(stderr, "worker %d: dense AllReduce over %s\n", rank, nccl ? "NCCL" : "Gloo");
-  if (nccl && std::getenv("NCCL_SOCKET_IFNAME") == nullptr) {
-    // NCCL's bootstrap picks an interface of its own; the advertised address's is the one the
-    // other workers reach.
-    if (absl::StatusOr<std::string> iface = InterfaceWithAddress(collective_host); iface.ok()) {
-      setenv("NCCL_SOCKET_IFNAME", iface->c_str(), 1);
-      std::fprintf(stderr, "worker %d: NCCL_SOCKET_IFNAME=%s (the interface of %s)\n", rank,
-                   iface->c_str(), collective_host.c_str());
-    }
-  }
-  worker::AllReduce::GlooOptions gloo;
-  gloo.hostname = collective_host;
-  absl::StatusOr<std::unique_ptr<worker::AllReduce>> allreduce =
-      nccl ? worker::AllReduce::CreateNccl(coordinator->get(), group, rank, workers, 0, timeout)
-           : worker::AllReduce::CreateGloo(coordinator->get(), group, rank, workers, timeout, gloo);
-  if (!allreduce.ok()) {
-    return fail(absl::StrCat("ps_worker: ", nccl ? "NCCL" : "Gloo",
-                             " AllReduce: ", allreduce.status().ToString(),
-                             absl::IsDeadlineExceeded(allreduce.status())
-                                 ? " (do all workers use the same --collective?)"
-                                 : ""));
-  }
-  worker::TrainerOptions trainer;
-  trainer.metrics_path = absl::GetFlag(FLAGS_metrics_file);
-  if (*metrics_endpoint != nullptr) trainer.metrics = &registry;
-  trainer.progress_interval = absl::Seconds(absl::GetFlag(FLAGS_progress_s));
-  trainer.max_steps = absl::GetFlag(FLAGS_max_steps);
-  trainer.slowdown = std::max(1.0, absl::GetFlag(FLAGS_slowdown));
-  trainer.backend = *backend;
-  trainer.resume_from = restored;
-  trainer.start_step = (*client)->start_step();
-  absl::StatusOr<worker::TrainResult> result = worker::Train(
-      job, client->get(), coordinator->get(), (*client)->worker_id(), allreduce->get(), trainer);
-  if (!result.ok()) return fail(absl::StrCat("worker ", rank, ": ", result.status().ToString()));
-  // The best held-out AUC of the evaluations during training (NaN without any).
-  double best_auc = std::nan("");
-  for (const worker::Evaluation& e : result->evaluations) {
-    if (std::isnan(best_auc) || e.metrics.auc > best_auc) best_auc = e.metrics.auc;
-  }
-  std::printf(
-      "RESULT "
-      "{\"backend\":\"%s\",\"rank\":%d,\"workers\":%d,\"servers\":%d,\"steps\":%lld,\"samples\":%"
-      "lld,"
-      "\"samples_per_s\":%.1f,\"seconds\":%.2f,\"final_loss\":%s,\"heldout_auc\":%s,"
-      "\"heldout_logloss\":%s,\"heldout_samples\":%lld,\"skipped_lines\":%lld,"
-      "\"heldout_by_rank\":0,\"evaluations\":%d,\"best_heldout_auc\":%s,\"stopped_early_at\":%s,"
-      "\"mean_pull_ms\":%.3f,\"mean_push_ms\":%.3f,\"mean_batch\":%.1f,\"checkpoint\":\"%s\"}\n",
-      result->backend.c_str(), rank, job.cluster().num_workers(), job.cluster().num_servers(),
-      static_cast<long long>(result->steps), static_cast<long long>(result->samples),
-      result->samples_per_s, result->seconds, JsonNumber(result->final_loss).c_str(),
-      JsonNumber(result->heldout_auc).c_str(), JsonNumber(result->heldout_logloss).c_str(),
-      static_cast<long long>(result->heldout_samples),
-      static_cast<long long>(result->skipped_lines), static_cast<int>(result->evaluations.size()),
-      JsonNumber(best_auc).c_str(),
-      result->stopped_early_at >= 0 ? absl::StrCat(result->stopped_early_at).c_str() : "null",
-      result->mean_pull_ms, result->mean_push_ms,
-      result->mean_batch,
-      absl::StrReplaceAll(result->checkpoint, {{"\\", "\\\\"}, {"\"", "\\\""}}).c_str());
-  std::fflush(stdout);
-  if (*metrics_endpoint != nullptr && absl::GetFlag(FLAGS_metrics_final_scrape_s) > 0) {
-    (*metrics_endpoint)
-        ->AwaitScrapeAfter((*metrics_endpoint)->scrapes(),
-                           absl::Seconds(absl::GetFlag(FLAGS_metrics_final_scrape_s)));
-  }
-  return 0;
+  return Run(address, collective_host, collective, connect_timeout_s, *backend, *security,
+             &registry, metrics_endpoint->get());
 }
 
 }  // namespace

@@ -10,7 +10,6 @@
 #include "cuda_kernels/blas.h"
 #include "cuda_kernels/dense.h"
 #include "cuda_kernels/device.h"
-#include "cuda_kernels/embedding.h"
 #include "cuda_kernels/memory.h"
 
 namespace ps {
@@ -66,14 +65,6 @@ struct DlrmGpu::Device {
   cuda::DeviceArray<float> labels;
   cuda::DeviceArray<float> probs;
   cuda::DeviceArray<double> loss;
-  // ForwardBackwardRows.
-  cuda::RowCsr csr;  // host
-  cuda::DeviceArray<float> rows;
-  cuda::DeviceArray<int32_t> index;
-  cuda::DeviceArray<int32_t> offsets;
-  cuda::DeviceArray<int32_t> bags;
-  cuda::DeviceArray<float> bag_weight;
-  cuda::DeviceArray<float> row_grad;
 };
 
 bool DlrmGpu::Available() { return cuda::DeviceCount() > 0; }
@@ -157,9 +148,8 @@ absl::Status DlrmGpu::Backward(const std::vector<Layer>& layers, int batch, bool
 }
 
 absl::StatusOr<float> DlrmGpu::Run(int batch, const float* dense, const float* emb,
-                                   const PulledRows* pulled, const float* labels, float loss_scale,
-                                   float* dense_grad, float* emb_grad, float* row_grad,
-                                   float* probs) {
+                                   const float* labels, float loss_scale, float* dense_grad,
+                                   float* emb_grad, float* probs) {
   if (batch < 0) return absl::InvalidArgumentError("negative batch size");
   Device& d = *dev_;
   void* const s = d.stream;
@@ -190,26 +180,8 @@ absl::StatusOr<float> DlrmGpu::Run(int batch, const float* dense, const float* e
   DLRM_GPU_CHECK_CUDA(cuda::Copy(d.params.data(), params_.data(), d.params.bytes(), s));
   DLRM_GPU_CHECK_CUDA(cuda::Copy(d.bottom_acts[0].data(), dense, d.bottom_acts[0].bytes(), s));
   float* const cat = d.top_acts[0].data();  // [z, e_0, ..., e_{F-1}] per sample
-  if (pulled == nullptr) {
-    DLRM_GPU_CHECK_CUDA(
-        cuda::Copy2D(cat + e, width_bytes, emb, emb_bytes, emb_bytes, size_t(batch), s));
-  } else {
-    if (pulled->num_rows < 0 || pulled->slots < 1) {
-      return absl::InvalidArgumentError("PulledRows needs num_rows >= 0 and slots >= 1");
-    }
-    const cuda::Pooling pooling = pulled->mean ? cuda::Pooling::kMean : cuda::Pooling::kSum;
-    const int64_t num_bags = int64_t(batch) * fields;
-    // Validates every slot before the device reads anything.
-    DLRM_GPU_CHECK_CUDA(cuda::BuildRowCsr(pulled->index, num_bags, pulled->slots, pulled->num_rows,
-                                          pooling, &d.csr));
-    DLRM_GPU_CHECK_CUDA(d.rows.Resize(size_t(pulled->num_rows) * e));
-    DLRM_GPU_CHECK_CUDA(d.index.Resize(size_t(num_bags) * pulled->slots));
-    DLRM_GPU_CHECK_CUDA(cuda::Copy(d.rows.data(), pulled->rows, d.rows.bytes(), s));
-    DLRM_GPU_CHECK_CUDA(cuda::Copy(d.index.data(), pulled->index, d.index.bytes(), s));
-    DLRM_GPU_CHECK_CUDA(cuda::GatherPooled(d.rows.data(), pulled->num_rows, e, d.index.data(),
-                                           batch, fields, pulled->slots, pooling, cat + e, width_,
-                                           s));
-  }
+  DLRM_GPU_CHECK_CUDA(
+      cuda::Copy2D(cat + e, width_bytes, emb, emb_bytes, emb_bytes, size_t(batch), s));
 
   // Forward: the bottom MLP's output is the first emb_dim columns of the top MLP's input.
   DLRM_GPU_RETURN_IF_ERROR(Forward(bottom_, batch, /*bottom=*/true));
@@ -235,28 +207,8 @@ absl::StatusOr<float> DlrmGpu::Run(int batch, const float* dense, const float* e
       Backward(top_, batch, /*bottom=*/false, /*input_grad=*/true, &grad, &spare));
   // Split the input gradient: the embeddings' part goes out (queued before the bottom MLP's
   // backward reuses the buffer), the bottom output's part goes down.
-  if (pulled == nullptr) {
-    DLRM_GPU_CHECK_CUDA(
-        cuda::Copy2D(emb_grad, emb_bytes, grad + e, width_bytes, emb_bytes, size_t(batch), s));
-  } else {
-    const int64_t num_rows = pulled->num_rows;
-    DLRM_GPU_CHECK_CUDA(d.row_grad.Resize(size_t(num_rows) * e));
-    if (fields == 0) {
-      DLRM_GPU_CHECK_CUDA(cuda::Zero(d.row_grad.data(), d.row_grad.bytes(), s));
-    } else {
-      DLRM_GPU_CHECK_CUDA(d.offsets.Resize(d.csr.offsets.size()));
-      DLRM_GPU_CHECK_CUDA(d.bags.Resize(d.csr.bags.size()));
-      DLRM_GPU_CHECK_CUDA(d.bag_weight.Resize(d.csr.bag_weight.size()));
-      DLRM_GPU_CHECK_CUDA(cuda::Copy(d.offsets.data(), d.csr.offsets.data(), d.offsets.bytes(), s));
-      DLRM_GPU_CHECK_CUDA(cuda::Copy(d.bags.data(), d.csr.bags.data(), d.bags.bytes(), s));
-      DLRM_GPU_CHECK_CUDA(
-          cuda::Copy(d.bag_weight.data(), d.csr.bag_weight.data(), d.bag_weight.bytes(), s));
-      DLRM_GPU_CHECK_CUDA(cuda::ScatterRows(grad + e, fields, width_, e, d.offsets.data(),
-                                            d.bags.data(), d.bag_weight.data(), num_rows,
-                                            d.row_grad.data(), s));
-    }
-    DLRM_GPU_CHECK_CUDA(cuda::Copy(row_grad, d.row_grad.data(), d.row_grad.bytes(), s));
-  }
+  DLRM_GPU_CHECK_CUDA(
+      cuda::Copy2D(emb_grad, emb_bytes, grad + e, width_bytes, emb_bytes, size_t(batch), s));
   DLRM_GPU_CHECK_CUDA(cuda::Copy2D(spare, e * sizeof(float), grad, width_bytes, e * sizeof(float),
                                    size_t(batch), s));
   std::swap(grad, spare);
@@ -274,22 +226,14 @@ absl::StatusOr<float> DlrmGpu::Run(int batch, const float* dense, const float* e
 float DlrmGpu::ForwardBackward(int batch, const float* dense, const float* emb, const float* labels,
                                float loss_scale, float* dense_grad, float* emb_grad, float* probs) {
   absl::StatusOr<float> loss =
-      Run(batch, dense, emb, nullptr, labels, loss_scale, dense_grad, emb_grad, nullptr, probs);
+      Run(batch, dense, emb, labels, loss_scale, dense_grad, emb_grad, probs);
   return loss.ok() ? *loss : Die<float>(loss.status());
 }
 
 void DlrmGpu::Predict(int batch, const float* dense, const float* emb, float* probs) {
   absl::StatusOr<float> done =
-      Run(batch, dense, emb, nullptr, nullptr, 0.0f, nullptr, nullptr, nullptr, probs);
+      Run(batch, dense, emb, nullptr, 0.0f, nullptr, nullptr, probs);
   if (!done.ok()) Die<float>(done.status());
-}
-
-absl::StatusOr<float> DlrmGpu::ForwardBackwardRows(int batch, const float* dense,
-                                                   const PulledRows& pulled, const float* labels,
-                                                   float loss_scale, float* dense_grad,
-                                                   float* row_grad, float* probs) {
-  return Run(batch, dense, nullptr, &pulled, labels, loss_scale, dense_grad, nullptr, row_grad,
-             probs);
 }
 
 }  // namespace worker

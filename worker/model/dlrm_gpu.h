@@ -17,21 +17,6 @@
 namespace ps {
 namespace worker {
 
-// The embedding rows of a batch as pulled from the servers (unique keys, one row each) and which
-// row each slot of each (sample, field) bag reads; the bag's embedding is the sum or the mean of
-// its rows. Host pointers, not owned.
-struct PulledRows {
-  // num_rows x emb_dim.
-  const float* rows = nullptr;
-  int64_t num_rows = 0;
-  // batch x num_sparse x slots row numbers in [0, num_rows), or -1 for an empty slot.
-  const int32_t* index = nullptr;
-  // Slots per bag, >= 1 (1: one-hot fields).
-  int slots = 1;
-  // Pool by the mean of the non-empty slots instead of their sum (an empty bag pools to zeros).
-  bool mean = false;
-};
-
 // A DlrmGpu holds the dense parameters (a host master copy, laid out as Dlrm's) and, on the
 // device that is current when it is created, their copy, the workspace of one batch, a stream
 // and a cuBLAS handle. Thread-compatible.
@@ -64,18 +49,6 @@ class DlrmGpu {
   // As Dlrm::Predict. A device failure is fatal, as above.
   void Predict(int batch_size, const float* dense, const float* emb, float* probs);
 
-  // ForwardBackward with the pooling of embeddings and the reduction of their gradients on the
-  // device: the bags are pooled from `pulled` (GatherPooled) instead of read from a host `emb`,
-  // and row_grad (pulled.num_rows x emb_dim, host) receives, for every row, the sum of the
-  // gradients of the bags that read it, each slot counted once (times 1 / non-empty slots when
-  // pooling by mean), summed in a fixed order (ScatterRows). Other arguments and outputs as
-  // ForwardBackward. Returns the mean loss; INVALID_ARGUMENT when a slot names no row or the
-  // sizes are bad (outputs unspecified); RESOURCE_EXHAUSTED or INTERNAL on device failures.
-  absl::StatusOr<float> ForwardBackwardRows(int batch_size, const float* dense,
-                                            const PulledRows& pulled, const float* labels,
-                                            float loss_scale, float* dense_grad, float* row_grad,
-                                            float* probs);
-
  private:
   using Layer = DlrmLayer;
   struct Device;  // device buffers, stream and cuBLAS handle (dlrm_gpu.cc)
@@ -83,11 +56,9 @@ class DlrmGpu {
   DlrmGpu(const DlrmShape& shape, std::vector<Layer> bottom, std::vector<Layer> top,
           std::vector<float> params, std::unique_ptr<Device> dev);
 
-  // One pass. Embeddings come from the host `emb` or, when `pulled` is set, are pooled on the
-  // device. Without labels, only the probabilities are computed (Predict).
-  absl::StatusOr<float> Run(int batch, const float* dense, const float* emb,
-                            const PulledRows* pulled, const float* labels, float loss_scale,
-                            float* dense_grad, float* emb_grad, float* row_grad, float* probs);
+  // One pass over host buffers. Without labels, only the probabilities are computed (Predict).
+  absl::StatusOr<float> Run(int batch, const float* dense, const float* emb, const float* labels,
+                            float loss_scale, float* dense_grad, float* emb_grad, float* probs);
   absl::Status Forward(const std::vector<Layer>& layers, int batch, bool bottom);
   // Backpropagates the gradient in *grad (batch x out of the last layer) through the layers,
   // writing parameter gradients on the device; leaves the input gradient in *grad when

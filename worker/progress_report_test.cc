@@ -1,0 +1,118 @@
+#include "worker/progress_report.h"
+
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "tests/testing/temp_dir.h"
+
+namespace ps {
+namespace worker {
+namespace {
+
+std::vector<std::string> ReadLines(const std::string& path) {
+  std::vector<std::string> lines;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+TEST_CASE("ProgressReporter reports the first step, each interval and the last, with the "
+          "interval's means",
+          "[worker][progress_report]") {
+  auto dir = testing::ScopedTempDir::Create("progress_report");
+  REQUIRE(dir.ok());
+  char* buffer = nullptr;
+  size_t size = 0;
+  FILE* progress = open_memstream(&buffer, &size);
+  REQUIRE(progress != nullptr);
+  metrics::Registry registry;
+  ProgressReporter::Options options;
+  options.progress = progress;
+  options.interval = absl::Seconds(10);
+  options.rank = 3;
+  options.metrics_path = absl::StrCat((*dir)->path(), "/metrics.jsonl");
+  options.registry = &registry;
+  const absl::Time start = absl::FromUnixSeconds(1000);
+  auto reporter = ProgressReporter::Create(options, start);
+  REQUIRE(reporter.ok());
+  ProgressReporter& r = **reporter;
+  REQUIRE(r.metrics_file() != nullptr);
+
+  const std::vector<float> probs = {0.9f, 0.1f};
+  const std::vector<float> labels = {1.0f, 0.0f};
+  // Step 0, reported at once: 2 samples in 2 s.
+  r.RecordPull(4.0);
+  r.RecordPush(2.0);
+  r.StepDone(0, 2, 0.5f, probs, labels);
+  r.MaybeReport(0, 2, 5, false, start + absl::Seconds(2));
+  // Steps 1 and 2 within the interval: no line; step 3 the last.
+  r.RecordPull(1.0);
+  r.RecordPush(3.0);
+  r.StepDone(1, 2, 0.25f, probs, labels);
+  r.MaybeReport(1, 2, 5, false, start + absl::Seconds(3));
+  r.RecordPull(3.0);
+  r.RecordPush(1.0);
+  r.StepDone(2, 0, 0.0f, {}, {});  // an empty batch: no loss
+  r.MaybeReport(2, 0, 5, false, start + absl::Seconds(4));
+  r.RecordPull(2.0);
+  r.RecordPush(2.0);
+  r.StepDone(3, 2, 0.75f, probs, labels);
+  r.MaybeReport(3, 2, 4, true, start + absl::Seconds(6));
+  r.CloseMetrics();
+  CHECK(r.metrics_file() == nullptr);
+  std::fclose(progress);
+  const std::string text(buffer, size);
+  std::free(buffer);
+
+  CHECK(text ==
+        "worker 3: step 1/5  batch 2  1 samples/s  loss 0.5000  auc 1.0000  pull 4.00 ms  push "
+        "2.00 ms\n"
+        "worker 3: step 4/4  batch 2  1 samples/s  loss 0.5000  auc 1.0000  pull 2.00 ms  push "
+        "2.00 ms\n");
+  const std::vector<std::string> json = ReadLines(options.metrics_path);
+  REQUIRE(json.size() == 2);
+  CHECK(json[0] ==
+        "{\"rank\":3,\"step\":1,\"batch\":2,\"seconds\":2.000,\"samples_per_s\":1.0,"
+        "\"loss\":0.500000,\"auc\":1.000000,\"pull_ms\":4.000,\"push_ms\":2.000}");
+  CHECK(absl::StartsWith(json[1], "{\"rank\":3,\"step\":4,\"batch\":2,\"seconds\":6.000,"));
+  CHECK(r.steps() == 4);
+  CHECK(r.samples() == 6);
+  CHECK(r.FinalLoss() == 0.5);
+  CHECK(r.mean_pull_ms() == 2.5);
+  CHECK(r.mean_push_ms() == 2.0);
+  const std::string series = registry.Render();
+  CHECK(absl::StrContains(series, "ps_worker_step{rank=\"3\"} 4"));
+  CHECK(absl::StrContains(series, "ps_worker_samples_total{rank=\"3\"} 6"));
+}
+
+TEST_CASE("ProgressReporter's final loss covers the batches after the last report",
+          "[worker][progress_report]") {
+  ProgressReporter::Options options;
+  options.progress = nullptr;
+  const absl::Time start = absl::FromUnixSeconds(0);
+  auto reporter = ProgressReporter::Create(options, start);
+  REQUIRE(reporter.ok());
+  CHECK((*reporter)->metrics_file() == nullptr);
+  (*reporter)->StepDone(0, 1, 2.0f, std::vector<float>{0.5f}, std::vector<float>{1.0f});
+  (*reporter)->MaybeReport(0, 1, 9, false, start + absl::Seconds(1));
+  (*reporter)->StepDone(1, 1, 1.0f, std::vector<float>{0.5f}, std::vector<float>{1.0f});
+  (*reporter)->MaybeReport(1, 1, 9, false, start + absl::Seconds(2));
+  CHECK((*reporter)->FinalLoss() == 1.0);
+}
+
+TEST_CASE("ProgressReporter refuses a metrics file it cannot open", "[worker][progress_report]") {
+  ProgressReporter::Options options;
+  options.metrics_path = "/nonexistent/dir/metrics.jsonl";
+  CHECK(ProgressReporter::Create(options, absl::Now()).status().code() ==
+        absl::StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace worker
+}  // namespace ps
