@@ -14,6 +14,7 @@
 #include "worker/data/criteo_reader.h"
 #include "worker/data/classifier_metrics.h"
 #include "worker/model/dlrm.h"
+#include "worker/testing/tiny_model.h"
 
 namespace ps {
 namespace worker {
@@ -23,19 +24,10 @@ namespace {
 config::Job TinyJob(const std::string& eval_path) {
   config::Job job;
   job.set_name("eval");
-  config::Table* t = job.add_tables();
-  t->set_name("emb");
-  t->set_dim(4);
+  config::Table* t = AddTinyModel(&job);
   t->mutable_initializer()->set_kind(config::Initializer::UNIFORM);
   t->mutable_initializer()->set_low(-0.5f);
   t->mutable_initializer()->set_high(0.5f);
-  config::Model* m = job.mutable_model();
-  m->add_bottom_mlp(8);
-  m->add_bottom_mlp(4);
-  m->add_top_mlp(8);
-  m->set_num_dense_features(2);
-  m->set_num_sparse_features(3);
-  m->set_shared_table("emb");
   job.mutable_data()->add_eval_paths(eval_path);
   job.mutable_training()->set_mode(config::Training::ASYNC);
   return job;

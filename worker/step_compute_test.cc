@@ -4,22 +4,15 @@
 #include <random>
 #include <vector>
 
+#include "worker/testing/tiny_model.h"
+
 namespace ps {
 namespace worker {
 namespace {
 
 config::Job TinyJob(int dense_sync_every) {
   config::Job job;
-  config::Table* t = job.add_tables();
-  t->set_name("emb");
-  t->set_dim(4);
-  config::Model* m = job.mutable_model();
-  m->add_bottom_mlp(8);
-  m->add_bottom_mlp(4);
-  m->add_top_mlp(8);
-  m->set_num_dense_features(2);
-  m->set_num_sparse_features(3);
-  m->set_shared_table("emb");
+  AddTinyModel(&job);
   job.mutable_training()->set_batch_size(4);
   job.mutable_training()->set_dense_sync_every(dense_sync_every);
   job.mutable_training()->mutable_dense_optimizer()->set_type("sgd");

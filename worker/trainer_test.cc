@@ -20,6 +20,7 @@
 #include "tests/testing/local/local_client.h"
 #include "tests/testing/temp_dir.h"
 #include "worker/collective/allreduce.h"
+#include "worker/testing/tiny_model.h"
 
 namespace ps {
 namespace worker {
@@ -52,21 +53,12 @@ struct Case {
 config::Job TinyJob(const Case& c, const std::string& train, const std::string& heldout) {
   config::Job job;
   job.set_name("trainer_test");
-  config::Table* t = job.add_tables();
-  t->set_name("emb");
-  t->set_dim(4);
+  config::Table* t = AddTinyModel(&job);
   t->mutable_initializer()->set_kind(config::Initializer::UNIFORM);
   t->mutable_initializer()->set_low(-0.05f);
   t->mutable_initializer()->set_high(0.05f);
   t->mutable_optimizer()->set_type("adagrad");
   t->mutable_optimizer()->set_learning_rate(0.1f);
-  config::Model* m = job.mutable_model();
-  m->add_bottom_mlp(8);
-  m->add_bottom_mlp(4);
-  m->add_top_mlp(8);
-  m->set_num_dense_features(2);
-  m->set_num_sparse_features(3);
-  m->set_shared_table("emb");
   job.mutable_data()->add_train_paths(train);
   job.mutable_data()->add_eval_paths(heldout);
   config::Training* tr = job.mutable_training();
