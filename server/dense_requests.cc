@@ -86,8 +86,8 @@ absl::Status PushDenseChunks(const rpc::PushDenseRequest& request, uint32_t num_
           absl::StrFormat("chunk %d of \"%s\" has a NaN or Inf value; nothing was applied",
                           chunk.chunk(), request.name()));
     }
-    PS_RETURN_IF_ERROR(
-        shard->CheckDenseWrite(request.name(), chunk.chunk(), check.size(), request.total_floats()));
+    PS_RETURN_IF_ERROR(shard->CheckDenseWrite(request.name(), chunk.chunk(), check.size(),
+                                              request.total_floats()));
   }
   for (const rpc::DenseChunk& chunk : request.chunks()) {
     const uint32_t s = ShardOf(name_hash, chunk.chunk(), num_shards);

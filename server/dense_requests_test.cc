@@ -44,13 +44,13 @@ struct Shards {
   }
   absl::Status Push(const rpc::PushDenseRequest& request,
                     std::vector<std::pair<uint32_t, uint64_t>>* replicated_at = nullptr) {
-    return PushDenseChunks(request, kShards, [this](uint32_t s) { return Served(s); },
-                           replicated_at);
+    return PushDenseChunks(
+        request, kShards, [this](uint32_t s) { return Served(s); }, replicated_at);
   }
   absl::Status Pull(const rpc::PullDenseRequest& request, rpc::PullDenseResponse* response,
                     uint64_t max_message_bytes = 1 << 20) {
-    return PullDenseChunks(request, kShards, max_message_bytes,
-                           [this](uint32_t s) { return Served(s); }, response);
+    return PullDenseChunks(
+        request, kShards, max_message_bytes, [this](uint32_t s) { return Served(s); }, response);
   }
 
   std::vector<std::unique_ptr<TableSpec>> tables;
@@ -143,9 +143,7 @@ TEST_CASE("a malformed dense push changes nothing", "[server][dense]") {
   SECTION("no name") { bad.clear_name(); }
   SECTION("no sequence") { bad.mutable_header()->set_sequence(0); }
   SECTION("a chunk twice") { *bad.add_chunks() = bad.chunks(0); }
-  SECTION("sequence + chunk above 2^64 - 1") {
-    bad.mutable_header()->set_sequence(UINT64_MAX);
-  }
+  SECTION("sequence + chunk above 2^64 - 1") { bad.mutable_header()->set_sequence(UINT64_MAX); }
   SECTION("torn floats") { bad.mutable_chunks(1)->mutable_values()->push_back('x'); }
   SECTION("a NaN") {
     const float nan = std::nanf("");

@@ -65,8 +65,9 @@ ShardedStore::ShardedStore(const config::Job& job, const Options& options,
       cuts_(sync_,
             [this](absl::FunctionRef<void(uint64_t, CheckpointCuts::ShardLookup)> fn) {
               absl::ReaderMutexLock map_lock(&map_mu_);
-              fn(map_version_.load(),
-                 [this](uint32_t shard) ABSL_SHARED_LOCKS_REQUIRED(map_mu_) { return Held(shard); });
+              fn(map_version_.load(), [this](uint32_t shard) ABSL_SHARED_LOCKS_REQUIRED(map_mu_) {
+                return Held(shard);
+              });
             }),
       barrier_(StepBarrier::ForJob(job), [this](int64_t step) {
         barrier_.mu()->AssertHeld();  // StepBarrier::ApplyFn runs under it
@@ -506,11 +507,9 @@ absl::Status ShardedStore::PullDense(const rpc::PullDenseRequest& request,
     return absl::UnavailableError("no shard map yet: the server is starting");
   }
   absl::ReaderMutexLock map_lock(&map_mu_);
-  return PullDenseChunks(request, num_shards_, max_message_bytes_,
-                         [this](uint32_t s) ABSL_SHARED_LOCKS_REQUIRED(map_mu_) {
-                           return ServedCopy(s);
-                         },
-                         response);
+  return PullDenseChunks(
+      request, num_shards_, max_message_bytes_,
+      [this](uint32_t s) ABSL_SHARED_LOCKS_REQUIRED(map_mu_) { return ServedCopy(s); }, response);
 }
 
 absl::Status ShardedStore::PushDense(const rpc::PushDenseRequest& request,
@@ -519,11 +518,10 @@ absl::Status ShardedStore::PushDense(const rpc::PushDenseRequest& request,
     return absl::UnavailableError("no shard map yet: the server is starting");
   }
   absl::ReaderMutexLock map_lock(&map_mu_);
-  return PushDenseChunks(request, num_shards_,
-                         [this](uint32_t s) ABSL_SHARED_LOCKS_REQUIRED(map_mu_) {
-                           return ServedCopy(s);
-                         },
-                         replicated_at);
+  return PushDenseChunks(
+      request, num_shards_,
+      [this](uint32_t s) ABSL_SHARED_LOCKS_REQUIRED(map_mu_) { return ServedCopy(s); },
+      replicated_at);
 }
 
 void ShardedStore::WhenReplicated(std::vector<std::pair<uint32_t, uint64_t>> sequences,

@@ -34,8 +34,8 @@
 #include "server/shard/shard.h"
 #include "server/step_barrier.h"
 #include "server/step_clocks.h"
-#include "server/store_stats.h"
 #include "server/storage/embedding_table.h"
+#include "server/store_stats.h"
 #include "server/table_traffic.h"
 #include "server/task_pool.h"
 
@@ -179,8 +179,8 @@ class ShardedStore {
   // (ReplicateRequestReader), to the copies this server holds, and adds one ShardAck per shard of
   // the records to `response` (ApplyReplicatedRecords: NOT_HELD for a shard this server holds no
   // copy of).
-  void ApplyReplicated(absl::Span<const ReplicatedRecord> records,
-                       rpc::ReplicateResponse* response) ABSL_LOCKS_EXCLUDED(map_mu_);
+  void ApplyReplicated(absl::Span<const ReplicatedRecord> records, rpc::ReplicateResponse* response)
+      ABSL_LOCKS_EXCLUDED(map_mu_);
 
   // Every copy of a shard this server holds, for its heartbeats: applied sequence and (sync
   // training) step, whether a copy catching up is complete, and (primaries) the lag of each

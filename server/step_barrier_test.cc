@@ -47,8 +47,8 @@ TEST_CASE("the barrier's options follow the job's quorum and timeout", "[server]
   const StepBarrier::Options options = StepBarrier::ForJob(job);
   CHECK(options.sync);
   CHECK(options.quorum_workers == expected);
-  CHECK(options.quorum_timeout == (quorum < 1.0f ? absl::Milliseconds(250)
-                                                  : absl::InfiniteDuration()));
+  CHECK(options.quorum_timeout ==
+        (quorum < 1.0f ? absl::Milliseconds(250) : absl::InfiniteDuration()));
   job.mutable_training()->set_mode(config::Training::ASYNC);
   CHECK_FALSE(StepBarrier::ForJob(job).sync);
 }
@@ -145,7 +145,8 @@ TEST_CASE("workers ending steps on threads of their own apply every step once, i
   CHECK(r.barrier.applied_step() == kSteps - 1);
 }
 
-TEST_CASE("the quorum timer applies a step its timeout has passed", "[server][step_barrier][sync]") {
+TEST_CASE("the quorum timer applies a step its timeout has passed",
+          "[server][step_barrier][sync]") {
   Recorded r(SyncOptions(3, absl::Milliseconds(20)));
   absl::Notification applied;
   absl::Status seen;  // checked here: the wait runs on the timer's thread

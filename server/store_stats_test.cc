@@ -58,9 +58,10 @@ TEST_CASE("the status sizes every copy and every table, primaries apart", "[serv
   std::unique_ptr<Shard> primary = f.Holding(0, 0, 10);
   std::unique_ptr<Shard> replica = f.Holding(1, 1, 7);
   std::unique_ptr<Shard> catching_up = f.Holding(2, 0, 3);
-  const std::vector<StoreStats::Copy> copies = {{0, rpc::ShardSize::PRIMARY, primary.get()},
-                                                {1, rpc::ShardSize::REPLICA, replica.get()},
-                                                {2, rpc::ShardSize::CATCHING_UP, catching_up.get()}};
+  const std::vector<StoreStats::Copy> copies = {
+      {0, rpc::ShardSize::PRIMARY, primary.get()},
+      {1, rpc::ShardSize::REPLICA, replica.get()},
+      {2, rpc::ShardSize::CATCHING_UP, catching_up.get()}};
   rpc::ServerStatus status;
   stats.Fill(rpc::ServerStatusRequest(), copies, &status);
   CHECK(std::vector<uint32_t>(status.primary_shards().begin(), status.primary_shards().end()) ==

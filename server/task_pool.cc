@@ -100,9 +100,9 @@ void TaskPool::RunGroups(
     size_t items, absl::FunctionRef<uint64_t(size_t item)> weight, uint64_t total_weight,
     uint64_t min_weight,
     absl::FunctionRef<void(size_t first, size_t end, uint64_t first_weight)> fn) {
-  const uint64_t groups = std::min<uint64_t>(
-      {static_cast<uint64_t>(threads()) + 1, total_weight / std::max<uint64_t>(1, min_weight),
-       static_cast<uint64_t>(items)});
+  const uint64_t groups = std::min<uint64_t>({static_cast<uint64_t>(threads()) + 1,
+                                              total_weight / std::max<uint64_t>(1, min_weight),
+                                              static_cast<uint64_t>(items)});
   if (groups <= 1) {
     fn(0, items, 0);
     return;

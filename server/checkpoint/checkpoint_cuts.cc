@@ -155,8 +155,8 @@ absl::Status CheckpointCuts::ReadRows(ShardCut* cut, absl::Duration* max_hold) {
     with_shards_([&](uint64_t, ShardLookup lookup) {
       const HeldShard held = lookup(cut->shard);
       if (held.shard == nullptr || !held.primary) {
-        more = absl::FailedPreconditionError(absl::StrFormat(
-            "shard %d moved to another server during the checkpoint", cut->shard));
+        more = absl::FailedPreconditionError(
+            absl::StrFormat("shard %d moved to another server during the checkpoint", cut->shard));
         return;
       }
       const absl::Time start = absl::Now();

@@ -69,8 +69,7 @@ class CheckpointCuts {
   // builds on: a shard's cut is incremental when its previous cut here was for request.base_id
   // (Shard::CutRows), else full. On error nothing changes.
   absl::Status Begin(int64_t step, int64_t applied_step, const std::vector<uint32_t>& shards,
-                     uint64_t map_version, const CutRequest& request = {})
-      ABSL_LOCKS_EXCLUDED(mu_);
+                     uint64_t map_version, const CutRequest& request = {}) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Sync: the barrier is about to apply step `step`. When that step is the checkpoint's
   // boundary, the rows of the shards not cut yet are cut first (they are still the boundary's).

@@ -139,13 +139,14 @@ TEST_CASE("a sync checkpoint cuts every shard at its step boundary",
   server.ApplyStep(cuts, 0);  // the boundary is reached
   std::map<uint32_t, Contents> boundary;
   for (uint32_t s : {0, 1, 2}) {
-    boundary.emplace(s, Contents(server.shard(s).Cut(CheckpointCuts::kRecordBytes),
-                                 server.fixture.tables));
+    boundary.emplace(
+        s, Contents(server.shard(s).Cut(CheckpointCuts::kRecordBytes), server.fixture.tables));
   }
   // Step 1's pushes arrive: the rows stay the boundary's until the step is applied.
   const std::vector<uint64_t> ids = {1, 2, 3, 1001, 2002};
   const std::vector<float> grads(ids.size() * 4, 1.0f);
-  for (uint32_t s : {0, 1, 2}) server.shard(s).Push(1, /*worker=*/3, /*sequence=*/50, ids, grads.data());
+  for (uint32_t s : {0, 1, 2})
+    server.shard(s).Push(1, /*worker=*/3, /*sequence=*/50, ids, grads.data());
   std::vector<ShardCut> taken;
   taken.push_back(TakeAndRead(cuts, 0));
   // Step 1 is applied before shards 1 and 2 are taken: their rows were cut before it.
