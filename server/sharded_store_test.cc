@@ -732,7 +732,9 @@ class LoopbackTransport : public ReplicationTransport {
       ShardedStore* store = nullptr;
       {
         absl::MutexLock lock(&mu_);
-        auto ready = [this] { return stop_ || !calls_.empty(); };
+        auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return stop_ || !calls_.empty();
+        };
         mu_.Await(absl::Condition(&ready));
         if (calls_.empty()) return;
         call = std::move(calls_.front());
