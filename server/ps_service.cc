@@ -15,6 +15,7 @@
 #include "common/shared_region_layout.h"
 #include "common/status_macros.h"
 #include "server/checkpoint/server_checkpoint.h"
+#include "server/replication/replicate_wire.h"
 
 namespace ps {
 namespace server {
@@ -513,9 +514,12 @@ grpc::ServerUnaryReactor* ParameterServerService::Replicate(grpc::CallbackServer
                                                             grpc::ByteBuffer* response) {
   ShardedStore* store = store_.load(std::memory_order_acquire);
   if (store == nullptr) return Done(context, absl::UnavailableError("the server is starting"));
-  rpc::ReplicateResponse acks;
-  absl::Status status = store->ApplyReplicated(*request, &acks);
+  // The records are read here, their rows left in gRPC's slices, and applied by the store.
+  ReplicateRequestReader reader;
+  absl::Status status = reader.Parse(*request);
   if (!status.ok()) return Done(context, status);
+  rpc::ReplicateResponse acks;
+  store->ApplyReplicated(reader.records(), &acks);
   // A copy this server does not know of yet is in a newer map: fetch it.
   for (const rpc::ShardAck& ack : acks.acks()) {
     if (ack.result() == rpc::ShardAck::NOT_HELD) {

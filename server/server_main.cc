@@ -252,7 +252,7 @@ class MapFollower {
       }
       if (absl::Now() - started >= kPoll / 2) continue;  // the wait ran out: nothing new
       absl::MutexLock lock(&mu_);
-      auto wake = [this] { return stop_ || poked_; };
+      auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_ || poked_; };
       mu_.AwaitWithTimeout(absl::Condition(&wake), absl::Milliseconds(200));
     }
   }

@@ -6,7 +6,6 @@
 #include <cstring>
 #include <utility>
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/finite.h"
 #include "common/hash.h"
@@ -16,28 +15,6 @@
 namespace ps {
 namespace server {
 namespace {
-
-// The floats of a dense chunk's bytes (whole floats: the caller checked). An empty chunk gives an
-// empty vector, whose data() may be null: memcpy must not see it, even for 0 bytes.
-std::vector<float> ChunkFloats(const std::string& bytes) {
-  std::vector<float> floats(bytes.size() / sizeof(float));
-  if (!floats.empty()) std::memcpy(floats.data(), bytes.data(), floats.size() * sizeof(float));
-  return floats;
-}
-
-// Checkpoint cuts hold rows in records of about this size.
-constexpr size_t kCutRecordBytes = 1 << 20;
-
-std::vector<std::unique_ptr<TableTraffic>> NewTraffic(size_t tables, uint32_t sample_every) {
-  HotKeys::Options hot_keys;
-  hot_keys.sample_every = sample_every;
-  std::vector<std::unique_ptr<TableTraffic>> traffic;
-  for (size_t t = 0; t < tables; ++t) {
-    hot_keys.seed = t + 1;
-    traffic.push_back(std::make_unique<TableTraffic>(hot_keys));
-  }
-  return traffic;
-}
 
 absl::flat_hash_map<std::string, size_t> IndexTables(
     const std::vector<std::unique_ptr<TableSpec>>& tables) {
@@ -78,18 +55,24 @@ ShardedStore::ShardedStore(const config::Job& job, const Options& options,
       lookup_pool_(std::max(0, options.lookup_threads)),
       shard_config_{&tables_, dense_optimizer_.get(), job.cluster().dense_chunk_floats(),
                     job.training().mode() == config::Training::SYNC},
-      traffic_(NewTraffic(tables_.size(), options.hot_keys_sample_every)),
       sync_(job.training().mode() == config::Training::SYNC),
       read_from_replicas_(job.cluster().read_from_replicas()),
-      // The nearest whole number of workers (0.67 of 3 is 2), at least 1.
-      quorum_workers_(static_cast<size_t>(std::max<long long>(
-          1, std::llround(job.training().sync_quorum() * job.cluster().num_workers())))),
-      quorum_timeout_(job.training().sync_quorum() < 1.0f
-                          ? absl::Milliseconds(job.training().sync_timeout_ms())
-                          : absl::InfiniteDuration()),
+      stats_(job, &tables_, options.hot_keys_sample_every),
+      clocks_(job.cluster().num_workers(), sync_),
       shards_(num_shards_),
       roles_(num_shards_, Role::kNone),
-      lost_(num_shards_, false) {
+      lost_(num_shards_, false),
+      cuts_(sync_,
+            [this](absl::FunctionRef<void(uint64_t, CheckpointCuts::ShardLookup)> fn) {
+              absl::ReaderMutexLock map_lock(&map_mu_);
+              fn(map_version_.load(), [this](uint32_t shard) ABSL_SHARED_LOCKS_REQUIRED(map_mu_) {
+                return Held(shard);
+              });
+            }),
+      barrier_(StepBarrier::ForJob(job), [this](int64_t step) {
+        barrier_.mu()->AssertHeld();  // StepBarrier::ApplyFn runs under it
+        ApplyStep(step);
+      }) {
   if (job.cluster().replication_factor() > 1) {
     Replicator::Options replication;
     replication.server_id = options.server_id;
@@ -99,162 +82,31 @@ ShardedStore::ShardedStore(const config::Job& job, const Options& options,
     replicator_ =
         std::make_unique<Replicator>(std::move(replication), options.replication_transport);
   }
-  if (sync_ && quorum_timeout_ != absl::InfiniteDuration()) {
-    quorum_timer_ = std::thread([this] { QuorumTimerLoop(); });
-  }
 }
 
 ShardedStore::~ShardedStore() { Shutdown(); }
 
 void ShardedStore::Shutdown() {
-  std::vector<std::pair<int64_t, std::function<void(absl::Status)>>> waits;
-  {
-    absl::MutexLock lock(&step_mu_);
-    shutting_down_ = true;
-    waits.swap(waits_);
-  }
-  for (auto& [step, fn] : waits) fn(absl::UnavailableError("the server is shutting down"));
-  {
-    absl::MutexLock lock(&cut_mu_);
-    cuts_closed_ = true;
-  }
-  if (quorum_timer_.joinable()) quorum_timer_.join();
+  barrier_.Shutdown();
+  cuts_.Close();
   if (replicator_ != nullptr) replicator_->Shutdown();
 }
 
-void ShardedStore::QuorumTimerLoop() {
-  absl::MutexLock lock(&step_mu_);
-  while (!shutting_down_) {
-    // Idle (no worker has ended the pending step): wait for the first EndStep, which starts the
-    // step's timeout; otherwise wait for that timeout.
-    const bool idle = ended_.empty();
-    const absl::Time deadline = idle ? absl::InfiniteFuture() : first_end_ + quorum_timeout_;
-    auto wake = [this, idle]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(step_mu_) {
-      return shutting_down_ || (idle && !ended_.empty());
-    };
-    step_mu_.AwaitWithDeadline(absl::Condition(&wake), deadline);
-    if (shutting_down_ || ended_.empty() || absl::Now() < first_end_ + quorum_timeout_) continue;
-    std::vector<std::function<void(absl::Status)>> released = ApplyPendingStep();
-    step_mu_.Unlock();
-    for (auto& fn : released) fn(absl::OkStatus());
-    step_mu_.Lock();
-  }
-}
-
-std::vector<std::function<void(absl::Status)>> ShardedStore::ApplyPendingStep() {
-  {
-    absl::MutexLock cut_lock(&cut_mu_);
-    // The step after a checkpoint's boundary changes the rows: cut those not cut yet first.
-    if (checkpointing_ && boundary_reached_ && applied_step_ + 1 == cut_step_) {
-      CutCheckpointRowsLocked();
-    }
-  }
+void ShardedStore::ApplyStep(int64_t step) {
+  cuts_.BeforeStep(step);
   {
     absl::ReaderMutexLock map_lock(&map_mu_);
     for (uint32_t s = 0; s < num_shards_; ++s) {
       // Copies take the step's result from their primary's records.
-      if (roles_[s] == Role::kPrimary) shards_[s]->ApplyStep(applied_step_ + 1);
+      if (roles_[s] == Role::kPrimary) shards_[s]->ApplyStep(step);
     }
   }
-  ++applied_step_;
-  ended_.clear();
-  {
-    absl::MutexLock cut_lock(&cut_mu_);
-    if (checkpointing_ && !boundary_reached_ && applied_step_ + 1 == cut_step_) {
-      CutCheckpointStateLocked();
-    }
-  }
-  std::vector<std::function<void(absl::Status)>> released;
-  auto keep = waits_.begin();
-  for (auto it = waits_.begin(); it != waits_.end(); ++it) {
-    if (it->first <= applied_step_) {
-      released.push_back(std::move(it->second));
-    } else {
-      *keep++ = std::move(*it);
-    }
-  }
-  waits_.erase(keep, waits_.end());
-  return released;
+  cuts_.AfterStep(step);
 }
 
-absl::StatusOr<int64_t> ShardedStore::EndStep(uint32_t worker_id, int64_t step) {
-  if (!sync_) return int64_t{-1};
-  if (worker_id == 0) {
-    return absl::InvalidArgumentError(
-        "EndStep in sync mode needs the worker's id (header.worker_id: the member_id from "
-        "Coordinator.Register)");
-  }
-  std::vector<std::function<void(absl::Status)>> released;
-  int64_t applied = 0;
-  {
-    absl::MutexLock lock(&step_mu_);
-    if (step > applied_step_ + 1) {
-      // This server has not seen the end of the step before yet (the worker's last pull did not
-      // need it): retryable, it will.
-      return absl::UnavailableError(absl::StrFormat(
-          "step %d ended before step %d was applied here; retry", step, applied_step_ + 1));
-    }
-    if (step == applied_step_ + 1) {
-      if (ended_.empty()) first_end_ = absl::Now();
-      ended_.insert(worker_id);
-      if (ended_.size() >= quorum_workers_) released = ApplyPendingStep();
-    }
-    applied = applied_step_;
-  }
-  for (auto& fn : released) fn(absl::OkStatus());
-  return applied;
-}
-
-void ShardedStore::RecordPushStep(uint32_t worker_id, int64_t step) {
-  if (step < 0) return;
-  absl::MutexLock lock(&clocks_mu_);
-  int64_t& newest = pushed_step_.try_emplace(worker_id, -1).first->second;
-  newest = std::max(newest, step);
-}
-
-void ShardedStore::RecordPullStep(int64_t step) {
-  if (step < 0) return;
-  absl::MutexLock lock(&clocks_mu_);
-  // The oldest step some worker has not pushed yet: a worker not heard from has pushed nothing.
-  int64_t oldest_missing = pushed_step_.size() < job_.cluster().num_workers() ? 0 : INT64_MAX;
-  for (const auto& [worker, newest] : pushed_step_) {
-    oldest_missing = std::min(oldest_missing, newest + 1);
-  }
-  const int64_t staleness = sync_ ? 0 : std::max<int64_t>(0, step - oldest_missing);
-  last_oldest_missing_ = sync_ ? step : std::min(oldest_missing, step);
-  ++step_pulls_;
-  staleness_sum_ += static_cast<double>(staleness);
-  staleness_max_ = std::max(staleness_max_, staleness);
-}
-
-absl::Status ShardedStore::CheckPullStep(int64_t step) {
-  if (!sync_ || step < 0) return absl::OkStatus();
-  absl::ReaderMutexLock lock(&step_mu_);
-  return CheckPullStepLocked(step);
-}
-
-absl::Status ShardedStore::CheckPullStepLocked(int64_t step) const {
-  if (sync_ && step >= 0 && step <= applied_step_) {
-    return absl::AbortedError(absl::StrFormat(
-        "pull for step %d, which the cluster already applied without this worker (now at step "
-        "%d); end the step and continue after it",
-        step, applied_step_ + 1));
-  }
-  return absl::OkStatus();
-}
-
-void ShardedStore::RunWhenApplied(int64_t step, std::function<void(absl::Status)> fn) {
-  absl::Status now = absl::OkStatus();
-  {
-    absl::MutexLock lock(&step_mu_);
-    if (shutting_down_) {
-      now = absl::UnavailableError("the server is shutting down");
-    } else if (sync_ && step > applied_step_) {
-      waits_.emplace_back(step, std::move(fn));
-      return;
-    }
-  }
-  fn(now);
+CheckpointCuts::HeldShard ShardedStore::Held(uint32_t shard) const {
+  if (shard >= num_shards_) return {};
+  return {shards_[shard].get(), roles_[shard] == Role::kPrimary};
 }
 
 std::vector<size_t> ShardedStore::ExpectedRows() const {
@@ -290,24 +142,6 @@ std::vector<uint32_t> ShardedStore::NewPrimaries(const rpc::ShardMap& map,
     }
   }
   return out;
-}
-
-absl::StatusOr<std::unique_ptr<Shard>> ShardedStore::RestoreShard(const ShardCut& cut) const {
-  if (cut.shard >= num_shards_) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("shard %d is outside the job's %d shards", cut.shard, num_shards_));
-  }
-  // Presized for the rows it is about to hold, so that filling it never rehashes.
-  std::vector<size_t> rows = ExpectedRows();
-  for (const rpc::ShardRecord& r : cut.records) {
-    if (r.has_rows() && r.rows().table() < rows.size()) {
-      rows[r.rows().table()] += r.rows().keys().size() / sizeof(uint64_t);
-    }
-  }
-  auto shard = std::make_unique<Shard>(cut.shard, shard_config_, rows, /*complete=*/false);
-  absl::Status status = shard->Restore(cut);
-  if (!status.ok()) return status;
-  return shard;
 }
 
 absl::StatusOr<std::unique_ptr<Shard>> ShardedStore::NewRestoringShard(uint32_t shard,
@@ -349,10 +183,7 @@ absl::Status ShardedStore::SetShardMap(const rpc::ShardMap& map, uint32_t server
         absl::StrFormat("restoring map %d: %d of this server's %d new primaries are restored",
                         map.version(), built.size(), expected.size()));
   }
-  if (sync_ && restored.step > 0) {
-    absl::MutexLock step_lock(&step_mu_);
-    applied_step_ = std::max(applied_step_, restored.step - 1);
-  }
+  barrier_.StartAt(restored.step);
   std::vector<std::function<void()>> snapshots;
   ApplyShardMap(map, server_id, &built, &snapshots);
   for (auto& snapshot : snapshots) snapshot();
@@ -363,7 +194,7 @@ void ShardedStore::ApplyShardMap(const rpc::ShardMap& map, uint32_t server_id,
                                  absl::flat_hash_map<uint32_t, std::unique_ptr<Shard>>* restored,
                                  std::vector<std::function<void()>>* snapshots) {
   // Sync mode: a promoted copy may have to apply the step its primary did not send.
-  absl::ReaderMutexLock step_lock(&step_mu_);
+  absl::ReaderMutexLock step_lock(barrier_.mu());
   absl::MutexLock lock(&map_mu_);
   if (map.version() <= map_version_.load()) return;
   absl::flat_hash_map<uint32_t, std::string> addresses;
@@ -410,7 +241,8 @@ void ShardedStore::ApplyShardMap(const rpc::ShardMap& map, uint32_t server_id,
     } else if (role == Role::kPrimary && was != Role::kPrimary) {
       // Promoted: a copy that had not received its old primary's result of the step the
       // cluster applied applies the pending sums itself (the same sums, in the same order).
-      if (sync_ && shard->applied_step() < applied_step_) shard->ApplyStep(applied_step_);
+      const int64_t applied_step = barrier_.applied_step_locked();
+      if (sync_ && shard->applied_step() < applied_step) shard->ApplyStep(applied_step);
     }
     roles_[s] = role;
     if (role == Role::kPrimary && replicator_ != nullptr) {
@@ -453,6 +285,11 @@ absl::Status ShardedStore::CheckServed(uint32_t shard, bool read) const {
                         shard, map_version_.load()));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<Shard*> ShardedStore::ServedCopy(uint32_t shard) const {
+  PS_RETURN_IF_ERROR(CheckServed(shard));
+  return shards_[shard].get();
 }
 
 absl::Status ShardedStore::CheckKeys(const std::string& keys,
@@ -518,21 +355,21 @@ absl::Status ShardedStore::Pull(const rpc::PullRequest& request,
   PS_ASSIGN_OR_RETURN(const size_t t, FindTable(request.table()));
   const TableSpec& table = *tables_[t];
   // Sync mode: no step may be applied between the check of the pull's step and the read.
-  absl::ReaderMutexLock step_lock(&step_mu_);
-  PS_RETURN_IF_ERROR(CheckPullStepLocked(request.header().clock()));
+  absl::ReaderMutexLock step_lock(barrier_.mu());
+  PS_RETURN_IF_ERROR(barrier_.CheckPullStepLocked(request.header().clock()));
   absl::ReaderMutexLock map_lock(&map_mu_);
   std::vector<uint64_t> aligned;
   const uint64_t* keys = nullptr;
   size_t n = 0;
   PS_RETURN_IF_ERROR(
       CheckKeys(request.keys(), request.runs(), table, /*read=*/true, &aligned, &keys, &n));
-  RecordPullStep(request.header().clock());
+  clocks_.RecordPull(request.header().clock());
   float* out = allocate(n, table.dim);
   if (options_.empty_handler) {
     std::memset(out, 0, n * table.dim * sizeof(float));
     return absl::OkStatus();
   }
-  traffic_[t]->RecordPull(absl::MakeConstSpan(keys, n));
+  stats_.traffic(t).RecordPull(absl::MakeConstSpan(keys, n));
   // The shards and roles are read here, under map_mu_, for the lookup threads.
   std::vector<Shard*> shard_of_run(request.runs_size());
   bool from_replica = false;
@@ -562,7 +399,7 @@ absl::Status ShardedStore::Pull(const rpc::PullRequest& request,
       }
       at += count;
     }
-    replica_pulls_.fetch_add(1, std::memory_order_relaxed);
+    stats_.CountReplicaPull();
   }
   return absl::OkStatus();
 }
@@ -582,7 +419,7 @@ absl::Status ShardedStore::Push(const rpc::PushRequest& request, uint32_t* dupli
     return absl::InvalidArgumentError("a push in sync mode needs its step (header.clock >= 0)");
   }
   // Sync mode: the step may not be applied while this push adds to it.
-  absl::ReaderMutexLock step_lock(&step_mu_);
+  absl::ReaderMutexLock step_lock(barrier_.mu());
   absl::ReaderMutexLock map_lock(&map_mu_);
   std::vector<uint64_t> aligned;
   const uint64_t* keys = nullptr;
@@ -607,23 +444,17 @@ absl::Status ShardedStore::Push(const rpc::PushRequest& request, uint32_t* dupli
         "push to table \"%s\" has a NaN or Inf gradient; nothing was applied", table.name));
   }
   if (options_.empty_handler) return absl::OkStatus();
-  traffic_[t]->RecordPush(absl::MakeConstSpan(keys, n));
-  if (sync_) {
-    if (step <= applied_step_) {
-      // A straggler's push for a step applied without it: dropped, and counted.
-      late_pushes_.fetch_add(1, std::memory_order_relaxed);
-      late_keys_.fetch_add(n, std::memory_order_relaxed);
-      if (late_keys != nullptr) *late_keys = static_cast<uint32_t>(n);
-      return absl::OkStatus();
-    }
-    if (step > applied_step_ + 1) {
-      return absl::UnavailableError(absl::StrFormat(
-          "push for step %d before step %d was applied here; retry", step, applied_step_ + 1));
-    }
+  stats_.traffic(t).RecordPush(absl::MakeConstSpan(keys, n));
+  PS_ASSIGN_OR_RETURN(const bool pending, barrier_.AdmitPushLocked(step));
+  if (!pending) {
+    // A straggler's push for a step applied without it: dropped, and counted.
+    stats_.CountLatePush(n);
+    if (late_keys != nullptr) *late_keys = static_cast<uint32_t>(n);
+    return absl::OkStatus();
   }
   const uint32_t worker = request.header().worker_id();
   const uint64_t sequence = request.header().sequence();
-  RecordPushStep(worker, step);
+  clocks_.RecordPush(worker, step);
   // Applied per shard, side by side for a large push; then the verdicts are read in order.
   struct RunResult {
     Shard* shard;  // read here, under map_mu_, for the lookup threads
@@ -670,66 +501,15 @@ absl::Status ShardedStore::Push(const rpc::PushRequest& request, uint32_t* dupli
   return status;
 }
 
-void ShardedStore::ForEachRunGroup(
-    const google::protobuf::RepeatedPtrField<rpc::ShardRun>& runs, size_t num_keys,
-    absl::FunctionRef<void(int first_run, int end_run, size_t first_key)> fn) {
-  const size_t min_keys = std::max<uint32_t>(1, options_.parallel_min_keys);
-  const size_t groups = std::min<size_t>({static_cast<size_t>(lookup_pool_.threads()) + 1,
-                                          num_keys / min_keys, static_cast<size_t>(runs.size())});
-  if (groups <= 1) {
-    fn(0, runs.size(), 0);
-    return;
-  }
-  // Cut after the run that brings a group to its share of the keys.
-  struct Group {
-    int first_run;
-    int end_run;
-    size_t first_key;
-  };
-  std::vector<Group> cut;
-  const size_t share = (num_keys + groups - 1) / groups;
-  size_t at = 0;
-  Group group{0, 0, 0};
-  for (int r = 0; r < runs.size(); ++r) {
-    at += runs[r].count();
-    if (at - group.first_key >= share || r + 1 == runs.size()) {
-      group.end_run = r + 1;
-      cut.push_back(group);
-      group = Group{r + 1, 0, at};
-    }
-  }
-  lookup_pool_.RunAll(cut.size(),
-                      [&](size_t i) { fn(cut[i].first_run, cut[i].end_run, cut[i].first_key); });
-}
-
 absl::Status ShardedStore::PullDense(const rpc::PullDenseRequest& request,
                                      rpc::PullDenseResponse* response) {
   if (map_version_.load() == 0) {
     return absl::UnavailableError("no shard map yet: the server is starting");
   }
   absl::ReaderMutexLock map_lock(&map_mu_);
-  const uint64_t name_hash = NameHash(request.name());
-  for (const uint32_t chunk : request.chunks()) {
-    const uint32_t s = ShardOf(name_hash, chunk, num_shards_);
-    PS_RETURN_IF_ERROR(CheckServed(s));
-  }
-  uint64_t bytes = 0;
-  for (const uint32_t chunk : request.chunks()) {
-    std::vector<float> values;
-    uint64_t total = 0;
-    PS_RETURN_IF_ERROR(shards_[ShardOf(name_hash, chunk, num_shards_)]->ReadDense(
-        request.name(), chunk, &values, &total));
-    bytes += values.size() * sizeof(float);
-    if (bytes > max_message_bytes_) {
-      return absl::ResourceExhaustedError(absl::StrFormat(
-          "dense chunks requested exceed the message limit of %d bytes", max_message_bytes_));
-    }
-    rpc::DenseChunk* out = response->add_chunks();
-    out->set_chunk(chunk);
-    out->set_values(values.data(), values.size() * sizeof(float));
-    response->set_total_floats(total);
-  }
-  return absl::OkStatus();
+  return PullDenseChunks(
+      request, num_shards_, max_message_bytes_,
+      [this](uint32_t s) ABSL_SHARED_LOCKS_REQUIRED(map_mu_) { return ServedCopy(s); }, response);
 }
 
 absl::Status ShardedStore::PushDense(const rpc::PushDenseRequest& request,
@@ -737,73 +517,11 @@ absl::Status ShardedStore::PushDense(const rpc::PushDenseRequest& request,
   if (map_version_.load() == 0) {
     return absl::UnavailableError("no shard map yet: the server is starting");
   }
-  if (request.name().empty()) return absl::InvalidArgumentError("dense tensor without a name");
-  const bool gradient = request.kind() == rpc::PushDenseRequest::GRADIENT;
-  const uint64_t sequence = request.header().sequence();
-  if (gradient && sequence == 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "gradient push to dense tensor \"%s\" without a sequence number (header.sequence >= 1; "
-        "chunk c is admitted once as sequence + c)",
-        request.name()));
-  }
   absl::ReaderMutexLock map_lock(&map_mu_);
-  const uint64_t name_hash = NameHash(request.name());
-  // Every chunk is checked before any is written: a malformed request changes nothing.
-  absl::flat_hash_set<uint32_t> chunks;
-  for (const rpc::DenseChunk& chunk : request.chunks()) {
-    const uint32_t s = ShardOf(name_hash, chunk.chunk(), num_shards_);
-    PS_RETURN_IF_ERROR(CheckServed(s));
-    if (!chunks.insert(chunk.chunk()).second) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "chunk %d of \"%s\" is in the request twice", chunk.chunk(), request.name()));
-    }
-    if (gradient && sequence > UINT64_MAX - chunk.chunk()) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("sequence %d + chunk %d of \"%s\" is above 2^64 - 1", sequence,
-                          chunk.chunk(), request.name()));
-    }
-    if (chunk.values().size() % sizeof(float) != 0) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("chunk %d of \"%s\" is %d bytes, not whole floats", chunk.chunk(),
-                          request.name(), chunk.values().size()));
-    }
-    const std::vector<float> check = ChunkFloats(chunk.values());
-    if (!AllFinite(check.data(), check.size())) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("chunk %d of \"%s\" has a NaN or Inf value; nothing was applied",
-                          chunk.chunk(), request.name()));
-    }
-    PS_RETURN_IF_ERROR(shards_[s]->CheckDenseWrite(request.name(), chunk.chunk(), check.size(),
-                                                   request.total_floats()));
-  }
-  for (const rpc::DenseChunk& chunk : request.chunks()) {
-    Shard& shard = *shards_[ShardOf(name_hash, chunk.chunk(), num_shards_)];
-    const std::vector<float> values = ChunkFloats(chunk.values());
-    if (replicated_at != nullptr) {
-      // Taken after the write below: the chunk's record is at or before the shard's newest.
-      replicated_at->emplace_back(ShardOf(name_hash, chunk.chunk(), num_shards_), 0);
-    }
-    if (!gradient) {
-      PS_RETURN_IF_ERROR(
-          shard.AssignDense(request.name(), chunk.chunk(), values, request.total_floats()));
-      if (replicated_at != nullptr) replicated_at->back().second = shard.applied_sequence();
-      continue;
-    }
-    PS_ASSIGN_OR_RETURN(
-        const ApplyWindow::Verdict verdict,
-        shard.ApplyDenseGradient(request.name(), chunk.chunk(), values, request.total_floats(),
-                                 request.header().worker_id(), sequence + chunk.chunk()));
-    if (verdict == ApplyWindow::Verdict::kTooOld) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "dense push sequence %d of worker %d (chunk %d: sequence %d) is more than %d below the "
-          "newest sequence its shard admitted from that worker, so the shard cannot tell whether "
-          "it applied it: that chunk and those after it were not applied",
-          sequence, request.header().worker_id(), chunk.chunk(), sequence + chunk.chunk(),
-          ApplyWindow::kWindow));
-    }
-    if (replicated_at != nullptr) replicated_at->back().second = shard.applied_sequence();
-  }
-  return absl::OkStatus();
+  return PushDenseChunks(
+      request, num_shards_,
+      [this](uint32_t s) ABSL_SHARED_LOCKS_REQUIRED(map_mu_) { return ServedCopy(s); },
+      replicated_at);
 }
 
 void ShardedStore::WhenReplicated(std::vector<std::pair<uint32_t, uint64_t>> sequences,
@@ -815,11 +533,11 @@ void ShardedStore::WhenReplicated(std::vector<std::pair<uint32_t, uint64_t>> seq
   replicator_->WhenReplicated(std::move(sequences), std::move(done));
 }
 
-absl::Status ShardedStore::ApplyReplicated(const grpc::ByteBuffer& request,
-                                           rpc::ReplicateResponse* response) {
+void ShardedStore::ApplyReplicated(absl::Span<const ReplicatedRecord> records,
+                                   rpc::ReplicateResponse* response) {
   absl::ReaderMutexLock map_lock(&map_mu_);
-  return ApplyReplicateRequest(
-      request,
+  ApplyReplicatedRecords(
+      records,
       [this](uint32_t shard) ABSL_SHARED_LOCKS_REQUIRED(map_mu_) -> Shard* {
         if (shard >= num_shards_) return nullptr;
         const Role role = roles_[shard];
@@ -848,225 +566,31 @@ std::vector<rpc::ShardProgress> ShardedStore::Progress() const {
 
 absl::Status ShardedStore::FillStatus(const rpc::ServerStatusRequest& request,
                                       rpc::ServerStatus* status) {
-  const uint32_t hot_k = request.hot_keys_k() == 0 ? 10 : request.hot_keys_k();
-  const TableTraffic* hot = nullptr;
-  if (!request.hot_keys_table().empty()) {
-    PS_ASSIGN_OR_RETURN(const size_t t, FindTable(request.hot_keys_table()));
-    if (hot_k > HotKeys::kDefaultCapacity) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "hot_keys_k %d is above %d, the keys a server monitors per table and direction", hot_k,
-          HotKeys::kDefaultCapacity));
-    }
-    hot = traffic_[t].get();
-  }
+  PS_RETURN_IF_ERROR(stats_.CheckRequest(request));
   for (rpc::ShardProgress& p : Progress()) *status->add_shards() = std::move(p);
-  {
-    absl::MutexLock lock(&clocks_mu_);
-    status->set_step_pulls(step_pulls_);
-    status->set_mean_pull_staleness(step_pulls_ > 0 ? staleness_sum_ / step_pulls_ : 0.0);
-    status->set_max_pull_staleness(staleness_max_);
-    status->set_last_pull_oldest_missing_step(last_oldest_missing_);
+  clocks_.FillStatus(status);
+  status->set_applied_step(barrier_.applied_step());
+  absl::ReaderMutexLock map_lock(&map_mu_);
+  status->set_map_version(map_version_.load());
+  std::vector<StoreStats::Copy> copies;
+  for (uint32_t s = 0; s < num_shards_; ++s) {
+    if (roles_[s] == Role::kNone) continue;
+    copies.push_back({s,
+                      roles_[s] == Role::kPrimary   ? rpc::ShardSize::PRIMARY
+                      : roles_[s] == Role::kReplica ? rpc::ShardSize::REPLICA
+                                                    : rpc::ShardSize::CATCHING_UP,
+                      shards_[s].get()});
   }
-  {
-    absl::MutexLock lock(&step_mu_);
-    status->set_applied_step(applied_step_);
-    status->set_late_pushes_dropped(late_pushes_.load());
-    status->set_late_keys_dropped(late_keys_.load());
-    status->set_replica_pulls(replica_pulls_.load());
-  }
-  {
-    absl::ReaderMutexLock map_lock(&map_mu_);
-    status->set_map_version(map_version_.load());
-    const size_t num_tables = tables_.size();
-    std::vector<uint64_t> rows(num_tables, 0), bytes(num_tables, 0);
-    std::vector<uint64_t> primary_rows(num_tables, 0), primary_bytes(num_tables, 0);
-    std::vector<uint64_t> shard_rows(num_tables), shard_bytes(num_tables);
-    for (uint32_t s = 0; s < num_shards_; ++s) {
-      if (roles_[s] == Role::kNone) continue;
-      const bool primary = roles_[s] == Role::kPrimary;
-      if (primary) {
-        status->add_primary_shards(s);
-      } else {
-        status->add_replica_shards(s);
-      }
-      std::fill(shard_rows.begin(), shard_rows.end(), 0);
-      std::fill(shard_bytes.begin(), shard_bytes.end(), 0);
-      shards_[s]->AddSizes(&shard_rows, &shard_bytes);
-      rpc::ShardSize* size = status->add_shard_sizes();
-      size->set_shard(s);
-      size->set_copy(primary                       ? rpc::ShardSize::PRIMARY
-                     : roles_[s] == Role::kReplica ? rpc::ShardSize::REPLICA
-                                                   : rpc::ShardSize::CATCHING_UP);
-      for (size_t t = 0; t < num_tables; ++t) {
-        rows[t] += shard_rows[t];
-        bytes[t] += shard_bytes[t];
-        if (primary) {
-          primary_rows[t] += shard_rows[t];
-          primary_bytes[t] += shard_bytes[t];
-        }
-        size->set_rows(size->rows() + shard_rows[t]);
-        size->set_bytes(size->bytes() + shard_bytes[t]);
-      }
-    }
-    for (size_t t = 0; t < num_tables; ++t) {
-      rpc::TableStatus* ts = status->add_tables();
-      ts->set_name(tables_[t]->name);
-      ts->set_dim(tables_[t]->dim);
-      ts->set_optimizer(job_.tables(t).optimizer().type());
-      ts->set_rows(rows[t]);
-      ts->set_bytes(bytes[t]);
-      ts->set_primary_rows(primary_rows[t]);
-      ts->set_primary_bytes(primary_bytes[t]);
-      traffic_[t]->FillCounters(ts);
-    }
-  }
-  if (hot != nullptr) {
-    status->set_hot_keys_table(request.hot_keys_table());
-    hot->FillHotKeys(hot_k, status);
-  }
+  stats_.Fill(request, copies, status);
   return absl::OkStatus();
 }
 
 absl::Status ShardedStore::BeginCheckpoint(int64_t step, const std::vector<uint32_t>& shards,
                                            uint64_t map_version, const CutRequest& request) {
-  if (sync_ ? step < 0 : step != -1) {
-    return absl::InvalidArgumentError(
-        sync_ ? absl::StrFormat("a sync checkpoint needs a step boundary >= 0, not %d", step)
-              : absl::StrFormat("checkpoints outside sync mode are not cut at a step (got %d)",
-                                step));
-  }
-  absl::MutexLock step_lock(&step_mu_);
-  absl::MutexLock cut_lock(&cut_mu_);
-  if (cuts_closed_) return absl::UnavailableError("the server is shutting down");
-  if (checkpointing_) return absl::FailedPreconditionError("a checkpoint is under way");
-  {
-    absl::ReaderMutexLock map_lock(&map_mu_);
-    if (map_version != map_version_.load()) {
-      return absl::FailedPreconditionError(
-          absl::StrFormat("checkpoint for map version %d; this server has version %d", map_version,
-                          map_version_.load()));
-    }
-    for (uint32_t s : shards) {
-      if (s >= num_shards_ || roles_[s] != Role::kPrimary) {
-        return absl::FailedPreconditionError(absl::StrFormat(
-            "shard %d is not a primary of this server in map version %d", s, map_version));
-      }
-    }
-    if (sync_ && applied_step_ >= step) {
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "step boundary %d has passed: step %d is applied here", step, applied_step_));
-    }
-    if (sync_ && applied_step_ + 1 == step) {
-      for (uint32_t s : shards) {
-        if (shards_[s]->has_pending()) {
-          return absl::FailedPreconditionError(absl::StrFormat(
-              "step boundary %d has passed: pushes of step %d have arrived here", step, step));
-        }
-      }
-    }
-  }
-  checkpointing_ = true;
-  cut_step_ = step;
-  cut_request_ = request;
-  boundary_reached_ = false;
-  cuts_.clear();
-  for (uint32_t s : shards) cuts_[s];
-  checkpoint_shards_ = shards;
-  if (sync_ && applied_step_ + 1 == step) CutCheckpointStateLocked();
-  return absl::OkStatus();
-}
-
-void ShardedStore::CutCheckpointStateLocked() {
-  absl::ReaderMutexLock map_lock(&map_mu_);
-  for (auto& [s, c] : cuts_) {
-    if (shards_[s] == nullptr || roles_[s] != Role::kPrimary) continue;  // TakeCheckpointCut says
-    const absl::Time start = absl::Now();
-    shards_[s]->CutState(&c.cut);
-    c.stall += absl::Now() - start;
-    c.state_cut = true;
-  }
-  boundary_reached_ = true;
-}
-
-void ShardedStore::CutCheckpointRowsLocked() {
-  absl::ReaderMutexLock map_lock(&map_mu_);
-  for (auto& [s, c] : cuts_) {
-    if (c.rows_cut || !c.state_cut || shards_[s] == nullptr) continue;
-    const absl::Time start = absl::Now();
-    shards_[s]->CutRows(kCutRecordBytes, cut_request_, &c.cut);
-    c.stall += absl::Now() - start;
-    c.rows_cut = true;
-  }
-}
-
-absl::StatusOr<ShardCut> ShardedStore::TakeCheckpointCut(uint32_t shard, absl::Time deadline,
-                                                         absl::Duration* stall) {
-  absl::MutexLock cut_lock(&cut_mu_);
-  if (!checkpointing_ || cuts_.find(shard) == cuts_.end()) {
-    return absl::NotFoundError(absl::StrFormat("shard %d is not in the checkpoint", shard));
-  }
-  if (sync_) {
-    auto reached = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(cut_mu_) {
-      return boundary_reached_ || cuts_closed_ || !checkpointing_;
-    };
-    if (!cut_mu_.AwaitWithDeadline(absl::Condition(&reached), deadline)) {
-      return absl::DeadlineExceededError(
-          absl::StrFormat("step boundary %d was not reached in time", cut_step_));
-    }
-    if (cuts_closed_) return absl::UnavailableError("the server is shutting down");
-    if (!checkpointing_) return absl::AbortedError("the checkpoint was ended");
-  }
-  auto it = cuts_.find(shard);
-  if (it == cuts_.end()) {
-    return absl::NotFoundError(absl::StrFormat("shard %d's cut was taken", shard));
-  }
-  CheckpointCut c = std::move(it->second);
-  cuts_.erase(it);
-  {
-    absl::ReaderMutexLock map_lock(&map_mu_);
-    if (shards_[shard] == nullptr || roles_[shard] != Role::kPrimary || (sync_ && !c.state_cut)) {
-      return absl::FailedPreconditionError(
-          absl::StrFormat("shard %d moved to another server during the checkpoint", shard));
-    }
-    const absl::Time start = absl::Now();
-    if (!sync_) {
-      c.cut = shards_[shard]->StartCut(kCutRecordBytes, cut_request_);
-    } else if (!c.rows_cut) {
-      // Between the boundary and the next step: the rows are still those of the boundary.
-      shards_[shard]->CutRows(kCutRecordBytes, cut_request_, &c.cut);
-    }
-    c.stall += absl::Now() - start;
-  }
-  *stall = c.stall;
-  return std::move(c.cut);
-}
-
-absl::Status ShardedStore::ReadCheckpointRows(ShardCut* cut, absl::Duration* max_hold) {
-  *max_hold = absl::ZeroDuration();
-  while (true) {
-    absl::ReaderMutexLock map_lock(&map_mu_);
-    const uint32_t s = cut->shard;
-    if (s >= num_shards_ || shards_[s] == nullptr || roles_[s] != Role::kPrimary) {
-      return absl::FailedPreconditionError(
-          absl::StrFormat("shard %d moved to another server during the checkpoint", s));
-    }
-    const absl::Time start = absl::Now();
-    absl::StatusOr<bool> more = shards_[s]->ReadCutRows(kCutRecordBytes, cut);
-    *max_hold = std::max(*max_hold, absl::Now() - start);
-    if (!more.ok()) return more.status();
-    if (!*more) return absl::OkStatus();
-  }
-}
-
-void ShardedStore::EndCheckpoint() {
-  absl::MutexLock cut_lock(&cut_mu_);
-  checkpointing_ = false;
-  cuts_.clear();
-  absl::ReaderMutexLock map_lock(&map_mu_);
-  for (uint32_t s : checkpoint_shards_) {
-    if (s < num_shards_ && shards_[s] != nullptr) shards_[s]->AbandonCutRows();
-  }
-  checkpoint_shards_.clear();
+  // Held exclusively: no step is applied and no push adds to the pending step while the
+  // boundary is checked (and, when it is now, the shards' state cut).
+  absl::MutexLock step_lock(barrier_.mu());
+  return cuts_.Begin(step, barrier_.applied_step_locked(), shards, map_version, request);
 }
 
 }  // namespace server

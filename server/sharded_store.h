@@ -1,15 +1,17 @@
 // The state of one parameter server: for every shard it serves, every table's rows, the dense
 // chunks and the exactly-once window of pushes. Requests arrive as decoded protobuf messages; this
-// class validates them completely before changing anything and knows nothing of gRPC.
+// class validates them completely before changing anything and knows nothing of gRPC. The sync
+// step barrier (step_barrier.h), the workers' step clocks (step_clocks.h) and the checkpoint's
+// cuts (checkpoint/checkpoint_cuts.h) are components of their own that it holds.
 #ifndef PS_SERVER_SHARDED_STORE_H_
 #define PS_SERVER_SHARDED_STORE_H_
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -25,9 +27,15 @@
 #include "proto/coordinator.pb.h"
 #include "proto/job.pb.h"
 #include "proto/ps.pb.h"
+#include "server/checkpoint/checkpoint_cuts.h"
+#include "server/dense_requests.h"
+#include "server/replication/replicate_wire.h"
 #include "server/replication/replicator.h"
 #include "server/shard/shard.h"
+#include "server/step_barrier.h"
+#include "server/step_clocks.h"
 #include "server/storage/embedding_table.h"
+#include "server/store_stats.h"
 #include "server/table_traffic.h"
 #include "server/task_pool.h"
 
@@ -85,11 +93,6 @@ class ShardedStore {
   void SetShardMap(const rpc::ShardMap& map, uint32_t server_id)
       ABSL_LOCKS_EXCLUDED(set_map_mu_, map_mu_);
 
-  // A shard with this store's tables and settings holding `cut` (Shard::Restore), presized for
-  // its rows, for Restored. Thread-safe. INVALID_ARGUMENT as Shard::Restore, or for a shard
-  // outside the job's.
-  absl::StatusOr<std::unique_ptr<Shard>> RestoreShard(const ShardCut& cut) const;
-
   // A shard with this store's tables and settings, presized for `rows` rows over its tables, on
   // which a restore in pieces has begun (Shard::BeginRestore: then Shard::RestoreRows and
   // Shard::FinishRestore), for Restored. Thread-safe. INVALID_ARGUMENT for a shard outside the
@@ -101,7 +104,8 @@ class ShardedStore {
     // Sync: the checkpoint's step boundary t (its shards hold exactly steps < t), so that step t
     // is the next this store applies; -1 when the checkpoint has none (or the job is not sync).
     int64_t step = -1;
-    // One shard (RestoreShard) for each of NewPrimaries(map), in any order.
+    // One shard (NewRestoringShard, its restore finished) for each of NewPrimaries(map), in any
+    // order.
     std::vector<std::unique_ptr<Shard>> shards;
   };
 
@@ -171,9 +175,12 @@ class ShardedStore {
   void WhenReplicated(std::vector<std::pair<uint32_t, uint64_t>> sequences,
                       std::function<void(absl::Status)> done);
 
-  // Applies a primary's records, a ReplicateRequest's bytes, to the copies this server holds
-  // (ApplyReplicateRequest: INVALID_ARGUMENT, nothing applied, when the bytes are not one).
-  absl::Status ApplyReplicated(const grpc::ByteBuffer& request, rpc::ReplicateResponse* response);
+  // Applies a primary's records, as the caller read them from a Replicate call
+  // (ReplicateRequestReader), to the copies this server holds, and adds one ShardAck per shard of
+  // the records to `response` (ApplyReplicatedRecords: NOT_HELD for a shard this server holds no
+  // copy of).
+  void ApplyReplicated(absl::Span<const ReplicatedRecord> records, rpc::ReplicateResponse* response)
+      ABSL_LOCKS_EXCLUDED(map_mu_);
 
   // Every copy of a shard this server holds, for its heartbeats: applied sequence and (sync
   // training) step, whether a copy catching up is complete, and (primaries) the lag of each
@@ -182,33 +189,40 @@ class ShardedStore {
 
   // Sync mode: `worker_id` has pushed all of `step`. When sync_quorum of the job's workers have
   // ended the pending step (or, with a quorum below 1, sync_timeout_ms after the first did), its
-  // summed gradients are applied at once (the quorum is the nearest whole number of workers to
-  // sync_quorum x workers, at least 1: 0.67 of 3 is 2). Returns the newest applied step.
-  // UNAVAILABLE (retryable) for a step after the pending one; ending an applied step is a no-op;
-  // INVALID_ARGUMENT for worker_id 0. Other modes: a no-op returning -1.
-  absl::StatusOr<int64_t> EndStep(uint32_t worker_id, int64_t step);
+  // summed gradients are applied at once in every primary shard (the quorum is the nearest whole
+  // number of workers to sync_quorum x workers, at least 1: 0.67 of 3 is 2). Returns the newest
+  // applied step. UNAVAILABLE (retryable) for a step after the pending one; ending an applied
+  // step is a no-op; INVALID_ARGUMENT for worker_id 0. Other modes: a no-op returning -1.
+  // (StepBarrier::EndStep.)
+  absl::StatusOr<int64_t> EndStep(uint32_t worker_id, int64_t step) {
+    return barrier_.EndStep(worker_id, step);
+  }
 
   // Sync mode: ABORTED if `step` was already applied (a straggler outside the quorum pulling for a
   // step the cluster finished without it: its rows would include that step's pushes). OK
   // otherwise, and in the other modes.
-  absl::Status CheckPullStep(int64_t step);
+  absl::Status CheckPullStep(int64_t step) { return barrier_.CheckPullStep(step); }
 
   // Runs `fn(OK)` once step `step` is applied (at once if it is, or if the mode is not sync), on
   // the thread that applies it; `fn(UNAVAILABLE)` if the store shuts down first. Sync pulls for
   // step t wait with this for step t - 1.
-  void RunWhenApplied(int64_t step, std::function<void(absl::Status)> fn);
+  void RunWhenApplied(int64_t step, std::function<void(absl::Status)> fn) {
+    barrier_.RunWhenApplied(step, std::move(fn));
+  }
 
-  // Ends every wait with UNAVAILABLE and stops the quorum timer. Idempotent; the destructor calls
-  // it.
+  // Ends every wait with UNAVAILABLE (steps' and checkpoint cuts'), stops the quorum timer and
+  // the replicator. Idempotent; the destructor calls it.
   void Shutdown();
 
   ~ShardedStore();
 
-  // Reads the requested chunks of a dense tensor. NOT_FOUND if the tensor or a chunk does not
-  // exist; errors of routing as Pull.
+  // Reads the requested chunks of a dense tensor (PullDenseChunks, dense_requests.h). NOT_FOUND if
+  // the tensor or a chunk does not exist; RESOURCE_EXHAUSTED above the message limit; errors of
+  // routing as Pull.
   absl::Status PullDense(const rpc::PullDenseRequest& request, rpc::PullDenseResponse* response);
 
-  // Assigns or applies gradients to chunks of a dense tensor (created by its first push). A
+  // Assigns or applies gradients to chunks of a dense tensor (created by its first push;
+  // PushDenseChunks, dense_requests.h). A
   // gradient's chunk c is applied once per (worker_id, sequence + c) and shard. Every chunk is
   // checked before any is written: INVALID_ARGUMENT, with nothing applied, for a length that
   // disagrees with the chunking or total, NaN or Inf values, a chunk given twice, or a gradient
@@ -232,7 +246,7 @@ class ShardedStore {
     (void)FillStatus(rpc::ServerStatusRequest(), status);
   }
 
-  // --- Checkpoints ---
+  // --- Checkpoints (CheckpointCuts, server/checkpoint/checkpoint_cuts.h) ---
   //
   // A checkpoint cuts each primary shard at one point: in sync mode at a step boundary t (the
   // shard holds exactly steps < t, no pending sums), otherwise at the shard's applied sequence of
@@ -244,28 +258,33 @@ class ShardedStore {
   // the installed one (else FAILED_PRECONDITION naming it). Sync mode: `step` is the boundary
   // t >= 0; FAILED_PRECONDITION when it has passed (step t's pushes have begun here). Other modes:
   // `step` must be -1 (else INVALID_ARGUMENT). FAILED_PRECONDITION while another checkpoint is
-  // under way. `request` says which checkpoint the cuts are for and which it builds on: each
-  // shard's cut is incremental when that shard's previous cut here was for request.base_id
-  // (Shard::CutRows), else full.
+  // under way; UNAVAILABLE once the store shuts down. `request` says which checkpoint the cuts
+  // are for and which it builds on: each shard's cut is incremental when that shard's previous
+  // cut here was for request.base_id (Shard::CutRows), else full.
   absl::Status BeginCheckpoint(int64_t step, const std::vector<uint32_t>& shards,
                                uint64_t map_version, const CutRequest& request = {});
 
   // The cut of `shard` (one of BeginCheckpoint's). Sync mode: waits until the boundary is reached
   // (DEADLINE_EXCEEDED at `deadline`; UNAVAILABLE if the store shuts down). `*stall` receives how
   // long the shard's pushes were held back by the cut. NOT_FOUND for a shard not in the
-  // checkpoint or already taken; FAILED_PRECONDITION if the shard moved to another server.
+  // checkpoint or already taken; FAILED_PRECONDITION if the shard moved to another server;
+  // ABORTED if the checkpoint ended while waiting.
   absl::StatusOr<ShardCut> TakeCheckpointCut(uint32_t shard, absl::Time deadline,
-                                             absl::Duration* stall);
+                                             absl::Duration* stall) {
+    return cuts_.Take(shard, deadline, stall);
+  }
 
   // Reads the rows of a cut TakeCheckpointCut gave into it (Shard::ReadCutRows), a record at a
   // time. `*max_hold` receives the longest the shard's lock was held for one record.
   // FAILED_PRECONDITION if the shard moved to another server; ABORTED if its rows were replaced
   // or the checkpoint ended meanwhile.
-  absl::Status ReadCheckpointRows(ShardCut* cut, absl::Duration* max_hold);
+  absl::Status ReadCheckpointRows(ShardCut* cut, absl::Duration* max_hold) {
+    return cuts_.ReadRows(cut, max_hold);
+  }
 
   // Ends the checkpoint begun last, dropping cuts not taken and abandoning the reads of cuts'
   // rows not finished. Idempotent.
-  void EndCheckpoint();
+  void EndCheckpoint() { cuts_.End(); }
 
  private:
   ShardedStore(const config::Job& job, const Options& options,
@@ -299,31 +318,31 @@ class ShardedStore {
 
   // Calls fn(first_run, end_run, first_key) on groups of consecutive runs covering all of `runs`
   // (first_key: the position of the group's first key in the request): one group on the calling
-  // thread for a small request, several side by side on the lookup pool for a large one.
+  // thread for a small request, several side by side on the lookup pool for a large one, in parts
+  // of at least Options::parallel_min_keys keys (TaskPool::RunGroups).
   void ForEachRunGroup(const google::protobuf::RepeatedPtrField<rpc::ShardRun>& runs,
                        size_t num_keys,
-                       absl::FunctionRef<void(int first_run, int end_run, size_t first_key)> fn);
+                       absl::FunctionRef<void(int first_run, int end_run, size_t first_key)> fn) {
+    lookup_pool_.RunGroups(
+        runs.size(), [&runs](size_t r) -> uint64_t { return runs[r].count(); }, num_keys,
+        std::max<uint32_t>(1, options_.parallel_min_keys),
+        [&fn](size_t first, size_t end, uint64_t first_key) { fn(first, end, first_key); });
+  }
 
   // OK if this server is the primary of `shard`, or (`read`, when the job reads from replicas)
   // holds a complete replica of it; DATA_LOSS for a lost shard; FAILED_PRECONDITION naming the
   // map version otherwise.
   absl::Status CheckServed(uint32_t shard, bool read = false) const
       ABSL_SHARED_LOCKS_REQUIRED(map_mu_);
-  // ABORTED for a sync pull of a step that is already applied; OK otherwise.
-  absl::Status CheckPullStepLocked(int64_t step) const ABSL_SHARED_LOCKS_REQUIRED(step_mu_);
+  // The copy of `shard` this server is the primary of, or CheckServed's error (the dense
+  // requests' ServedShard).
+  absl::StatusOr<Shard*> ServedCopy(uint32_t shard) const ABSL_SHARED_LOCKS_REQUIRED(map_mu_);
+  // The barrier's StepBarrier::ApplyFn: applies step `step`'s sums in every primary shard, the
+  // checkpoint's cuts told before and after.
+  void ApplyStep(int64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(barrier_.mu());
 
-  // Applies the pending step's sums in every shard and moves on to the next step; returns the
-  // waits it releases (to be run without the lock).
-  std::vector<std::function<void(absl::Status)>> ApplyPendingStep()
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(step_mu_);
-
-  // Sync mode with a quorum below 1: applies a pending step whose timeout has passed.
-  void QuorumTimerLoop();
-
-  // Sync checkpoints: cuts the state (window, dense chunks, sequence) of the checkpoint's shards
-  // at the boundary; then, the rows of those not yet cut, before the step after it is applied.
-  void CutCheckpointStateLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(step_mu_, cut_mu_);
-  void CutCheckpointRowsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(step_mu_, cut_mu_);
+  // Shard `shard` as the installed map gives it to this server (CheckpointCuts::ShardLookup).
+  CheckpointCuts::HeldShard Held(uint32_t shard) const ABSL_SHARED_LOCKS_REQUIRED(map_mu_);
 
   // Constant after construction.
   const config::Job job_;
@@ -336,59 +355,23 @@ class ShardedStore {
   // Serves the parts of large requests (Options::lookup_threads).
   TaskPool lookup_pool_;
   const ShardConfig shard_config_;
-  // By table index: what the data path was asked of it. The objects are thread-safe.
-  const std::vector<std::unique_ptr<TableTraffic>> traffic_;
 
-  const bool sync_;                      // job.training.mode == SYNC
-  const bool read_from_replicas_;        // job.cluster.read_from_replicas
-  const size_t quorum_workers_;          // workers whose EndStep applies a step
-  const absl::Duration quorum_timeout_;  // infinite when the quorum is every worker
+  const bool sync_;                // job.training.mode == SYNC
+  const bool read_from_replicas_;  // job.cluster.read_from_replicas
 
-  // Lock order: step_mu_, then map_mu_, then a shard's lock.
-  absl::Mutex step_mu_;
-  int64_t applied_step_ ABSL_GUARDED_BY(step_mu_) = -1;
-  absl::flat_hash_set<uint32_t> ended_ ABSL_GUARDED_BY(step_mu_);  // workers done with the step
-  absl::Time first_end_ ABSL_GUARDED_BY(step_mu_);
-  std::vector<std::pair<int64_t, std::function<void(absl::Status)>>> waits_
-      ABSL_GUARDED_BY(step_mu_);
-  std::atomic<uint64_t> replica_pulls_{0};  // pulls (requests) answered from replicas
-  std::atomic<uint64_t> late_pushes_{0};
-  std::atomic<uint64_t> late_keys_{0};
-  bool shutting_down_ ABSL_GUARDED_BY(step_mu_) = false;
-  std::thread quorum_timer_;
+  // Per table what the data path was asked of it, the pulls answered from replicas and the
+  // stragglers' pushes dropped; the sizes of the copies for FillStatus.
+  StoreStats stats_;
 
-  // Clocks: per worker, the newest step it has pushed to this server, and what pulls could miss.
-  absl::Mutex clocks_mu_;
-  absl::flat_hash_map<uint32_t, int64_t> pushed_step_ ABSL_GUARDED_BY(clocks_mu_);
-  uint64_t step_pulls_ ABSL_GUARDED_BY(clocks_mu_) = 0;
-  double staleness_sum_ ABSL_GUARDED_BY(clocks_mu_) = 0;
-  int64_t staleness_max_ ABSL_GUARDED_BY(clocks_mu_) = 0;
-  int64_t last_oldest_missing_ ABSL_GUARDED_BY(clocks_mu_) = -1;
-
-  // Records the clock of a push and of a pull (see ServerStatus).
-  void RecordPushStep(uint32_t worker_id, int64_t step);
-  void RecordPullStep(int64_t step);
+  // Per worker, the newest step it has pushed to this server, and what pulls could miss.
+  StepClocks clocks_;
 
   // Null without replication.
   std::unique_ptr<Replicator> replicator_;
 
-  // The checkpoint under way. Lock order: step_mu_, then cut_mu_, then map_mu_.
-  struct CheckpointCut {
-    ShardCut cut;
-    bool state_cut = false;  // sync: CutState done at the boundary
-    bool rows_cut = false;   // sync: CutRows done
-    absl::Duration stall;
-  };
-  absl::Mutex cut_mu_ ABSL_ACQUIRED_AFTER(step_mu_) ABSL_ACQUIRED_BEFORE(map_mu_);
-  bool checkpointing_ ABSL_GUARDED_BY(cut_mu_) = false;
-  int64_t cut_step_ ABSL_GUARDED_BY(cut_mu_) = -1;  // sync: the boundary
-  CutRequest cut_request_ ABSL_GUARDED_BY(cut_mu_);
-  bool boundary_reached_ ABSL_GUARDED_BY(cut_mu_) = false;
-  absl::flat_hash_map<uint32_t, CheckpointCut> cuts_ ABSL_GUARDED_BY(cut_mu_);
-  // The shards of the checkpoint under way.
-  std::vector<uint32_t> checkpoint_shards_ ABSL_GUARDED_BY(cut_mu_);
-  bool cuts_closed_ ABSL_GUARDED_BY(cut_mu_) = false;  // shut down
-
+  // Lock order: set_map_mu_, then barrier_.mu(), then cuts_'s lock, then map_mu_, then a
+  // shard's lock (see StepBarrier and CheckpointCuts).
+  //
   // Held through a SetShardMap, snapshots included: only it destroys shards.
   absl::Mutex set_map_mu_ ABSL_ACQUIRED_BEFORE(map_mu_);
   mutable absl::Mutex map_mu_;
@@ -397,6 +380,13 @@ class ShardedStore {
   std::vector<std::unique_ptr<Shard>> shards_ ABSL_GUARDED_BY(map_mu_);
   std::vector<Role> roles_ ABSL_GUARDED_BY(map_mu_);
   std::vector<bool> lost_ ABSL_GUARDED_BY(map_mu_);
+
+  // The checkpoint under way; it reads the shards under map_mu_ (Held).
+  CheckpointCuts cuts_;
+  // The sync step barrier; it applies steps with ApplyStep. Declared last: its quorum timer's
+  // thread, which calls ApplyStep, ends (at the latest, when it is destroyed) before the members
+  // ApplyStep uses are destroyed.
+  StepBarrier barrier_;
 };
 
 }  // namespace server

@@ -1,5 +1,6 @@
 #include "server/task_pool.h"
 
+#include <algorithm>
 #include <atomic>
 
 namespace ps {
@@ -93,6 +94,38 @@ void TaskPool::Loop() {
       mu_.Lock();
     }
   }
+}
+
+void TaskPool::RunGroups(
+    size_t items, absl::FunctionRef<uint64_t(size_t item)> weight, uint64_t total_weight,
+    uint64_t min_weight,
+    absl::FunctionRef<void(size_t first, size_t end, uint64_t first_weight)> fn) {
+  const uint64_t groups = std::min<uint64_t>({static_cast<uint64_t>(threads()) + 1,
+                                              total_weight / std::max<uint64_t>(1, min_weight),
+                                              static_cast<uint64_t>(items)});
+  if (groups <= 1) {
+    fn(0, items, 0);
+    return;
+  }
+  // Cut after the item that brings a group to its share of the weight.
+  struct Group {
+    size_t first;
+    size_t end;
+    uint64_t first_weight;
+  };
+  std::vector<Group> cut;
+  const uint64_t share = (total_weight + groups - 1) / groups;
+  uint64_t at = 0;
+  Group group{0, 0, 0};
+  for (size_t i = 0; i < items; ++i) {
+    at += weight(i);
+    if (at - group.first_weight >= share || i + 1 == items) {
+      group.end = i + 1;
+      cut.push_back(group);
+      group = Group{i + 1, 0, at};
+    }
+  }
+  RunAll(cut.size(), [&](size_t i) { fn(cut[i].first, cut[i].end, cut[i].first_weight); });
 }
 
 }  // namespace server

@@ -4,6 +4,7 @@
 #define PS_SERVER_TASK_POOL_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <thread>
 #include <vector>
@@ -32,6 +33,16 @@ class TaskPool {
   // Runs tasks(0), ..., tasks(count - 1), each exactly once, on the pool's threads and on this
   // one, and returns when all have finished. Tasks must not throw or call RunAll.
   void RunAll(size_t count, absl::FunctionRef<void(size_t)> task);
+
+  // Runs fn(first, end, first_weight) on consecutive groups [first, end) of the items
+  // 0 .. items - 1 that together cover them all, in order; first_weight is the sum of weight(i)
+  // of the items before the group, and `total_weight` that of all of them. One group, on this
+  // thread, when there is at most one item or the items weigh less than 2 x `min_weight` (>= 1)
+  // or the pool has no threads; otherwise up to threads() + 1 groups of about equal weight, each
+  // but the last at least min_weight, run side by side as RunAll runs tasks.
+  void RunGroups(size_t items, absl::FunctionRef<uint64_t(size_t item)> weight,
+                 uint64_t total_weight, uint64_t min_weight,
+                 absl::FunctionRef<void(size_t first, size_t end, uint64_t first_weight)> fn);
 
  private:
   struct Batch;

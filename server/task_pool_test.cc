@@ -1,9 +1,12 @@
 #include "server/task_pool.h"
 
+#include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <random>
 #include <set>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
@@ -55,6 +58,43 @@ TEST_CASE("batches of several callers share the pool", "[server][task_pool]") {
   for (std::thread& caller : callers) caller.join();
   for (int c = 0; c < kCallers; ++c) {
     for (size_t i = 0; i < kTasks; ++i) CHECK(hits[c][i] == 20);
+  }
+}
+
+TEST_CASE("groups cover every item once, in order, each at least the minimum weight but the last",
+          "[server][task_pool]") {
+  const int threads = GENERATE(0, 1, 3);
+  const uint64_t min_weight = GENERATE(1, 10, 1000);
+  std::mt19937 rng(99);
+  for (int round = 0; round < 20; ++round) {
+    const size_t items = rng() % 12;
+    std::vector<uint64_t> weights(items);
+    uint64_t total = 0;
+    for (uint64_t& w : weights) total += (w = rng() % 50);
+    TaskPool pool(threads);
+    absl::Mutex mu;
+    std::vector<std::tuple<size_t, size_t, uint64_t>> groups;
+    pool.RunGroups(
+        items, [&](size_t i) { return weights[i]; }, total, min_weight,
+        [&](size_t first, size_t end, uint64_t first_weight) {
+          absl::MutexLock lock(&mu);
+          groups.emplace_back(first, end, first_weight);
+        });
+    std::sort(groups.begin(), groups.end());
+    REQUIRE(!groups.empty());
+    CHECK(groups.size() <= static_cast<size_t>(threads) + 1);
+    if (threads == 0 || items <= 1 || total < 2 * min_weight) CHECK(groups.size() == 1);
+    size_t next = 0;
+    uint64_t before = 0;
+    for (size_t g = 0; g < groups.size(); ++g) {
+      const auto [first, end, first_weight] = groups[g];
+      CHECK(first == next);
+      CHECK(first_weight == before);
+      for (size_t i = first; i < end; ++i) before += weights[i];
+      if (g + 1 < groups.size()) CHECK(before - first_weight >= min_weight);
+      next = end;
+    }
+    CHECK(next == items);
   }
 }
 

@@ -19,6 +19,7 @@ namespace {
 
 using testing::Contents;
 using testing::Fixture;
+using testing::RestoreCut;
 
 TEST_CASE("a shard written to a file and read back restores bit for bit", "[checkpoint]") {
   Fixture f;
@@ -42,7 +43,7 @@ TEST_CASE("a shard written to a file and read back restores bit for bit", "[chec
 
   // Restored into a fresh shard, it cuts the same again, and keeps training the same way.
   Shard restored(5, f.config, {0, 0});
-  REQUIRE(restored.Restore(*read).ok());
+  REQUIRE(RestoreCut(restored, *read).ok());
   CHECK(restored.complete());
   CHECK(restored.applied_sequence() == shard->applied_sequence());
   CHECK(Contents(restored.Cut(1 << 20), f.tables) == original);

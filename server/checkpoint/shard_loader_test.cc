@@ -22,6 +22,7 @@ namespace {
 
 using testing::Contents;
 using testing::Fixture;
+using testing::RestoreCut;
 
 constexpr uint32_t kOldShards = 4;
 
@@ -53,7 +54,7 @@ TEST_CASE("with the checkpoint's num_shards each shard is its own file", "[check
   CHECK(Contents(loaded->at(0), f.tables) == Contents(ckpt.cuts[3], f.tables));
   CHECK(Contents(loaded->at(1), f.tables) == Contents(ckpt.cuts[1], f.tables));
   Shard restored(3, f.config, {0, 0});
-  REQUIRE(restored.Restore(loaded->at(0)).ok());
+  REQUIRE(RestoreCut(restored, loaded->at(0)).ok());
   CHECK(restored.applied_sequence() == ckpt.cuts[3].sequence);
 }
 
@@ -90,7 +91,7 @@ TEST_CASE("with another num_shards rows and dense chunks go where they hash", "[
       got_dense[key] = chunk;
     }
     Shard restored(cut.shard, f.config, {0, 0});
-    REQUIRE(restored.Restore(cut).ok());
+    REQUIRE(RestoreCut(restored, cut).ok());
   }
   std::sort(want_rows.begin(), want_rows.end());
   std::sort(got_rows.begin(), got_rows.end());
@@ -202,7 +203,7 @@ TEST_CASE("a chain's shards are its full file's rows with the increments over th
     CHECK(Contents(loaded->at(s), f.tables) == chain.states[id - 1][s]);
     // Restored, the shard holds exactly that.
     Shard restored(s, f.config, {0, 0});
-    REQUIRE(restored.Restore(loaded->at(s)).ok());
+    REQUIRE(RestoreCut(restored, loaded->at(s)).ok());
     CHECK(Contents(restored.Cut(1 << 20), f.tables) == chain.states[id - 1][s]);
   }
 }
@@ -285,7 +286,7 @@ TEST_CASE("a chain restored onto another num_shards: every row once, its newest 
   REQUIRE(loaded.ok());
   for (const ShardCut& cut : *loaded) {
     Shard restored(cut.shard, f.config, {0, 0});
-    REQUIRE(restored.Restore(cut).ok());
+    REQUIRE(RestoreCut(restored, cut).ok());
     const Contents c(restored.Cut(1 << 20), f.tables);
     got.insert(c.rows.begin(), c.rows.end());
     got_dense.insert(c.dense.begin(), c.dense.end());

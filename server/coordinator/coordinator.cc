@@ -909,8 +909,9 @@ bool Coordinator::HealLocked() {
           continue;
         }
         const std::string host = HostLocked(s);
-        const bool new_host = std::none_of(holders.begin(), holders.end(),
-                                           [&](uint32_t h) { return HostLocked(h) == host; });
+        const bool new_host = std::none_of(
+            holders.begin(), holders.end(),
+            [&](uint32_t h) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return HostLocked(h) == host; });
         if (best < 0 || (new_host && !best_new_host) ||
             (new_host == best_new_host && load[s] < load[best])) {
           best = static_cast<int>(s);
@@ -954,9 +955,10 @@ void Coordinator::MaybeBuildMapLocked() {
         if (std::find(a->replicas().begin(), a->replicas().end(), s) != a->replicas().end()) {
           continue;
         }
-        const bool new_host = std::none_of(hosts_used.begin(), hosts_used.end(), [&](uint32_t h) {
-          return HostLocked(h) == HostLocked(s);
-        });
+        const bool new_host = std::none_of(hosts_used.begin(), hosts_used.end(),
+                                           [&](uint32_t h) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+                                             return HostLocked(h) == HostLocked(s);
+                                           });
         if (pass == 0 && !new_host) continue;
         a->add_replicas(s);
         hosts_used.push_back(s);
@@ -1216,11 +1218,11 @@ rpc::ClusterStatus Coordinator::Status() {
         shard->set_shard(a.shard());
         shard->set_lost(a.lost());
         if (a.lost()) continue;
-        const auto sequence = [&](uint32_t server) -> uint64_t {
+        const auto sequence = [&](uint32_t server) ABSL_SHARED_LOCKS_REQUIRED(mu_) -> uint64_t {
           const auto p = progress_[server].find(a.shard());
           return p == progress_[server].end() ? 0 : p->second.applied_sequence();
         };
-        const auto lag_of = [&](uint32_t server) {
+        const auto lag_of = [&](uint32_t server) ABSL_SHARED_LOCKS_REQUIRED(mu_) {
           rpc::ReplicaLag lag;
           const auto p = progress_[a.primary()].find(a.shard());
           if (p == progress_[a.primary()].end()) return lag;

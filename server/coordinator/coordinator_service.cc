@@ -164,7 +164,9 @@ CoordinatorService::~CoordinatorService() {
 void CoordinatorService::CheckLoop() {
   absl::MutexLock lock(&check_mu_);
   while (true) {
-    auto ready = [this] { return stop_checks_ || !to_check_.empty(); };
+    auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(check_mu_) {
+      return stop_checks_ || !to_check_.empty();
+    };
     check_mu_.Await(absl::Condition(&ready));
     if (stop_checks_) return;
     const uint32_t server = *to_check_.begin();

@@ -81,9 +81,16 @@ absl::Status ApplyReplicateRequest(const grpc::ByteBuffer& request,
   ReplicateRequestReader reader;
   const absl::Status read = reader.Parse(request);
   if (!read.ok()) return read;
+  ApplyReplicatedRecords(reader.records(), find, response);
+  return absl::OkStatus();
+}
+
+void ApplyReplicatedRecords(absl::Span<const ReplicatedRecord> records,
+                            absl::FunctionRef<Shard*(uint32_t shard)> find,
+                            rpc::ReplicateResponse* response) {
   // Index of each shard's ack in the response.
   absl::flat_hash_map<uint32_t, int> acks;
-  for (const ReplicatedRecord& replicated : reader.records()) {
+  for (const ReplicatedRecord& replicated : records) {
     const rpc::ShardRecord& record = replicated.record;
     auto [it, first] = acks.try_emplace(record.shard(), response->acks_size());
     rpc::ShardAck* ack;
@@ -114,7 +121,6 @@ absl::Status ApplyReplicateRequest(const grpc::ByteBuffer& request,
       ack.set_complete(shard->complete());
     }
   }
-  return absl::OkStatus();
 }
 
 std::unique_ptr<ReplicationTransport> NewGrpcReplicationTransport(

@@ -27,6 +27,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "proto/coordinator.pb.h"
 #include "proto/ps.pb.h"
 #include "server/replication/replicate_wire.h"
@@ -45,12 +46,19 @@ class ReplicationTransport {
                     std::function<void(absl::StatusOr<rpc::ReplicateResponse>)> done) = 0;
 };
 
-// The copy's side of a Replicate call: reads the ReplicateRequest in `request` (its rows in place,
-// ReplicateRequestReader), applies its records, in order, to the copies that `find(shard)` returns
-// (nullptr: this server holds no copy of it) and answers one ShardAck per shard of the batch.
-// After a record of a shard fails, the shard's later records of the batch are skipped.
-// INVALID_ARGUMENT, with nothing applied and *response unchanged, when the bytes are not a
-// ReplicateRequest.
+// The copy's side of a Replicate call, once its bytes are read (ReplicateRequestReader): applies
+// `records`, in order, to the copies that `find(shard)` returns (nullptr: this server holds no
+// copy of it) and adds one ShardAck per shard of the batch to `response`: APPLIED, NOT_HELD,
+// NEEDS_SNAPSHOT (a record out of sequence) or REFUSED (a malformed record), with the copy's
+// applied sequence, snapshot and completeness. After a record of a shard fails, the shard's later
+// records of the batch are skipped.
+void ApplyReplicatedRecords(absl::Span<const ReplicatedRecord> records,
+                            absl::FunctionRef<Shard*(uint32_t shard)> find,
+                            rpc::ReplicateResponse* response);
+
+// ApplyReplicatedRecords over the ReplicateRequest in `request` (its rows read in place,
+// ReplicateRequestReader). INVALID_ARGUMENT, with nothing applied and *response unchanged, when
+// the bytes are not a ReplicateRequest.
 absl::Status ApplyReplicateRequest(const grpc::ByteBuffer& request,
                                    absl::FunctionRef<Shard*(uint32_t shard)> find,
                                    rpc::ReplicateResponse* response);

@@ -277,8 +277,12 @@ uint64_t Shard::snapshot_id() const {
 void Shard::EmitRowsLocked(size_t max_record_bytes,
                            absl::FunctionRef<void(rpc::ShardRecord&&)> emit,
                            const uint32_t* since) const {
+  // Read here, under mu_, for the lambdas below (which run within this call, mu_ still held, but
+  // which the thread-safety analysis cannot see into).
+  const uint64_t sequence = applied_sequence_;
   for (size_t t = 0; t < tables_.size(); ++t) {
-    const uint32_t row_floats = tables_[t]->spec().row_floats();
+    const TableShard& table = *tables_[t];
+    const uint32_t row_floats = table.spec().row_floats();
     const size_t keys_per_record =
         std::max<size_t>(1, max_record_bytes / (sizeof(uint64_t) + row_floats * sizeof(float)));
     rpc::ShardRecord record;
@@ -286,7 +290,7 @@ void Shard::EmitRowsLocked(size_t max_record_bytes,
     auto flush = [&] {
       if (in_record == 0) return;
       record.set_shard(id_);
-      record.set_sequence(applied_sequence_);
+      record.set_sequence(sequence);
       emit(std::move(record));
       record = rpc::ShardRecord();
       in_record = 0;
@@ -296,7 +300,7 @@ void Shard::EmitRowsLocked(size_t max_record_bytes,
       if (in_record == 0) {
         rows->set_table(static_cast<uint32_t>(t));
         if (since == nullptr) {
-          const size_t n = std::min(keys_per_record, tables_[t]->size());
+          const size_t n = std::min(keys_per_record, table.size());
           rows->mutable_keys()->reserve(n * sizeof(uint64_t));
           rows->mutable_values()->reserve(n * row_floats * sizeof(float));
         }
@@ -306,30 +310,35 @@ void Shard::EmitRowsLocked(size_t max_record_bytes,
       if (++in_record == keys_per_record) flush();
     };
     if (since == nullptr) {
-      tables_[t]->ForEach(add);
+      table.ForEach(add);
     } else {
-      tables_[t]->ForEachChangedSince(*since, add);
+      table.ForEachChangedSince(*since, add);
     }
     flush();
   }
 }
 
 void Shard::EmitDenseLocked(absl::FunctionRef<void(rpc::ShardRecord&&)> emit) const {
+  const uint64_t sequence = applied_sequence_;  // under mu_, for the lambda (see EmitRowsLocked)
   dense_.ForEach([&](absl::string_view name, uint32_t chunk, uint64_t total,
                      absl::Span<const float>, absl::Span<const float>) {
+    // ForEach calls this within EmitDenseLocked, which holds mu_: the assertion tells the
+    // thread-safety analysis so (and checks it).
+    mu_.AssertReaderHeld();
     rpc::ShardRecord record;
     record.set_shard(id_);
-    record.set_sequence(applied_sequence_);
+    record.set_sequence(sequence);
     DescribeDense(name, chunk, total, record.mutable_dense());
     emit(std::move(record));
   });
 }
 
 void Shard::EmitWindowLocked(absl::FunctionRef<void(rpc::ShardRecord&&)> emit) const {
+  const uint64_t sequence = applied_sequence_;  // under mu_, for the lambda (see EmitRowsLocked)
   window_.ForEach([&](uint32_t worker, uint64_t highest, const ApplyWindow::Bitmap& seen) {
     rpc::ShardRecord record;
     record.set_shard(id_);
-    record.set_sequence(applied_sequence_);
+    record.set_sequence(sequence);
     rpc::WindowEntry* entry = record.mutable_window();
     entry->set_worker_id(worker);
     entry->set_highest(highest);
@@ -342,7 +351,7 @@ void Shard::Snapshot(uint64_t snapshot_id, size_t max_record_bytes,
                      absl::FunctionRef<void(rpc::ShardRecord&&)> emit,
                      absl::FunctionRef<void()> then) {
   absl::MutexLock lock(&mu_);
-  auto numbered = [this](rpc::ShardRecord* record) {
+  auto numbered = [this](rpc::ShardRecord* record) ABSL_SHARED_LOCKS_REQUIRED(mu_) {
     record->set_shard(id_);
     record->set_sequence(applied_sequence_);
   };
@@ -617,12 +626,6 @@ uint32_t Shard::generation() const {
 void Shard::SetGenerationForTesting(uint32_t generation) {
   absl::MutexLock lock(&mu_);
   SetGenerationLocked(generation);
-}
-
-absl::Status Shard::Restore(const ShardCut& cut) {
-  absl::MutexLock lock(&mu_);
-  ResetLocked();
-  return FinishRestoreLocked(cut);
 }
 
 void Shard::BeginRestore() {

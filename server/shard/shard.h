@@ -45,8 +45,8 @@ struct ShardCut {
   // The checkpoint an incremental cut builds on; 0 for a full cut.
   uint64_t base_id = 0;
   // rows, dense and window records. A row may be in more than one rows record (a checkpoint
-  // chain's cuts, oldest first): the last one holds its value, as Shard::Restore applies them in
-  // order. Other records in any order.
+  // chain's cuts, oldest first): the last one holds its value, as Shard::FinishRestore applies
+  // them in order. Other records in any order.
   std::vector<rpc::ShardRecord> records;
   // A full cut's rows are read after the cut, copy-on-write (Shard::ReadCutRows): the read under
   // way in its shard, 0 once every row is in `records`; and the table being read.
@@ -245,18 +245,16 @@ class Shard {
   // Tests of the wrap-around: the generation as if that many cuts had been taken.
   void SetGenerationForTesting(uint32_t generation);
 
-  // Replaces the whole shard with `cut` (its rows, dense chunks and window; its applied sequence
-  // and step), atomically. The shard becomes complete. INVALID_ARGUMENT, with the shard left
-  // empty at sequence 0 and not complete, when a record is malformed (see ApplyRecord) or is not
-  // a rows, dense or window record of this shard.
-  absl::Status Restore(const ShardCut& cut);
-
-  // Restore in pieces, for rows streamed from files rather than held in a cut's records:
-  // BeginRestore empties the shard (not complete, sequence 0); RestoreRows then writes `n` whole
-  // rows (row_floats() floats each, in ids order) of table `table` (a valid index; an id's later
-  // row replaces its earlier one); FinishRestore applies `cut` as Restore does, over those rows.
+  // A restore, as a server loads a checkpoint (server/checkpoint/server_checkpoint.h): rows
+  // streamed from files rather than held in a cut's records. BeginRestore empties the shard (not
+  // complete, sequence 0); RestoreRows then writes `n` whole rows (row_floats() floats each, in
+  // ids order) of table `table` (a valid index; an id's later row replaces its earlier one);
+  // FinishRestore applies `cut` over those rows (its rows records, dense chunks and window; its
+  // applied sequence and step), and the shard becomes complete.
   // RestoreRows: FAILED_PRECONDITION, nothing written, unless a restore was begun and not
-  // finished. FinishRestore: Restore's errors, and FAILED_PRECONDITION without BeginRestore.
+  // finished. FinishRestore: FAILED_PRECONDITION without BeginRestore; INVALID_ARGUMENT, with the
+  // shard left empty at sequence 0 and not complete, when a record is malformed (see
+  // ApplyRecord) or is not a rows, dense or window record of this shard.
   void BeginRestore();
   absl::Status RestoreRows(size_t table, const uint64_t* ids, const float* rows, size_t n);
   absl::Status FinishRestore(const ShardCut& cut);
@@ -297,7 +295,7 @@ class Shard {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Describes a dense chunk (written before) as it is now into `change`.
   void DescribeDense(absl::string_view name, uint32_t chunk, uint64_t total_floats,
-                     rpc::DenseChange* change) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                     rpc::DenseChange* change) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Adds gradients to the pending step's sums of `table`.
   void AddToPending(size_t table, absl::Span<const uint64_t> keys, const float* grads)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -341,7 +339,7 @@ class Shard {
   void SetGenerationLocked(uint32_t generation) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Replaces every table, the window, the dense chunks and the pending sums with empty ones.
   void ResetLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // FinishRestore's work under the lock (Restore's after its reset).
+  // FinishRestore's work under the lock.
   absl::Status FinishRestoreLocked(const ShardCut& cut) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Constant after construction.

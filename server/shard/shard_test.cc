@@ -52,6 +52,13 @@ struct Fixture {
   ShardConfig config;
 };
 
+// Replaces `shard` with `cut` as a server restoring a checkpoint does (server_checkpoint.cc):
+// BeginRestore, then FinishRestore with the cut's records.
+absl::Status RestoreCut(Shard& shard, const ShardCut& cut) {
+  shard.BeginRestore();
+  return shard.FinishRestore(cut);
+}
+
 std::vector<float> PullRows(Shard& shard, size_t table, const std::vector<uint64_t>& keys) {
   std::vector<float> out(keys.size() * kDim);
   shard.Pull(table, keys, out.data());
@@ -432,12 +439,12 @@ TEST_CASE("an incremental cut holds the rows changed since its base's cut; the c
   }
   for (const ShardCut& inc : increments) chain.push_back(&inc);
   Shard restored(3, f.config, {}, /*complete=*/false);
-  REQUIRE(restored.Restore(Merged(chain)).ok());
+  REQUIRE(RestoreCut(restored, Merged(chain)).ok());
   CHECK(CutDumpOf(restored, f) == CutDumpOf(shard, f));
 
   // The middle of the chain is the shard at that cut: rows of the cuts up to it.
   Shard middle(3, f.config, {}, /*complete=*/false);
-  REQUIRE(middle.Restore(Merged({&full, &increments[0]})).ok());
+  REQUIRE(RestoreCut(middle, Merged({&full, &increments[0]})).ok());
   auto rows = RowsOf(full, f);
   for (const auto& [key, row] : RowsOf(increments[0], f)) rows[key] = row;
   CHECK(CutDumpOf(middle, f).rows == rows);
@@ -470,7 +477,7 @@ TEST_CASE("a full cut's rows are read afterwards as of the cut, while the shard 
   CHECK(RowsOf(cut, f) == at_cut.rows);
   CHECK(CutDumpOf(shard, f).rows != at_cut.rows);
   Shard restored(4, f.config, {}, /*complete=*/false);
-  REQUIRE(restored.Restore(cut).ok());
+  REQUIRE(RestoreCut(restored, cut).ok());
   CHECK(CutDumpOf(restored, f) == at_cut);
 
   // The rows changed since are the next increment's.
@@ -498,7 +505,7 @@ TEST_CASE("reading a cut's rows is ABORTED once abandoned, replaced by a newer c
   } else if (how == "newer cut") {
     shard.StartCut(256);
   } else {
-    REQUIRE(shard.Restore(whole).ok());
+    REQUIRE(RestoreCut(shard, whole).ok());
   }
   absl::StatusOr<bool> more = shard.ReadCutRows(256, &cut);
   CHECK(absl::IsAborted(more.status()));
@@ -571,10 +578,10 @@ TEST_CASE("a cut is incremental only on the base this shard object cut last",
   SECTION("a restored shard is written in full first") {
     const ShardCut cut = shard->Cut(4096, {8, 7});
     auto restored = std::make_unique<Shard>(0, f.config, std::vector<size_t>{}, false);
-    REQUIRE(restored->Restore(cut).ok());
+    REQUIRE(RestoreCut(*restored, cut).ok());
     CHECK_FALSE(restored->Cut(4096, {9, 8}).incremental);
     // Restoring over a shard replaces its rows: no base either.
-    REQUIRE(shard->Restore(cut).ok());
+    REQUIRE(RestoreCut(*shard, cut).ok());
     CHECK_FALSE(shard->Cut(4096, {9, 8}).incremental);
   }
   SECTION("a copy rebuilt from a snapshot is written in full first") {
@@ -610,7 +617,7 @@ TEST_CASE("generations wrap around after 2^32 - 1 cuts and increments stay exact
   REQUIRE(rows.size() == 1);
   CHECK(rows.begin()->first == std::make_pair(uint32_t{0}, uint64_t{5001}));
   Shard restored(2, f.config, {}, false);
-  REQUIRE(restored.Restore(Merged({&full, &first, &second})).ok());
+  REQUIRE(RestoreCut(restored, Merged({&full, &first, &second})).ok());
   CHECK(CutDumpOf(restored, f) == CutDumpOf(shard, f));
   // A cut for no checkpoint at the wrap forgets the base: nothing older can be told apart.
   shard.SetGenerationForTesting(kMax);

@@ -83,6 +83,13 @@ struct Fixture {
   std::string dir;
 };
 
+// Replaces `shard` with `cut` as a server restoring a checkpoint does (server_checkpoint.cc):
+// BeginRestore, then FinishRestore with the cut's records.
+inline absl::Status RestoreCut(Shard& shard, const ShardCut& cut) {
+  shard.BeginRestore();
+  return shard.FinishRestore(cut);
+}
+
 // Everything a cut says, keyed so that two cuts compare regardless of record order.
 struct Contents {
   std::map<std::pair<uint32_t, uint64_t>, std::string> rows;  // (table, id) -> row bytes
