@@ -9,7 +9,10 @@
 
 #include "absl/status/status.h"
 #include "catch2/catch.hpp"
+#include "common/job_config.h"
+#include "server/coordinator/coordinator.h"
 #include "server/coordinator/coordinator_store.h"
+#include "server/coordinator/fake_clock.h"
 #include "tests/testing/temp_dir.h"
 
 namespace ps {
@@ -85,6 +88,88 @@ TEST_CASE("state store: what was saved is loaded again, the latest of each", "[s
     CHECK(saved.kv ==
           std::map<std::string, std::string>{{"gloo/0", "addr0"}, {"ckpt/30", "kept"}});
   });
+}
+
+std::unique_ptr<Coordinator> StartOn(StateStore* store, FakeClock* clock) {
+  absl::StatusOr<config::Job> job = ParseJob(R"pb(name: "seam"
+                                                  tables { name: "emb" dim: 4 }
+                                                  cluster { num_servers: 2 num_workers: 1 })pb",
+                                             "seam.pbtxt");
+  REQUIRE(job.ok());
+  CoordinatorOptions options;
+  options.job = *std::move(job);
+  options.clock = clock;
+  options.store = store;
+  absl::StatusOr<std::unique_ptr<Coordinator>> c = Coordinator::Create(std::move(options));
+  INFO(c.status().ToString());
+  REQUIRE(c.ok());
+  return *std::move(c);
+}
+
+TEST_CASE("state store: a coordinator carries the job on from either store", "[state_store]") {
+  ForEachStore("coordinator", [](const Reopen& reopen) {
+    FakeClock clock;
+    rpc::ShardMap map;
+    uint32_t worker = 0;
+    {
+      std::unique_ptr<Coordinator> c = StartOn(reopen(), &clock);
+      REQUIRE(c->Register(rpc::SERVER, "h:1", -1).ok());
+      REQUIRE(c->Register(rpc::SERVER, "h:2", -1).ok());
+      worker = c->Register(rpc::WORKER, "", -1)->member_id();
+      REQUIRE(c->ReportClock(worker, 4).ok());
+      REQUIRE(c->KvSet("gloo/0", "addr").ok());
+      map = *c->GetShardMap(1, clock.Now());
+    }
+    std::unique_ptr<Coordinator> c = StartOn(reopen(), &clock);
+    const absl::StatusOr<rpc::ShardMap> again = c->GetShardMap(1, clock.Now());
+    REQUIRE(again.ok());
+    CHECK(again->SerializeAsString() == map.SerializeAsString());
+    CHECK(c->Clocks().max_clock() == 4);
+    CHECK(c->KvGet({"gloo/0"})->front() == "addr");
+    CHECK(c->Heartbeat(worker).ok());
+    CHECK(c->next_member_id() == 4);
+  });
+}
+
+// A store whose every write is refused, as a conditional store refuses a coordinator that no
+// longer leads.
+class RefusingStore final : public StateStore {
+ public:
+  std::string location() const override { return "refusing"; }
+  absl::StatusOr<std::optional<SavedCoordinator>> Load() const override {
+    return std::optional<SavedCoordinator>();
+  }
+  absl::Status SaveState(const rpc::CoordinatorState&) override { return Refuse(); }
+  absl::Status SaveClock(int32_t, int64_t) override { return Refuse(); }
+  absl::Status SaveKv(absl::string_view, absl::string_view) override { return Refuse(); }
+  absl::Status EraseKvPrefix(absl::string_view) override { return Refuse(); }
+
+  int refused = 0;
+
+ private:
+  absl::Status Refuse() {
+    ++refused;
+    return absl::FailedPreconditionError("no longer leader");
+  }
+};
+
+// Today's coordinator reports the first refused write and carries on from memory; issue 36
+// decides what a coordinator that lost its lease does.
+TEST_CASE("state store: refused writes are reported, and the coordinator carries on",
+          "[state_store]") {
+  RefusingStore store;
+  FakeClock clock;
+  std::unique_ptr<Coordinator> c = StartOn(&store, &clock);
+  REQUIRE(c->Register(rpc::SERVER, "h:1", -1).ok());
+  REQUIRE(c->Register(rpc::SERVER, "h:2", -1).ok());
+  const uint32_t worker = c->Register(rpc::WORKER, "", -1)->member_id();
+  REQUIRE(c->ReportClock(worker, 2).ok());
+  REQUIRE(c->KvSet("k", "v").ok());
+  c->KvErasePrefix("x");
+  CHECK(store.refused >= 6);  // the state, again on each change, the clock, the key, the erase
+  CHECK(c->GetShardMap(1, clock.Now()).ok());
+  CHECK(c->KvGet({"k"})->front() == "v");
+  CHECK(c->Clocks().max_clock() == 2);
 }
 
 }  // namespace
