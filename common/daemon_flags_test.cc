@@ -22,8 +22,8 @@ TEST_CASE("daemon flags: one definition each, with the daemons' defaults", "[dae
   CHECK(absl::GetFlag(FLAGS_metrics_listen).empty());
   CHECK(absl::GetFlag(FLAGS_metrics_port_file).empty());
   CHECK_FALSE(MetricsEndpointWanted());
-  for (const char* name : {"listen", "advertise", "dry_run", "metrics_listen",
-                           "metrics_port_file"}) {
+  for (const char* name :
+       {"listen", "advertise", "dry_run", "metrics_listen", "metrics_port_file"}) {
     INFO(name);
     const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
     REQUIRE(flag != nullptr);
@@ -66,8 +66,7 @@ TEST_CASE("daemon flags: a dry run binds --listen and --metrics_listen", "[daemo
   CHECK(bad_metrics.code() == absl::StatusCode::kInvalidArgument);
   CHECK_THAT(std::string(bad_metrics.message()), Catch::StartsWith("--metrics_listen: "));
   // 192.0.2.1 (TEST-NET-1) is no address of this host: it cannot be bound.
-  CHECK(CheckCanListenFromFlags({"192.0.2.1", 0}).code() ==
-        absl::StatusCode::kFailedPrecondition);
+  CHECK(CheckCanListenFromFlags({"192.0.2.1", 0}).code() == absl::StatusCode::kFailedPrecondition);
 }
 
 TEST_CASE("daemon flags: the metrics endpoint starts as the flags say", "[daemon_flags]") {

@@ -195,8 +195,7 @@ TEST_CASE("InterfaceWithAddress finds the interface that has an address", "[net_
 namespace ps {
 namespace {
 
-TEST_CASE("ParseDaemonAddress checks --listen and resolves the advertised host",
-          "[net_address]") {
+TEST_CASE("ParseDaemonAddress checks --listen and resolves the advertised host", "[net_address]") {
   absl::StatusOr<DaemonAddress> a = ParseDaemonAddress("10.1.2.3:7000", "");
   REQUIRE(a.ok());
   CHECK(a->listen.host == "10.1.2.3");

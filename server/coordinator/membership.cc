@@ -36,8 +36,7 @@ absl::Status Membership::CheckRegistration(rpc::Role role, absl::string_view add
         "register: a server must give the host:port it serves on as its address");
   }
   if (!address.empty()) {
-    if (absl::StatusOr<HostPort> parsed = ParseHostPort(address, AddressUse::kDial);
-        !parsed.ok()) {
+    if (absl::StatusOr<HostPort> parsed = ParseHostPort(address, AddressUse::kDial); !parsed.ok()) {
       return parsed.status();
     }
   }

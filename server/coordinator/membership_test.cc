@@ -14,8 +14,8 @@ namespace {
 const absl::Time kStart = absl::FromUnixSeconds(1'000'000'000);
 constexpr absl::Duration kDeadAfter = absl::Seconds(3);
 
-uint32_t Join(Membership& m, rpc::Role role, const std::string& address = "",
-              int32_t rank = -1, absl::Time now = kStart) {
+uint32_t Join(Membership& m, rpc::Role role, const std::string& address = "", int32_t rank = -1,
+              absl::Time now = kStart) {
   absl::StatusOr<Membership::Registration> r = m.Register(role, address, rank, now);
   REQUIRE(r.ok());
   return r->member.member_id;
@@ -61,8 +61,7 @@ TEST_CASE("membership: worker ranks", "[membership]") {
         absl::StatusCode::kInvalidArgument);
   const uint32_t w1 = Join(m, rpc::WORKER, "", 1);
   CHECK(w1 == 5);  // ids start where they were told to
-  CHECK(m.Register(rpc::WORKER, "", 1, kStart).status().code() ==
-        absl::StatusCode::kAlreadyExists);
+  CHECK(m.Register(rpc::WORKER, "", 1, kStart).status().code() == absl::StatusCode::kAlreadyExists);
   absl::StatusOr<Membership::Registration> w0 = m.Register(rpc::WORKER, "", -1, kStart);
   REQUIRE(w0.ok());
   CHECK(w0->member.rank == 0);
@@ -97,8 +96,7 @@ TEST_CASE("membership: clocks", "[membership]") {
   const uint32_t w1 = Join(m, rpc::WORKER);
   CHECK(m.Clocks().min_clock() == 2);
   CHECK(m.ReportClock(99, 1, kStart).status().code() == absl::StatusCode::kNotFound);
-  CHECK(m.ReportClock(server, 1, kStart).status().code() ==
-        absl::StatusCode::kFailedPrecondition);
+  CHECK(m.ReportClock(server, 1, kStart).status().code() == absl::StatusCode::kFailedPrecondition);
   absl::StatusOr<Membership::ClockReport> report = m.ReportClock(w1, 5, kStart);
   REQUIRE(report.ok());
   CHECK(report->rank == 1);

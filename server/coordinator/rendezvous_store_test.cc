@@ -71,10 +71,10 @@ TEST_CASE("rendezvous store: a deadline names at most 10 missing keys", "[rendez
   CHECK_THAT(message, !Catch::Contains("\"k10\""));
 }
 
-TEST_CASE("rendezvous store: erasing a prefix, and taking up saved entries",
-          "[rendezvous_store]") {
+TEST_CASE("rendezvous store: erasing a prefix, and taking up saved entries", "[rendezvous_store]") {
   RendezvousStore kv;
-  kv.TakeUp(std::map<std::string, std::string>{{"ckpt/1/a", "x"}, {"ckpt/1/b", "y"}, {"gloo", "z"}});
+  kv.TakeUp(
+      std::map<std::string, std::string>{{"ckpt/1/a", "x"}, {"ckpt/1/b", "y"}, {"gloo", "z"}});
   CHECK(kv.size() == 3);
   kv.ErasePrefix("ckpt/1/");
   CHECK(kv.size() == 1);

@@ -85,8 +85,7 @@ TEST_CASE("state store: what was saved is loaded again, the latest of each", "[s
     CHECK(saved.state.next_member_id() == 7);
     CHECK(saved.state.map().version() == 3);
     CHECK(saved.clocks == std::map<int32_t, int64_t>{{0, 2}, {1, 9}});
-    CHECK(saved.kv ==
-          std::map<std::string, std::string>{{"gloo/0", "addr0"}, {"ckpt/30", "kept"}});
+    CHECK(saved.kv == std::map<std::string, std::string>{{"gloo/0", "addr0"}, {"ckpt/30", "kept"}});
   });
 }
 

@@ -25,8 +25,7 @@ WaitPoll WaitFor(const bool* ready, std::optional<absl::StatusOr<int>>* answer) 
       [answer](absl::StatusOr<int> result) { *answer = std::move(result); });
 }
 
-TEST_CASE("wait list: a wait is answered once it can be, after the caller runs it",
-          "[wait_list]") {
+TEST_CASE("wait list: a wait is answered once it can be, after the caller runs it", "[wait_list]") {
   WaitList waits;
   bool ready = false;
   std::optional<absl::StatusOr<int>> answer;
@@ -87,9 +86,8 @@ TEST_CASE("wait list: deadlines, cancel and shutdown each end a wait", "[wait_li
 
 TEST_CASE("AwaitAnswer blocks until the answer comes, from another thread too", "[wait_list]") {
   std::thread answerer;
-  const absl::StatusOr<std::string> answer = AwaitAnswer<std::string>([&](auto done) {
-    answerer = std::thread([done] { done(std::string("here")); });
-  });
+  const absl::StatusOr<std::string> answer = AwaitAnswer<std::string>(
+      [&](auto done) { answerer = std::thread([done] { done(std::string("here")); }); });
   answerer.join();
   REQUIRE(answer.ok());
   CHECK(*answer == "here");
