@@ -8,11 +8,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <memory>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -89,7 +91,7 @@ absl::StatusOr<std::vector<std::string>> Resolve(absl::string_view host) {
 
 }  // namespace
 
-absl::StatusOr<HostPort> ParseHostPort(absl::string_view text) {
+absl::StatusOr<HostPort> ParseHostPort(absl::string_view text, AddressUse use) {
   auto bad = [text](absl::string_view why) {
     return absl::InvalidArgumentError(
         absl::StrCat("bad address \"", text, "\": ", why, " (expected HOST:PORT, [IPv6]:PORT)"));
@@ -111,11 +113,20 @@ absl::StatusOr<HostPort> ParseHostPort(absl::string_view text) {
     if (absl::StrContains(parsed.host, '[') || absl::StrContains(parsed.host, ']')) {
       return bad("stray bracket");
     }
-    if (parsed.host.empty()) parsed.host = "0.0.0.0";
+    if (parsed.host.empty()) {
+      if (use == AddressUse::kDial) return bad("empty host");
+      parsed.host = "0.0.0.0";
+    }
     port = text.substr(colon + 1);
   }
-  if (!absl::SimpleAtoi(port, &parsed.port) || parsed.port < 0 || parsed.port > 65535) {
-    return bad("the port must be a number from 0 to 65535");
+  if (std::any_of(parsed.host.begin(), parsed.host.end(),
+                  [](char c) { return absl::ascii_isspace(static_cast<unsigned char>(c)); })) {
+    return bad("space in host");
+  }
+  const int lowest = use == AddressUse::kDial ? 1 : 0;
+  if (port.empty() || !std::all_of(port.begin(), port.end(), absl::ascii_isdigit) ||
+      !absl::SimpleAtoi(port, &parsed.port) || parsed.port < lowest || parsed.port > 65535) {
+    return bad(absl::StrCat("the port must be a number from ", lowest, " to 65535"));
   }
   return parsed;
 }

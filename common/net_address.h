@@ -19,10 +19,17 @@ struct HostPort {
   int port = 0;
 };
 
-// Parses "host:port", "[v6]:port" or ":port" (the host is then "0.0.0.0"). INVALID_ARGUMENT,
-// saying what is wrong with `text`, when the port is missing, not a number or outside
-// [0, 65535], or the host is malformed (an unbracketed IPv6 address, stray brackets).
-absl::StatusOr<HostPort> ParseHostPort(absl::string_view text);
+// What an address is for. One to listen on may leave the host out (":7000": every address) and
+// give port 0 (a free one); one to dial (an address a member registers with) may not.
+enum class AddressUse { kListen, kDial };
+
+// Parses "host:port" or "[v6]:port"; for kListen also ":port" (the host is then "0.0.0.0").
+// INVALID_ARGUMENT, naming `text` and saying what is wrong, when the port is missing, not all
+// digits, or outside [0, 65535] (kListen) or [1, 65535] (kDial); or the host is malformed: empty
+// (in brackets, or at all for kDial), an unbracketed IPv6 address, stray brackets, whitespace.
+// The one host:port parser of the project: daemons' --listen, members' addresses.
+absl::StatusOr<HostPort> ParseHostPort(absl::string_view text,
+                                       AddressUse use = AddressUse::kListen);
 
 // "host:port", with brackets around an IPv6 host.
 std::string JoinHostPort(absl::string_view host, int port);

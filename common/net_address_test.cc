@@ -53,6 +53,58 @@ TEST_CASE("ParseHostPort says what is wrong with a bad address", "[net_address]"
   }
 }
 
+TEST_CASE("ParseHostPort takes only digits as a port, and no space in a host", "[net_address]") {
+  const AddressUse use = GENERATE(AddressUse::kListen, AddressUse::kDial);
+  for (const char* text : {"h:+80", "h: 80", "h:80 ", "h:0x10", "h h:80", " h:80", "h\t:80",
+                           "h:99999999999999999999"}) {
+    INFO(text);
+    const absl::StatusOr<HostPort> parsed = ParseHostPort(text, use);
+    CHECK(parsed.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK_THAT(std::string(parsed.status().message()), Catch::Contains(text));
+  }
+}
+
+// The rules a member's address was checked with before there was one parser, and still is.
+TEST_CASE("ParseHostPort for an address to dial: a host and a port from 1", "[net_address]") {
+  absl::StatusOr<HostPort> a = ParseHostPort("10.0.0.5:7000", AddressUse::kDial);
+  REQUIRE(a.ok());
+  CHECK(a->host == "10.0.0.5");
+  CHECK(a->port == 7000);
+  a = ParseHostPort("[::1]:65535", AddressUse::kDial);
+  REQUIRE(a.ok());
+  CHECK(a->host == "::1");
+  a = ParseHostPort("node-3.cluster:1", AddressUse::kDial);
+  REQUIRE(a.ok());
+  CHECK(a->port == 1);
+
+  struct Case {
+    const char* text;
+    const char* why;
+  };
+  const Case cases[] = {
+      {"10.0.0.5", "no port"},
+      {"10.0.0.5:", "1 to 65535"},
+      {"10.0.0.5:0", "1 to 65535"},
+      {"10.0.0.5:65536", "1 to 65535"},
+      {":7000", "empty host"},
+      {"[]:7000", "empty host"},
+      {"[::1:7000", "no closing bracket"},
+      {"[::1]7000", "no port"},
+      {"fe80::1:7000", "needs brackets"},
+      {"a]b:1", "stray bracket"},
+      {"my host:7000", "space in host"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.text);
+    const absl::StatusOr<HostPort> parsed = ParseHostPort(c.text, AddressUse::kDial);
+    REQUIRE(parsed.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK_THAT(std::string(parsed.status().message()), Catch::Contains(c.why));
+  }
+  // What an address to listen on may be, and one to dial may not.
+  CHECK(ParseHostPort(":7000").ok());
+  CHECK(ParseHostPort("h:0").ok());
+}
+
 TEST_CASE("JoinHostPort brackets IPv6 hosts", "[net_address]") {
   CHECK(JoinHostPort("10.0.0.5", 7) == "10.0.0.5:7");
   CHECK(JoinHostPort("::1", 7) == "[::1]:7");
@@ -143,8 +195,7 @@ TEST_CASE("InterfaceWithAddress finds the interface that has an address", "[net_
 namespace ps {
 namespace {
 
-TEST_CASE("ParseDaemonAddress checks --listen and resolves the advertised host",
-          "[net_address]") {
+TEST_CASE("ParseDaemonAddress checks --listen and resolves the advertised host", "[net_address]") {
   absl::StatusOr<DaemonAddress> a = ParseDaemonAddress("10.1.2.3:7000", "");
   REQUIRE(a.ok());
   CHECK(a->listen.host == "10.1.2.3");

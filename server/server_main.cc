@@ -53,6 +53,7 @@
 #include "absl/time/time.h"
 #include "common/checkpoint_catalog.h"
 #include "common/coordinator_client.h"
+#include "common/daemon_flags.h"
 #include "common/grpc/security_flags.h"
 #include "common/grpc/server_builder.h"
 #include "common/metrics/grpc_server_metrics.h"
@@ -72,21 +73,7 @@
 #include "server/shared_regions.h"
 
 ABSL_FLAG(std::string, coordinator, "", "host:port of the coordinator (required)");
-ABSL_FLAG(std::string, listen, "0.0.0.0:0",
-          "HOST:PORT to serve on: 0.0.0.0 (or [::]) for every address, port 0 for a free one");
-ABSL_FLAG(std::string, advertise, "",
-          "the host clients and other servers dial to reach this server; default: the --listen "
-          "host when it is a specific address, else this host's name or first address other than "
-          "loopback");
-ABSL_FLAG(bool, dry_run, false,
-          "check the flags, bind --listen and release it, print ok, and exit (0, or 1 with the "
-          "reason); contacts nothing");
 ABSL_FLAG(std::string, port_file, "", "if set, the bound port is written to this file");
-ABSL_FLAG(std::string, metrics_listen, "",
-          "HOST:PORT to serve Prometheus metrics on (GET /metrics; port 0 for a free one, printed "
-          "and written to --metrics_port_file); empty: no metrics endpoint");
-ABSL_FLAG(std::string, metrics_port_file, "",
-          "if set, the metrics endpoint's bound port is written to this file");
 ABSL_FLAG(bool, empty_handler, false,
           "answer requests without touching storage (to measure the transport; benchmarks only)");
 ABSL_FLAG(uint32_t, hot_keys_sample_every, 128,
@@ -284,8 +271,7 @@ int Main() {
                  std::string(parsed.status().message()).c_str());
     return 2;
   }
-  const absl::StatusOr<DaemonAddress> own =
-      ParseDaemonAddress(absl::GetFlag(FLAGS_listen), absl::GetFlag(FLAGS_advertise));
+  const absl::StatusOr<DaemonAddress> own = DaemonAddressFromFlags();
   if (!own.ok()) {
     std::fprintf(stderr, "ps_server: %s\n", std::string(own.status().message()).c_str());
     return 2;
@@ -320,16 +306,8 @@ int Main() {
     return 2;
   }
   if (absl::GetFlag(FLAGS_dry_run)) {
-    const absl::Status can_listen = CheckCanListen(listen);
-    if (!can_listen.ok()) {
+    if (const absl::Status can_listen = CheckCanListenFromFlags(listen); !can_listen.ok()) {
       std::fprintf(stderr, "ps_server: %s\n", std::string(can_listen.message()).c_str());
-      return 1;
-    }
-    if (const absl::Status can_serve_metrics =
-            metrics::CheckDaemonEndpoint(absl::GetFlag(FLAGS_metrics_listen));
-        !can_serve_metrics.ok()) {
-      std::fprintf(stderr, "ps_server: --metrics_listen: %s\n",
-                   std::string(can_serve_metrics.message()).c_str());
       return 1;
     }
     std::printf("ok: ps_server would listen on %s and advertise %s\n",
@@ -392,7 +370,7 @@ int Main() {
   server_options.int_args = {{GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 << 20},
                              {GRPC_ARG_HTTP2_WRITE_BUFFER_SIZE, 8 << 20}};
   server_options.credentials = security->server_credentials;
-  if (!absl::GetFlag(FLAGS_metrics_listen).empty()) {  // no cost on the data path without
+  if (MetricsEndpointWanted()) {  // no cost on the data path without
     server_options.interceptors.push_back(
         metrics::MakeServerMetricsInterceptorFactory(&registry, "ps_server"));
   }
@@ -406,8 +384,7 @@ int Main() {
   const int port = started->port;
   const std::string address = JoinHostPort(own->advertise, port);
   absl::StatusOr<std::unique_ptr<metrics::MetricsEndpoint>> metrics_endpoint =
-      metrics::StartDaemonEndpoint("ps_server", absl::GetFlag(FLAGS_metrics_listen),
-                                   absl::GetFlag(FLAGS_metrics_port_file), &registry);
+      StartMetricsEndpointFromFlags("ps_server", &registry);
   if (!metrics_endpoint.ok()) {
     std::fprintf(stderr, "%s\n", std::string(metrics_endpoint.status().message()).c_str());
     return 1;

@@ -35,6 +35,7 @@
 #include "absl/strings/str_replace.h"
 #include "client/ps_client.h"
 #include "common/coordinator_client.h"
+#include "common/daemon_flags.h"
 #include "common/grpc/security_flags.h"
 #include "common/metrics/http_endpoint.h"
 #include "common/metrics/registry.h"
@@ -49,23 +50,10 @@ ABSL_FLAG(std::string, coordinator, "", "host:port of the coordinator (required)
 ABSL_FLAG(int, rank, -1, "this worker's rank, or -1 for the next free one");
 ABSL_FLAG(std::string, metrics_file, "", "append JSON-lines progress metrics to this file");
 ABSL_FLAG(double, progress_s, 5, "seconds between progress lines");
-ABSL_FLAG(std::string, metrics_listen, "",
-          "HOST:PORT to serve Prometheus metrics on (GET /metrics; port 0 for a free one, printed "
-          "and written to --metrics_port_file); empty: no metrics endpoint");
-ABSL_FLAG(std::string, metrics_port_file, "",
-          "if set, the metrics endpoint's bound port is written to this file");
 ABSL_FLAG(double, metrics_final_scrape_s, 0,
           "with --metrics_listen: after training, wait up to this many seconds for one more "
           "scrape of /metrics, so that the scraper sees the final step (0: exit at once)");
 ABSL_FLAG(int64_t, max_steps, 0, "stop after this many steps (0: as the job says)");
-ABSL_FLAG(std::string, listen, "0.0.0.0:0",
-          "HOST:0 the AllReduce binds: a specific address, or 0.0.0.0 for the advertised one");
-ABSL_FLAG(std::string, advertise, "",
-          "the host the other workers dial to reach this one; default: the --listen host when it "
-          "is a specific address, else this host's name or first address other than loopback");
-ABSL_FLAG(bool, dry_run, false,
-          "check the flags, bind the AllReduce's address and release it, print ok, and exit (0, "
-          "or 1 or 2 with the reason); contacts nothing");
 ABSL_FLAG(int, connect_timeout_s, 45,
           "how long to wait for the coordinator, the cluster and the other workers at start, and "
           "for a coordinator that stops answering later (one restarting from its data_dir); then "
@@ -281,8 +269,7 @@ int Main() {
                  std::string(parsed.status().message()).c_str());
     return 2;
   }
-  const absl::StatusOr<DaemonAddress> own =
-      ParseDaemonAddress(absl::GetFlag(FLAGS_listen), absl::GetFlag(FLAGS_advertise));
+  const absl::StatusOr<DaemonAddress> own = DaemonAddressFromFlags();
   if (!own.ok()) {
     std::fprintf(stderr, "ps_worker: %s\n", std::string(own.status().message()).c_str());
     return 2;
@@ -314,16 +301,9 @@ int Main() {
     return 2;
   }
   if (absl::GetFlag(FLAGS_dry_run)) {
-    const absl::Status can_listen = CheckCanListen({collective_host, 0});
-    if (!can_listen.ok()) {
+    if (const absl::Status can_listen = CheckCanListenFromFlags({collective_host, 0});
+        !can_listen.ok()) {
       std::fprintf(stderr, "ps_worker: %s\n", std::string(can_listen.message()).c_str());
-      return 1;
-    }
-    if (const absl::Status can_serve_metrics =
-            metrics::CheckDaemonEndpoint(absl::GetFlag(FLAGS_metrics_listen));
-        !can_serve_metrics.ok()) {
-      std::fprintf(stderr, "ps_worker: --metrics_listen: %s\n",
-                   std::string(can_serve_metrics.message()).c_str());
       return 1;
     }
     std::printf("ok: ps_worker would reach the coordinator at %s and advertise %s\n",
@@ -332,8 +312,7 @@ int Main() {
   }
   metrics::Registry registry;
   absl::StatusOr<std::unique_ptr<metrics::MetricsEndpoint>> metrics_endpoint =
-      metrics::StartDaemonEndpoint("ps_worker", absl::GetFlag(FLAGS_metrics_listen),
-                                   absl::GetFlag(FLAGS_metrics_port_file), &registry);
+      StartMetricsEndpointFromFlags("ps_worker", &registry);
   if (!metrics_endpoint.ok()) {
     std::fprintf(stderr, "%s\n", std::string(metrics_endpoint.status().message()).c_str());
     return 1;

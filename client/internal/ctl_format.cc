@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/coordinator_client.h"
+#include "common/role_name.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace ps {
@@ -63,19 +64,6 @@ std::string Rate(double per_s) {
   if (per_s >= 1e6) return absl::StrFormat("%.2fM", per_s / 1e6);
   if (per_s >= 1e3) return absl::StrFormat("%.2fk", per_s / 1e3);
   return absl::StrFormat("%.1f", per_s);
-}
-
-const char* RoleName(rpc::Role role) {
-  switch (role) {
-    case rpc::SERVER:
-      return "server";
-    case rpc::WORKER:
-      return "worker";
-    case rpc::CLIENT:
-      return "client";
-    default:
-      return "?";
-  }
 }
 
 const char* WorkerState(const rpc::MemberStatus& m) {

@@ -1,6 +1,9 @@
 // The coordinator's state machine: membership, failure detection, the versioned shard map, step
 // clocks and the rendezvous key-value store. It knows nothing of gRPC; coordinator_service.h puts
-// it on the wire.
+// it on the wire. It ties its parts together under one lock: Membership (membership.h: members,
+// slots, liveness, clocks, workers' ends), Placement (placement.h: the shard map and failover),
+// RendezvousStore (rendezvous_store.h), the StateStore it writes them to (state_store.h), and the
+// WaitList of pending waiting calls (wait_list.h).
 //
 // Waiting calls (the shard map, clocks, keys) come in two forms. `AsyncX(..., done)` registers a
 // waiter and returns at once; `done` is called exactly once, when the state allows an answer, at
@@ -21,7 +24,6 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -30,21 +32,15 @@
 #include "proto/checkpoint.pb.h"
 #include "proto/coordinator.pb.h"
 #include "proto/job.pb.h"
-#include "server/coordinator/coordinator_store.h"
+#include "server/coordinator/clock.h"
+#include "server/coordinator/membership.h"
+#include "server/coordinator/placement.h"
+#include "server/coordinator/rendezvous_store.h"
+#include "server/coordinator/state_store.h"
+#include "server/coordinator/wait_list.h"
 
 namespace ps {
 namespace coordinator {
-
-// The source of time for heartbeats and deadlines; tests replace it with a fake they advance by
-// hand. Implementations must be thread-safe.
-class Clock {
- public:
-  virtual ~Clock() = default;
-  virtual absl::Time Now() const = 0;
-
-  // The wall clock (absl::Now()); lives for the whole process.
-  static Clock* Real();
-};
 
 struct CoordinatorOptions {
   // The job the cluster runs. Must pass ValidateJob (common/job_config.h); its `cluster` section
@@ -79,27 +75,26 @@ struct CoordinatorOptions {
   bool restore_files_checked = true;
 
   // Where the coordinator keeps its state (members, shard map, clocks, rendezvous store) as it
-  // changes, so that a coordinator restarted on the same store carries the job on. Not owned;
-  // must outlive the coordinator. Null (default): in memory only. A store holding a job's state
-  // is taken up: every member it knew counts as alive, and as heard from at the start, and must
-  // heartbeat within dead_after as usual; restore_from is not applied again.
-  CoordinatorStore* store = nullptr;
+  // changes, so that a coordinator restarted on the same store carries the job on (state_store.h:
+  // RocksDB in a data_dir today). Not owned; must outlive the coordinator. Null (default): in
+  // memory only. A store holding a job's state is taken up: every member it knew counts as alive,
+  // and as heard from at the start, and must heartbeat within dead_after as usual; restore_from is
+  // not applied again. A failed write is reported once on stderr and the coordinator carries on
+  // from memory.
+  StateStore* store = nullptr;
 
   // Called once when the job fails (see "Workers' ends" below), without the coordinator's lock,
   // on the thread whose call or sweep failed it; it must not block. Default: none.
   std::function<void(const rpc::JobFailure&)> on_job_failed;
 };
 
-// Identifies a pending wait, for CancelWait. Never reused within a coordinator's life.
-using WaitId = uint64_t;
-
 // A Coordinator holds the cluster's membership, shard map, clocks and rendezvous store for one job.
 // Thread-safe.
 class Coordinator {
  public:
   // Upper bounds of the rendezvous store.
-  static constexpr size_t kMaxKeyBytes = 1 << 10;
-  static constexpr size_t kMaxValueBytes = 16 << 20;
+  static constexpr size_t kMaxKeyBytes = RendezvousStore::kMaxKeyBytes;
+  static constexpr size_t kMaxValueBytes = RendezvousStore::kMaxValueBytes;
 
   // Starts a coordinator and its timer thread. INVALID_ARGUMENT if the job fails validation or
   // the durations break their constraints; FAILED_PRECONDITION if options.store holds the state
@@ -294,113 +289,40 @@ class Coordinator {
   void Shutdown();
 
  private:
-  // How a waiter is being looked at.
-  enum class WaitEnd { kCheck, kDeadline, kCancelled, kShutdown };
-
-  // Closures that complete waiters; run after mu_ is released.
-  using Completions = std::vector<std::function<void()>>;
-
-  struct Waiter {
-    absl::Time deadline;
-    // Called under mu_. Returns the closure that completes the waiter, or an empty function when
-    // `end` is kCheck and the waiter cannot be answered yet.
-    std::function<std::function<void()>(WaitEnd)> poll;
-  };
-
-  struct Member {
-    uint32_t member_id = 0;
-    rpc::Role role = rpc::ROLE_UNSPECIFIED;
-    int32_t rank = -1;  // server_id for servers
-    std::string address;
-    bool alive = true;
-    absl::Time last_seen;
-    bool left = false;    // a worker done with the job
-    bool failed = false;  // a worker that reported its failure
-    bool told = false;    // its heartbeat was answered with the job's failure
-  };
-
-  // A worker's failure, before the job failed on it.
-  struct WorkerFailure {
-    int32_t rank = -1;
-    uint32_t member_id = 0;
-    std::string reason;
-    bool silent = false;  // found by its missed heartbeats, not reported
-  };
-
-  struct ServerSlot {
-    std::string address;
-    uint32_t member_id = 0;
-  };
-
-  struct WorkerSlot {
-    uint32_t member_id = 0;  // 0: never taken
-    int64_t clock = -1;
-  };
-
   explicit Coordinator(CoordinatorOptions options);
 
   void TimerLoop();
 
-  absl::StatusOr<rpc::RegisterResponse> RegisterLocked(rpc::Role role, absl::string_view address,
-                                                       int32_t rank, absl::Time now)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-
-  // Adds a waiter; `decide` is called under mu_ with whether the deadline has passed and returns
-  // the answer, or nullopt (only before the deadline) when there is none yet.
+  // Adds a wait (MakeWaitPoll); `decide` is called under mu_ with whether the deadline has passed
+  // and returns the answer, or nullopt (only before the deadline) when there is none yet.
   template <typename T>
   WaitId AddWaiter(absl::Time deadline,
                    std::function<std::optional<absl::StatusOr<T>>(bool expired)> decide,
                    std::function<void(absl::StatusOr<T>)> done);
 
-  // Marks members not seen for dead_after as dead and expires waiters at `now`.
+  // Marks members not seen for dead_after as dead (failing dead servers over) and expires waiters
+  // at `now`.
   void SweepLocked(absl::Time now, Completions* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Completes the waiters that can be answered now.
-  void PollWaitersLocked(Completions* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Marks a member alive and seen at `now`; bumps the map version when a server comes back.
-  void TouchLocked(Member* member, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Builds the map once every server slot is taken.
-  void MaybeBuildMapLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Fails server `server_id` over in the map (see Sweep); returns whether the map changed.
-  bool FailOverLocked(uint32_t server_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Gives every shard with fewer than replication_factor copies a copy catching up on a live
-  // server; returns whether the map changed.
-  bool HealLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool ServerAliveLocked(uint32_t server_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The host part of a server's address.
-  std::string HostLocked(uint32_t server_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Bumps the map's version and refreshes its server list (no-op before the map exists).
+  // Marks a member alive and seen at `now`; heals and bumps the map when a server comes back.
+  void TouchLocked(Membership::Member* member, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Bumps the map's version, refreshes its server list and writes the state (no-op before the
+  // map exists).
   void MapChangedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   rpc::ClockState ClocksLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::string ShardMapNotReadyLocked(uint64_t min_version) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  rpc::RegisterResponse ResponseFor(const Member& member) const;
-  // Takes up the state a store held (Create).
-  void TakeUpLocked(const SavedCoordinator& saved, absl::Time now)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  rpc::RegisterResponse ResponseFor(const Membership::Member& member) const;
   // Writes the members, slots and map to the store (when they changed since the last write, or
   // when `force`).
   void PersistLocked(bool force = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Reports a store error (once).
   void StoreFailedLocked(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Records a worker's failure and fails the job when it may (see "Workers' ends"); the
-  // on_job_failed call goes to `out`.
-  void WorkerFailedLocked(const Member& worker, std::string reason, bool silent, absl::Time now,
-                          Completions* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void MaybeFailJobLocked(Completions* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The job fails with `failure`: it is printed and kept, and on_job_failed is queued in `out`.
-  void FailJobLocked(rpc::JobFailure failure, Completions* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool AllToldLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-
-  static void Run(Completions* completions);
+  // Queues on_job_failed in `out` when the job has failed since the last call.
+  void JobFailedLocked(Completions* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Constant after construction.
   const config::Job job_;
-  const uint32_t num_servers_;
-  const uint32_t num_workers_;
   const absl::Duration heartbeat_interval_;
-  const absl::Duration dead_after_;
   Clock* const clock_;
-  const std::string restore_from_;
-  CoordinatorStore* const store_;
+  StateStore* const store_;
   const uint64_t job_digest_;
   // Sync jobs restored from a checkpoint cut at step t: t; 0 otherwise.
   const int64_t start_step_;
@@ -411,20 +333,9 @@ class Coordinator {
                             // than timer_wake_at_ arrives
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time timer_wake_at_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
-  uint32_t first_member_id_ ABSL_GUARDED_BY(mu_) = 1;
-  uint32_t next_member_id_ ABSL_GUARDED_BY(mu_) = 1;
-  std::map<uint32_t, Member> members_ ABSL_GUARDED_BY(mu_);
-  std::vector<ServerSlot> servers_ ABSL_GUARDED_BY(mu_);  // index: server_id
-  std::vector<WorkerSlot> workers_ ABSL_GUARDED_BY(mu_);  // index: rank
-  bool has_map_ ABSL_GUARDED_BY(mu_) = false;
-  rpc::ShardMap map_ ABSL_GUARDED_BY(mu_);
-  // The restored checkpoint's files are still being checked (ShardMap.restore_unchecked).
-  bool restore_unchecked_ ABSL_GUARDED_BY(mu_) = false;
-  // By server_id, then shard: the latest progress its heartbeats reported.
-  std::vector<absl::flat_hash_map<uint32_t, rpc::ShardProgress>> progress_ ABSL_GUARDED_BY(mu_);
-  // Replicas promoted to primary so far.
-  uint64_t failovers_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::flat_hash_map<std::string, std::string> kv_ ABSL_GUARDED_BY(mu_);
+  Membership membership_ ABSL_GUARDED_BY(mu_);
+  Placement placement_ ABSL_GUARDED_BY(mu_);
+  RendezvousStore kv_ ABSL_GUARDED_BY(mu_);
   std::optional<rpc::CheckpointNotice> checkpoint_notice_ ABSL_GUARDED_BY(mu_);
   // What the store holds: the map version and next member id of the last state written.
   uint64_t persisted_version_ ABSL_GUARDED_BY(mu_) = 0;
@@ -432,12 +343,7 @@ class Coordinator {
   bool store_failed_ ABSL_GUARDED_BY(mu_) = false;
   // A member's `left` changed since the last write to the store.
   bool members_changed_ ABSL_GUARDED_BY(mu_) = false;
-  // Workers' failures before the job failed, and when the first was reported.
-  std::vector<WorkerFailure> worker_failures_ ABSL_GUARDED_BY(mu_);
-  absl::Time first_report_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
-  std::optional<rpc::JobFailure> failure_ ABSL_GUARDED_BY(mu_);
-  WaitId next_wait_id_ ABSL_GUARDED_BY(mu_) = 1;
-  std::map<WaitId, Waiter> waiters_ ABSL_GUARDED_BY(mu_);
+  WaitList waits_ ABSL_GUARDED_BY(mu_);
 
   // Serialises Shutdown's join; never held with mu_.
   absl::Mutex shutdown_mu_;

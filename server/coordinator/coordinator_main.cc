@@ -45,6 +45,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/coordinator_client.h"
+#include "common/daemon_flags.h"
 #include "common/data_check.h"
 #include "common/grpc/security_flags.h"
 #include "common/grpc/server_builder.h"
@@ -61,22 +62,8 @@
 #include "server/coordinator/restore_check.h"
 
 ABSL_FLAG(std::string, job, "", "Path of the job file (protobuf text, proto/job.proto). Required.");
-ABSL_FLAG(std::string, listen, "0.0.0.0:0",
-          "HOST:PORT to listen on: 0.0.0.0 (or [::]) for every address, port 0 for a free one (see "
-          "--port_file).");
-ABSL_FLAG(std::string, advertise, "",
-          "The host others dial to reach this coordinator. Default: the --listen host when it is "
-          "a specific address, else this host's name or first address other than loopback.");
-ABSL_FLAG(bool, dry_run, false,
-          "Check the flags and the job, bind --listen and release it, print ok, and exit (0, or "
-          "1 with the reason).");
 ABSL_FLAG(std::string, port_file, "",
           "If set, the bound port is written to this file (atomically) once the server listens.");
-ABSL_FLAG(std::string, metrics_listen, "",
-          "HOST:PORT to serve Prometheus metrics on (GET /metrics; port 0 for a free one, printed "
-          "and written to --metrics_port_file); empty: no metrics endpoint.");
-ABSL_FLAG(std::string, metrics_port_file, "",
-          "If set, the metrics endpoint's bound port is written to this file.");
 ABSL_FLAG(std::string, restore, "",
           "Start the job from a checkpoint: a checkpoint's folder, or a checkpoint_dir (its newest "
           "complete one). Overrides the job's cluster.restore_from and cluster.resume.");
@@ -161,8 +148,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ps_coordinator: --job is required\n");
     return 2;
   }
-  const absl::StatusOr<ps::DaemonAddress> address =
-      ps::ParseDaemonAddress(absl::GetFlag(FLAGS_listen), absl::GetFlag(FLAGS_advertise));
+  const absl::StatusOr<ps::DaemonAddress> address = ps::DaemonAddressFromFlags();
   if (!address.ok()) {
     std::fprintf(stderr, "ps_coordinator: %s\n", std::string(address.status().message()).c_str());
     return 2;
@@ -211,16 +197,8 @@ int main(int argc, char** argv) {
     }
   }
   if (absl::GetFlag(FLAGS_dry_run)) {
-    const absl::Status can_listen = ps::CheckCanListen(listen);
-    if (!can_listen.ok()) {
+    if (const absl::Status can_listen = ps::CheckCanListenFromFlags(listen); !can_listen.ok()) {
       std::fprintf(stderr, "ps_coordinator: %s\n", std::string(can_listen.message()).c_str());
-      return 1;
-    }
-    if (const absl::Status can_serve_metrics =
-            ps::metrics::CheckDaemonEndpoint(absl::GetFlag(FLAGS_metrics_listen));
-        !can_serve_metrics.ok()) {
-      std::fprintf(stderr, "ps_coordinator: --metrics_listen: %s\n",
-                   std::string(can_serve_metrics.message()).c_str());
       return 1;
     }
     std::printf("ok: ps_coordinator would listen on %s and advertise %s\n",
@@ -327,7 +305,7 @@ int main(int argc, char** argv) {
   server_options.keepalive_time_ms = 60 * 1000;
   server_options.keepalive_timeout_ms = 20 * 1000;
   server_options.max_connection_idle_ms = 30 * 60 * 1000;
-  if (!absl::GetFlag(FLAGS_metrics_listen).empty()) {
+  if (ps::MetricsEndpointWanted()) {
     server_options.interceptors.push_back(
         ps::metrics::MakeServerMetricsInterceptorFactory(&registry, "ps_coordinator"));
   }
@@ -341,8 +319,7 @@ int main(int argc, char** argv) {
   const int bound_port = started->port;
 
   absl::StatusOr<std::unique_ptr<ps::metrics::MetricsEndpoint>> metrics_endpoint =
-      ps::metrics::StartDaemonEndpoint("ps_coordinator", absl::GetFlag(FLAGS_metrics_listen),
-                                       absl::GetFlag(FLAGS_metrics_port_file), &registry);
+      ps::StartMetricsEndpointFromFlags("ps_coordinator", &registry);
   if (!metrics_endpoint.ok()) {
     std::fprintf(stderr, "%s\n", std::string(metrics_endpoint.status().message()).c_str());
     (*coordinator)->Shutdown();

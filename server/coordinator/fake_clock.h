@@ -5,7 +5,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "server/coordinator/coordinator.h"
+#include "server/coordinator/clock.h"
 
 namespace ps {
 namespace coordinator {
