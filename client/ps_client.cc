@@ -130,6 +130,21 @@ class ClientImpl final : public Client, SparseCall::Host, DenseCalls::Host {
                 /*caller_waits=*/false);
   }
 
+  absl::Status RetryPush(const PushTicket& ticket, absl::string_view table,
+                         absl::Span<const uint64_t> keys, absl::Span<const float> grads) override {
+    return Wait([&](Callback done) {
+      StartSparse(SparseCall::Kind::kPush, table, keys, {}, grads, std::move(done),
+                  /*caller_waits=*/true, &ticket);
+    });
+  }
+
+  void RetryPushAsync(const PushTicket& ticket, absl::string_view table,
+                      absl::Span<const uint64_t> keys, absl::Span<const float> grads,
+                      Callback done) override {
+    StartSparse(SparseCall::Kind::kPush, table, keys, {}, grads, std::move(done),
+                /*caller_waits=*/false, &ticket);
+  }
+
   absl::Status PullDense(absl::string_view name, absl::Span<float> values) override {
     return dense_.Pull(name, values);
   }
@@ -173,10 +188,11 @@ class ClientImpl final : public Client, SparseCall::Host, DenseCalls::Host {
   }
 
   // Pull or Push, blocking (`caller_waits`: the calling thread blocks until `done` has run
-  // anyway, so it may wait for a call made in shared memory itself) or not.
+  // anyway, so it may wait for a call made in shared memory itself) or not; a push made again
+  // with `retry_of` (RetryPush).
   void StartSparse(SparseCall::Kind kind, absl::string_view table, absl::Span<const uint64_t> keys,
                    absl::Span<float> values, absl::Span<const float> grads, Callback done,
-                   bool caller_waits) {
+                   bool caller_waits, const PushTicket* retry_of = nullptr) {
     absl::StatusOr<const TableInfo*> info = FindTable(table);
     if (!info.ok()) return done(info.status());
     const bool push = kind == SparseCall::Kind::kPush;
@@ -186,8 +202,14 @@ class ClientImpl final : public Client, SparseCall::Host, DenseCalls::Host {
           "%s of %d keys of dim %d needs %d %s, got %d", push ? "push" : "pull", keys.size(),
           (*info)->dim, keys.size() * (*info)->dim, push ? "gradients" : "values", given)));
     }
+    if (retry_of != nullptr) {
+      if (absl::Status refused = CheckTicket(*retry_of, table, keys, grads); !refused.ok()) {
+        return done(std::move(refused));
+      }
+    }
     // Gradients are checked for NaN and Inf while the keys are planned (StartCall).
     auto call = std::make_shared<SparseCall>();
+    if (retry_of != nullptr) call->retry_of = std::make_shared<const PushTicket>(*retry_of);
     call->kind = kind;
     call->host = this;
     call->table = *info;
@@ -197,6 +219,42 @@ class ClientImpl final : public Client, SparseCall::Host, DenseCalls::Host {
     call->done = std::move(done);
     call->caller_waits = caller_waits;
     StartCall(std::move(call));
+  }
+
+  // Whether `ticket` may be made again as a push of `keys` and `grads` to `table` by this
+  // client (Client::RetryPush): INVALID_ARGUMENT saying why not.
+  absl::Status CheckTicket(const PushTicket& ticket, absl::string_view table,
+                           absl::Span<const uint64_t> keys, absl::Span<const float> grads) const {
+    if (ticket.worker_id != worker_id_) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "the ticket names a push of worker %d, and this client is worker %d: a push is made "
+          "again only by the client that made it; nothing was sent",
+          ticket.worker_id, worker_id_));
+    }
+    if (ticket.table != table) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("the ticket names a push to table \"%s\", not \"%s\"; nothing was sent",
+                          ticket.table, table));
+    }
+    if (ticket.runs.empty()) {
+      return absl::InvalidArgumentError("the ticket names no request; nothing was sent");
+    }
+    const uint64_t newest = next_sequence_.load(std::memory_order_relaxed) - 1;
+    if (ticket.first_sequence() + PushTicket::kWindow < newest) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "the push of sequences %d to %d is too old to be made again: this client has numbered "
+          "requests up to %d since, and a server tells whether it applied a sequence only within "
+          "the %d below a worker's newest (proto/ps.proto rule 5); nothing was sent, and whether "
+          "its parts were applied cannot be told",
+          ticket.first_sequence(), ticket.last_sequence(), newest, PushTicket::kWindow));
+    }
+    if (PushTicket::Fingerprint(keys, grads) != ticket.fingerprint) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "the keys or gradients differ from those of the push to table \"%s\" the ticket names "
+          "(sequences %d to %d); nothing was sent",
+          table, ticket.first_sequence(), ticket.last_sequence()));
+    }
+    return absl::OkStatus();
   }
 
   static absl::Status Wait(const std::function<void(Callback)>& start) {
@@ -270,7 +328,8 @@ class ClientImpl final : public Client, SparseCall::Host, DenseCalls::Host {
       absl::MutexLock lock(&calls_mu_);
       ++calls_in_flight_;
     }
-    call->clock = clock_.load(std::memory_order_relaxed);
+    call->clock = call->retry_of != nullptr ? call->retry_of->clock
+                                            : clock_.load(std::memory_order_relaxed);
     call->deadline = absl::Now() + options_.retry_timeout;
     const std::shared_ptr<const Routing> routing = CurrentRouting();
     const std::vector<uint32_t>* owners = &routing->shard_to_server;
@@ -289,10 +348,24 @@ class ClientImpl final : public Client, SparseCall::Host, DenseCalls::Host {
         !planned.ok()) {
       return Finish(call, std::move(planned));
     }
-    std::vector<std::unique_ptr<SparseCall::Request>> requests = call->TakeRequests();
-    if (call->kind == SparseCall::Kind::kPush) {
-      for (auto& request : requests) {
-        request->sequence = next_sequence_.fetch_add(1, std::memory_order_relaxed);
+    std::vector<std::unique_ptr<SparseCall::Request>> requests;
+    if (call->retry_of != nullptr) {
+      absl::StatusOr<std::vector<std::unique_ptr<SparseCall::Request>>> numbered =
+          call->RequestsOf(*call->retry_of, routing->shard_to_server);
+      if (!numbered.ok()) {
+        call->retry_of.reset();  // refused before sending: no ticket
+        return Finish(call, numbered.status());
+      }
+      requests = *std::move(numbered);
+    } else {
+      requests = call->TakeRequests();
+      if (call->kind == SparseCall::Kind::kPush && !requests.empty()) {
+        // One block of sequences per call, in plan order: what its ticket names.
+        call->routing = routing;
+        call->first_sequence = next_sequence_.fetch_add(requests.size(), std::memory_order_relaxed);
+        for (size_t i = 0; i < requests.size(); ++i) {
+          requests[i]->sequence = call->first_sequence + i;
+        }
       }
     }
     if (requests.empty()) return Finish(call, absl::OkStatus());
@@ -373,6 +446,10 @@ class ClientImpl final : public Client, SparseCall::Host, DenseCalls::Host {
   }
 
   void Finish(const std::shared_ptr<SparseCall>& call, absl::Status status) {
+    if (!status.ok() && (call->first_sequence != 0 || call->retry_of != nullptr)) {
+      // Sent, perhaps applied in part: the caller may make it again (RetryPush).
+      status = call->Ticket(worker_id_).AttachTo(std::move(status));
+    }
     Callback done = std::move(call->done);
     done(std::move(status));
     absl::MutexLock lock(&calls_mu_);
@@ -443,6 +520,27 @@ std::future<absl::Status> Client::PullAsync(absl::string_view table,
   auto promise = std::make_shared<std::promise<absl::Status>>();
   std::future<absl::Status> future = promise->get_future();
   PullAsync(table, keys, values, [promise](absl::Status s) { promise->set_value(std::move(s)); });
+  return future;
+}
+
+absl::Status Client::RetryPush(const PushTicket& ticket, absl::string_view table,
+                               absl::Span<const uint64_t> keys, absl::Span<const float> grads) {
+  return RetryPushAsync(ticket, table, keys, grads).get();
+}
+
+void Client::RetryPushAsync(const PushTicket& ticket, absl::string_view table,
+                            absl::Span<const uint64_t> keys, absl::Span<const float> grads,
+                            Callback done) {
+  done(absl::UnimplementedError("this client does not make a push again"));
+}
+
+std::future<absl::Status> Client::RetryPushAsync(const PushTicket& ticket, absl::string_view table,
+                                                 absl::Span<const uint64_t> keys,
+                                                 absl::Span<const float> grads) {
+  auto promise = std::make_shared<std::promise<absl::Status>>();
+  std::future<absl::Status> future = promise->get_future();
+  RetryPushAsync(ticket, table, keys, grads,
+                 [promise](absl::Status s) { promise->set_value(std::move(s)); });
   return future;
 }
 

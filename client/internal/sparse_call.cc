@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_format.h"
@@ -73,6 +74,7 @@ void SparseCall::Request::WritePayload(char* keys_out, char* grads_out) const {
 absl::Status SparseCall::Plan(absl::Span<const uint32_t> owners, uint32_t max_keys_per_request) {
   const uint32_t dim = table->dim;
   const bool push = kind == Kind::kPush;
+  max_keys_per_request_ = max_keys_per_request;
   plan_ = PlanKeys(keys, table->name_hash, owners, max_keys_per_request,
                    push ? grads : absl::Span<const float>(), push ? dim : 0);
   if (!plan_.rows_finite) {
@@ -105,6 +107,69 @@ std::vector<std::unique_ptr<SparseCall::Request>> SparseCall::TakeRequests() {
   }
   plan_.parts.clear();
   return requests;
+}
+
+absl::StatusOr<std::vector<std::unique_ptr<SparseCall::Request>>> SparseCall::RequestsOf(
+    const PushTicket& ticket, absl::Span<const uint32_t> shard_to_server) {
+  // Each shard's distinct keys: where they start in plan_.unique, and how many.
+  const size_t num_shards = plan_.shard_begin.size();
+  std::vector<uint32_t> first(num_shards, std::numeric_limits<uint32_t>::max());
+  std::vector<uint64_t> count(num_shards, 0);
+  for (const Part& part : plan_.parts) {
+    for (const Segment& seg : part.segments) {
+      first[seg.shard] = std::min(first[seg.shard], seg.begin);
+      count[seg.shard] += seg.count;
+    }
+  }
+  plan_.parts.clear();
+  const absl::Status other_keys = absl::InvalidArgumentError(absl::StrFormat(
+      "the keys of this push to table \"%s\" are not those of the push its ticket names "
+      "(sequences %d to %d); nothing was sent",
+      table->name, ticket.first_sequence(), ticket.last_sequence()));
+  std::vector<uint64_t> covered(num_shards, 0);
+  std::vector<std::unique_ptr<Request>> numbered;
+  for (const PushTicket::Run& run : ticket.runs) {
+    if (run.shard >= num_shards || uint64_t{run.offset} + run.count > count[run.shard] ||
+        run.count == 0) {
+      return other_keys;
+    }
+    if (numbered.empty() || numbered.back()->sequence != run.sequence) {
+      numbered.push_back(std::make_unique<Request>());
+      numbered.back()->sequence = run.sequence;
+    }
+    Part& part = numbered.back()->part;
+    part.segments.push_back(Segment{run.shard, first[run.shard] + run.offset, run.count});
+    part.num_keys += run.count;
+    covered[run.shard] += run.count;
+  }
+  if (covered != count) return other_keys;
+  return Reroute(&numbered, shard_to_server);
+}
+
+PushTicket SparseCall::Ticket(uint32_t worker_id) const {
+  if (retry_of != nullptr) return *retry_of;
+  PushTicket ticket;
+  ticket.worker_id = worker_id;
+  ticket.table = table->name;
+  ticket.clock = clock;
+  ticket.fingerprint = PushTicket::Fingerprint(keys, grads);
+  // The call's plan again (its own parts went into its requests): the same keys, map and limit
+  // give the same parts, numbered in order.
+  const KeyPlan plan =
+      PlanKeys(keys, table->name_hash, routing->shard_to_server, max_keys_per_request_);
+  std::vector<uint32_t> first(plan.shard_begin.size(), std::numeric_limits<uint32_t>::max());
+  for (const Part& part : plan.parts) {
+    for (const Segment& seg : part.segments) first[seg.shard] = std::min(first[seg.shard], seg.begin);
+  }
+  uint64_t sequence = first_sequence;
+  for (const Part& part : plan.parts) {
+    for (const Segment& seg : part.segments) {
+      ticket.runs.push_back(
+          PushTicket::Run{sequence, seg.shard, seg.begin - first[seg.shard], seg.count});
+    }
+    ++sequence;
+  }
+  return ticket;
 }
 
 void SparseCall::Describe(Request* request, uint64_t map_version, uint32_t worker_id) const {

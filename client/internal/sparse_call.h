@@ -15,12 +15,15 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "client/internal/key_router.h"
+#include "client/internal/routing.h"
 #include "client/internal/server_link.h"
 #include "client/internal/server_transport.h"
+#include "client/push_ticket.h"
 
 namespace ps {
 namespace client_internal {
@@ -92,6 +95,12 @@ class SparseCall {
   bool caller_waits = false;
   // When retrying stops.
   absl::Time deadline = absl::InfiniteFuture();
+  // A push: the routing it was planned with, and the first of its sequences (its requests are
+  // numbered first_sequence, first_sequence + 1, ... in plan order; 0 before they are).
+  std::shared_ptr<const Routing> routing;
+  uint64_t first_sequence = 0;
+  // A push made again (Client::RetryPush): the ticket it resends.
+  std::shared_ptr<const PushTicket> retry_of;
 
   // Plans the call's keys over `owners` (the server of each shard), at most `max_keys_per_request`
   // keys a request, and for a push sums the gradients of repeated keys. INVALID_ARGUMENT, naming
@@ -101,6 +110,18 @@ class SparseCall {
   // The planned requests, without sequence numbers (a push numbers them); the plan keeps the
   // keys. Empty for a call without keys. Call once, after Plan.
   std::vector<std::unique_ptr<Request>> TakeRequests();
+
+  // A push made again: the requests of `ticket` (planned, as Plan does, with the same keys),
+  // each with its sequence and its keys regrouped by the servers of `shard_to_server`.
+  // INVALID_ARGUMENT when the ticket's runs do not cover the call's keys of each shard exactly
+  // (other keys). Call once, after Plan, instead of TakeRequests.
+  absl::StatusOr<std::vector<std::unique_ptr<Request>>> RequestsOf(
+      const PushTicket& ticket, absl::Span<const uint32_t> shard_to_server);
+
+  // The ticket of this push from worker `worker_id`: retry_of's when it was made again, else
+  // which sequence carried which keys (planned again with `routing`, as the call was). Call only
+  // for a push whose requests were numbered; O(keys).
+  PushTicket Ticket(uint32_t worker_id) const;
 
   // Writes `request`'s small fields for a request routed with map `map_version` from worker
   // `worker_id`: header, table, runs; and its sizes (Exchange's key_bytes, grad_bytes,
@@ -134,6 +155,7 @@ class SparseCall {
 
  private:
   KeyPlan plan_;
+  uint32_t max_keys_per_request_ = 1;
   // A push with repeated keys: summed gradients in unique order.
   std::vector<float> grad_sums_;
   absl::Duration backoff_ = kFirstBackoff;

@@ -4,6 +4,7 @@
 #include <grpcpp/support/slice.h>
 
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -253,6 +254,86 @@ TEST_CASE("a pull's answer fills every position of its keys, and a wrong one is 
     response.set_values_in_slot(true);
     request->response_bytes = BufferOf(response);
     CHECK(call->TakeAnswer(request).code() == absl::StatusCode::kInternal);
+  }
+}
+
+
+// The keys each sequence carried: sequence -> sorted keys.
+std::map<uint64_t, std::vector<uint64_t>> KeysBySequence(
+    const SparseCall& call, const std::vector<std::unique_ptr<SparseCall::Request>>& requests) {
+  std::map<uint64_t, std::vector<uint64_t>> by_sequence;
+  for (const auto& request : requests) {
+    std::vector<uint64_t>& keys = by_sequence[request->sequence];
+    for (const Segment& seg : request->part.segments) {
+      keys.insert(keys.end(), call.plan().unique.begin() + seg.begin,
+                  call.plan().unique.begin() + seg.begin + seg.count);
+    }
+  }
+  for (auto& [sequence, keys] : by_sequence) std::sort(keys.begin(), keys.end());
+  return by_sequence;
+}
+
+TEST_CASE("a push made again from its ticket sends each key with its sequence, over a newer map",
+          "[client][sparse_call][push_ticket]") {
+  TableInfo table{"user", 2, NameHash("user")};
+  std::mt19937_64 random(7);
+  std::vector<uint64_t> keys(300);
+  for (uint64_t& key : keys) key = random() % 200;  // repeats
+  const std::vector<float> grads(keys.size() * 2, 0.25f);
+  auto routing = std::make_shared<Routing>();
+  routing->shard_to_server = {0, 1, 0, 1, 0, 1, 0, 1};
+  auto push = [&](std::shared_ptr<const PushTicket> retry_of) {
+    auto call = std::make_shared<SparseCall>();
+    call->kind = SparseCall::Kind::kPush;
+    call->table = &table;
+    call->clock = 17;
+    call->keys = keys;
+    call->grads = grads;
+    call->retry_of = std::move(retry_of);
+    return call;
+  };
+  // The push: its requests numbered from 40.
+  auto call = push(nullptr);
+  REQUIRE(call->Plan(routing->shard_to_server, 16).ok());
+  std::vector<std::unique_ptr<SparseCall::Request>> requests = call->TakeRequests();
+  REQUIRE(requests.size() > 4);
+  call->routing = routing;
+  call->first_sequence = 40;
+  for (size_t i = 0; i < requests.size(); ++i) requests[i]->sequence = 40 + i;
+  const PushTicket ticket = call->Ticket(/*worker_id=*/3);
+  CHECK(ticket.worker_id == 3);
+  CHECK(ticket.table == "user");
+  CHECK(ticket.clock == 17);
+  CHECK(ticket.fingerprint == PushTicket::Fingerprint(keys, grads));
+  CHECK(ticket.first_sequence() == 40);
+  CHECK(ticket.last_sequence() == 40 + requests.size() - 1);
+  const auto sent = KeysBySequence(*call, requests);
+
+  // Made again over a map where every shard moved, with a larger request limit.
+  const std::vector<uint32_t> newer = {2, 2, 3, 3, 4, 4, 5, 5};
+  auto again = push(std::make_shared<const PushTicket>(ticket));
+  REQUIRE(again->Plan(newer, 1000).ok());
+  absl::StatusOr<std::vector<std::unique_ptr<SparseCall::Request>>> resent =
+      again->RequestsOf(ticket, newer);
+  REQUIRE(resent.ok());
+  for (const auto& request : *resent) {
+    for (const Segment& seg : request->part.segments) {
+      CHECK(newer[seg.shard] == request->part.server);
+    }
+  }
+  CHECK(KeysBySequence(*again, *resent) == sent);
+  CHECK(again->Ticket(99) == ticket);  // a push made again names the same ticket
+
+  SECTION("other keys are refused") {
+    std::vector<uint64_t> other = keys;
+    other.push_back(100000);
+    auto different = push(nullptr);
+    different->keys = other;
+    const std::vector<float> more(other.size() * 2, 0.25f);
+    different->grads = more;
+    REQUIRE(different->Plan(newer, 1000).ok());
+    CHECK(different->RequestsOf(ticket, newer).status().code() ==
+          absl::StatusCode::kInvalidArgument);
   }
 }
 
