@@ -27,6 +27,16 @@ inline void PrefetchRow(const void* row, size_t bytes) {
   __builtin_prefetch(p + bytes - 1, write ? 1 : 0);
 }
 
+// By shard of `num_shards`: where its distinct keys start in the plan's `unique` (the lowest
+// begin of its segments in `parts`); max() for a shard without keys.
+std::vector<uint32_t> FirstOfShards(const std::vector<Part>& parts, size_t num_shards) {
+  std::vector<uint32_t> first(num_shards, std::numeric_limits<uint32_t>::max());
+  for (const Part& part : parts) {
+    for (const Segment& seg : part.segments) first[seg.shard] = std::min(first[seg.shard], seg.begin);
+  }
+  return first;
+}
+
 }  // namespace
 
 bool IsRetryable(const absl::Status& status) {
@@ -113,13 +123,10 @@ absl::StatusOr<std::vector<std::unique_ptr<SparseCall::Request>>> SparseCall::Re
     const PushTicket& ticket, absl::Span<const uint32_t> shard_to_server) {
   // Each shard's distinct keys: where they start in plan_.unique, and how many.
   const size_t num_shards = plan_.shard_begin.size();
-  std::vector<uint32_t> first(num_shards, std::numeric_limits<uint32_t>::max());
+  const std::vector<uint32_t> first = FirstOfShards(plan_.parts, num_shards);
   std::vector<uint64_t> count(num_shards, 0);
   for (const Part& part : plan_.parts) {
-    for (const Segment& seg : part.segments) {
-      first[seg.shard] = std::min(first[seg.shard], seg.begin);
-      count[seg.shard] += seg.count;
-    }
+    for (const Segment& seg : part.segments) count[seg.shard] += seg.count;
   }
   plan_.parts.clear();
   const absl::Status other_keys = absl::InvalidArgumentError(absl::StrFormat(
@@ -157,10 +164,7 @@ PushTicket SparseCall::Ticket(uint32_t worker_id) const {
   // give the same parts, numbered in order.
   const KeyPlan plan =
       PlanKeys(keys, table->name_hash, routing->shard_to_server, max_keys_per_request_);
-  std::vector<uint32_t> first(plan.shard_begin.size(), std::numeric_limits<uint32_t>::max());
-  for (const Part& part : plan.parts) {
-    for (const Segment& seg : part.segments) first[seg.shard] = std::min(first[seg.shard], seg.begin);
-  }
+  const std::vector<uint32_t> first = FirstOfShards(plan.parts, plan.shard_begin.size());
   uint64_t sequence = first_sequence;
   for (const Part& part : plan.parts) {
     for (const Segment& seg : part.segments) {
