@@ -7,6 +7,9 @@
 //   std::vector<float> rows(keys.size() * dim);
 //   absl::Status s = (*client)->Pull("user", keys, absl::MakeSpan(rows));
 //   s = (*client)->Push("user", keys, grads);             // applied exactly once, even on retry
+//   if (auto ticket = ps::PushTicket::FromStatus(s)) {    // failed: perhaps applied in part
+//     s = (*client)->RetryPush(*ticket, "user", keys, grads);  // every part applied once
+//   }
 //
 // A call dedupes its keys, groups them by shard and server, splits each server's part into
 // requests that stay under the message limit, sends them to all servers in parallel over several
@@ -28,6 +31,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "client/push_ticket.h"
 #include "proto/coordinator.pb.h"
 #include "proto/job.pb.h"
 
@@ -127,11 +131,33 @@ class Client {
                             absl::Span<float> values) = 0;
 
   // Applies `grads` (dim floats per key, in the order of `keys`) with the table's optimizer;
-  // gradients of repeated keys are summed and applied once. Exactly once, also across retries.
-  // NOT_FOUND for an unknown table; INVALID_ARGUMENT for lengths that disagree or a NaN or Inf
-  // gradient (nothing applied); errors of servers as Pull.
+  // gradients of repeated keys are summed and applied once. Exactly once, also across the
+  // client's own retries. NOT_FOUND for an unknown table; INVALID_ARGUMENT for lengths that
+  // disagree or a NaN or Inf gradient (nothing applied, and no ticket); errors of servers as Pull.
+  //
+  // A Push goes to each server owning some of its keys in requests of their own. When it fails
+  // after they were sent (a server unavailable past retry_timeout, a refusal, a lost shard),
+  // some servers' parts may have been applied and others not: the status then carries a
+  // PushTicket (PushTicket::FromStatus) naming the call. Calling Push again is a new push, which
+  // applies the applied parts a second time; RetryPush with the ticket applies each part once.
   virtual absl::Status Push(absl::string_view table, absl::Span<const uint64_t> keys,
                             absl::Span<const float> grads) = 0;
+
+  // Makes again the Push (or PushAsync, or RetryPush) that `ticket` names, with the same
+  // `table`, `keys` and `grads`: every part is resent with its original sequence numbers, to the
+  // servers owning its shards now, so that each shard applies its part exactly once (one that
+  // had applied it answers it as a duplicate). OK once every part is applied (now or before);
+  // on failure the same errors as Push, with the same ticket attached, to be tried again.
+  // Refused with INVALID_ARGUMENT, nothing sent: a ticket of another client (another worker_id:
+  // a ticket does not outlive the client that made it, nor work in another process), another
+  // table, other keys or gradients (PushTicket::fingerprint), or a ticket too old: once this
+  // client has numbered more than PushTicket::kWindow (1024) requests after the ticket's first
+  // (each Push takes one per request, each PushDense one per chunk), a server can no longer
+  // tell whether it applied it (proto/ps.proto rule 5). A push of this client running at the
+  // same time may still push it past that window: the server then refuses its part
+  // INVALID_ARGUMENT ("more than 1024 below"), not applied. NOT_FOUND for an unknown table.
+  virtual absl::Status RetryPush(const PushTicket& ticket, absl::string_view table,
+                                 absl::Span<const uint64_t> keys, absl::Span<const float> grads);
 
   // Reads the dense tensor `name` (values.size() floats). NOT_FOUND if it was never pushed.
   virtual absl::Status PullDense(absl::string_view name, absl::Span<float> values) = 0;
@@ -147,12 +173,20 @@ class Client {
                          absl::Span<float> values, Callback done) = 0;
   virtual void PushAsync(absl::string_view table, absl::Span<const uint64_t> keys,
                          absl::Span<const float> grads, Callback done) = 0;
+  // RetryPush's; `ticket` is copied. The default (a client that cannot resend a push, such as
+  // an in-process one that never fails in part) answers UNIMPLEMENTED.
+  virtual void RetryPushAsync(const PushTicket& ticket, absl::string_view table,
+                              absl::Span<const uint64_t> keys, absl::Span<const float> grads,
+                              Callback done);
 
   // Future-returning forms of the asynchronous calls.
   std::future<absl::Status> PullAsync(absl::string_view table, absl::Span<const uint64_t> keys,
                                       absl::Span<float> values);
   std::future<absl::Status> PushAsync(absl::string_view table, absl::Span<const uint64_t> keys,
                                       absl::Span<const float> grads);
+  std::future<absl::Status> RetryPushAsync(const PushTicket& ticket, absl::string_view table,
+                                           absl::Span<const uint64_t> keys,
+                                           absl::Span<const float> grads);
 
   // Sync mode: tells every server that this worker has pushed everything of `step` (call it after
   // the step's pushes returned). A server applies the step's summed gradients once the job's

@@ -12,49 +12,13 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/synchronization/notification.h"
+#include "client/internal/lent_region_for_test.h"
 #include "common/futex.h"
 #include "common/shared_region_layout.h"
 
 namespace ps {
 namespace client_internal {
 namespace {
-
-// A region as a server lends one: a memfd of this process with its header written.
-struct Lent {
-  explicit Lent(uint32_t slots, uint64_t slot_bytes = 4096) {
-    fd = memfd_create("test-region", MFD_CLOEXEC);
-    bytes = SharedRegionHeaderBytes(slots) + slots * slot_bytes;
-    REQUIRE(ftruncate(fd, static_cast<off_t>(bytes)) == 0);
-    base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    REQUIRE(base != MAP_FAILED);
-    SharedRegionHeader header;
-    std::memcpy(header.magic, SharedRegionHeader::kMagic, sizeof(header.magic));
-    header.region = 7;
-    for (int i = 0; i < 16; ++i) header.secret[i] = static_cast<unsigned char>(100 + i);
-    header.slots = slots;
-    header.slot_bytes = slot_bytes;
-    std::memcpy(base, &header, sizeof(header));
-    response.set_region(7);
-    response.set_secret(std::string(reinterpret_cast<const char*>(header.secret), 16));
-    response.set_pid(getpid());
-    response.set_fd(fd);
-    response.set_slots(slots);
-    response.set_slot_bytes(slot_bytes);
-    response.set_header_bytes(SharedRegionHeaderBytes(slots));
-  }
-  ~Lent() {
-    munmap(base, bytes);
-    close(fd);
-  }
-  unsigned char* slot(uint32_t i) const {
-    return static_cast<unsigned char*>(base) + response.header_bytes() + i * response.slot_bytes();
-  }
-
-  int fd = -1;
-  uint64_t bytes = 0;
-  void* base = nullptr;
-  rpc::OpenSharedRegionResponse response;
-};
 
 TEST_CASE("a lent region maps onto the lender's memory", "[client][shared]") {
   Lent lent(3);
@@ -142,26 +106,6 @@ struct Ended {
   }
   void Wait() { REQUIRE(notified.WaitForNotificationWithTimeout(absl::Seconds(30))); }
 };
-
-SharedCallPage* PageOf(const Lent& lent, uint32_t slot) {
-  return reinterpret_cast<SharedCallPage*>(static_cast<unsigned char*>(lent.base) +
-                                           kSharedPageBytes * (1 + slot));
-}
-
-uint32_t* WordAt(const Lent& lent, size_t offset) {
-  return reinterpret_cast<uint32_t*>(static_cast<unsigned char*>(lent.base) + offset);
-}
-
-// Plays the server's part for the call in `slot`: takes it, checks it, answers it.
-void Answer(const Lent& lent, uint32_t slot, absl::StatusCode code, const std::string& data) {
-  SharedCallPage* page = PageOf(lent, slot);
-  REQUIRE(SwapWord(&page->state, kSharedCallRequested, kSharedCallServing));
-  std::memcpy(page->data, data.data(), data.size());
-  page->answer_bytes = static_cast<uint32_t>(data.size());
-  page->code = static_cast<int32_t>(code);
-  StoreWord(&page->state, kSharedCallAnswered);
-  RingBell(WordAt(lent, kClientBellOffset));
-}
 
 TEST_CASE("a call made in a region is written to its page and ended by the answer",
           "[client][shared]") {

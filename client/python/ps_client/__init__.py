@@ -14,13 +14,14 @@ PYTHONPATH=client/python:bazel-bin/client/python. See client/python/README.md.
 
 from .client import Client, connect
 from .options import ClientOptions, DenseUpdate, PushResult
+from .push_ticket import PushTicket
 from .errors import (DataLossError, DeadlineExceededError, FailedPreconditionError,
                      InternalError, InvalidArgumentError, NotFoundError, PermissionDeniedError,
                      PsError, ResourceExhaustedError, UnauthenticatedError,
                      UnavailableError)
 
 __all__ = [
-    "Client", "ClientOptions", "DenseUpdate", "PushResult", "connect",
+    "Client", "ClientOptions", "DenseUpdate", "PushResult", "PushTicket", "connect",
     "PsError", "DataLossError", "DeadlineExceededError", "FailedPreconditionError",
     "InternalError", "InvalidArgumentError", "NotFoundError", "PermissionDeniedError",
     "ResourceExhaustedError", "UnauthenticatedError", "UnavailableError",

@@ -25,6 +25,7 @@ from proto import ps_pb2
 
 from . import errors
 from . import inputs
+from . import push_ticket
 from . import routing
 from . import wire
 from .coordinator import CoordinatorConnection
@@ -153,11 +154,14 @@ class Client:
     def push(self, table, keys, grads):
         """Applies ``grads`` (float32, shape (len(keys), dim), in the order of ``keys``) with the
         table's optimizer; gradients of repeated keys are summed and applied once. Exactly once,
-        also across retries. Returns a PushResult.
+        also across the client's own retries. Returns a PushResult.
 
         NotFoundError for an unknown table; InvalidArgumentError for shapes that disagree, keys
-        that are not non-negative integers, or a NaN or Inf gradient (nothing applied); errors of
-        servers as pull.
+        that are not non-negative integers, or a NaN or Inf gradient (nothing applied, and the
+        error's push_ticket is None); errors of servers as pull. A push goes to each server in
+        requests of its own: when it fails after they were sent, some servers' parts may have
+        been applied, and the error's ``push_ticket`` names it. Pushing again is a new push
+        (the applied parts are applied twice); retry_push with the ticket applies each part once.
         """
         info = self._table(table)
         keys = inputs.as_keys(keys)
@@ -166,12 +170,71 @@ class Client:
         if len(keys) == 0:
             return PushResult(0, 0)
         current = self._current()
+        clock = self._clock
         plan = routing.plan_keys(keys, info.name_hash, current.shard_to_server,
                                  self._max_keys_per_request(info.dim))
         sums = routing.sum_gradients(plan, grads)
         first = self._take_sequences(len(plan.parts))
         requests = [_Request(part, first + i) for i, part in enumerate(plan.parts)]
-        return self._sparse_call(info, plan, requests, current, grads=sums)
+        try:
+            return self._sparse_call(info, plan, requests, current, grads=sums, clock=clock)
+        except errors.PsError as e:
+            e.push_ticket = push_ticket.ticket_of(self.worker_id, info.name, clock, keys, grads,
+                                                  plan.parts, first)
+            raise
+
+    def retry_push(self, ticket, table, keys, grads):
+        """Makes again the push (or retry_push) that ``ticket`` (a failed call's
+        ``e.push_ticket``) names, with the same ``table``, ``keys`` and ``grads``: every part is
+        resent with its original sequence numbers, to the servers owning its shards now, so that
+        each shard applies its part exactly once (one that had applied it counts it in
+        PushResult.duplicate_keys). Returns a PushResult; on failure raises as push, with the same
+        ticket as the error's push_ticket, to be tried again.
+
+        InvalidArgumentError, nothing sent: a ticket of another client (another worker_id: a
+        ticket does not outlive the client that made it), another table, other keys or
+        gradients, or a ticket too old: once this client has numbered more than 1024 requests
+        after the ticket's first (a push takes one per request, push_dense one per chunk), a
+        server can no longer tell whether it applied it (proto/ps.proto rule 5). A push of this
+        client running at the same time may still push it past that window: the server then
+        refuses that part (InvalidArgumentError "... more than 1024 below ..."), not applied.
+        NotFoundError for an unknown table.
+        """
+        info = self._table(table)
+        keys = inputs.as_keys(keys)
+        grads = inputs.as_grads(grads, len(keys), info)
+        self._check_open()
+        self._check_ticket(ticket, table, keys, grads)
+        current = self._current()
+        plan = routing.plan_keys(keys, info.name_hash, current.shard_to_server,
+                                 self._max_keys_per_request(info.dim))
+        sums = routing.sum_gradients(plan, grads)
+        # Each shard's distinct keys: where they start in plan.unique, and how many.
+        first, count = {}, {}
+        for part in plan.parts:
+            for shard, begin, n in part.segments:
+                first[shard] = min(begin, first.get(shard, begin))
+                count[shard] = count.get(shard, 0) + n
+        by_sequence, covered = {}, {}
+        for sequence, shard, offset, n in ticket.runs:
+            if n <= 0 or offset + n > count.get(shard, 0):
+                raise self._other_keys(ticket, table)
+            part = by_sequence.get(sequence)
+            if part is None:
+                part = by_sequence[sequence] = routing.Part(0)
+            part.segments.append((shard, first[shard] + offset, n))
+            part.num_keys += n
+            covered[shard] = covered.get(shard, 0) + n
+        if covered != count:
+            raise self._other_keys(ticket, table)
+        requests = [_Request(p, sequence) for sequence, part in sorted(by_sequence.items())
+                    for p in routing.reroute(part, current.shard_to_server)]
+        try:
+            return self._sparse_call(info, plan, requests, current, grads=sums,
+                                     clock=ticket.clock)
+        except errors.PsError as e:
+            e.push_ticket = ticket
+            raise
 
     def pull_dense(self, name, size):
         """The dense tensor ``name`` of ``size`` (>= 1) floats, as a new float32 array.
@@ -316,10 +379,12 @@ class Client:
 
     # ---- sparse calls ----
 
-    def _sparse_call(self, info, plan, requests, current, rows=None, grads=None):
+    def _sparse_call(self, info, plan, requests, current, rows=None, grads=None, clock=None):
         """Sends ``requests`` and retries the retryable failures (client/ps_client.cc's Send,
-        OnDone and EndRound). Pulls fill ``rows``; pushes send ``grads`` (both in plan order)."""
-        clock = self._clock
+        OnDone and EndRound). Pulls fill ``rows``; pushes send ``grads`` (both in plan order).
+        ``clock``: the step the requests carry (None: the client's clock now)."""
+        if clock is None:
+            clock = self._clock
         deadline = time.monotonic() + self._options.retry_timeout
         backoff = 0.005
         duplicate = late = 0
@@ -443,6 +508,45 @@ class Client:
         if info is None:
             raise errors.NotFoundError("unknown table \"%s\"" % (name,))
         return info
+
+    def _check_ticket(self, ticket, table, keys, grads):
+        """InvalidArgumentError unless ``ticket`` may be made again by this client as a push of
+        ``keys`` and ``grads`` to ``table`` (retry_push)."""
+        if not isinstance(ticket, push_ticket.PushTicket):
+            raise errors.InvalidArgumentError("retry_push needs a PushTicket (a failed push's "
+                                              "e.push_ticket), got %r" % (ticket,))
+        if ticket.worker_id != self.worker_id:
+            raise errors.InvalidArgumentError(
+                "the ticket names a push of worker %d, and this client is worker %d: a push is "
+                "made again only by the client that made it; nothing was sent" %
+                (ticket.worker_id, self.worker_id))
+        if ticket.table != table:
+            raise errors.InvalidArgumentError(
+                "the ticket names a push to table \"%s\", not \"%s\"; nothing was sent" %
+                (ticket.table, table))
+        if not ticket.runs:
+            raise errors.InvalidArgumentError("the ticket names no request; nothing was sent")
+        with self._lock:
+            newest = self._next_sequence - 1
+        if ticket.first_sequence + push_ticket.WINDOW < newest:
+            raise errors.InvalidArgumentError(
+                "the push of sequences %d to %d is too old to be made again: this client has "
+                "numbered requests up to %d since, and a server tells whether it applied a "
+                "sequence only within the %d below a worker's newest (proto/ps.proto rule 5); "
+                "nothing was sent, and whether its parts were applied cannot be told" %
+                (ticket.first_sequence, ticket.last_sequence, newest, push_ticket.WINDOW))
+        if push_ticket.fingerprint(keys, grads) != ticket.fingerprint:
+            raise errors.InvalidArgumentError(
+                "the keys or gradients differ from those of the push to table \"%s\" the ticket "
+                "names (sequences %d to %d); nothing was sent" %
+                (table, ticket.first_sequence, ticket.last_sequence))
+
+    @staticmethod
+    def _other_keys(ticket, table):
+        return errors.InvalidArgumentError(
+            "the keys of this push to table \"%s\" are not those of the push its ticket names "
+            "(sequences %d to %d); nothing was sent" %
+            (table, ticket.first_sequence, ticket.last_sequence))
 
     def _take_sequences(self, count):
         with self._lock:

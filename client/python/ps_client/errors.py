@@ -14,6 +14,9 @@ class PsError(Exception):
     """An error of the parameter server or of the client, with its gRPC status code."""
 
     code = grpc.StatusCode.UNKNOWN
+    # A push (or retry_push) that failed after its requests were sent: its PushTicket, for
+    # Client.retry_push (some servers may have applied their parts). None otherwise.
+    push_ticket = None
 
     def __init__(self, message, code=None):
         super().__init__(message)
