@@ -116,10 +116,7 @@ uint32_t Coordinator::next_member_id() const {
 
 rpc::MemberIds Coordinator::MemberIds() const {
   absl::MutexLock lock(&mu_);
-  rpc::MemberIds ids;
-  ids.set_first_member_id(membership_.first_member_id());
-  ids.set_next_member_id(membership_.next_member_id());
-  return ids;
+  return membership_.ids();
 }
 
 Coordinator::~Coordinator() { Shutdown(); }
@@ -174,6 +171,11 @@ void Coordinator::CancelWait(WaitId id) {
 size_t Coordinator::NumPendingWaits() const {
   absl::MutexLock lock(&mu_);
   return waits_.size();
+}
+
+void Coordinator::StartServing() {
+  absl::MutexLock lock(&mu_);
+  membership_.StartJudging(clock_->Now());
 }
 
 void Coordinator::SweepLocked(absl::Time now, Completions* out) {

@@ -78,8 +78,8 @@ struct CoordinatorOptions {
   // changes, so that a coordinator restarted on the same store carries the job on (state_store.h:
   // RocksDB in a data_dir today). Not owned; must outlive the coordinator. Null (default): in
   // memory only. A store holding a job's state is taken up: every member it knew counts as alive,
-  // and as heard from at the start, and must heartbeat within dead_after as usual; restore_from is
-  // not applied again. A failed write is reported once on stderr and the coordinator carries on
+  // is not judged by its heartbeats until StartServing, and must heartbeat within dead_after of
+  // it as usual; restore_from is not applied again. A failed write is reported once on stderr and the coordinator carries on
   // from memory.
   StateStore* store = nullptr;
 
@@ -100,6 +100,12 @@ class Coordinator {
   // the durations break their constraints; FAILED_PRECONDITION if options.store holds the state
   // of another job; the store's errors.
   static absl::StatusOr<std::unique_ptr<Coordinator>> Create(CoordinatorOptions options);
+
+  // Tells a coordinator that took up a store's state (CoordinatorOptions::store) that its RPC
+  // server now accepts calls: the members it knew count as heard from now, and must heartbeat
+  // within dead_after of it. Until then none is found silent, however long starting to listen
+  // took (a busy machine): they could not reach it. Does nothing otherwise, or when called again.
+  void StartServing();
 
   // The durations' constraints, which Create checks: heartbeat_interval > 0 and dead_after above
   // it. OK or INVALID_ARGUMENT saying which.

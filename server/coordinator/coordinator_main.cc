@@ -317,6 +317,12 @@ int main(int argc, char** argv) {
   }
   std::unique_ptr<grpc::Server> server = std::move(started->server);
   const int bound_port = started->port;
+  // Members taken up from --data_dir are judged by their heartbeats from now on, not from when
+  // the state was read.
+  (*coordinator)->StartServing();
+  // Members taken up from --data_dir are judged by their heartbeats from now on, not from when
+  // the state was read.
+  (*coordinator)->StartServing();
 
   absl::StatusOr<std::unique_ptr<ps::metrics::MetricsEndpoint>> metrics_endpoint =
       ps::StartMetricsEndpointFromFlags("ps_coordinator", &registry);

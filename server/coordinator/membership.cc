@@ -137,6 +137,7 @@ bool Membership::Touch(Member* member, absl::Time now) {
 Membership::SweepResult Membership::Sweep(absl::Time now,
                                           const std::function<void(const Member&)>& server_died) {
   SweepResult result;
+  if (!judging_) return result;
   for (auto& [id, member] : members_) {
     if (!member.alive || now - member.last_seen < dead_after_) continue;
     member.alive = false;
@@ -355,8 +356,17 @@ void Membership::SaveTo(rpc::CoordinatorState* state) const {
   for (const WorkerSlot& slot : workers_) state->add_worker_members(slot.member_id);
 }
 
+void Membership::StartJudging(absl::Time now) {
+  if (judging_) return;
+  judging_ = true;
+  for (auto& [id, member] : members_) {
+    if (member.alive) member.last_seen = now;
+  }
+}
+
 void Membership::TakeUp(const rpc::CoordinatorState& st, const std::map<int32_t, int64_t>& clocks,
                         absl::Time now) {
+  judging_ = false;
   next_member_id_ = std::max(next_member_id_, st.next_member_id());
   if (st.first_member_id() != 0) first_member_id_ = st.first_member_id();
   for (const rpc::SavedMember& m : st.members()) {

@@ -49,6 +49,13 @@ class Membership {
   // Member ids handed out so far are in [first_member_id, next_member_id).
   uint32_t first_member_id() const { return first_member_id_; }
   uint32_t next_member_id() const { return next_member_id_; }
+  // Both of the above, as Coordinator.GetMemberIds answers them.
+  rpc::MemberIds ids() const {
+    rpc::MemberIds ids;
+    ids.set_first_member_id(first_member_id_);
+    ids.set_next_member_id(next_member_id_);
+    return ids;
+  }
 
   // OK when a member of `role` may register with `address`; INVALID_ARGUMENT when the role is not
   // SERVER, WORKER or CLIENT, a server gives no address, or an address that is given is not
@@ -86,7 +93,8 @@ class Membership {
   };
 
   // Marks members not heard from for dead_after at `now` as not alive, in member id order;
-  // `server_died` is called for each server so marked, right after it is.
+  // `server_died` is called for each server so marked, right after it is. After TakeUp and
+  // before StartJudging, marks nobody.
   SweepResult Sweep(absl::Time now, const std::function<void(const Member&)>& server_died);
 
   // The workers `silent` (SweepResult.silent_workers) failed by falling silent at `now`.
@@ -140,9 +148,14 @@ class Membership {
 
   // Writes the member ids, members and slots into `state`.
   void SaveTo(rpc::CoordinatorState* state) const;
-  // Takes up what a state store kept: every member alive and seen at `now`.
+  // Takes up what a state store kept: every member alive and seen at `now`, and not judged by
+  // its heartbeats (Sweep) until StartJudging: a coordinator reading its state cannot be reached
+  // until it listens.
   void TakeUp(const rpc::CoordinatorState& state, const std::map<int32_t, int64_t>& clocks,
               absl::Time now);
+  // After TakeUp: every alive member counts as heard from at `now`, and Sweep judges them from
+  // then on. Does nothing otherwise.
+  void StartJudging(absl::Time now);
   // Adds every member (liveness and last seen as of `now`; workers with their ends and clocks)
   // and the job's failure to `status`.
   void FillStatus(absl::Time now, rpc::ClusterStatus* status) const;
@@ -180,6 +193,7 @@ class Membership {
   absl::Time first_report_ = absl::InfiniteFuture();
   std::optional<rpc::JobFailure> failure_;
   bool failure_taken_ = false;
+  bool judging_ = true;  // false from TakeUp to StartJudging
 };
 
 }  // namespace coordinator

@@ -212,6 +212,44 @@ TEST_CASE("membership: saved and taken up", "[membership]") {
   CHECK(restarted.Find(worker)->left);
   CHECK(restarted.Find(worker)->last_seen == now);
   CHECK(restarted.Clocks().max_clock() == 8);
+  CHECK(restarted.ids().first_member_id() == 3);
+  CHECK(restarted.ids().next_member_id() == 6);
+}
+
+// Regression: a coordinator restarted on a busy machine read its state, took seconds to start
+// listening, and found its workers silent before they could reach it, failing the job.
+TEST_CASE("membership: members taken up are judged from StartJudging, not from TakeUp",
+          "[membership]") {
+  Membership m(1, 1, 1, 0, kDeadAfter);
+  const uint32_t server = Join(m, rpc::SERVER, "a:1");
+  const uint32_t worker = Join(m, rpc::WORKER, "", 0);
+  rpc::CoordinatorState state;
+  m.SaveTo(&state);
+
+  Membership restarted(1, 1, 1, 0, kDeadAfter);
+  restarted.TakeUp(state, {}, kStart);
+  // Long after TakeUp, before it listens: nobody is found silent.
+  const absl::Time listening = kStart + 10 * kDeadAfter;
+  Membership::SweepResult swept = restarted.Sweep(listening, [](const Membership::Member&) {
+    FAIL("no server may be failed over before the coordinator listens");
+  });
+  CHECK_FALSE(swept.any_died);
+  CHECK(restarted.Find(worker)->alive);
+
+  restarted.StartJudging(listening);
+  CHECK(restarted.Find(server)->last_seen == listening);
+  swept = restarted.Sweep(listening + kDeadAfter - absl::Milliseconds(1),
+                          [](const Membership::Member&) {});
+  CHECK_FALSE(swept.any_died);
+  // From then on, as always: silent for dead_after is dead.
+  std::vector<int32_t> died;
+  swept = restarted.Sweep(listening + kDeadAfter,
+                          [&](const Membership::Member& s) { died.push_back(s.rank); });
+  CHECK(swept.any_died);
+  CHECK(died == std::vector<int32_t>{0});
+  CHECK(swept.silent_workers == std::vector<uint32_t>{worker});
+  restarted.StartJudging(listening + kDeadAfter);  // again: nothing changes
+  CHECK_FALSE(restarted.Find(worker)->alive);
 }
 
 }  // namespace
