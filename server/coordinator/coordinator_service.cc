@@ -16,6 +16,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/grpc/auth.h"
 #include "common/grpc_status.h"
+#include "common/net_address.h"
 
 namespace ps {
 namespace coordinator {
@@ -107,17 +108,15 @@ namespace {
 
 // Opens (and closes) a TCP connection to host:port within CoordinatorService::kReachableTimeout.
 bool TcpReachable(const std::string& address) {
-  const size_t colon = address.rfind(':');
-  if (colon == std::string::npos) return false;
-  std::string host = address.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  const std::string port = address.substr(colon + 1);
+  const absl::StatusOr<HostPort> parsed = ParseHostPort(address, AddressUse::kDial);
+  if (!parsed.ok()) return false;
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* found = nullptr;
-  if (getaddrinfo(host.c_str(), port.c_str(), &hints, &found) != 0) return false;
+  if (getaddrinfo(parsed->host.c_str(), std::to_string(parsed->port).c_str(), &hints, &found) !=
+      0) {
+    return false;
+  }
   bool reachable = false;
   for (addrinfo* ai = found; ai != nullptr && !reachable; ai = ai->ai_next) {
     const int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
