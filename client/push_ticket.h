@@ -18,6 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "common/sequence_window.h"
 
 namespace ps {
 
@@ -45,7 +46,7 @@ struct PushTicket {
   // How far below a worker's newest sequence a shard still tells whether it applied one
   // (proto/ps.proto rule 5; server/storage/apply_window.h): a ticket whose first sequence is
   // further below the client's newest cannot be made again.
-  static constexpr uint64_t kWindow = 1024;
+  static constexpr uint64_t kWindow = kSequenceWindow;
 
   // The worker id of the client that made the call (Client::worker_id): only that client, while
   // it lives, may make the call again.

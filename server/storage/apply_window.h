@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "absl/container/flat_hash_map.h"
+#include "common/sequence_window.h"
 
 namespace ps {
 namespace server {
@@ -19,7 +20,7 @@ namespace server {
 class ApplyWindow {
  public:
   // Sequences tracked below a worker's highest admitted sequence.
-  static constexpr uint64_t kWindow = 1024;
+  static constexpr uint64_t kWindow = kSequenceWindow;
 
   enum class Verdict {
     kApply,      // first time seen: apply it (it is now recorded)
