@@ -251,6 +251,36 @@ absl::Status CheckJob(const Checker& c, const Where& root, const config::Job& jo
         CheckInitializer(c, Nested(w, t, "initializer", -1, "initializer"), t.initializer()));
     PS_RETURN_IF_ERROR(
         CheckOptimizer(c, Nested(w, t, "optimizer", -1, "optimizer"), t.optimizer()));
+    if (t.has_admission()) {
+      const config::Admission& a = t.admission();
+      const Where aw = Nested(w, t, "admission", -1, "admission");
+      if (a.min_count() < 1 || a.min_count() > 15) {
+        return c.Error(aw, a, "min_count",
+                       absl::StrFormat("min_count must be between 1 and 15 (the sketch's counters "
+                                       "are 4 bits), got %d",
+                                       a.min_count()));
+      }
+      if (!(a.probability() > 0.0f && a.probability() <= 1.0f)) {
+        return c.Error(aw, a, "probability",
+                       absl::StrFormat("probability must be in (0, 1], got %g", a.probability()));
+      }
+      if (a.min_count() == 1 && a.probability() == 1.0f) {
+        return c.Error(aw, a, nullptr,
+                       "admits every id (min_count 1, probability 1): set min_count above 1 or "
+                       "probability below 1, or remove admission");
+      }
+    }
+    if (t.has_eviction()) {
+      const config::Eviction& e = t.eviction();
+      const Where ew = Nested(w, t, "eviction", -1, "eviction");
+      if (e.ttl_steps() > 0 && e.ttl_seconds() > 0) {
+        return c.Error(ew, e, "ttl_seconds", "set at most one of ttl_steps and ttl_seconds");
+      }
+    }
+    if (!(t.memory_weight() > 0.0f) || !std::isfinite(t.memory_weight())) {
+      return c.Error(w, t, "memory_weight",
+                     absl::StrFormat("memory_weight must be > 0, got %g", t.memory_weight()));
+    }
   }
 
   // Model.

@@ -4,7 +4,8 @@
 //             [--metrics_listen=HOST:PORT] [--metrics_port_file=PATH] [--connect_timeout_s=45]
 //             [--hot_keys_sample_every=128] [--lookup_threads=-1] [--tls_cert=PEM --tls_key=PEM]
 //             [--tls_ca=PEM] [--token_file=PATH] [--shared_memory_mb=1024]
-//             [--shared_memory_idle_s=600] [--dry_run] [resource bounds, below]
+//             [--shared_memory_idle_s=600] [--memory_budget_mb=0] [--dry_run]
+//             [resource bounds, below]
 //
 // It lends clients on its host up to --shared_memory_mb of shared memory for the payloads of
 // pulls and pushes and for the calls themselves (server/shared_regions.h, proto/ps.proto rules 9
@@ -82,6 +83,9 @@ ABSL_FLAG(uint32_t, hot_keys_sample_every, 128,
 ABSL_FLAG(int, lookup_threads, -1,
           "threads that serve the shards of one large pull or push side by side (from 16384 "
           "keys); -1: one less than the machine's cores, at most 7; 0: none");
+ABSL_FLAG(int64_t, memory_budget_mb, 0,
+          "the server's resident memory budget in MiB: its tables' rows are capped and evicted "
+          "to stay within it (server/README.md#memory-budget); 0: none");
 ABSL_FLAG(int, connect_timeout_s, 45,
           "how long to wait for the coordinator, at start and when it is away later (a "
           "coordinator restarting from its data_dir); then the server exits with status 1");
@@ -282,6 +286,12 @@ int Main() {
     std::fprintf(stderr, "ps_server: %s\n", std::string(lookup_threads.status().message()).c_str());
     return 2;
   }
+  const int64_t memory_budget_mb = absl::GetFlag(FLAGS_memory_budget_mb);
+  if (memory_budget_mb < 0 || memory_budget_mb > (int64_t{1} << 30)) {
+    std::fprintf(stderr, "ps_server: --memory_budget_mb must be in [0, 2^30] (0: none), got %lld\n",
+                 static_cast<long long>(memory_budget_mb));
+    return 2;
+  }
   const int connect_timeout_s = absl::GetFlag(FLAGS_connect_timeout_s);
   if (connect_timeout_s <= 0) {
     std::fprintf(stderr, "ps_server: --connect_timeout_s must be > 0, got %d\n", connect_timeout_s);
@@ -414,6 +424,7 @@ int Main() {
   options.empty_handler = absl::GetFlag(FLAGS_empty_handler);
   options.hot_keys_sample_every = absl::GetFlag(FLAGS_hot_keys_sample_every);
   options.lookup_threads = *lookup_threads;
+  options.memory_budget_bytes = memory_budget_mb << 20;
   options.replication_transport = replication.get();
   options.server_id = server_id;
   // A copy that cannot be reached is reported, so that the coordinator fails it over at once.
@@ -534,7 +545,7 @@ int main(int argc, char** argv) {
       "ps_server --coordinator=HOST:PORT [--listen=HOST:PORT] [--advertise=HOST] "
       "[--port_file=PATH] [--metrics_listen=HOST:PORT] [--metrics_port_file=PATH] "
       "[--connect_timeout_s=N] [--hot_keys_sample_every=N] [--lookup_threads=N] "
-      "[--shared_memory_mb=N] [--shared_memory_idle_s=N] [--dry_run]");
+      "[--shared_memory_mb=N] [--shared_memory_idle_s=N] [--memory_budget_mb=N] [--dry_run]");
   absl::ParseCommandLine(argc, argv);
   return ps::Main();
 }

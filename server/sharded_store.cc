@@ -38,13 +38,26 @@ absl::StatusOr<std::unique_ptr<ShardedStore>> ShardedStore::Create(const config:
     return absl::InvalidArgumentError(
         "replication_factor > 1 needs a replication transport (ShardedStore::Options)");
   }
-  return std::unique_ptr<ShardedStore>(
-      new ShardedStore(job, options, std::move(tables), std::move(dense_optimizer)));
+  // The copies an even placement gives each server.
+  const config::Cluster& cluster = job.cluster();
+  const size_t servers = std::max<uint32_t>(1, cluster.num_servers());
+  const size_t copies =
+      (size_t{cluster.num_shards()} * cluster.replication_factor() + servers - 1) / servers;
+  MemoryKeeper::Options keeping;
+  keeping.budget_bytes = options.memory_budget_bytes;
+  keeping.now = options.now;
+  std::vector<const TableSpec*> specs;
+  for (const auto& spec : tables) specs.push_back(spec.get());
+  PS_ASSIGN_OR_RETURN(auto keeper,
+                      MemoryKeeper::Create(job, std::move(specs), copies, std::move(keeping)));
+  return std::unique_ptr<ShardedStore>(new ShardedStore(
+      job, options, std::move(tables), std::move(dense_optimizer), std::move(keeper)));
 }
 
 ShardedStore::ShardedStore(const config::Job& job, const Options& options,
                            std::vector<std::unique_ptr<TableSpec>> tables,
-                           std::unique_ptr<Optimizer> dense_optimizer)
+                           std::unique_ptr<Optimizer> dense_optimizer,
+                           std::unique_ptr<MemoryKeeper> keeper)
     : job_(job),
       options_(options),
       num_shards_(job.cluster().num_shards()),
@@ -52,9 +65,10 @@ ShardedStore::ShardedStore(const config::Job& job, const Options& options,
       tables_(std::move(tables)),
       table_index_(IndexTables(tables_)),
       dense_optimizer_(std::move(dense_optimizer)),
+      keeper_(std::move(keeper)),
       lookup_pool_(std::max(0, options.lookup_threads)),
       shard_config_{&tables_, dense_optimizer_.get(), job.cluster().dense_chunk_floats(),
-                    job.training().mode() == config::Training::SYNC},
+                    job.training().mode() == config::Training::SYNC, keeper_->sketch_widths()},
       sync_(job.training().mode() == config::Training::SYNC),
       read_from_replicas_(job.cluster().read_from_replicas()),
       stats_(job, &tables_, options.hot_keys_sample_every),
@@ -82,11 +96,18 @@ ShardedStore::ShardedStore(const config::Job& job, const Options& options,
     replicator_ =
         std::make_unique<Replicator>(std::move(replication), options.replication_transport);
   }
+  keeper_->Start([this](absl::FunctionRef<void(Shard*)> fn) {
+    absl::ReaderMutexLock map_lock(&map_mu_);
+    for (uint32_t s = 0; s < num_shards_; ++s) {
+      if (roles_[s] == Role::kPrimary && shards_[s] != nullptr) fn(shards_[s].get());
+    }
+  });
 }
 
 ShardedStore::~ShardedStore() { Shutdown(); }
 
 void ShardedStore::Shutdown() {
+  keeper_->Shutdown();
   barrier_.Shutdown();
   cuts_.Close();
   if (replicator_ != nullptr) replicator_->Shutdown();
@@ -117,7 +138,22 @@ std::vector<size_t> ShardedStore::ExpectedRows() const {
     const double mean = static_cast<double>(job_.tables(t).capacity_hint()) / num_shards_;
     expected[t] = mean == 0 ? 0 : static_cast<size_t>(mean + 4 * std::sqrt(mean) + 16);
   }
+  // Never past a cap of the memory budget.
+  const std::vector<size_t> caps = keeper_->CurrentMaxRows();
+  for (size_t t = 0; t < tables_.size(); ++t) {
+    if (caps[t] != 0) expected[t] = std::min(expected[t], caps[t]);
+  }
   return expected;
+}
+
+void ShardedStore::ApplyMemoryBudget() {
+  size_t copies = 0;
+  for (const std::unique_ptr<Shard>& shard : shards_) copies += shard != nullptr;
+  keeper_->SetCopies(copies);
+  const std::vector<size_t> caps = keeper_->CurrentMaxRows();
+  for (const std::unique_ptr<Shard>& shard : shards_) {
+    if (shard != nullptr) shard->SetMaxRows(caps);
+  }
 }
 
 void ShardedStore::SetShardMap(const rpc::ShardMap& map, uint32_t server_id) {
@@ -156,6 +192,7 @@ absl::StatusOr<std::unique_ptr<Shard>> ShardedStore::NewRestoringShard(uint32_t 
   expected.resize(tables_.size());
   for (size_t& e : expected) e += rows / std::max<size_t>(1, tables_.size());
   auto restoring = std::make_unique<Shard>(shard, shard_config_, expected, /*complete=*/false);
+  restoring->SetMaxRows(keeper_->CurrentMaxRows());
   restoring->BeginRestore();
   return restoring;
 }
@@ -252,6 +289,7 @@ void ShardedStore::ApplyShardMap(const rpc::ShardMap& map, uint32_t server_id,
       replicator_->SetTargets(shard.get(), std::move(targets), snapshots);
     }
   }
+  ApplyMemoryBudget();
   map_version_.store(map.version(), std::memory_order_release);
 }
 
@@ -418,6 +456,7 @@ absl::Status ShardedStore::Push(const rpc::PushRequest& request, uint32_t* dupli
   if (sync_ && step < 0) {
     return absl::InvalidArgumentError("a push in sync mode needs its step (header.clock >= 0)");
   }
+  if (step > 0) keeper_->NoteStep(step);
   // Sync mode: the step may not be applied while this push adds to it.
   absl::ReaderMutexLock step_lock(barrier_.mu());
   absl::ReaderMutexLock map_lock(&map_mu_);
@@ -582,6 +621,14 @@ absl::Status ShardedStore::FillStatus(const rpc::ServerStatusRequest& request,
                       shards_[s].get()});
   }
   stats_.Fill(request, copies, status);
+  const std::vector<size_t> caps = keeper_->CurrentMaxRows();
+  for (int t = 0; t < status->tables_size() && t < static_cast<int>(caps.size()); ++t) {
+    status->mutable_tables(t)->set_max_rows_per_copy(caps[t]);
+  }
+  status->set_memory_budget_bytes(keeper_->budget_bytes());
+  status->set_memory_allowance_bytes(std::max<int64_t>(0, keeper_->allowance_bytes()));
+  status->set_resident_bytes(ResidentBytes());
+  status->set_peak_resident_bytes(std::max(keeper_->peak_resident_bytes(), ResidentBytes()));
   return absl::OkStatus();
 }
 

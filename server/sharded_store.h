@@ -29,6 +29,7 @@
 #include "proto/ps.pb.h"
 #include "server/checkpoint/checkpoint_cuts.h"
 #include "server/dense_requests.h"
+#include "server/memory_keeper.h"
 #include "server/replication/replicate_wire.h"
 #include "server/replication/replicator.h"
 #include "server/shard/shard.h"
@@ -71,9 +72,16 @@ class ShardedStore {
     // A request is spread over the lookup threads only from this many keys, in parts of at least
     // this many keys, whole shards each. Default 16384; >= 1.
     uint32_t parallel_min_keys = 16384;
+    // The server's memory budget in bytes (ps_server --memory_budget_mb; MemoryKeeper); 0:
+    // none. >= 0.
+    int64_t memory_budget_bytes = 0;
+    // The memory keeper's clock (MemoryKeeper::Options::now); default absl::Now.
+    std::function<absl::Time()> now;
   };
 
-  // INVALID_ARGUMENT if the job fails validation (tables, optimizers).
+  // INVALID_ARGUMENT if the job fails validation (tables, optimizers), or its fixed part does
+  // not fit the memory budget, or it sets bounds the budget-less server cannot honour
+  // (MemoryKeeper::Create).
   static absl::StatusOr<std::unique_ptr<ShardedStore>> Create(const config::Job& job,
                                                               const Options& options);
 
@@ -289,7 +297,10 @@ class ShardedStore {
  private:
   ShardedStore(const config::Job& job, const Options& options,
                std::vector<std::unique_ptr<TableSpec>> tables,
-               std::unique_ptr<Optimizer> dense_optimizer);
+               std::unique_ptr<Optimizer> dense_optimizer, std::unique_ptr<MemoryKeeper> keeper);
+
+  // Caps the rows of every copy held by the memory budget, for the number of copies held now.
+  void ApplyMemoryBudget() ABSL_EXCLUSIVE_LOCKS_REQUIRED(map_mu_);
 
   // SetShardMap's work under the map lock; the snapshots for new copies are added to `snapshots`.
   // New primaries found in `restored` (by shard) are adopted instead of created empty.
@@ -352,6 +363,9 @@ class ShardedStore {
   const std::vector<std::unique_ptr<TableSpec>> tables_;
   const absl::flat_hash_map<std::string, size_t> table_index_;
   const std::unique_ptr<Optimizer> dense_optimizer_;
+  // The memory budget and eviction: caps copies' rows and sweeps the primaries (its thread is
+  // stopped by Shutdown, before the shards go).
+  const std::unique_ptr<MemoryKeeper> keeper_;
   // Serves the parts of large requests (Options::lookup_threads).
   TaskPool lookup_pool_;
   const ShardConfig shard_config_;

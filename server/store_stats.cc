@@ -62,6 +62,7 @@ void StoreStats::Fill(const rpc::ServerStatusRequest& request, absl::Span<const 
   std::vector<uint64_t> rows(num_tables, 0), bytes(num_tables, 0);
   std::vector<uint64_t> primary_rows(num_tables, 0), primary_bytes(num_tables, 0);
   std::vector<uint64_t> shard_rows(num_tables), shard_bytes(num_tables);
+  std::vector<TableShard::Counters> counters(num_tables);
   for (const Copy& copy : copies) {
     const bool primary = copy.copy == rpc::ShardSize::PRIMARY;
     if (primary) {
@@ -72,6 +73,7 @@ void StoreStats::Fill(const rpc::ServerStatusRequest& request, absl::Span<const 
     std::fill(shard_rows.begin(), shard_rows.end(), 0);
     std::fill(shard_bytes.begin(), shard_bytes.end(), 0);
     copy.held->AddSizes(&shard_rows, &shard_bytes);
+    copy.held->AddCounters(&counters);
     rpc::ShardSize* size = status->add_shard_sizes();
     size->set_shard(copy.shard);
     size->set_copy(copy.copy);
@@ -96,6 +98,10 @@ void StoreStats::Fill(const rpc::ServerStatusRequest& request, absl::Span<const 
     ts->set_primary_rows(primary_rows[t]);
     ts->set_primary_bytes(primary_bytes[t]);
     traffic_[t]->FillCounters(ts);
+    ts->set_evicted_ttl(counters[t].evicted_ttl);
+    ts->set_evicted_budget(counters[t].evicted_budget);
+    ts->set_admission_refused(counters[t].admission_refused);
+    ts->set_full_refused(counters[t].full_refused);
   }
   const int hot = FindTable(request.hot_keys_table());
   if (hot >= 0 && CheckRequest(request).ok()) {

@@ -44,9 +44,13 @@ void Shard::ResetLocked() {
   tables_.reserve(num_tables);
   for (size_t t = 0; t < num_tables; ++t) {
     const size_t expected = t < expected_rows_.size() ? expected_rows_[t] : 0;
-    tables_.push_back(std::make_unique<TableShard>((*config_.tables)[t].get(), expected));
+    const size_t width = t < config_.sketch_width.size() ? config_.sketch_width[t] : 1 << 16;
+    tables_.push_back(
+        std::make_unique<TableShard>((*config_.tables)[t].get(), expected, width));
     tables_.back()->set_generation(generation_);
+    if (t < max_rows_.size()) tables_.back()->SetMaxRows(max_rows_[t]);
   }
+  evicted_since_cut_ = false;
   // The rows were replaced: no checkpoint's file holds what an increment would build on.
   base_checkpoint_ = 0;
   base_generation_ = 0;
@@ -138,11 +142,14 @@ ApplyWindow::Verdict Shard::Push(size_t table, uint32_t worker, uint64_t sequenc
     // The rows after the update go straight into the record's values, uninitialised before.
     rpc::RowsChange* rows = record.mutable_rows();
     rows->set_table(static_cast<uint32_t>(table));
-    AppendPacked(keys.data(), keys.size(), rows->mutable_keys());
-    const size_t floats = keys.size() * tables_[table]->spec().row_floats();
-    out.values.reset(new float[floats]);
-    out.value_bytes = floats * sizeof(float);
-    tables_[table]->Push(keys, grads, out.values.get());
+    const size_t row_floats = tables_[table]->spec().row_floats();
+    out.values.reset(new float[keys.size() * row_floats]);
+    std::vector<uint64_t> kept;
+    const size_t dropped = tables_[table]->Push(keys, grads, out.values.get(), &kept);
+    // Ids refused a row (admission, the row cap) are not in the record: copies create nothing.
+    const absl::Span<const uint64_t> applied = dropped == 0 ? keys : absl::MakeConstSpan(kept);
+    AppendPacked(applied.data(), applied.size(), rows->mutable_keys());
+    out.value_bytes = applied.size() * row_floats * sizeof(float);
   } else {
     tables_[table]->Push(keys, grads);
   }
@@ -161,8 +168,12 @@ void Shard::ApplyStep(int64_t step) {
   for (size_t t = 0; t < pending_.size(); ++t) {
     StepSums& sums = pending_[t];
     if (sums.ids.empty()) continue;
-    tables_[t]->Push(sums.ids, sums.sums.data());
-    if (sink_) DescribeRows(t, sums.ids, record.mutable_step()->add_rows());
+    std::vector<uint64_t> kept;
+    const size_t dropped = tables_[t]->Push(sums.ids, sums.sums.data(), nullptr, &kept);
+    if (sink_) {
+      DescribeRows(t, dropped == 0 ? absl::MakeConstSpan(sums.ids) : absl::MakeConstSpan(kept),
+                   record.mutable_step()->add_rows());
+    }
     sums = StepSums();
   }
   applied_step_ = step;
@@ -262,6 +273,72 @@ void Shard::AddSizes(std::vector<uint64_t>* rows, std::vector<uint64_t>* bytes) 
     (*rows)[t] += tables_[t]->size();
     (*bytes)[t] += tables_[t]->MemoryBytes();
   }
+}
+
+void Shard::AddCounters(std::vector<TableShard::Counters>* counters) const {
+  absl::MutexLock lock(&mu_);
+  for (size_t t = 0; t < tables_.size(); ++t) {
+    const TableShard::Counters& c = tables_[t]->counters();
+    TableShard::Counters& sum = (*counters)[t];
+    sum.evicted_ttl += c.evicted_ttl;
+    sum.evicted_budget += c.evicted_budget;
+    sum.admission_refused += c.admission_refused;
+    sum.full_refused += c.full_refused;
+  }
+}
+
+void Shard::SetMaxRows(absl::Span<const size_t> max_rows) {
+  absl::MutexLock lock(&mu_);
+  max_rows_.assign(max_rows.begin(), max_rows.end());
+  for (size_t t = 0; t < tables_.size(); ++t) {
+    tables_[t]->SetMaxRows(t < max_rows_.size() ? max_rows_[t] : 0);
+  }
+}
+
+SweepResult Shard::Sweep(absl::Span<const TableSweep> sweeps, size_t max_buckets) {
+  SweepResult result;
+  std::vector<uint64_t> evicted;
+  for (size_t t = 0; t < sweeps.size(); ++t) {
+    const TableSweep& sweep = sweeps[t];
+    absl::MutexLock lock(&mu_);
+    if (!complete_ || restoring_ || t >= tables_.size()) return result;
+    TableShard& table = *tables_[t];
+    table.SetTick(sweep.tick);
+    evicted.clear();
+    table.Sweep(max_buckets, sweep.ttl_ticks, &evicted);
+    if (sweep.high_rows != 0 && table.size() > sweep.high_rows) {
+      table.EvictToRows(sweep.low_rows, max_buckets, &evicted);
+    }
+    if (sweep.high_rows != 0 && table.size() > sweep.high_rows) result.within = false;
+    if (evicted.empty()) continue;
+    result.evicted += evicted.size();
+    evicted_since_cut_ = true;
+    // A sync step's sums of an evicted row stay: the step re-creates the row (if admitted) and
+    // applies them, as for a row the step creates.
+    ++applied_sequence_;
+    if (sink_) {
+      RecordOut out;
+      rpc::RowsChange* change = out.record.mutable_evict();
+      change->set_table(static_cast<uint32_t>(t));
+      AppendPacked(evicted.data(), evicted.size(), change->mutable_keys());
+      Emit(std::move(out));
+    }
+  }
+  return result;
+}
+
+absl::Status Shard::ApplyEvictLocked(const rpc::RowsChange& change) {
+  if (change.table() >= tables_.size() || change.keys().size() % sizeof(uint64_t) != 0 ||
+      !change.values().empty()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "shard %d: malformed evict record (table %d of %d, %d key bytes, %d value bytes)", id_,
+        change.table(), tables_.size(), change.keys().size(), change.values().size()));
+  }
+  const std::vector<uint64_t> keys = Unpack<uint64_t>(change.keys());
+  TableShard& table = *tables_[change.table()];
+  for (const uint64_t key : keys) table.Erase(key);
+  evicted_since_cut_ = true;
+  return absl::OkStatus();
 }
 
 void Shard::SetRecordSink(RecordSink sink) {
@@ -498,7 +575,9 @@ void Shard::CutState(ShardCut* cut) const {
 }
 
 void Shard::CutRowsLocked(size_t max_record_bytes, const CutRequest& request, ShardCut* cut) {
-  const bool incremental = request.base_id != 0 && request.base_id == base_checkpoint_;
+  const bool incremental =
+      request.base_id != 0 && request.base_id == base_checkpoint_ && !evicted_since_cut_;
+  evicted_since_cut_ = false;
   cut->incremental = incremental;
   cut->base_id = incremental ? request.base_id : 0;
   EndCutReadLocked();
@@ -516,8 +595,8 @@ void Shard::CutRowsLocked(size_t max_record_bytes, const CutRequest& request, Sh
 
   // Close the generation: what changes from now on is newer than this cut.
   uint32_t closed = generation_;
-  if (generation_ == std::numeric_limits<uint32_t>::max()) {
-    // Out of generations (after 2^32 - 1 cuts): every row is as of this cut, generation 0, and
+  if (generation_ == TableShard::kMaxGeneration) {
+    // Out of generations (after 2^16 - 1 cuts): every row is as of this cut, generation 0, and
     // changes start again at 1. A base before this cut can no longer be told from it.
     for (const std::unique_ptr<TableShard>& table : tables_) table->ResetGenerations();
     closed = 0;
@@ -785,6 +864,11 @@ absl::Status Shard::ApplyRecordLocked(const rpc::ShardRecord& record,
       }
       std::memcpy(seen.data(), w.seen().data(), sizeof(seen));
       window_.Restore(w.worker_id(), w.highest(), seen);
+      break;
+    }
+    case rpc::ShardRecord::kEvict: {
+      absl::Status erased = ApplyEvictLocked(record.evict());
+      if (!erased.ok()) return erased;
       break;
     }
     case rpc::ShardRecord::kSnapshotEnd:

@@ -93,6 +93,27 @@ struct ShardConfig {
   uint32_t dense_chunk_floats = 65536;
   // Sync training: pushes are summed into the pending step and applied by ApplyStep.
   bool sync = false;
+  // By table index: the counters per row of the table's admission sketch in each shard
+  // (AdmissionOptions::width); missing entries: 65536. Only tables with admission have one.
+  std::vector<size_t> sketch_width;
+};
+
+// What one Shard::Sweep does to each table.
+struct TableSweep {
+  // The clock of the rows' use stamps, now (TableShard::SetTick).
+  uint32_t tick = 0;
+  // Rows unused for more than this many ticks are evicted; 0: none by age.
+  uint32_t ttl_ticks = 0;
+  // Above `high_rows` rows, rows are evicted by the table's policy down to `low_rows`; 0: never.
+  size_t high_rows = 0;
+  size_t low_rows = 0;
+};
+
+// What a Shard::Sweep did.
+struct SweepResult {
+  size_t evicted = 0;
+  // Whether every table is now at or below its high_rows.
+  bool within = true;
 };
 
 // A Shard holds one shard of every table and of the dense tensors. Thread-safe: one lock per
@@ -179,6 +200,24 @@ class Shard {
   // have one entry per table.
   void AddSizes(std::vector<uint64_t>* rows, std::vector<uint64_t>* bytes) const;
 
+  // Adds every table's TableShard::Counters to (*counters)[t] (one entry per table).
+  void AddCounters(std::vector<TableShard::Counters>* counters) const;
+
+  // --- Bounds and eviction ---
+
+  // Caps each table's rows (TableShard::SetMaxRows; by table index, missing: no cap), now and
+  // for the tables a snapshot or restore creates later.
+  void SetMaxRows(absl::Span<const size_t> max_rows);
+
+  // One step of eviction on a complete shard (a primary's; a copy's rows follow its primary's
+  // records), table by table, each under the shard's lock for at most `max_buckets` buckets of
+  // its index and as many rows examined: sets each table's tick, sweeps out rows older than its
+  // TTL, and above high_rows evicts by policy towards low_rows. `sweeps` has one entry per
+  // table. The evicted rows go to the record sink as evict records (one per table and step), so
+  // that copies remove them too; each advances applied_sequence() by one. Does nothing on a
+  // copy that is not complete.
+  SweepResult Sweep(absl::Span<const TableSweep> sweeps, size_t max_buckets);
+
   // --- Replication ---
 
   // Sets the sink of this shard's records (nullptr: no records). Takes effect for the next change.
@@ -206,7 +245,8 @@ class Shard {
   // changed from now on belong to the next).
   //
   // Incremental when `request.base_id` is not 0 and is the checkpoint_id of this shard's
-  // previous cut: then only the rows changed since that cut are appended to `cut`'s records (of
+  // previous cut and no row was evicted since (an increment has no way to say a row is gone):
+  // then only the rows changed since that cut are appended to `cut`'s records (of
   // at most about `max_record_bytes`), and `cut` is marked incremental on base_id. Otherwise
   // every row (a full cut): so a shard new to this object (a failover's promoted replica, a
   // restart, a restore, a new snapshot) is cut in full first. A full cut's rows are not copied
@@ -238,8 +278,9 @@ class Shard {
   ShardCut Cut(size_t max_record_bytes, const CutRequest& request = {});
 
   // The generation rows changing now are stamped with: 1 when new, advanced by each CutRows.
-  // Generations are 32 bits: the cut that would take it past 2^32 - 1 sets every row's to 0
-  // and starts again at 1 (see CutRows; the remembered base moves with it).
+  // Generations are 16 bits (TableShard::kMaxGeneration): the cut that would take it past that
+  // sets every row's to 0 and starts again at 1 (see CutRows; the remembered base moves with
+  // it).
   uint32_t generation() const;
 
   // Tests of the wrap-around: the generation as if that many cuts had been taken.
@@ -290,6 +331,8 @@ class Shard {
     std::vector<float> sums;  // ids.size() x dim
   };
 
+  // Erases the rows of an evict record's keys.
+  absl::Status ApplyEvictLocked(const rpc::RowsChange& change) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Describes the rows of `keys` of table `table` as they are now into `change`.
   void DescribeRows(size_t table, absl::Span<const uint64_t> keys, rpc::RowsChange* change) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -368,6 +411,11 @@ class Shard {
   uint64_t cut_reads_ ABSL_GUARDED_BY(mu_) = 0;
   // Between BeginRestore and FinishRestore.
   bool restoring_ ABSL_GUARDED_BY(mu_) = false;
+  // Row caps by table (SetMaxRows).
+  std::vector<size_t> max_rows_ ABSL_GUARDED_BY(mu_);
+  // Whether a row was evicted (or erased by an evict record) since the last cut: the next cut
+  // is full.
+  bool evicted_since_cut_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace server

@@ -595,11 +595,11 @@ TEST_CASE("a cut is incremental only on the base this shard object cut last",
   }
 }
 
-TEST_CASE("generations wrap around after 2^32 - 1 cuts and increments stay exact",
+TEST_CASE("generations wrap around after 2^16 - 1 cuts and increments stay exact",
           "[shard][checkpoint]") {
   Fixture f(/*sync=*/false);
   Shard shard(2, f.config, {});
-  constexpr uint32_t kMax = std::numeric_limits<uint32_t>::max();
+  constexpr uint32_t kMax = TableShard::kMaxGeneration;
   shard.SetGenerationForTesting(kMax - 1);
   std::mt19937_64 rng(12);
   RandomChanges(shard, false, &rng, 100);

@@ -54,6 +54,8 @@ struct Scratch {
   std::vector<uint32_t> unique_slots;
   std::vector<uint32_t> unique_of;  // per id: index of its slot among unique_slots
   std::vector<float> sums;
+  // Push's gradients of the ids with a row, when some had none.
+  std::vector<float> kept_grads;
 };
 
 Scratch& ThreadScratch() {
@@ -126,12 +128,86 @@ absl::StatusOr<std::unique_ptr<TableSpec>> TableSpec::Create(const config::Table
   PS_ASSIGN_OR_RETURN(spec->optimizer, Optimizer::Create(table.optimizer()));
   PS_ASSIGN_OR_RETURN(spec->initializer,
                       Initializer::Create(table.initializer(), job_seed, table.name()));
+  if (table.has_admission()) {
+    const config::Admission& admission = table.admission();
+    if (admission.min_count() < 1 || admission.min_count() > AdmissionSketch::kMaxCount ||
+        !(admission.probability() > 0.0f && admission.probability() <= 1.0f)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "table \"%s\": admission needs min_count in [1, 15] and probability in (0, 1]",
+          table.name()));
+    }
+    spec->admission = true;
+    spec->admission_options.min_count = admission.min_count();
+    spec->admission_options.probability = admission.probability();
+    spec->admission_options.seed = spec->name_hash ^ job_seed;
+  }
+  if (table.has_eviction()) {
+    const config::Eviction& eviction = table.eviction();
+    if (eviction.ttl_steps() > 0 && eviction.ttl_seconds() > 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "table \"%s\": eviction sets both ttl_steps and ttl_seconds", table.name()));
+    }
+    spec->eviction = true;
+    spec->lfu = eviction.policy() == config::Eviction::LFU;
+    spec->ttl_steps = eviction.ttl_steps();
+    spec->ttl_seconds = eviction.ttl_seconds();
+  }
   return spec;
 }
 
-TableShard::TableShard(const TableSpec* spec, size_t expected_rows)
+TableShard::TableShard(const TableSpec* spec, size_t expected_rows, size_t sketch_width)
     : spec_(spec), dim_(spec->dim), row_floats_(spec->row_floats()), expected_rows_(expected_rows) {
   Rehash(CapacityFor(expected_rows));
+  track_use_ = spec->eviction;
+  if (spec->admission) {
+    AdmissionOptions options = spec->admission_options;
+    options.width = sketch_width;
+    sketch_ = std::make_unique<AdmissionSketch>(options);
+  }
+}
+
+size_t TableShard::BytesPerRow(const TableSpec& spec) {
+  // The index at its largest load (kLoadNum / kLoadDen) plus the row's floats.
+  return (sizeof(Entry) * kLoadDen + kLoadNum - 1) / kLoadNum + size_t{spec.row_floats()} * 4;
+}
+
+size_t TableShard::BytesForRows(const TableSpec& spec, size_t max_rows) {
+  static const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t row_bytes = size_t{spec.row_floats()} * sizeof(float);
+  // Whole blocks and the last one's pages.
+  const size_t full_blocks = max_rows / kBlockRows;
+  const size_t last_rows = max_rows % kBlockRows;
+  const size_t slabs = full_blocks * ((kBlockRows * row_bytes + page - 1) / page * page) +
+                       (last_rows * row_bytes + page - 1) / page * page;
+  return CapacityFor(max_rows) * sizeof(Entry) + slabs;
+}
+
+void TableShard::SetMaxRows(size_t max_rows) {
+  max_rows_ = max_rows;
+  track_use_ = spec_->eviction || max_rows_ > 0;
+}
+
+size_t TableShard::MaxCapacity() const {
+  return max_rows_ == 0 ? kMaxCapacity : std::max(CapacityFor(max_rows_), capacity_);
+}
+
+uint16_t TableShard::Used(uint16_t use) {
+  uint32_t count = use >> 12;
+  if (spec_->lfu && count < 15) {
+    // A logarithmic count (Morris): incremented with probability 2^-count, so 4 bits count to
+    // about 2^15 uses.
+    lfu_random_ ^= lfu_random_ << 13;
+    lfu_random_ ^= lfu_random_ >> 7;
+    lfu_random_ ^= lfu_random_ << 17;
+    if ((lfu_random_ & ((uint64_t{1} << count) - 1)) == 0) ++count;
+  }
+  return static_cast<uint16_t>((count << 12) | (tick_ & 0xFFF));
+}
+
+uint32_t TableShard::VictimScore(uint16_t use) const {
+  const uint32_t age = (tick_ - use) & 0xFFF;
+  if (!spec_->lfu) return age;
+  return ((15 - (use >> 12)) << 12) | age;
 }
 
 uint32_t TableShard::IndexHash(uint64_t id) const {
@@ -148,34 +224,66 @@ const float* TableShard::Find(uint64_t id) const {
   }
 }
 
-uint32_t TableShard::FindOrCreate(uint64_t id, uint32_t hash, bool initialize, bool touch) {
+uint32_t TableShard::FindOrCreate(uint64_t id, uint32_t hash, bool initialize, bool touch,
+                                  Create create) {
   size_t b = HomeBucket(hash);
   while (true) {
     Entry& entry = entries_[b];
     if (entry.slot == kEmpty) break;
     if (entry.id == id) {
       if (touch) entry.generation = generation_;
+      if (track_use_) entry.use = Used(entry.use);
       return entry.slot;
     }
     if (++b == capacity_) b = 0;
   }
+  if (create != Create::kAlways) {
+    if (sketch_ != nullptr) {
+      if (create == Create::kIfRoom) return kEmpty;  // pulls do not count sightings
+      if (!sketch_->Admit(id)) {
+        ++counters_.admission_refused;
+        return kEmpty;
+      }
+    }
+    if (max_rows_ != 0 && size_ >= max_rows_) {
+      ++counters_.full_refused;
+      return kEmpty;
+    }
+  }
   if (size_ >= max_size_) {
-    if (capacity_ == kMaxCapacity) Die("too many rows for one shard");
-    Rehash(std::min(capacity_ + capacity_ / 2, kMaxCapacity));
+    const size_t most = MaxCapacity();
+    if (capacity_ >= most) {
+      if (create != Create::kAlways) {
+        ++counters_.full_refused;
+        return kEmpty;
+      }
+      if (capacity_ == kMaxCapacity) Die("too many rows for one shard");
+    }
+    Rehash(std::min(capacity_ + capacity_ / 2, capacity_ >= most ? kMaxCapacity : most));
     b = HomeBucket(hash);
     while (entries_[b].slot != kEmpty) {
       if (++b == capacity_) b = 0;
     }
   }
   const uint32_t slot = NewRow(id, initialize);
-  entries_[b] = {id, slot, generation_};
+  entries_[b] = {id, slot, generation_, track_use_ ? Used(0) : uint16_t{0}};
   return slot;
 }
 
 uint32_t TableShard::NewRow(uint64_t id, bool initialize) {
-  // max_size_ < 0.85 * 2^32 keeps slots below kEmpty.
-  const uint32_t slot = static_cast<uint32_t>(size_);
-  ReserveSlot(slot);
+  uint32_t slot;
+  if (!free_slots_.empty()) {
+    slot = free_slots_.back();
+    free_slots_.pop_back();
+    // A cut under way keeps its view of the slot: a hole at StartCut stays one, a row it has not
+    // read yet was copied aside when it was freed.
+    if (cutting_ && slot < cut_end_ && cut_ids_.empty()) BuildCutIds();
+  } else {
+    // max_size_ < 0.85 * 2^32 keeps slots below kEmpty.
+    slot = static_cast<uint32_t>(slots_used_);
+    ReserveSlot(slot);
+    ++slots_used_;
+  }
   if (initialize) {
     float* row = Row(slot);
     spec_->initializer->Fill(id, dim_, row);
@@ -183,6 +291,103 @@ uint32_t TableShard::NewRow(uint64_t id, bool initialize) {
   }
   ++size_;
   return slot;
+}
+
+void TableShard::EraseBucket(size_t b) {
+  const uint32_t slot = entries_[b].slot;
+  if (cutting_ && slot < cut_end_) {
+    if (cut_ids_.empty()) BuildCutIds();
+    BeforeChange(slot);
+  }
+  // Backward shift: move later entries of the probe run into the hole when their home bucket
+  // does not lie cyclically in (hole, their bucket].
+  size_t hole = b;
+  size_t j = b;
+  while (true) {
+    if (++j == capacity_) j = 0;
+    if (entries_[j].slot == kEmpty) break;
+    const size_t home = HomeBucket(IndexHash(entries_[j].id));
+    const bool stays = hole <= j ? (hole < home && home <= j) : (hole < home || home <= j);
+    if (stays) continue;
+    entries_[hole] = entries_[j];
+    hole = j;
+  }
+  entries_[hole] = Entry{0, kEmpty, 0, 0};
+  free_slots_.push_back(slot);
+  --size_;
+}
+
+bool TableShard::Erase(uint64_t id) {
+  size_t b = HomeBucket(IndexHash(id));
+  while (true) {
+    const Entry& entry = entries_[b];
+    if (entry.slot == kEmpty) return false;
+    if (entry.id == id) break;
+    if (++b == capacity_) b = 0;
+  }
+  EraseBucket(b);
+  return true;
+}
+
+size_t TableShard::Sweep(size_t max_buckets, uint32_t ttl_ticks, std::vector<uint64_t>* evicted) {
+  if (capacity_ == 0 || size_ == 0) return 0;
+  ttl_ticks = std::min(ttl_ticks, kMaxTtlTicks);
+  constexpr uint32_t kOldest = 2 * kMaxTtlTicks;
+  size_t done = 0;
+  size_t b = sweep_at_ % capacity_;
+  for (size_t visited = 0; visited < max_buckets && size_ > 0; ++visited) {
+    Entry& entry = entries_[b];
+    if (entry.slot != kEmpty) {
+      const uint32_t age = (tick_ - entry.use) & 0xFFF;
+      if (ttl_ticks != 0 && age > ttl_ticks) {
+        if (evicted != nullptr) evicted->push_back(entry.id);
+        EraseBucket(b);
+        ++counters_.evicted_ttl;
+        ++done;
+        continue;  // another entry may have shifted into b
+      }
+      if (age > kOldest) {
+        entry.use = static_cast<uint16_t>((entry.use & 0xF000) | ((tick_ - kOldest) & 0xFFF));
+      }
+    }
+    if (++b == capacity_) b = 0;
+  }
+  sweep_at_ = b;
+  return done;
+}
+
+size_t TableShard::EvictToRows(size_t target_rows, size_t max_rows_examined,
+                               std::vector<uint64_t>* evicted) {
+  constexpr size_t kSlice = 64;
+  size_t done = 0;
+  size_t examined = 0;
+  std::vector<std::pair<uint32_t, uint64_t>> slice;  // (score, id)
+  slice.reserve(kSlice);
+  size_t b = capacity_ == 0 ? 0 : sweep_at_ % capacity_;
+  while (size_ > target_rows && examined < max_rows_examined) {
+    slice.clear();
+    for (size_t visited = 0; visited < capacity_ && slice.size() < kSlice; ++visited) {
+      const Entry& entry = entries_[b];
+      if (entry.slot != kEmpty) slice.emplace_back(VictimScore(entry.use), entry.id);
+      if (++b == capacity_) b = 0;
+    }
+    examined += slice.size();
+    // As many of the slice as the excess is of the rows, at least one.
+    const size_t excess = size_ - target_rows;
+    const size_t take = std::min(
+        slice.size(), std::min(excess, std::max<size_t>(1, (slice.size() * excess + size_ - 1) /
+                                                             std::max<size_t>(size_, 1))));
+    std::partial_sort(slice.begin(), slice.begin() + take, slice.end(),
+                      [](const auto& x, const auto& y) { return x.first > y.first; });
+    for (size_t i = 0; i < take; ++i) {
+      if (!Erase(slice[i].second)) continue;
+      if (evicted != nullptr) evicted->push_back(slice[i].second);
+      ++counters_.evicted_budget;
+      ++done;
+    }
+  }
+  sweep_at_ = b;
+  return done;
 }
 
 TableShard::Block::~Block() {
@@ -202,8 +407,10 @@ void TableShard::ReserveSlot(uint32_t slot) {
   const size_t expected = expected_rows_ > first_row ? expected_rows_ - first_row : 0;
   const size_t capacity = block.capacity_rows;
   const size_t grown = capacity < kBlockRows / 4 ? 2 * capacity : capacity + kBlockRows / 4;
-  const size_t rows = std::min<size_t>(
+  size_t rows = std::min<size_t>(
       kBlockRows, std::max<size_t>({size_t{kMinBlockRows}, grown, size_t{offset} + 1, expected}));
+  // Not past the row cap: slots beyond it are never used.
+  if (max_rows_ > first_row) rows = std::min(rows, std::max<size_t>(max_rows_ - first_row, offset + 1));
   static const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   const size_t bytes = (rows * row_floats_ * sizeof(float) + page - 1) / page * page;
   void* floats =
@@ -220,7 +427,7 @@ void TableShard::ReserveSlot(uint32_t slot) {
 
 void TableShard::Rehash(size_t capacity) {
   auto entries = std::unique_ptr<Entry[]>(new Entry[capacity]);
-  std::fill(entries.get(), entries.get() + capacity, Entry{0, kEmpty, 0});
+  std::fill(entries.get(), entries.get() + capacity, Entry{0, kEmpty, 0, 0});
   for (size_t old = 0; old < capacity_; ++old) {
     if (entries_[old].slot == kEmpty) continue;
     const uint64_t id = entries_[old].id;
@@ -235,8 +442,8 @@ void TableShard::Rehash(size_t capacity) {
   max_size_ = MaxSizeFor(capacity);
 }
 
-void TableShard::ResolveSlots(absl::Span<const uint64_t> ids, uint32_t* hashes, uint32_t* slots,
-                              bool initialize, bool touch) {
+size_t TableShard::ResolveSlots(absl::Span<const uint64_t> ids, uint32_t* hashes, uint32_t* slots,
+                                bool initialize, bool touch, Create create) {
   const size_t n = ids.size();
   for (size_t i = 0; i < n; ++i) hashes[i] = IndexHash(ids[i]);
   // Lookups are cache misses at random places; with the buckets of the next ids already on their
@@ -245,13 +452,16 @@ void TableShard::ResolveSlots(absl::Span<const uint64_t> ids, uint32_t* hashes, 
     const size_t b = HomeBucket(hashes[i]);
     __builtin_prefetch(&entries_[b]);
   }
+  size_t missing = 0;
   for (size_t i = 0; i < n; ++i) {
     if (i + kPrefetchDistance < n) {
       const size_t b = HomeBucket(hashes[i + kPrefetchDistance]);
       __builtin_prefetch(&entries_[b]);
     }
-    slots[i] = FindOrCreate(ids[i], hashes[i], initialize, touch);
+    slots[i] = FindOrCreate(ids[i], hashes[i], initialize, touch, create);
+    missing += slots[i] == kEmpty;
   }
+  return missing;
 }
 
 void TableShard::Pull(absl::Span<const uint64_t> ids, float* out) {
@@ -259,8 +469,19 @@ void TableShard::Pull(absl::Span<const uint64_t> ids, float* out) {
   Scratch& s = ThreadScratch();
   s.hashes.resize(n);
   s.slots.resize(n);
-  ResolveSlots(ids, s.hashes.data(), s.slots.data(), /*initialize=*/true, /*touch=*/false);
+  const size_t missing = ResolveSlots(ids, s.hashes.data(), s.slots.data(), /*initialize=*/true,
+                                      /*touch=*/false, Create::kIfRoom);
   const size_t bytes = size_t{dim_} * sizeof(float);
+  if (missing != 0) {
+    for (size_t i = 0; i < n; ++i) {
+      if (s.slots[i] == kEmpty) {
+        spec_->initializer->Fill(ids[i], dim_, out + i * dim_);
+      } else {
+        std::memcpy(out + i * dim_, Row(s.slots[i]), bytes);
+      }
+    }
+    return;
+  }
   for (size_t i = 0; i < n; ++i) {
     if (i + kPrefetchDistance < n) {
       const char* next = reinterpret_cast<const char*>(Row(s.slots[i + kPrefetchDistance]));
@@ -283,13 +504,30 @@ void TableShard::Peek(absl::Span<const uint64_t> ids, float* out) const {
   }
 }
 
-void TableShard::Push(absl::Span<const uint64_t> ids, const float* grads, float* rows_after) {
-  const size_t n = ids.size();
+size_t TableShard::Push(absl::Span<const uint64_t> ids, const float* grads, float* rows_after,
+                        std::vector<uint64_t>* kept) {
+  size_t n = ids.size();
   Scratch& s = ThreadScratch();
   s.hashes.resize(n);
   s.slots.resize(n);
   // The lookups stamp the rows as changed, their index entries in cache at that moment.
-  ResolveSlots(ids, s.hashes.data(), s.slots.data(), /*initialize=*/true, /*touch=*/true);
+  const size_t dropped = ResolveSlots(ids, s.hashes.data(), s.slots.data(), /*initialize=*/true,
+                                      /*touch=*/true, Create::kIfAdmitted);
+  if (dropped != 0) {
+    // Only the ids with a row go on: their slots and gradients, moved to the front.
+    if (kept != nullptr) kept->clear();
+    s.kept_grads.resize((n - dropped) * dim_);
+    size_t k = 0;
+    for (size_t i = 0; i < n; ++i) {
+      if (s.slots[i] == kEmpty) continue;
+      s.slots[k] = s.slots[i];
+      std::memcpy(s.kept_grads.data() + k * dim_, grads + i * dim_, size_t{dim_} * sizeof(float));
+      if (kept != nullptr) kept->push_back(ids[i]);
+      ++k;
+    }
+    n = k;
+    grads = s.kept_grads.data();
+  }
   const Optimizer& optimizer = *spec_->optimizer;
   const size_t unique = FoldDuplicates(s.slots.data(), n, &s);
   const float* g = grads;
@@ -320,10 +558,12 @@ void TableShard::Push(absl::Span<const uint64_t> ids, const float* grads, float*
       std::memcpy(rows_after + i * row_floats_, Row(s.slots[i]), row_bytes);
     }
   }
+  return dropped;
 }
 
 void TableShard::Assign(uint64_t id, const float* row) {
-  const uint32_t slot = FindOrCreate(id, IndexHash(id), /*initialize=*/false, /*touch=*/true);
+  const uint32_t slot = FindOrCreate(id, IndexHash(id), /*initialize=*/false, /*touch=*/true,
+                                     Create::kAlways);
   BeforeChange(slot);
   std::memcpy(Row(slot), row, size_t{row_floats_} * sizeof(float));
 }
@@ -334,7 +574,8 @@ void TableShard::AssignRows(absl::Span<const uint64_t> ids, const void* rows) {
   s.hashes.resize(n);
   s.slots.resize(n);
   // New rows are overwritten at once: no initializer.
-  ResolveSlots(ids, s.hashes.data(), s.slots.data(), /*initialize=*/false, /*touch=*/true);
+  ResolveSlots(ids, s.hashes.data(), s.slots.data(), /*initialize=*/false, /*touch=*/true,
+               Create::kAlways);
   const size_t bytes = size_t{row_floats_} * sizeof(float);
   for (size_t i = 0; i < n; ++i) {
     if (i + kPrefetchDistance < n) PrefetchRowForWrite(s.slots[i + kPrefetchDistance], bytes);
@@ -361,7 +602,21 @@ void TableShard::StartCut() {
   EndCut();
   cutting_ = true;
   cut_next_ = 0;
-  cut_end_ = static_cast<uint32_t>(size_);
+  cut_end_ = static_cast<uint32_t>(slots_used_);
+}
+
+void TableShard::BuildCutIds() {
+  // Until a slot below cut_end_ is freed or reused, the index holds the ids it held at StartCut
+  // for every slot below cut_end_, and the slots not in it are the holes of then.
+  cut_ids_.assign(cut_end_, 0);
+  cut_live_.assign(cut_end_, false);
+  for (size_t b = 0; b < capacity_; ++b) {
+    const uint32_t slot = entries_[b].slot;
+    if (slot < cut_end_) {
+      cut_ids_[slot] = entries_[b].id;
+      cut_live_[slot] = true;
+    }
+  }
 }
 
 void TableShard::KeepForCut(uint32_t slot) {
@@ -378,27 +633,20 @@ void TableShard::KeepForCut(uint32_t slot) {
 
 size_t TableShard::ReadCut(size_t max_rows, uint64_t* ids, float* rows) {
   if (!cutting_ || cut_next_ == cut_end_) return 0;
-  if (cut_ids_.empty()) {
-    // Slots never move and keep their ids, so the slots below cut_end_ have the ids they had at
-    // StartCut.
-    cut_ids_.resize(cut_end_);
-    for (size_t b = 0; b < capacity_; ++b) {
-      const uint32_t slot = entries_[b].slot;
-      if (slot < cut_end_) cut_ids_[slot] = entries_[b].id;
-    }
-  }
-  const uint32_t n = static_cast<uint32_t>(std::min<size_t>(max_rows, cut_end_ - cut_next_));
+  if (cut_ids_.empty()) BuildCutIds();
   const size_t bytes = size_t{row_floats_} * sizeof(float);
-  std::memcpy(ids, cut_ids_.data() + cut_next_, n * sizeof(uint64_t));
-  for (uint32_t i = 0; i < n; ++i) {
-    const uint32_t slot = cut_next_ + i;
+  size_t n = 0;
+  while (n < max_rows && cut_next_ < cut_end_) {
+    const uint32_t slot = cut_next_++;
+    if (!cut_live_[slot]) continue;  // a hole at StartCut
     const uint32_t kept = cut_kept_at_.empty() ? kEmpty : cut_kept_at_[slot];
     const float* row = kept == kEmpty ? Row(slot)
                                       : cut_kept_blocks_[kept / kKeptRows].get() +
                                             size_t{kept % kKeptRows} * row_floats_;
-    std::memcpy(rows + size_t{i} * row_floats_, row, bytes);
+    ids[n] = cut_ids_[slot];
+    std::memcpy(rows + n * row_floats_, row, bytes);
+    ++n;
   }
-  cut_next_ += n;
   return n;
 }
 
@@ -407,6 +655,7 @@ void TableShard::EndCut() {
   cut_next_ = 0;
   cut_end_ = 0;
   std::vector<uint64_t>().swap(cut_ids_);
+  std::vector<bool>().swap(cut_live_);
   std::vector<uint32_t>().swap(cut_kept_at_);
   std::vector<std::unique_ptr<float[]>>().swap(cut_kept_blocks_);
   cut_kept_ = 0;
@@ -418,8 +667,11 @@ size_t TableShard::MemoryBytes() const {
   for (const Block& block : blocks_) {
     bytes += block.bytes;
   }
-  bytes += cut_ids_.capacity() * sizeof(uint64_t) + cut_kept_at_.capacity() * sizeof(uint32_t) +
+  bytes += cut_ids_.capacity() * sizeof(uint64_t) + cut_live_.capacity() / 8 +
+           cut_kept_at_.capacity() * sizeof(uint32_t) +
            cut_kept_blocks_.size() * size_t{kKeptRows} * row_floats_ * sizeof(float);
+  bytes += free_slots_.capacity() * sizeof(uint32_t);
+  if (sketch_ != nullptr) bytes += sketch_->MemoryBytes();
   return bytes;
 }
 

@@ -24,6 +24,18 @@
 //   the reader walks the slots in order, and the first change to a row it has not read yet puts
 //   the row's old value aside (copy-on-write). Changes then cost one compare more, and a row
 //   copied aside when it changes during a cut.
+// - Rows can be removed (Erase, eviction): the index entry is deleted by backward shifting (no
+//   tombstones), and the slot goes on a free list that new rows take first, so a shard whose rows
+//   come and go keeps its slabs and index at the size of the most rows it held at once. Free
+//   slots are holes that ForEach and cuts skip.
+// - Bounds (server/README.md#memory-budget): a shard may be given a row cap (SetMaxRows); at the
+//   cap, and for ids its table's admission sketch has not admitted, a pull answers the initial
+//   row without creating one and a push's gradient is dropped (both counted). The index and
+//   slabs never grow past what the cap needs.
+// - Use tracking for eviction: the index entry's other 16 bits hold the row's last use, a 12-bit
+//   tick of the caller's clock (SetTick), and for LFU a 4-bit logarithmic use count, written by
+//   the lookup that finds the row (its line already in cache). Sweep evicts rows older than a TTL
+//   a slice of the index at a time; EvictToRows evicts the worst rows of sampled slices.
 #ifndef PS_SERVER_STORAGE_EMBEDDING_TABLE_H_
 #define PS_SERVER_STORAGE_EMBEDDING_TABLE_H_
 
@@ -39,6 +51,7 @@
 #include "absl/types/span.h"
 #include "common/optimizer.h"
 #include "proto/job.pb.h"
+#include "server/storage/admission_sketch.h"
 #include "server/storage/initializer.h"
 
 namespace ps {
@@ -60,6 +73,15 @@ struct TableSpec {
   uint64_t name_hash = 0;
   std::unique_ptr<Optimizer> optimizer;
   std::unique_ptr<Initializer> initializer;
+  // The table's admission (config::Table.admission), when it has one; each shard sizes its own
+  // sketch (TableShard's `sketch_width`).
+  bool admission = false;
+  AdmissionOptions admission_options;
+  // The table's eviction (config::Table.eviction), when it has one.
+  bool eviction = false;
+  bool lfu = false;
+  uint64_t ttl_steps = 0;
+  uint64_t ttl_seconds = 0;
 };
 
 // A TableShard holds the rows of one table within one shard. Thread-compatible: the caller (one
@@ -69,8 +91,9 @@ class TableShard {
  public:
   // `spec` must outlive the shard. `expected_rows` presizes the index (it does not grow until the
   // shard holds more rows; its 19 bytes a row are allocated at once, so the caller bounds the
-  // hint) and sizes the slabs as they fill; 0 starts small and grows as needed.
-  TableShard(const TableSpec* spec, size_t expected_rows);
+  // hint) and sizes the slabs as they fill; 0 starts small and grows as needed. With admission
+  // (spec->admission), the sketch has `sketch_width` counters a row (AdmissionOptions::width).
+  TableShard(const TableSpec* spec, size_t expected_rows, size_t sketch_width = 1 << 16);
 
   TableShard(const TableShard&) = delete;
   TableShard& operator=(const TableShard&) = delete;
@@ -78,7 +101,8 @@ class TableShard {
   const TableSpec& spec() const { return *spec_; }
 
   // Writes the rows' embeddings (dim floats each, in ids order) to `out`, creating missing rows
-  // with the initializer and the optimizer's initial state.
+  // with the initializer and the optimizer's initial state. With admission, or at the row cap,
+  // a missing row is not created: its initial embedding is written instead (as Peek).
   void Pull(absl::Span<const uint64_t> ids, float* out);
 
   // Like Pull, but a missing row is not created: its initial embedding (what Pull would create)
@@ -92,7 +116,14 @@ class TableShard {
   // `rows_after` (if not null) receives the whole row of every id after the update (row_floats()
   // floats each, in ids order), as Find would give them: what a replica needs, without looking
   // the ids up again.
-  void Push(absl::Span<const uint64_t> ids, const float* grads, float* rows_after = nullptr);
+  //
+  // A missing row is created only if the table's admission sketch admits its id (a sighting is
+  // counted) and the shard is below its row cap; otherwise the id's gradients are dropped and
+  // counted (admission_refused, full_refused). Returns how many ids were dropped; when some
+  // were, `kept` (if not null) receives the ids that were applied, in ids order, and rows_after
+  // holds only theirs.
+  size_t Push(absl::Span<const uint64_t> ids, const float* grads, float* rows_after = nullptr,
+              std::vector<uint64_t>* kept = nullptr);
 
   // Assign for many rows (row_floats() floats each, in ids order), looking the ids up together
   // as Pull and Push do. `rows` need not be aligned (rows read in place from a network buffer).
@@ -106,15 +137,66 @@ class TableShard {
   // never creates. The pointer is valid until the next mutation of the shard.
   const float* Find(uint64_t id) const;
 
+  // Removes the row of `id`, if any (a replica applying its primary's eviction, a restore);
+  // returns whether there was one. Not counted as an eviction.
+  bool Erase(uint64_t id);
+
   // Rows held.
   size_t size() const { return size_; }
+
+  // --- Bounds and eviction ---
+
+  // The most rows the shard may hold; 0: no cap. Lowering it below size() evicts nothing by
+  // itself (EvictToRows does), but no row is created until the shard is below the cap again.
+  void SetMaxRows(size_t max_rows);
+  size_t max_rows() const { return max_rows_; }
+
+  // The clock that rows' last use is stamped with, in ticks (12 bits are kept: see Sweep).
+  void SetTick(uint32_t tick) { tick_ = tick; }
+  uint32_t tick() const { return tick_; }
+
+  // Visits up to `max_buckets` buckets of the index from where the last sweep stopped (wrapping
+  // around): evicts the rows not used for more than `ttl_ticks` ticks (0: none by age; at most
+  // kMaxTtlTicks), and stamps rows unused for more than 2 * kMaxTtlTicks as that old, so that
+  // the 12-bit stamps never wrap around (every row must be swept once per 2 * kMaxTtlTicks
+  // ticks). Appends the evicted ids to `evicted` (if not null). Returns the rows evicted.
+  size_t Sweep(size_t max_buckets, uint32_t ttl_ticks, std::vector<uint64_t>* evicted);
+
+  // Evicts rows until at most `target_rows` remain or `max_rows_examined` rows were examined:
+  // slices of 64 rows are taken from the sweep's position, and the worst of each (least recently
+  // used; for LFU, least often used, then least recently) evicted, as many as the excess over
+  // target_rows asks for. Appends the evicted ids to `evicted` (if not null). Returns the rows
+  // evicted.
+  size_t EvictToRows(size_t target_rows, size_t max_rows_examined, std::vector<uint64_t>* evicted);
+
+  static constexpr uint32_t kMaxTtlTicks = 1024;
+
+  // Counters since construction.
+  struct Counters {
+    uint64_t evicted_ttl = 0;     // rows evicted by Sweep for their age
+    uint64_t evicted_budget = 0;  // rows evicted by EvictToRows
+    uint64_t admission_refused = 0;  // pushed ids dropped for want of admission
+    uint64_t full_refused = 0;       // rows not created at the row cap (pulls and pushes)
+  };
+  const Counters& counters() const { return counters_; }
+
+  // The admission sketch, or null without admission.
+  const AdmissionSketch* sketch() const { return sketch_.get(); }
+
+  // Bytes a row costs when the index is at its largest load (the row's floats and its share of
+  // the index): what a row cap is computed with.
+  static size_t BytesPerRow(const TableSpec& spec);
+  // The bytes the index and slabs of a shard of at most `max_rows` rows can reach.
+  static size_t BytesForRows(const TableSpec& spec, size_t max_rows);
 
   // --- Generations: which rows changed since a point (incremental checkpoints) ---
 
   // The generation stamped on the rows that change from now on; 0 until set. The caller (the
-  // shard) advances it at each checkpoint cut, never back except after ResetGenerations.
+  // shard) advances it at each checkpoint cut, never back except after ResetGenerations; at
+  // most kMaxGeneration (generations are 16 bits, beside the rows' use in the index).
   uint32_t generation() const { return generation_; }
-  void set_generation(uint32_t generation) { generation_ = generation; }
+  void set_generation(uint32_t generation) { generation_ = static_cast<uint16_t>(generation); }
+  static constexpr uint32_t kMaxGeneration = 0xFFFF;
 
   // The generation of `id`'s last change, or -1 if the shard has no such row.
   int64_t RowGeneration(uint64_t id) const;
@@ -140,7 +222,8 @@ class TableShard {
   // Copies the cut's next rows, up to `max_rows`, in slot order: their ids to `ids` and their
   // whole rows (row_floats() floats each, as of StartCut) to `rows`, which must have room for
   // max_rows of each. Returns how many were copied: 0 when every row was read or no cut is under
-  // way. The first call also finds every slot's id (one pass over the index).
+  // way. The first call (or the first removal or reuse of a slot the cut holds) also finds every
+  // slot's id (one pass over the index).
   size_t ReadCut(size_t max_rows, uint64_t* ids, float* rows);
 
   // Ends the cut under way (if any), dropping the rows copied aside.
@@ -149,8 +232,9 @@ class TableShard {
   // Whether a cut is under way (between StartCut and EndCut).
   bool cutting() const { return cutting_; }
 
-  // Calls f(uint64_t id, const float* row) for every row (row as Find gives it), in the order the
-  // rows were created. `f` must not mutate the shard.
+  // Calls f(uint64_t id, const float* row) for every row (row as Find gives it), in slot order
+  // (the order the rows were created, but for rows in reused slots). `f` must not mutate the
+  // shard.
   template <typename F>
   void ForEach(F&& f) const;
 
@@ -202,19 +286,38 @@ class TableShard {
   struct Entry {
     uint64_t id;
     uint32_t slot;
-    uint32_t generation;
+    uint16_t generation;
+    // The row's last use: bits 0-11 the tick, bits 12-15 (LFU) the logarithmic use count.
+    uint16_t use;
   };
 
-  // The slot of `id` (whose IndexHash is `hash`), creating the row if it is missing (with its
-  // initial values unless `initialize` is false: the caller overwrites it). A created row, and
-  // with `touch` an existing one (the caller changes it), is stamped with the current generation.
-  uint32_t FindOrCreate(uint64_t id, uint32_t hash, bool initialize, bool touch);
-  // Slots of `ids` into `slots`, creating missing rows, as FindOrCreate; `hashes` is scratch of
-  // ids.size().
-  void ResolveSlots(absl::Span<const uint64_t> ids, uint32_t* hashes, uint32_t* slots,
-                    bool initialize, bool touch);
-  // Takes the next slot for `id` and, if `initialize`, writes its initial row.
+  // Who may create a missing row in FindOrCreate.
+  enum class Create {
+    kAlways,    // replicas and restores: the row's values come from elsewhere
+    kIfRoom,    // pulls: below the row cap and without admission
+    kIfAdmitted,  // pushes: below the row cap and admitted by the sketch
+  };
+
+  // The slot of `id` (whose IndexHash is `hash`), creating the row if it is missing and `create`
+  // allows (with its initial values unless `initialize` is false: the caller overwrites it), or
+  // kEmpty if it is missing and was not created. A created row, and with `touch` an existing
+  // one (the caller changes it), is stamped with the current generation; every row found or
+  // created is stamped as used now.
+  uint32_t FindOrCreate(uint64_t id, uint32_t hash, bool initialize, bool touch, Create create);
+  // Slots of `ids` into `slots`, as FindOrCreate; `hashes` is scratch of ids.size(). Returns
+  // how many are kEmpty.
+  size_t ResolveSlots(absl::Span<const uint64_t> ids, uint32_t* hashes, uint32_t* slots,
+                      bool initialize, bool touch, Create create);
+  // Takes a slot for `id` (a free one first) and, if `initialize`, writes its initial row.
   uint32_t NewRow(uint64_t id, bool initialize = true);
+  // The use stamp of a row used now, from its previous one.
+  uint16_t Used(uint16_t use);
+  // How bad a victim the row of `use` is (larger: evicted first).
+  uint32_t VictimScore(uint16_t use) const;
+  // Removes the entry in bucket `b` (backward shift) and frees its slot.
+  void EraseBucket(size_t b);
+  // The index's largest capacity under the row cap.
+  size_t MaxCapacity() const;
   // Makes room in the slabs for `slot`.
   void ReserveSlot(uint32_t slot);
   // Replaces the index with one of `capacity` buckets holding the same entries.
@@ -226,6 +329,9 @@ class TableShard {
   }
   // Copies the row in `slot` aside for the cut, unless it was copied before.
   void KeepForCut(uint32_t slot);
+  // Finds the id of every slot below cut_end_, and which are holes (once per cut: before the
+  // first read, and before a slot below cut_end_ is freed or reused).
+  void BuildCutIds();
 
   // Constant after construction.
   const TableSpec* const spec_;
@@ -239,18 +345,32 @@ class TableShard {
   // The index grows before size_ would exceed this (0.85 * capacity_).
   size_t max_size_ = 0;
   std::unique_ptr<Entry[]> entries_;
-  // Rows held; also the next free slot.
+  // Rows held.
   size_t size_ = 0;
+  // Slots ever used (0 .. slots_used_ - 1); those not in the index are in free_slots_.
+  size_t slots_used_ = 0;
+  std::vector<uint32_t> free_slots_;
   std::vector<Block> blocks_;
-  uint32_t generation_ = 0;
+  uint16_t generation_ = 0;
+
+  // Bounds and eviction.
+  size_t max_rows_ = 0;
+  uint32_t tick_ = 0;
+  // Whether lookups stamp rows' use (eviction configured, or a row cap).
+  bool track_use_ = false;
+  size_t sweep_at_ = 0;
+  uint64_t lfu_random_ = 0x2545F4914F6CDD1Dull;
+  std::unique_ptr<AdmissionSketch> sketch_;
+  Counters counters_;
 
   // The cut under way: the rows in slots [cut_next_, cut_end_) are still to be read; slots below
   // cut_end_ existed at StartCut. Both 0 when no cut is under way.
   bool cutting_ = false;
   uint32_t cut_next_ = 0;
   uint32_t cut_end_ = 0;
-  // The id of each slot below cut_end_ (found by the first ReadCut).
+  // The id of each slot below cut_end_ and whether it held a row at StartCut (BuildCutIds).
   std::vector<uint64_t> cut_ids_;
+  std::vector<bool> cut_live_;
   // Rows changed since StartCut before the cut read them: for each slot below cut_end_, where
   // its old row is among the kept rows, or kEmpty (allocated by the first KeepForCut). Kept row
   // k is row k % kKeptRows of block k / kKeptRows: blocks, so that keeping a row never moves the
@@ -267,12 +387,14 @@ void TableShard::ForEach(F&& f) const {
   // read as they lie in the slabs: a checkpoint's cut or a snapshot, which hold the shard's lock,
   // stream them instead of taking a cache miss a row in the index's order. Where each slot's id
   // is, first.
-  std::vector<uint32_t> bucket_of(size_);
+  // Free slots keep kEmpty.
+  std::vector<uint32_t> bucket_of(slots_used_, kEmpty);
   for (size_t b = 0; b < capacity_; ++b) {
     const uint32_t slot = entries_[b].slot;
     if (slot != kEmpty) bucket_of[slot] = static_cast<uint32_t>(b);
   }
-  for (size_t slot = 0; slot < size_; ++slot) {
+  for (size_t slot = 0; slot < slots_used_; ++slot) {
+    if (bucket_of[slot] == kEmpty) continue;
     f(entries_[bucket_of[slot]].id, Row(static_cast<uint32_t>(slot)));
   }
 }

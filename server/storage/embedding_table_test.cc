@@ -1,6 +1,7 @@
 #include "server/storage/embedding_table.h"
 
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -20,8 +21,9 @@ namespace {
 constexpr uint64_t kMaxId = std::numeric_limits<uint64_t>::max();
 
 std::unique_ptr<TableSpec> Spec(const std::string& optimizer, uint32_t dim,
-                                const std::string& name = "emb") {
-  config::Table table;
+                                const std::string& name = "emb",
+                                const config::Table& bounds = config::Table()) {
+  config::Table table = bounds;
   table.set_name(name);
   table.set_dim(dim);
   table.mutable_optimizer()->set_type(optimizer);
@@ -73,6 +75,8 @@ class ReferenceShard {
       spec_->optimizer->Apply(dim, sums[id].data(), row.data(), row.data() + dim);
     }
   }
+
+  void Erase(uint64_t id) { rows_.erase(id); }
 
   const std::unordered_map<uint64_t, std::vector<float>>& rows() const { return rows_; }
 
@@ -493,6 +497,206 @@ TEST_CASE("memory per row without a presize", "[storage][embedding_table]") {
   // Right after a growth the index is 0.85 / 1.5 full: 16 / 0.567 = 28 bytes a row (+22%); the
   // last slab block has at most a quarter block spare: 16384 rows, +16% of 100k rows.
   CHECK(worst <= 1.35);
+}
+
+}  // namespace
+}  // namespace server
+}  // namespace ps
+
+namespace ps {
+namespace server {
+namespace {
+
+// --- Removal, caps, admission and eviction ---
+
+config::Table Bounds(const std::string& text_policy, uint32_t min_count = 0) {
+  config::Table table;
+  table.mutable_eviction()->set_policy(text_policy == "lfu" ? config::Eviction::LFU
+                                                             : config::Eviction::LRU);
+  if (min_count > 0) table.mutable_admission()->set_min_count(min_count);
+  return table;
+}
+
+TEST_CASE("erased rows free their slots, which new rows reuse, and the rest stay exact",
+          "[storage][embedding_table][evict]") {
+  const auto spec = Spec(GENERATE(as<std::string>{}, "adagrad", "sgd"), 8);
+  TableShard shard(spec.get(), 0);
+  ReferenceShard reference(spec.get());
+  std::mt19937_64 rng(5);
+  size_t peak_rows = 0;
+  size_t created = 0;
+  for (int round = 0; round < 60; ++round) {
+    const size_t before = reference.rows().size();
+    const std::vector<uint64_t> ids = RandomIds(rng, 300, 3000);
+    const std::vector<float> grads = RandomGrads(rng, ids.size() * 8);
+    shard.Push(ids, grads.data());
+    reference.Push(ids, grads);
+    created += reference.rows().size() - before;
+    peak_rows = std::max(peak_rows, reference.rows().size());
+    // Erase about as many rows as were created: the shard's size stays about the same.
+    std::vector<uint64_t> held;
+    for (const auto& [id, row] : reference.rows()) held.push_back(id);
+    std::sort(held.begin(), held.end());
+    for (int i = 0; i < 150 && !held.empty(); ++i) {
+      const uint64_t id = held[rng() % held.size()];
+      CHECK(shard.Erase(id) == (reference.rows().count(id) == 1));
+      reference.Erase(id);
+    }
+    CHECK_FALSE(shard.Erase(12345678901234ull));
+    ExpectSameRows(shard, reference);
+  }
+  // Slots are reused: the shard is sized by the most rows it held at once, not by every row it
+  // ever created (the index grows in steps of 1.5x, the slabs by doubling).
+  REQUIRE(created > 3 * peak_rows);
+  CHECK(shard.MemoryBytes() <= 2 * TableShard::BytesForRows(*spec, peak_rows));
+}
+
+TEST_CASE("a cut skips holes and keeps the rows erased or reused while it reads",
+          "[storage][embedding_table][evict][cut]") {
+  const auto spec = Spec("adagrad", 4);
+  TableShard shard(spec.get(), 0);
+  std::mt19937_64 rng(8);
+  std::vector<uint64_t> ids = RandomIds(rng, 3000, 4000);
+  shard.Push(ids, RandomGrads(rng, ids.size() * 4).data());
+  // Holes before the cut.
+  for (int i = 0; i < 500; ++i) shard.Erase(ids[rng() % ids.size()]);
+  const RowBytes at_start = AllRows(shard);
+  shard.StartCut();
+  RowBytes read;
+  const size_t piece = GENERATE(size_t{1}, size_t{61}, size_t{100000});
+  do {
+    // Rows erased (not yet read, or read) and new rows taking their slots.
+    for (int i = 0; i < 40; ++i) shard.Erase(ids[rng() % ids.size()]);
+    const std::vector<uint64_t> fresh = RandomIds(rng, 60, 100000);
+    shard.Push(fresh, RandomGrads(rng, fresh.size() * 4).data());
+  } while (ReadPiece(&shard, piece, &read));
+  CHECK(read == at_start);
+  shard.EndCut();
+}
+
+TEST_CASE("at the row cap a pull answers the initial row and a push is dropped, both counted",
+          "[storage][embedding_table][evict]") {
+  const auto spec = Spec("adagrad", 4);
+  TableShard shard(spec.get(), 0);
+  shard.SetMaxRows(100);
+  std::vector<uint64_t> ids(150);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = i * 7919;
+  std::vector<float> pulled(ids.size() * 4);
+  shard.Pull(ids, pulled.data());
+  CHECK(shard.size() == 100);
+  CHECK(shard.counters().full_refused == 50);
+  std::vector<float> initial(4);
+  spec->initializer->Fill(ids[120], 4, initial.data());
+  CHECK(std::memcmp(pulled.data() + 120 * 4, initial.data(), 16) == 0);
+  std::vector<uint64_t> kept;
+  const std::vector<float> grads(ids.size() * 4, 0.5f);
+  std::vector<float> rows_after(ids.size() * spec->row_floats());
+  CHECK(shard.Push(ids, grads.data(), rows_after.data(), &kept) == 50);
+  CHECK(kept == std::vector<uint64_t>(ids.begin(), ids.begin() + 100));
+  CHECK(std::memcmp(rows_after.data() + 99 * spec->row_floats(), shard.Find(ids[99]),
+                    spec->row_floats() * sizeof(float)) == 0);
+  CHECK(shard.Find(ids[120]) == nullptr);
+  // The index and slabs stay at what 100 rows need.
+  CHECK(shard.MemoryBytes() <= TableShard::BytesForRows(*spec, 100) + 4096);
+  // Room again after an eviction: the next new id gets a row.
+  CHECK(shard.EvictToRows(99, 1000, nullptr) == 1);
+  CHECK(shard.Push({ids[120]}, grads.data()) == 0);
+  CHECK(shard.Find(ids[120]) != nullptr);
+}
+
+TEST_CASE("admission: a row at the min_count-th push; pulls answer the initial row",
+          "[storage][embedding_table][admission]") {
+  const uint32_t min_count = GENERATE(2u, 3u);
+  const auto spec = Spec("sgd", 4, "emb", Bounds("lru", min_count));
+  TableShard shard(spec.get(), 0, 1 << 12);
+  ReferenceShard reference(spec.get());
+  const std::vector<uint64_t> ids = {1, 2, 3};
+  const std::vector<float> grads(12, 1.0f);
+  std::vector<float> out(12), initial(12);
+  for (uint32_t push = 1; push <= min_count; ++push) {
+    shard.Pull(ids, out.data());
+    CHECK(shard.size() == (push == 1 ? 0 : 0));
+    for (int i = 0; i < 3; ++i) spec->initializer->Fill(ids[i], 4, initial.data() + 4 * i);
+    CHECK(out == initial);
+    const size_t dropped = shard.Push(ids, grads.data());
+    CHECK(dropped == (push < min_count ? 3 : 0));
+  }
+  // The admitted rows were created from the initializer, then the admitting push applied.
+  reference.Push(ids, grads);
+  ExpectSameRows(shard, reference);
+  CHECK(shard.counters().admission_refused == 3 * (min_count - 1));
+}
+
+TEST_CASE("Sweep evicts rows unused for longer than the TTL on a fake clock, and only them",
+          "[storage][embedding_table][evict]") {
+  const auto spec = Spec("adagrad", 4, "emb", Bounds(GENERATE(as<std::string>{}, "lru", "lfu")));
+  TableShard shard(spec.get(), 0);
+  std::vector<uint64_t> old_ids, new_ids;
+  for (uint64_t i = 0; i < 500; ++i) old_ids.push_back(i * 31 + 1);
+  for (uint64_t i = 0; i < 500; ++i) new_ids.push_back(i * 37 + 100000);
+  std::vector<float> out(500 * 4);
+  shard.SetTick(10);
+  shard.Pull(old_ids, out.data());
+  shard.SetTick(700);
+  shard.Pull(new_ids, out.data());
+  // At tick 1100 with a TTL of 1000: the old rows (age 1090) go, the new ones (age 400) stay.
+  shard.SetTick(1100);
+  std::vector<uint64_t> evicted;
+  size_t swept = 0;
+  for (int i = 0; i < 10; ++i) swept += shard.Sweep(200, 1000, &evicted);
+  CHECK(swept == 500);
+  std::sort(evicted.begin(), evicted.end());
+  CHECK(evicted == old_ids);
+  CHECK(shard.size() == 500);
+  CHECK(shard.counters().evicted_ttl == 500);
+  for (uint64_t id : new_ids) CHECK(shard.Find(id) != nullptr);
+}
+
+TEST_CASE("stamps of rows never used again do not wrap around while sweeps go on",
+          "[storage][embedding_table][evict]") {
+  const auto spec = Spec("sgd", 4, "emb", Bounds("lru"));
+  TableShard shard(spec.get(), 0);
+  std::vector<uint64_t> ids;
+  for (uint64_t i = 0; i < 300; ++i) ids.push_back(i + 1);
+  std::vector<float> out(300 * 4);
+  shard.SetTick(0);
+  shard.Pull(ids, out.data());
+  // The clock runs through many 12-bit wraps; sweeps without a TTL saturate the stamps, and a
+  // TTL applied later still finds these rows old.
+  for (uint32_t tick = 0; tick < 40000; tick += 500) {
+    shard.SetTick(tick);
+    shard.Sweep(1 << 20, 0, nullptr);
+  }
+  CHECK(shard.size() == 300);
+  CHECK(shard.Sweep(1 << 20, TableShard::kMaxTtlTicks, nullptr) == 300);
+}
+
+TEST_CASE("EvictToRows evicts the least recently used rows (LRU) or least used (LFU) first",
+          "[storage][embedding_table][evict]") {
+  const std::string policy = GENERATE(as<std::string>{}, "lru", "lfu");
+  const auto spec = Spec("sgd", 4, "emb", Bounds(policy));
+  TableShard shard(spec.get(), 0);
+  std::vector<uint64_t> cold, hot;
+  for (uint64_t i = 0; i < 2000; ++i) (i % 2 ? hot : cold).push_back(i * 2654435761ull);
+  std::vector<float> out(2000 * 4);
+  shard.SetTick(1);
+  shard.Pull(cold, out.data());
+  shard.Pull(hot, out.data());
+  // The hot half: used again later (LRU) and many times (LFU).
+  for (int i = 0; i < 40; ++i) {
+    shard.SetTick(2 + i);
+    shard.Pull(hot, out.data());
+  }
+  std::vector<uint64_t> evicted;
+  CHECK(shard.EvictToRows(1000, 1 << 20, &evicted) == 1000);
+  CHECK(shard.size() == 1000);
+  CHECK(shard.counters().evicted_budget == 1000);
+  size_t hot_kept = 0;
+  for (uint64_t id : hot) hot_kept += shard.Find(id) != nullptr;
+  // Sampled slices: not exact, but the hot rows survive.
+  CHECK(hot_kept >= 900);
+  // What EvictToRows says it evicted is gone.
+  for (uint64_t id : evicted) CHECK(shard.Find(id) == nullptr);
 }
 
 }  // namespace
