@@ -65,7 +65,8 @@ struct SyntheticOptions {
   // Default 10000; each in [1, 2^24] (sampling keeps an 8-byte table entry per value of each
   // distinct cardinality), or in [1, 2^40] with long_tail (no tables).
   std::vector<int64_t> cardinalities = {10000};
-  // The Zipf exponent s of the values' distribution; default 1.1, >= 0 (0 is uniform).
+  // The Zipf exponent s of the values' distribution; default 1.1 (ps_datagen --long_tail uses
+  // 1.05), >= 0 (0 is uniform).
   double zipf = 1.1;
   // The standard deviation of the categorical weights w_f(v); default 0.2, >= 0.
   double teacher_scale = 0.2;
