@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <optional>
 #include <utility>
 
 #include "absl/numeric/int128.h"
@@ -24,6 +25,7 @@ constexpr int kCalibrationRows = 1 << 16;
 // Weights of fields with at most this many values are tabulated (4 bytes each).
 constexpr int64_t kMaxTabulatedValues = int64_t{1} << 20;
 constexpr int64_t kMaxCardinality = int64_t{1} << 24;
+constexpr int64_t kMaxLongTailCardinality = int64_t{1} << 40;
 constexpr int kMaxFeatures = 1000;
 // Integer features are capped here (a geometric draw of u near 0 is unbounded).
 constexpr double kMaxInteger = 1e12;
@@ -139,8 +141,10 @@ struct SyntheticData::AliasTable {
 };
 
 struct SyntheticData::Field {
-  const AliasTable* table;
+  const AliasTable* table;             // null in long-tail mode
+  std::optional<ZipfSampler> sampler;  // in long-tail mode
   uint64_t weight_key;
+  uint64_t long_tail_code_key;
   uint32_t code_key_a;
   uint32_t code_key_b;
   std::vector<float> weights;  // Weight() of every value, if tabulated
@@ -161,9 +165,12 @@ absl::StatusOr<std::unique_ptr<SyntheticData>> SyntheticData::Create(SyntheticOp
     return invalid("cardinalities must have 1 or num_sparse (", options.num_sparse,
                    ") values, got ", options.cardinalities.size());
   }
+  const int64_t max_cardinality = options.long_tail ? kMaxLongTailCardinality : kMaxCardinality;
   for (const int64_t c : options.cardinalities) {
-    if (c < 1 || c > kMaxCardinality) {
-      return invalid("cardinalities must be in [1, ", kMaxCardinality, "], got ", c);
+    if (c < 1 || c > max_cardinality) {
+      return invalid("cardinalities must be in [1, ", max_cardinality, "]",
+                     options.long_tail ? " in long-tail mode" : " (2^40 in long-tail mode)",
+                     ", got ", c);
     }
   }
   if (!std::isfinite(options.zipf) || options.zipf < 0) {
@@ -190,18 +197,25 @@ SyntheticData::SyntheticData(SyntheticOptions options) : options_(std::move(opti
   fields_.resize(options_.num_sparse);
   for (int f = 0; f < options_.num_sparse; ++f) {
     const int64_t c = options_.cardinalities[f];
-    const AliasTable*& table = table_of[c];
-    if (table == nullptr) {
-      tables_.push_back(std::make_unique<AliasTable>(c, options_.zipf));
-      table = tables_.back().get();
-    }
     Field& field = fields_[f];
-    field.table = table;
+    if (options_.long_tail) {
+      // Create() checked both arguments.
+      field.table = nullptr;
+      field.sampler = *ZipfSampler::Create(c, options_.zipf);
+    } else {
+      const AliasTable*& table = table_of[c];
+      if (table == nullptr) {
+        tables_.push_back(std::make_unique<AliasTable>(c, options_.zipf));
+        table = tables_.back().get();
+      }
+      field.table = table;
+    }
     const uint64_t key = DerivedKey(seed, kWhatField, f);
     field.weight_key = Mix64(key ^ 0x77656967687473ull);
+    field.long_tail_code_key = Mix64(key ^ 0x636f64653634ull);  // "code64"
     field.code_key_a = static_cast<uint32_t>(key);
     field.code_key_b = static_cast<uint32_t>(key >> 32);
-    if (c <= kMaxTabulatedValues) {
+    if (!options_.long_tail && c <= kMaxTabulatedValues) {
       field.weights.resize(c);
       for (int64_t v = 0; v < c; ++v) field.weights[v] = static_cast<float>(Weight(f, v));
     }
@@ -248,14 +262,32 @@ uint32_t SyntheticData::Code(int field, uint32_t value) const {
   return x;
 }
 
-double SyntheticData::Weight(int field, uint32_t value) const {
+uint64_t SyntheticData::LongTailCode(int field, uint64_t value) const {
+  // Adding a constant and Mix64 are bijections of the 64-bit integers.
+  return Mix64(value + fields_[field].long_tail_code_key);
+}
+
+double SyntheticData::Weight(int field, uint64_t value) const {
   return options_.teacher_scale * NormalOfHash(fields_[field].weight_key + value * kGolden);
 }
 
-double SyntheticData::ValueProbability(int field, uint32_t value) const {
-  const AliasTable& table = *fields_[field].table;
+double SyntheticData::ValueProbability(int field, uint64_t value) const {
+  const Field& f = fields_[field];
+  if (f.sampler) return value < f.sampler->n() ? f.sampler->Probability(value + 1) : 0;
+  const AliasTable& table = *f.table;
   if (value >= table.cardinality) return 0;
   return std::pow(static_cast<double>(value) + 1, -options_.zipf) / table.normalizer;
+}
+
+double SyntheticData::ExpectedDistinct(int field, int64_t rows) const {
+  const Field& f = fields_[field];
+  if (f.sampler) return f.sampler->ExpectedDistinct(static_cast<double>(rows));
+  if (rows <= 0) return 0;
+  double distinct = 0;
+  for (uint64_t v = 0; v < f.table->cardinality; ++v) {
+    distinct += -std::expm1(static_cast<double>(rows) * std::log1p(-ValueProbability(field, v)));
+  }
+  return distinct;
 }
 
 double SyntheticData::DrawUnbiased(uint64_t stream, uint64_t index, SyntheticSample* sample,
@@ -282,6 +314,12 @@ double SyntheticData::DrawUnbiased(uint64_t stream, uint64_t index, SyntheticSam
   }
   for (int f = 0; f < options_.num_sparse; ++f) {
     const Field& field = fields_[f];
+    if (field.sampler) {
+      const uint64_t v = field.sampler->Draw(next) - 1;
+      sample->values[f] = v;
+      logit += Weight(f, v);
+      continue;
+    }
     const uint32_t v = field.table->Draw(next());
     sample->values[f] = v;
     logit += field.weights.empty() ? Weight(f, v) : field.weights[v];
@@ -305,8 +343,19 @@ void SyntheticData::AppendLine(const SyntheticSample& sample, std::string* out) 
     out->push_back('\t');
     if (x >= 0) AppendInt(x, out);
   }
+  if (options_.long_tail) {
+    for (int f = 0; f < options_.num_sparse; ++f) {
+      const uint64_t code = LongTailCode(f, sample.values[f]);
+      char text[17];
+      text[0] = '\t';
+      for (int i = 0; i < 16; ++i) text[1 + i] = kHex[(code >> (60 - 4 * i)) & 0xf];
+      out->append(text, sizeof(text));
+    }
+    out->push_back('\n');
+    return;
+  }
   for (int f = 0; f < options_.num_sparse; ++f) {
-    const uint32_t code = Code(f, sample.values[f]);
+    const uint32_t code = Code(f, static_cast<uint32_t>(sample.values[f]));
     char text[9];
     text[0] = '\t';
     for (int i = 0; i < 8; ++i) text[1 + i] = kHex[(code >> (28 - 4 * i)) & 0xf];

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -265,6 +266,164 @@ TEST_CASE("bad options are refused", "[worker][synthetic]") {
   refused([](SyntheticOptions* o) { o->dense_scale = INFINITY; }, "dense_scale");
   refused([](SyntheticOptions* o) { o->positive_rate = 0; }, "positive_rate");
   refused([](SyntheticOptions* o) { o->positive_rate = 1; }, "positive_rate");
+}
+
+SyntheticOptions LongTailOptions() {
+  SyntheticOptions options;
+  options.long_tail = true;
+  options.cardinalities = {100000000};
+  options.zipf = 1.05;
+  options.seed = 7;
+  return options;
+}
+
+// The fields' values of rows [0, rows) of `stream`.
+std::vector<std::vector<uint64_t>> DrawValues(const SyntheticData& data, uint64_t stream,
+                                              int rows) {
+  std::vector<std::vector<uint64_t>> values(data.options().num_sparse);
+  SyntheticSample sample;
+  for (int i = 0; i < rows; ++i) {
+    data.Draw(stream, i, &sample);
+    for (int f = 0; f < data.options().num_sparse; ++f) values[f].push_back(sample.values[f]);
+  }
+  return values;
+}
+
+TEST_CASE("long-tail ids are mostly seen once and the teacher stays well above chance",
+          "[worker][synthetic][long_tail]") {
+  const std::unique_ptr<SyntheticData> data = MustCreate(LongTailOptions());
+  constexpr int kRows = 20000;
+  std::vector<std::vector<uint64_t>> values = DrawValues(*data, SyntheticData::kTrainStream, kRows);
+  for (int f = 0; f < data->options().num_sparse; ++f) {
+    INFO("field " << f);
+    std::vector<uint64_t>& v = values[f];
+    std::sort(v.begin(), v.end());
+    REQUIRE(v.back() < 100000000);
+    int distinct = 0, once = 0;
+    for (size_t i = 0; i < v.size();) {
+      size_t j = i;
+      while (j < v.size() && v[j] == v[i]) ++j;
+      ++distinct;
+      once += j - i == 1 ? 1 : 0;
+      i = j;
+    }
+    // About half the rows hold a value of their own; most distinct values are seen once.
+    CHECK(once > kRows * 0.4);
+    CHECK(once > distinct * 0.8);
+    CHECK(distinct == Approx(data->ExpectedDistinct(f, kRows)).epsilon(0.03));
+  }
+  const SyntheticFileStats stats =
+      MustWrite(*data, SyntheticData::kHeldoutStream, 50000, TempPath(".tsv"));
+  CHECK(stats.teacher_auc > 0.78);
+  CHECK(stats.teacher_auc < 0.86);
+  CHECK(stats.mean_probability == Approx(0.3).margin(0.01));
+}
+
+TEST_CASE("long-tail generation is deterministic and its files parse",
+          "[worker][synthetic][long_tail]") {
+  SyntheticOptions options = LongTailOptions();
+  options.num_dense = 3;
+  options.num_sparse = 4;
+  options.cardinalities = {1, 1000, 100000000, int64_t{1} << 40};
+  const std::unique_ptr<SyntheticData> data = MustCreate(options);
+  const std::string path = TempPath(".tsv");
+  constexpr int kRows = 3000;
+  MustWrite(*data, SyntheticData::kTrainStream, kRows, path);
+  const std::string bytes = ReadBytes(path);
+  const std::string again = TempPath(".tsv");
+  MustWrite(*MustCreate(options), SyntheticData::kTrainStream, kRows, again);
+  CHECK(ReadBytes(again) == bytes);
+  const std::string prefix = TempPath(".tsv");
+  MustWrite(*data, SyntheticData::kTrainStream, 1000, prefix);
+  CHECK(absl::StartsWith(bytes, ReadBytes(prefix)));
+  SyntheticOptions other = options;
+  other.seed = 8;
+  const std::string other_path = TempPath(".tsv");
+  MustWrite(*MustCreate(other), SyntheticData::kTrainStream, 1000, other_path);
+  CHECK(ReadBytes(other_path) != ReadBytes(prefix));
+
+  absl::StatusOr<std::unique_ptr<CriteoReader>> reader =
+      CriteoReader::Open({path}, 0, 1, SchemaOptions{3, 4});
+  REQUIRE(reader.ok());
+  Batch batch;
+  absl::StatusOr<int> n = (*reader)->Next(kRows + 1, &batch);
+  REQUIRE(n.ok());
+  REQUIRE(*n == kRows);
+  CHECK((*reader)->skipped_lines() == 0);
+  SyntheticSample sample;
+  uint64_t largest = 0;
+  for (int i = 0; i < kRows; ++i) {
+    data->Draw(SyntheticData::kTrainStream, i, &sample);
+    REQUIRE(batch.labels[i] == sample.label);
+    double logit = data->bias();
+    for (int d = 0; d < options.num_dense; ++d) {
+      if (sample.dense[d] >= 0) logit += data->DenseWeight(d) * std::log1p(double(sample.dense[d]));
+    }
+    for (int f = 0; f < options.num_sparse; ++f) {
+      REQUIRE(sample.values[f] < static_cast<uint64_t>(options.cardinalities[f]));
+      const std::string text = absl::StrFormat("%016x", data->LongTailCode(f, sample.values[f]));
+      REQUIRE(batch.keys[i * options.num_sparse + f] == CriteoKey(f, text));
+      logit += data->Weight(f, sample.values[f]);
+    }
+    REQUIRE(sample.logit == Approx(logit).margin(1e-9));
+    largest = std::max(largest, sample.values[3]);
+  }
+  // Over 2^40 values, Zipf(1.05) reaches far beyond 32 bits.
+  CHECK(largest > (uint64_t{1} << 32));
+}
+
+TEST_CASE("long-tail frequencies of the top ranks are Zipf's", "[worker][synthetic][long_tail]") {
+  SyntheticOptions options = LongTailOptions();
+  options.num_dense = 0;
+  options.num_sparse = 2;
+  options.cardinalities = {1000};
+  const std::unique_ptr<SyntheticData> data = MustCreate(options);
+  constexpr int kRows = 200000;
+  const std::vector<std::vector<uint64_t>> values =
+      DrawValues(*data, SyntheticData::kTrainStream, kRows);
+  for (int f = 0; f < 2; ++f) {
+    std::vector<int> counts(1000, 0);
+    for (const uint64_t v : values[f]) ++counts[v];
+    for (int k = 0; k < 20; ++k) {
+      INFO("field " << f << " rank " << k);
+      const double expected = data->ValueProbability(f, k) * kRows;
+      CHECK(std::abs(counts[k] - expected) < 5 * std::sqrt(expected));
+    }
+  }
+  CHECK(data->ValueProbability(0, 0) / data->ValueProbability(0, 9) ==
+        Approx(std::pow(10.0, 1.05)));
+  CHECK(data->ValueProbability(0, 1000) == 0);
+}
+
+TEST_CASE("long-tail codes are distinct and spread over the key space",
+          "[worker][synthetic][long_tail]") {
+  const std::unique_ptr<SyntheticData> data = MustCreate(LongTailOptions());
+  for (int f = 0; f < 26; ++f) {
+    std::set<uint64_t> codes;
+    std::vector<int> top_nibble(16, 0);
+    for (uint64_t v = 0; v < 16000; ++v) {
+      const uint64_t code = data->LongTailCode(f, v);
+      codes.insert(code);
+      ++top_nibble[code >> 60];
+    }
+    CHECK(codes.size() == 16000);
+    for (const int count : top_nibble) {
+      CHECK(count > 1000 - 5 * 31);
+      CHECK(count < 1000 + 5 * 31);
+    }
+  }
+  CHECK(data->LongTailCode(0, 0) != data->LongTailCode(1, 0));
+}
+
+TEST_CASE("long-tail cardinalities reach 2^40", "[worker][synthetic][long_tail]") {
+  SyntheticOptions options = LongTailOptions();
+  options.cardinalities = {int64_t{1} << 40};
+  CHECK(SyntheticData::Create(options).ok());
+  options.cardinalities = {(int64_t{1} << 40) + 1};
+  const absl::Status status = SyntheticData::Create(options).status();
+  CHECK(status.code() == absl::StatusCode::kInvalidArgument);
+  CHECK(absl::StrContains(status.message(), "cardinalities"));
+  CHECK(absl::StrContains(status.message(), "long-tail"));
 }
 
 TEST_CASE("WriteSyntheticFile reports files it cannot write", "[worker][synthetic]") {

@@ -2,17 +2,24 @@
 // known teacher model (worker/data/synthetic.h describes the model and why its defaults).
 //
 //   ps_datagen --out=train.tsv --heldout_out=heldout.tsv [--rows=1000000] [--heldout_rows=100000]
-//              [--seed=1] [--num_dense=13] [--num_sparse=26] [--cardinalities=10000]
-//              [--zipf=1.1] [--teacher_scale=0.2] [--dense_scale=0.25] [--positive_rate=0.3]
+//              [--seed=1] [--num_dense=13] [--num_sparse=26] [--long_tail]
+//              [--cardinalities=10000 (100000000 with --long_tail)]
+//              [--zipf=1.1 (1.05 with --long_tail)] [--teacher_scale=0.2] [--dense_scale=0.25]
+//              [--positive_rate=0.3]
 //
 // Prints one JSON line:
 //   {"rows":N,"heldout_rows":M,"teacher_auc":A,"teacher_logloss":L,"positive_rate":P}
 // where teacher_auc and teacher_logloss are those of the teacher's true probabilities on the
 // held-out file (on the training file when --heldout_rows=0) and positive_rate is the training
-// file's fraction of positive labels. The output depends only on the flags. Exit status: 0 on
+// file's fraction of positive labels. With --long_tail the line ends instead with
+//   ...,"positive_rate":P,"expected_distinct_per_field":[D1,...,Dnum_sparse]}
+// each D the expected number of distinct values of that field in the training file (rounded; from
+// the distribution, not counted). The output depends only on the flags. Exit status: 0 on
 // success, 1 when a file cannot be written, 2 for bad flags.
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,10 +38,15 @@ ABSL_FLAG(std::string, heldout_out, "", "the held-out file (required when --held
 ABSL_FLAG(uint64_t, seed, 1, "seeds the distributions, the teacher and the samples");
 ABSL_FLAG(int, num_dense, 13, "integer features per sample");
 ABSL_FLAG(int, num_sparse, 26, "categorical fields per sample");
-ABSL_FLAG(std::string, cardinalities, "10000",
+ABSL_FLAG(bool, long_tail, false,
+          "long-tail ids: Zipf over up to 2^40 values per field, drawn without tables and written "
+          "as 16 hex digits, so that most ids are rare as in a click log");
+ABSL_FLAG(std::optional<std::string>, cardinalities, std::nullopt,
           "distinct values per field: one number for all fields or a comma-separated list with "
-          "one per field");
-ABSL_FLAG(double, zipf, 1.1, "Zipf exponent of the categorical values' distribution (>= 0)");
+          "one per field; default 10000, or 100000000 with --long_tail");
+ABSL_FLAG(std::optional<double>, zipf, std::nullopt,
+          "Zipf exponent of the categorical values' distribution (>= 0); default 1.1, or 1.05 "
+          "with --long_tail");
 ABSL_FLAG(double, teacher_scale, 0.2, "standard deviation of the teacher's categorical weights");
 ABSL_FLAG(double, dense_scale, 0.25, "standard deviation of the teacher's dense weights");
 ABSL_FLAG(double, positive_rate, 0.3, "the teacher's mean probability of a positive label");
@@ -43,17 +55,28 @@ namespace ps {
 namespace worker {
 namespace {
 
+// The defaults that differ in long-tail mode: a click log's skew over 10^8 values a field.
+constexpr double kDefaultZipf = 1.1;
+constexpr double kLongTailZipf = 1.05;
+constexpr const char* kDefaultCardinalities = "10000";
+constexpr const char* kLongTailCardinalities = "100000000";
+
 int Main() {
   SyntheticOptions options;
   options.num_dense = absl::GetFlag(FLAGS_num_dense);
   options.num_sparse = absl::GetFlag(FLAGS_num_sparse);
-  options.zipf = absl::GetFlag(FLAGS_zipf);
+  options.long_tail = absl::GetFlag(FLAGS_long_tail);
+  options.zipf =
+      absl::GetFlag(FLAGS_zipf).value_or(options.long_tail ? kLongTailZipf : kDefaultZipf);
   options.teacher_scale = absl::GetFlag(FLAGS_teacher_scale);
   options.dense_scale = absl::GetFlag(FLAGS_dense_scale);
   options.positive_rate = absl::GetFlag(FLAGS_positive_rate);
   options.seed = absl::GetFlag(FLAGS_seed);
   options.cardinalities.clear();
-  for (const absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_cardinalities), ',')) {
+  const std::string cardinalities =
+      absl::GetFlag(FLAGS_cardinalities)
+          .value_or(options.long_tail ? kLongTailCardinalities : kDefaultCardinalities);
+  for (const absl::string_view part : absl::StrSplit(cardinalities, ',')) {
     int64_t c = 0;
     if (!absl::SimpleAtoi(part, &c)) {
       std::fprintf(stderr, "ps_datagen: --cardinalities: bad number \"%s\"\n",
@@ -101,10 +124,20 @@ int Main() {
   }
   const double positive_rate =
       rows > 0 ? static_cast<double>(train->positives) / static_cast<double>(rows) : 0.0;
-  absl::PrintF(
+  std::string line = absl::StrFormat(
       "{\"rows\":%d,\"heldout_rows\":%d,\"teacher_auc\":%.6f,\"teacher_logloss\":%.6f,"
-      "\"positive_rate\":%.6f}\n",
+      "\"positive_rate\":%.6f",
       rows, heldout_rows, heldout.teacher_auc, heldout.teacher_logloss, positive_rate);
+  if (options.long_tail) {
+    line += ",\"expected_distinct_per_field\":[";
+    for (int f = 0; f < options.num_sparse; ++f) {
+      absl::StrAppendFormat(&line, "%s%.0f", f > 0 ? "," : "",
+                            std::round((*data)->ExpectedDistinct(f, rows)));
+    }
+    line += "]";
+  }
+  line += "}\n";
+  std::fputs(line.c_str(), stdout);
   return 0;
 }
 

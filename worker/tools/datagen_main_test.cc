@@ -10,8 +10,10 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "tests/testing/temp_dir.h"
 
 namespace ps {
@@ -75,6 +77,75 @@ TEST_CASE("ps_datagen writes both files and prints one JSON line", "[worker][dat
   CHECK(second.output == first.output);
   CHECK(ReadBytes(dir + "/dg_train.tsv") == train);
   CHECK(ReadBytes(dir + "/dg_heldout.tsv") == heldout);
+}
+
+TEST_CASE("ps_datagen --long_tail writes 64-bit ids and their expected distinct counts",
+          "[worker][datagen][long_tail]") {
+  const std::string dir = TempDir();
+  const std::vector<std::string> args = {"--long_tail",
+                                         "--rows=20000",
+                                         "--heldout_rows=20000",
+                                         "--num_sparse=3",
+                                         "--num_dense=2",
+                                         absl::StrCat("--out=", dir, "/dg_lt_train.tsv"),
+                                         absl::StrCat("--heldout_out=", dir, "/dg_lt_heldout.tsv")};
+  const Result first = RunDatagen(args);
+  INFO(first.output);
+  REQUIRE(first.exit_code == 0);
+  CHECK(
+      absl::StartsWith(first.output, "{\"rows\":20000,\"heldout_rows\":20000,\"teacher_auc\":0."));
+  CHECK(absl::StrContains(first.output, ",\"positive_rate\":0."));
+  CHECK(absl::EndsWith(first.output, "]}\n"));
+  // One count per field, each about half the rows with 10^8 values.
+  const size_t open = first.output.find(",\"expected_distinct_per_field\":[");
+  REQUIRE(open != std::string::npos);
+  const std::string list = first.output.substr(open + 32, first.output.size() - 3 - (open + 32));
+  const std::vector<std::string> counts = absl::StrSplit(list, ',');
+  REQUIRE(counts.size() == 3);
+  for (const std::string& count : counts) {
+    int distinct = 0;
+    REQUIRE(absl::SimpleAtoi(count, &distinct));
+    CHECK(distinct > 8000);
+    CHECK(distinct < 14000);
+  }
+  double auc = 0;
+  REQUIRE(absl::SimpleAtod(first.output.substr(first.output.find("teacher_auc") + 13, 8), &auc));
+  CHECK(auc > 0.6);
+
+  const std::string train = ReadBytes(dir + "/dg_lt_train.tsv");
+  CHECK(std::count(train.begin(), train.end(), '\n') == 20000);
+  // Label, 2 integers, 3 ids of 16 hex digits.
+  const std::string first_line = train.substr(0, train.find('\n'));
+  const std::vector<std::string> fields = absl::StrSplit(first_line, '\t');
+  REQUIRE(fields.size() == 6);
+  for (int c = 3; c < 6; ++c) CHECK(fields[c].size() == 16);
+
+  // The same flags give the same bytes; the mode's defaults are 10^8 values and Zipf(1.05).
+  std::vector<std::string> explicit_args = args;
+  explicit_args.push_back("--cardinalities=100000000");
+  explicit_args.push_back("--zipf=1.05");
+  const Result second = RunDatagen(explicit_args);
+  CHECK(second.output == first.output);
+  CHECK(ReadBytes(dir + "/dg_lt_train.tsv") == train);
+  // Another exponent gives other ids.
+  explicit_args.back() = "--zipf=1.2";
+  REQUIRE(RunDatagen(explicit_args).exit_code == 0);
+  CHECK(ReadBytes(dir + "/dg_lt_train.tsv") != train);
+}
+
+TEST_CASE("ps_datagen --long_tail takes cardinalities up to 2^40", "[worker][datagen][long_tail]") {
+  const std::string out = absl::StrCat("--out=", TempDir(), "/dg_lt_big.tsv");
+  Result r = RunDatagen(
+      {out, "--long_tail", "--rows=100", "--heldout_rows=0", "--cardinalities=1099511627776"});
+  CHECK(r.exit_code == 0);
+  r = RunDatagen(
+      {out, "--long_tail", "--rows=100", "--heldout_rows=0", "--cardinalities=1099511627777"});
+  CHECK(r.exit_code == 2);
+  CHECK(absl::StrContains(r.output, "cardinalities"));
+  // Without --long_tail the tabulated limit holds.
+  r = RunDatagen({out, "--rows=100", "--heldout_rows=0", "--cardinalities=16777217"});
+  CHECK(r.exit_code == 2);
+  CHECK(absl::StrContains(r.output, "cardinalities"));
 }
 
 TEST_CASE("ps_datagen refuses bad flags and unwritable files", "[worker][datagen]") {
