@@ -61,33 +61,34 @@ inline float BitsFloat(uint32_t bits) {
 }  // namespace half_internal
 
 // The fp16 bit pattern nearest to `x` (module comment: ties to even, overflow by `overflow`).
+// Computed without branches (every case, then selects), so that rounding decisions on real data
+// cost no mispredictions.
 inline uint16_t FloatToFp16(float x, Fp16Overflow overflow = Fp16Overflow::kInfinity) {
   const uint32_t bits = half_internal::FloatBits(x);
   const uint32_t sign = (bits >> 16) & 0x8000u;
   const uint32_t abs = bits & 0x7FFFFFFFu;
-  if (abs >= 0x7F800000u) {  // infinity or NaN: NaN keeps 9 payload bits and is made quiet
-    return static_cast<uint16_t>(sign | 0x7C00u |
-                                 (abs > 0x7F800000u ? 0x200u | ((abs >> 13) & 0x3FFu) : 0u));
-  }
-  if (abs >= 0x477FF000u) {  // >= 65520: beyond the largest finite half's rounding interval
-    return static_cast<uint16_t>(sign | (overflow == Fp16Overflow::kSaturate ? 0x7BFFu : 0x7C00u));
-  }
-  if (abs >= 0x38800000u) {  // >= 2^-14: a normal half. Rebias the exponent (127 - 15), round.
-    const uint32_t half = (abs - 0x38000000u) >> 13;
-    const uint32_t rest = abs & 0x1FFFu;
-    const uint32_t up = rest > 0x1000u || (rest == 0x1000u && (half & 1u));
-    return static_cast<uint16_t>(sign | (half + up));  // a carry moves into the exponent, rightly
-  }
-  if (abs < 0x33000000u) return static_cast<uint16_t>(sign);  // < 2^-25: rounds to zero
-  // A subnormal half: the float's significand (with its implicit bit) in units of 2^-24.
-  const uint32_t exponent = abs >> 23;  // 102 .. 112
+  // A normal half (2^-14 <= |x| < 65520): rebias the exponent by 127 - 15 and drop 13 bits.
+  // Adding 0xFFF plus the lowest kept bit carries exactly when the dropped bits are above half, or
+  // half with an odd kept part: round to nearest, ties to even. A carry moves into the exponent,
+  // rightly.
+  const uint32_t normal = (abs - 0x38000000u + 0xFFFu + ((abs >> 13) & 1u)) >> 13;
+  // A subnormal half (|x| < 2^-14): the significand with its implicit bit in units of 2^-24,
+  // rounded the same way; 2^-14 minus a little rounds up to the first normal. The shift is capped
+  // at 31, where everything (|x| < 2^-32, float subnormals included) rounds to 0.
+  const int32_t exponent = static_cast<int32_t>(abs >> 23);
+  const int32_t uncapped = 126 - exponent;
+  const int32_t shift = uncapped < 1 ? 1 : uncapped > 31 ? 31 : uncapped;
   const uint32_t significand = (abs & 0x7FFFFFu) | 0x800000u;
-  const uint32_t shift = 126u - exponent;  // 14 .. 24
-  const uint32_t half = significand >> shift;
-  const uint32_t rest = significand & ((1u << shift) - 1u);
-  const uint32_t midpoint = 1u << (shift - 1u);
-  const uint32_t up = rest > midpoint || (rest == midpoint && (half & 1u));
-  return static_cast<uint16_t>(sign | (half + up));  // 2^-14 - tiny rounds up to the first normal
+  const uint32_t subnormal =
+      (significand + (1u << (shift - 1)) - 1u + ((significand >> shift) & 1u)) >> shift;
+  uint32_t result = abs < 0x38800000u ? subnormal : normal;
+  // >= 65520, the midpoint between the largest finite half and 2^16: infinity, or saturated.
+  const uint32_t too_large = overflow == Fp16Overflow::kSaturate ? 0x7BFFu : 0x7C00u;
+  result = abs >= 0x477FF000u ? too_large : result;
+  // Infinity, or a NaN made quiet with the top 10 bits of its payload.
+  const uint32_t special = 0x7C00u | (abs > 0x7F800000u ? 0x200u | ((abs >> 13) & 0x3FFu) : 0u);
+  result = abs >= 0x7F800000u ? special : result;
+  return static_cast<uint16_t>(sign | result);
 }
 
 // The float that the fp16 pattern `h` holds, exactly (a signalling NaN is made quiet).
