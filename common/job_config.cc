@@ -141,18 +141,20 @@ bool Finite(float x) { return std::isfinite(x); }
 absl::Status CheckOptimizer(const Checker& c, const Where& w, const config::Optimizer& o) {
   if (!IsKnownOptimizer(o.type())) {
     return c.Error(w, o, "type",
-                   absl::StrFormat("unknown optimizer \"%s\" (expected sgd, adagrad, adam or ftrl)",
+                   absl::StrFormat("unknown optimizer \"%s\" (expected sgd, adagrad, "
+                                   "rowwise_adagrad, adam or ftrl)",
                                    o.type()));
   }
   if (!Finite(o.learning_rate()) || o.learning_rate() <= 0) {
     return c.Error(w, o, "learning_rate",
                    absl::StrCat("must be a positive number, got ", o.learning_rate()));
   }
-  if (o.type() == "adagrad" && !(o.initial_accumulator() > 0)) {
+  const bool adagrad = o.type() == "adagrad" || o.type() == "rowwise_adagrad";
+  if (adagrad && !(o.initial_accumulator() > 0)) {
     return c.Error(w, o, "initial_accumulator",
-                   absl::StrCat("must be > 0 for adagrad, got ", o.initial_accumulator()));
+                   absl::StrCat("must be > 0 for ", o.type(), ", got ", o.initial_accumulator()));
   }
-  if ((o.type() == "adagrad" || o.type() == "adam") && !(o.epsilon() > 0)) {
+  if ((adagrad || o.type() == "adam") && !(o.epsilon() > 0)) {
     return c.Error(w, o, "epsilon", absl::StrCat("must be > 0, got ", o.epsilon()));
   }
   if (o.type() == "adam") {
@@ -344,8 +346,15 @@ absl::Status CheckJob(const Checker& c, const Where& root, const config::Job& jo
     return c.Error(wt, tr, "epochs", "set steps or epochs, not both");
   }
   if (tr.has_dense_optimizer()) {
-    PS_RETURN_IF_ERROR(CheckOptimizer(c, Nested(wt, tr, "dense_optimizer", -1, "dense_optimizer"),
-                                      tr.dense_optimizer()));
+    const Where wd = Nested(wt, tr, "dense_optimizer", -1, "dense_optimizer");
+    PS_RETURN_IF_ERROR(CheckOptimizer(c, wd, tr.dense_optimizer()));
+    if (tr.dense_optimizer().type() == "rowwise_adagrad") {
+      // Its one accumulator a row would be one a chunk of cluster.dense_chunk_floats on the
+      // servers and one for the whole model on a worker: results set by a transport setting.
+      return c.Error(wd, tr.dense_optimizer(), "type",
+                     "rowwise_adagrad is for embedding tables, not dense parameters (dense "
+                     "parameters have no rows: use adagrad)");
+    }
   }
   if (tr.eval_every_epochs() > 0 && tr.eval_every_steps() > 0) {
     return c.Error(wt, tr, "eval_every_steps", "set eval_every_epochs or eval_every_steps, not both");
@@ -479,7 +488,8 @@ void PointAtQuotedName(const std::string& text, const std::string& message, int*
 }
 
 bool IsKnownOptimizer(absl::string_view type) {
-  return type == "sgd" || type == "adagrad" || type == "adam" || type == "ftrl";
+  return type == "sgd" || type == "adagrad" || type == "rowwise_adagrad" || type == "adam" ||
+         type == "ftrl";
 }
 
 absl::StatusOr<config::Job> ParseJob(absl::string_view text, absl::string_view path) {

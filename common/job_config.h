@@ -44,7 +44,8 @@ std::string JobFieldPosition(absl::string_view text, absl::string_view path,
 // the reported position; otherwise leaves them. For every config file parsed from text.
 void PointAtQuotedName(const std::string& text, const std::string& message, int* line, int* column);
 
-// The names of the optimizers the servers implement: "sgd", "adagrad", "adam", "ftrl".
+// The names of the optimizers the servers implement: "sgd", "adagrad", "rowwise_adagrad", "adam",
+// "ftrl" (common/optimizer.h).
 bool IsKnownOptimizer(absl::string_view type);
 
 }  // namespace ps

@@ -121,6 +121,22 @@ TEST_CASE("semantic errors name the field and what is wrong", "[common][job]") {
              "optimizer.beta1: must be in [0, 1), got 1"},
       BadJob{"ftrl positive power", "type: \"adagrad\"", "type: \"ftrl\" lr_power: 0.5",
              "job.pbtxt:5:28: ", "optimizer.lr_power: must be <= 0, got 0.5"},
+      BadJob{"rowwise_adagrad accumulator 0", "type: \"adagrad\"",
+             "type: \"rowwise_adagrad\" initial_accumulator: 0", "job.pbtxt:5:39: ",
+             "optimizer.initial_accumulator: must be > 0 for rowwise_adagrad, got 0"},
+      BadJob{"rowwise_adagrad epsilon 0", "type: \"adagrad\"",
+             "type: \"rowwise_adagrad\" epsilon: 0", "job.pbtxt:5:39: ",
+             "optimizer.epsilon: must be > 0, got 0"},
+      BadJob{"rowwise_adagrad negative l2", "type: \"adagrad\"",
+             "type: \"rowwise_adagrad\" l2: -1", "job.pbtxt:5:39: ",
+             "optimizer.l2: must be >= 0, got -1"},
+      BadJob{"ftrl's setting on rowwise_adagrad", "type: \"adagrad\"",
+             "type: \"rowwise_adagrad\" ftrl_beta: 1", "job.pbtxt:5:39: ",
+             "optimizer.ftrl_beta: is a setting of ftrl, not of rowwise_adagrad"},
+      BadJob{"rowwise_adagrad as the dense optimizer", "staleness: 2",
+             "staleness: 2\n  dense_optimizer { type: \"rowwise_adagrad\" }", "job.pbtxt:14:21: ",
+             "training.dense_optimizer.type: rowwise_adagrad is for embedding tables, not dense "
+             "parameters"},
       BadJob{"uniform low >= high", "dim: 4", "dim: 4 initializer { low: 1 high: 1 }",
              "job.pbtxt:9:31: ", "uniform needs low < high"},
       BadJob{"normal stddev 0", "dim: 4", "dim: 4 initializer { kind: NORMAL stddev: 0 }",
@@ -231,6 +247,21 @@ TEST_CASE("weight decay is l2 for every optimizer; ftrl's own settings only for 
   CHECK(absl::StrContains(msg, "optimizer.l1: is a setting of ftrl, not of adagrad"));
   CHECK(absl::StrContains(ErrorOf(Replace(kGoodJob, "learning_rate: 0.1 }", "learning_rate: 0.1 l2: -1 }")),
                           "optimizer.l2: must be >= 0"));
+}
+
+TEST_CASE("rowwise_adagrad is an optimizer of tables", "[common][job][rowwise]") {
+  const std::string rowwise =
+      Replace(kGoodJob, "type: \"adagrad\" learning_rate: 0.1",
+              "type: \"rowwise_adagrad\" learning_rate: 0.1 initial_accumulator: 0.5 l2: 0.01");
+  const absl::StatusOr<config::Job> job = ParseJob(rowwise, "job.pbtxt");
+  REQUIRE(job.ok());
+  CHECK(job->tables(0).optimizer().type() == "rowwise_adagrad");
+  CHECK(job->tables(0).optimizer().initial_accumulator() == 0.5f);
+  CHECK(IsKnownOptimizer("rowwise_adagrad"));
+  // The dense parameters keep every other optimizer.
+  const std::string dense =
+      Replace(rowwise, "staleness: 2", "staleness: 2\n  dense_optimizer { type: \"adagrad\" }");
+  CHECK(ParseJob(dense, "job.pbtxt").ok());
 }
 
 TEST_CASE("evaluation during training and early stopping are checked", "[common][job][eval]") {

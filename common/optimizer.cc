@@ -40,6 +40,26 @@ void AdagradUpdate(uint32_t dim, float lr, float eps, float l2, const float* __r
   }
 }
 
+// The accumulator's increment is the mean of the squares, summed in double (each product of two
+// floats is exact there) and rounded to float once. The update itself is adagrad's expression
+// with one denominator for the row, so that equal gradients give adagrad's result bit for bit.
+template <bool kL2>
+void RowwiseAdagradUpdate(uint32_t dim, float lr, float eps, float l2, const float* __restrict__ g,
+                          float* __restrict__ w, float* __restrict__ acc) {
+  double sum = 0;
+  for (uint32_t i = 0; i < dim; ++i) {
+    const float gi = Decayed<kL2>(g[i], w[i], l2);
+    sum += double{gi} * gi;
+  }
+  const float a = *acc + static_cast<float>(sum / dim);
+  *acc = a;
+  const float denominator = std::sqrt(a) + eps;
+  for (uint32_t i = 0; i < dim; ++i) {
+    const float gi = Decayed<kL2>(g[i], w[i], l2);
+    w[i] -= lr * gi / denominator;
+  }
+}
+
 template <bool kL2>
 void AdamUpdate(uint32_t dim, float lr_t, float b1, float b2, float eps, float l2,
                 const float* __restrict__ g, float* __restrict__ w, float* __restrict__ m,
@@ -119,6 +139,28 @@ class AdagradOptimizer final : public Optimizer {
   const float l2_;
 };
 
+class RowwiseAdagradOptimizer final : public Optimizer {
+ public:
+  RowwiseAdagradOptimizer(float lr, float initial_accumulator, float epsilon, float l2)
+      : lr_(lr), initial_accumulator_(initial_accumulator), epsilon_(epsilon), l2_(l2) {}
+
+  uint32_t StateFloats(uint32_t dim) const override { return 1; }
+  void InitState(uint32_t dim, float* state) const override { *state = initial_accumulator_; }
+  void Apply(uint32_t dim, const float* g, float* w, float* state) const override {
+    if (l2_ > 0) {
+      RowwiseAdagradUpdate<true>(dim, lr_, epsilon_, l2_, g, w, state);
+    } else {
+      RowwiseAdagradUpdate<false>(dim, lr_, epsilon_, l2_, g, w, state);
+    }
+  }
+
+ private:
+  const float lr_;
+  const float initial_accumulator_;
+  const float epsilon_;
+  const float l2_;
+};
+
 class AdamOptimizer final : public Optimizer {
  public:
   AdamOptimizer(float lr, float beta1, float beta2, float epsilon, float l2)
@@ -188,9 +230,12 @@ absl::Status Bad(absl::string_view field, absl::string_view rule, float value) {
 
 absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(const config::Optimizer& o) {
   const std::string& type = o.type();
-  if (type != "sgd" && type != "adagrad" && type != "adam" && type != "ftrl") {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "optimizer.type: unknown optimizer \"%s\" (expected sgd, adagrad, adam or ftrl)", type));
+  if (type != "sgd" && type != "adagrad" && type != "rowwise_adagrad" && type != "adam" &&
+      type != "ftrl") {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("optimizer.type: unknown optimizer \"%s\" (expected sgd, adagrad, "
+                        "rowwise_adagrad, adam or ftrl)",
+                        type));
   }
   if (!std::isfinite(o.learning_rate()) || !(o.learning_rate() > 0)) {
     return Bad("learning_rate", "must be a positive number", o.learning_rate());
@@ -200,11 +245,16 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(const config::Optim
   if (type == "sgd") {
     return std::unique_ptr<Optimizer>(new SgdOptimizer(o.learning_rate(), o.l2()));
   }
-  if (type == "adagrad") {
+  if (type == "adagrad" || type == "rowwise_adagrad") {
     if (!(o.initial_accumulator() > 0)) {
-      return Bad("initial_accumulator", "must be > 0 for adagrad", o.initial_accumulator());
+      return Bad("initial_accumulator", absl::StrCat("must be > 0 for ", type),
+                 o.initial_accumulator());
     }
     if (!(o.epsilon() > 0)) return Bad("epsilon", "must be > 0", o.epsilon());
+    if (type == "rowwise_adagrad") {
+      return std::unique_ptr<Optimizer>(new RowwiseAdagradOptimizer(
+          o.learning_rate(), o.initial_accumulator(), o.epsilon(), o.l2()));
+    }
     return std::unique_ptr<Optimizer>(
         new AdagradOptimizer(o.learning_rate(), o.initial_accumulator(), o.epsilon(), o.l2()));
   }

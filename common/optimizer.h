@@ -1,4 +1,5 @@
-// Optimizers of embedding rows and dense chunks: sgd, adagrad, adam and ftrl-proximal.
+// Optimizers of embedding rows and dense chunks: sgd, adagrad, row-wise adagrad, adam and
+// ftrl-proximal.
 //
 // A row of a table is `dim` weights followed by StateFloats(dim) floats of optimizer state, so a
 // row is one contiguous block and the optimizer never allocates. The updates, per coordinate i,
@@ -8,6 +9,20 @@
 //            w -= lr * g
 //   adagrad  state: acc[dim], starting at initial_accumulator.
 //            acc += g^2;  w -= lr * g / (sqrt(acc) + epsilon)
+//   rowwise_adagrad
+//            state: one float acc for the whole row, starting at initial_accumulator.
+//            acc += mean over the row of g_i^2;  then per coordinate
+//            w_i -= lr * g_i / (sqrt(acc) + epsilon)
+//            The mean of the squares (not their sum) is what TorchRec/FBGEMM's
+//            EXACT_ROWWISE_ADAGRAD accumulates (fbgemm_gpu/codegen/genscript/optimizers.py,
+//            rowwise_adagrad(): g_avg_square = sum of squares / D), so a row whose coordinates
+//            all get the same gradient moves as under adagrad. One float of state instead of dim
+//            (the compact rows of issue 35). The squares are summed in double and the mean rounded
+//            to float once (then equal gradients give adagrad's weights bit for bit whenever that
+//            sum is exact: any dim <= 32, or squares with short significands).
+//            Tables only: job validation refuses it as dense_optimizer, whose "row" is a chunk
+//            of cluster.dense_chunk_floats floats on the servers and the whole model on a worker,
+//            so one accumulator per row would make results depend on a transport setting.
 //   adam     state: m[dim], v[dim] (starting at 0), then one float holding the bit pattern of a
 //            uint32 step counter t (starting at 0, saturating at 2^32 - 1) shared by the row.
 //            Per update: t += 1;  lr_t = lr * sqrt(1 - beta2^t) / (1 - beta1^t)  (in double), then
@@ -20,16 +35,18 @@
 //            sigma = ((n + g^2)^p - n^p) / lr;  z += g - sigma * w;  n += g^2
 //            w = |z| <= l1 ? 0 : -(z - sign(z) * l1) / ((ftrl_beta + n^p) / lr + l2)
 //
-// Weight decay (`l2` > 0, sgd, adagrad and adam): the gradient of coordinate i becomes
-// g + l2 * w (the gradient of the loss plus l2/2 * |w|^2: PyTorch's `weight_decay`, coupled, not
-// AdamW's decoupled form) before the update above, also inside adagrad's accumulator and adam's
-// moments. Applied lazily, as the peers do: a row decays only when an update touches it (a sparse
-// push, or a sync step that sums pushes of it), never in the background. ftrl's `l2` is its own
-// proximal term in the formula above; `l1` is ftrl's only.
+// Weight decay (`l2` > 0, sgd, adagrad, rowwise_adagrad and adam): the gradient of coordinate i
+// becomes g + l2 * w (the gradient of the loss plus l2/2 * |w|^2: PyTorch's `weight_decay`,
+// coupled, not AdamW's decoupled form; FBGEMM's weight_decay_mode L2) before the update above,
+// also inside the adagrads' accumulators and adam's moments. Applied lazily, as the peers do: a
+// row decays only when an update touches it (a sparse push, or a sync step that sums pushes of
+// it), never in the background. ftrl's `l2` is its own proximal term in the formula above; `l1` is
+// ftrl's only.
 //
-// Arithmetic is in float except adam's lr_t. The update of a row is one virtual call and then a
-// plain loop over coordinates that the compiler vectorises (all but ftrl with lr_power != -0.5,
-// which calls pow per coordinate); the same objects update dense chunks (dim = the chunk length).
+// Arithmetic is in float except adam's lr_t and rowwise_adagrad's sum of squares. The update of a
+// row is one virtual call and then a plain loop over coordinates that the compiler vectorises (all
+// but ftrl with lr_power != -0.5, which calls pow per coordinate, and rowwise_adagrad's sum, a
+// serial loop in double); the same objects update dense chunks (dim = the chunk length).
 #ifndef PS_COMMON_OPTIMIZER_H_
 #define PS_COMMON_OPTIMIZER_H_
 

@@ -82,6 +82,41 @@ TEST_CASE("pulls create deterministic rows and pushes apply sgd, duplicates summ
   CHECK(PullRows(*other, keys) == before);
 }
 
+TEST_CASE("a rowwise_adagrad table steps each row by the mean square of its gradient",
+          "[server][store][rowwise]") {
+  // TestJob's table with the compact optimizer of issue 35: one accumulator a row, behind the same
+  // store, pushes and pulls as every other optimizer.
+  config::Job job = TestJob();
+  config::Optimizer* optimizer = job.mutable_tables(0)->mutable_optimizer();
+  optimizer->set_type("rowwise_adagrad");
+  optimizer->set_learning_rate(0.5f);
+  optimizer->set_initial_accumulator(0.1f);
+  REQUIRE(ValidateJob(job).ok());
+  auto created = ShardedStore::Create(job, {});
+  REQUIRE(created.ok());
+  std::unique_ptr<ShardedStore> store = std::move(*created);
+  store->SetShardMap(EvenOddMap(3), 0);
+
+  const std::vector<uint64_t> keys = EvenShardKeys(40);
+  const auto before = PullRows(*store, keys);
+  // Gradient (1, 2, 3, 4) for every row: acc = 0.1 + (1 + 4 + 9 + 16) / 4 = 7.6, one denominator.
+  const std::vector<float> g = {1.0f, 2.0f, 3.0f, 4.0f};
+  rpc::PushRequest push = MakePush(keys, 0.0f, 1);
+  std::vector<float> grads;
+  for (size_t i = 0; i < keys.size(); ++i) grads.insert(grads.end(), g.begin(), g.end());
+  push.set_grads(
+      std::string(reinterpret_cast<const char*>(grads.data()), grads.size() * sizeof(float)));
+  uint32_t duplicates = 0;
+  REQUIRE(store->Push(push, &duplicates).ok());
+  const auto after = PullRows(*store, keys);
+  const float denominator = std::sqrt(0.1f + 7.5f) + 1e-8f;
+  for (uint64_t k : keys) {
+    for (int j = 0; j < 4; ++j) {
+      CHECK(after.at(k)[j] == Approx(before.at(k)[j] - 0.5f * g[j] / denominator));
+    }
+  }
+}
+
 TEST_CASE("the status counts each table's traffic, sizes every shard copy and lists hot keys",
           "[server][store][status]") {
   // Every key counted, so that the hot keys' counts are exact.

@@ -65,7 +65,7 @@ ABSL_FLAG(int, dim, 16, "floats per row");
 ABSL_FLAG(int, iters, 20, "timed requests per operation and worker");
 ABSL_FLAG(int, warmup, 0, "untimed requests per operation before (0: one per key set)");
 ABSL_FLAG(int, key_sets, 4, "distinct key sets each worker cycles through");
-ABSL_FLAG(std::string, optimizer, "adagrad", "sgd, adagrad, adam or ftrl");
+ABSL_FLAG(std::string, optimizer, "adagrad", "sgd, adagrad, rowwise_adagrad, adam or ftrl");
 ABSL_FLAG(bool, empty_handler, false, "servers touch no storage (transport ceiling)");
 ABSL_FLAG(int, lookup_threads, -1,
           "the servers' --lookup_threads (threads serving one large request's shards side by "
