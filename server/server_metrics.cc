@@ -24,7 +24,37 @@ void AddServerCollector(metrics::Registry* registry,
                    table.keys_pulled());
       sink.Counter("ps_server_keys_pushed_total", "Keys in the pushes this server applied.", labels,
                    table.keys_pushed());
+      sink.Counter("ps_server_rows_evicted_total",
+                   "Rows evicted from this server's primaries, by reason: ttl (eviction's TTL) or "
+                   "budget (the memory budget's policy).",
+                   {{"table", table.name()}, {"reason", "ttl"}}, table.evicted_ttl());
+      sink.Counter("ps_server_rows_evicted_total",
+                   "Rows evicted from this server's primaries, by reason: ttl (eviction's TTL) or "
+                   "budget (the memory budget's policy).",
+                   {{"table", table.name()}, {"reason", "budget"}}, table.evicted_budget());
+      sink.Counter("ps_server_admission_refused_total",
+                   "Pushed ids whose gradients were dropped because the table's admission had "
+                   "not admitted them yet.",
+                   labels, table.admission_refused());
+      sink.Counter("ps_server_rows_refused_at_cap_total",
+                   "Rows not created because their copy was at its row cap (memory budget).",
+                   labels, table.full_refused());
+      sink.Gauge("ps_server_max_rows_per_copy",
+                 "The most rows one copy of the table may hold on this server (0: no cap).", labels,
+                 static_cast<double>(table.max_rows_per_copy()));
     }
+    sink.Gauge("ps_server_memory_budget_bytes",
+               "The server's memory budget (--memory_budget_mb; 0: none).", {},
+               static_cast<double>(status.memory_budget_bytes()));
+    sink.Gauge("ps_server_memory_allowance_bytes",
+               "What the memory budget leaves the tables' rows, after the reserve and what the "
+               "process held before any row.",
+               {}, static_cast<double>(status.memory_allowance_bytes()));
+    sink.Gauge("ps_server_resident_bytes", "The server's resident set.", {},
+               static_cast<double>(status.resident_bytes()));
+    sink.Gauge("ps_server_peak_resident_bytes",
+               "The largest resident set the memory keeper has seen.", {},
+               static_cast<double>(status.peak_resident_bytes()));
     sink.Counter("ps_server_late_pushes_dropped_total",
                  "Sync mode: pushes for a step already applied without them (stragglers outside "
                  "the quorum), dropped.",

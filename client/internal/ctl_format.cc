@@ -577,6 +577,10 @@ std::vector<TableTotals> SumTables(const rpc::ServerStatuses& servers) {
       sum.keys_pushed += t.keys_pushed();
       sum.pull_requests += t.pull_requests();
       sum.push_requests += t.push_requests();
+      sum.evicted_ttl += t.evicted_ttl();
+      sum.evicted_budget += t.evicted_budget();
+      sum.admission_refused += t.admission_refused();
+      sum.full_refused += t.full_refused();
     }
   }
   return tables;
@@ -592,12 +596,26 @@ std::string TablesText(const rpc::ServerStatuses& servers) {
       answered, servers.servers_size());
   Columns columns({"table", "dim", "optimizer", "rows", "bytes", "rows (all copies)",
                    "bytes (all copies)", "keys pulled", "keys pushed"});
+  bool bounded = false;
   for (const TableTotals& t : tables) {
     columns.Add({t.name, absl::StrCat(t.dim), t.optimizer, absl::StrCat(t.rows), Bytes(t.bytes),
                  absl::StrCat(t.rows_all_copies), Bytes(t.bytes_all_copies),
                  absl::StrCat(t.keys_pulled), absl::StrCat(t.keys_pushed)});
+    bounded = bounded || t.evicted_ttl + t.evicted_budget + t.admission_refused + t.full_refused > 0;
   }
   out += columns.Render();
+  if (bounded) {
+    // Only where a table has bounds at work: most jobs have none.
+    out += "\nbounds (server/README.md#memory-budget): rows evicted by TTL and by the memory "
+           "budget, pushed ids refused admission, rows not created at a copy's cap\n";
+    Columns bounds({"table", "evicted (ttl)", "evicted (budget)", "admission refused",
+                    "refused at cap"});
+    for (const TableTotals& t : tables) {
+      bounds.Add({t.name, absl::StrCat(t.evicted_ttl), absl::StrCat(t.evicted_budget),
+                  absl::StrCat(t.admission_refused), absl::StrCat(t.full_refused)});
+    }
+    out += bounds.Render();
+  }
   return out;
 }
 
@@ -614,7 +632,11 @@ std::string TablesJson(const rpc::ServerStatuses& servers) {
                             {"keys_pulled", absl::StrCat(t.keys_pulled)},
                             {"keys_pushed", absl::StrCat(t.keys_pushed)},
                             {"pull_requests", absl::StrCat(t.pull_requests)},
-                            {"push_requests", absl::StrCat(t.push_requests)}}));
+                            {"push_requests", absl::StrCat(t.push_requests)},
+                            {"evicted_ttl", absl::StrCat(t.evicted_ttl)},
+                            {"evicted_budget", absl::StrCat(t.evicted_budget)},
+                            {"admission_refused", absl::StrCat(t.admission_refused)},
+                            {"full_refused", absl::StrCat(t.full_refused)}}));
   }
   return Object({{"tables", Array(items)}, {"servers_failed", Strings(ServerFailures(servers))}});
 }

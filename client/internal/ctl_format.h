@@ -70,6 +70,11 @@ struct TableTotals {
   uint64_t keys_pushed = 0;
   uint64_t pull_requests = 0;
   uint64_t push_requests = 0;
+  // Bounds (server/README.md#memory-budget), over every server.
+  uint64_t evicted_ttl = 0;
+  uint64_t evicted_budget = 0;
+  uint64_t admission_refused = 0;
+  uint64_t full_refused = 0;
 };
 
 // The tables in the order the first answering server lists them (the job's).

@@ -165,6 +165,36 @@ TEST_CASE("tables count each row once on its primary, and every copy apart", "[c
   CHECK(Field(items.values(0).struct_value(), "optimizer").string_value() == "adagrad");
   CHECK(ServerFailures(servers) ==
         std::vector<std::string>{"server 2 (127.0.0.1:7002): UNAVAILABLE: failed to connect"});
+  // No table has bounds at work: no bounds table.
+  CHECK_THAT(text, !Catch::Contains("evicted"));
+}
+
+TEST_CASE("tables sum the bounds' counters over the servers and show them when any is set",
+          "[ctl]") {
+  rpc::ServerStatuses servers = ThreeServers();
+  for (rpc::ServerStatusReply& reply : *servers.mutable_servers()) {
+    if (!reply.has_status()) continue;
+    rpc::TableStatus* emb = reply.mutable_status()->mutable_tables(0);
+    emb->set_evicted_ttl(5);
+    emb->set_evicted_budget(7);
+    emb->set_admission_refused(11);
+    emb->set_full_refused(2);
+  }
+  const std::vector<TableTotals> tables = SumTables(servers);
+  CHECK(tables[0].evicted_ttl == 10);
+  CHECK(tables[0].evicted_budget == 14);
+  CHECK(tables[0].admission_refused == 22);
+  CHECK(tables[0].full_refused == 4);
+  CHECK(tables[1].evicted_ttl == 0);
+  const std::string text = TablesText(servers);
+  CHECK_THAT(text, Catch::Contains("evicted (ttl)"));
+  CHECK_THAT(text, Catch::Matches("(.|\n)*emb +10 +14 +22 +4(.|\n)*"));
+  const auto json = Parse(TablesJson(servers));
+  const auto& item = Field(json, "tables").list_value().values(0).struct_value();
+  CHECK(Field(item, "evicted_ttl").number_value() == 10);
+  CHECK(Field(item, "evicted_budget").number_value() == 14);
+  CHECK(Field(item, "admission_refused").number_value() == 22);
+  CHECK(Field(item, "full_refused").number_value() == 4);
 }
 
 rpc::ClusterStatus Cluster() {
