@@ -42,6 +42,8 @@ MemoryKeeper::MemoryKeeper(const config::Job& job, std::vector<const TableSpec*>
       budget_bytes_(options_.budget_bytes),
       start_(options_.now()) {
   num_shards_ = std::max<uint32_t>(1, job.cluster().num_shards());
+  use_ticks_.reset(new std::atomic<uint32_t>[tables_.size()]);
+  for (size_t t = 0; t < tables_.size(); ++t) use_ticks_[t].store(0);
   double total_weight = 0;
   for (const config::Table& t : job.tables()) total_weight += t.memory_weight();
   for (int t = 0; t < job.tables_size(); ++t) {
@@ -167,30 +169,52 @@ void MemoryKeeper::NoteStep(int64_t step) {
   int64_t seen = max_step_.load(std::memory_order_relaxed);
   while (step > seen && !max_step_.compare_exchange_weak(seen, step, std::memory_order_relaxed)) {
   }
+  if (step <= seen) return;
+  // The step tables' clocks at once, so that this push's rows are stamped with its step.
+  for (size_t t = 0; t < tables_.size(); ++t) {
+    if (tables_[t]->ttl_steps > 0) SetTick(t, step, 0);
+  }
 }
 
-std::vector<TableSweep> MemoryKeeper::Sweeps() const {
+// A TTL spans at most TableShard::kMaxTtlTicks ticks: finer ticks would need the sweeps to visit
+// every row more often than the stamps' 12 bits allow (TableShard::Sweep). Below that, a tick is
+// a step (ttl_steps) or 1/16 s (ttl_seconds); without a TTL, 1/16 s.
+uint32_t MemoryKeeper::TtlTicks(size_t t) const {
+  const TableSpec& spec = *tables_[t];
+  if (spec.ttl_steps > 0) {
+    return static_cast<uint32_t>(std::min<uint64_t>(TableShard::kMaxTtlTicks, spec.ttl_steps));
+  }
+  if (spec.ttl_seconds > 0) {
+    return static_cast<uint32_t>(
+        std::min<uint64_t>(TableShard::kMaxTtlTicks, 16 * spec.ttl_seconds));
+  }
+  return 0;
+}
+
+void MemoryKeeper::SetTick(size_t t, int64_t step, int64_t elapsed_ms) {
+  const TableSpec& spec = *tables_[t];
+  const uint64_t per_ttl = TtlTicks(t);
+  uint64_t tick;
+  if (spec.ttl_steps > 0) {
+    tick = static_cast<uint64_t>(std::max<int64_t>(0, step)) * per_ttl / spec.ttl_steps;
+  } else if (spec.ttl_seconds > 0) {
+    tick = static_cast<uint64_t>(elapsed_ms) * per_ttl / (spec.ttl_seconds * 1000);
+  } else {
+    tick = static_cast<uint64_t>(elapsed_ms) / 64;
+  }
+  use_ticks_[t].store(static_cast<uint32_t>(tick), std::memory_order_relaxed);
+}
+
+std::vector<TableSweep> MemoryKeeper::Sweeps() {
   const std::vector<size_t> caps = CurrentMaxRows();
-  const int64_t elapsed_ms = std::max<int64_t>(0, absl::ToInt64Milliseconds(options_.now() - start_));
+  const int64_t elapsed_ms =
+      std::max<int64_t>(0, absl::ToInt64Milliseconds(options_.now() - start_));
   const int64_t step = max_step_.load(std::memory_order_relaxed);
   std::vector<TableSweep> sweeps(tables_.size());
   for (size_t t = 0; t < tables_.size(); ++t) {
-    const TableSpec& spec = *tables_[t];
     TableSweep& sweep = sweeps[t];
-    // A TTL spans at most TableShard::kMaxTtlTicks ticks: finer ticks would need the sweeps to
-    // visit every row more often than the stamps' 12 bits allow (TableShard::Sweep).
-    if (spec.ttl_steps > 0) {
-      const uint64_t per_ttl = std::min<uint64_t>(TableShard::kMaxTtlTicks, spec.ttl_steps);
-      sweep.tick = static_cast<uint32_t>(static_cast<uint64_t>(step) * per_ttl / spec.ttl_steps);
-      sweep.ttl_ticks = static_cast<uint32_t>(per_ttl);
-    } else if (spec.ttl_seconds > 0) {
-      const uint64_t per_ttl = std::min<uint64_t>(TableShard::kMaxTtlTicks, 16 * spec.ttl_seconds);
-      sweep.tick = static_cast<uint32_t>(static_cast<uint64_t>(elapsed_ms) * per_ttl /
-                                         (spec.ttl_seconds * 1000));
-      sweep.ttl_ticks = static_cast<uint32_t>(per_ttl);
-    } else {
-      sweep.tick = static_cast<uint32_t>(elapsed_ms / 64);
-    }
+    SetTick(t, step, elapsed_ms);
+    sweep.ttl_ticks = TtlTicks(t);
     if (caps[t] != 0) {
       sweep.high_rows = static_cast<size_t>(caps[t] * kHigh);
       sweep.low_rows = static_cast<size_t>(caps[t] * kLow);

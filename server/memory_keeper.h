@@ -95,8 +95,13 @@ class MemoryKeeper {
   // A push carried step `step`: the clock of tables with ttl_steps. Thread-safe, lock-free.
   void NoteStep(int64_t step);
 
-  // By table, what a sweep does now: the ticks, TTLs and watermarks.
-  std::vector<TableSweep> Sweeps() const;
+  // By table, what a sweep does now: the TTLs and watermarks. Advances the use clocks first.
+  std::vector<TableSweep> Sweeps();
+
+  // By table, the clocks rows' use is stamped with (ShardConfig::use_ticks): a tick is a step
+  // of the pushes (ttl_steps, advanced by NoteStep), or a share of a second (ttl_seconds, and
+  // tables without a TTL; advanced by each sweep, every period).
+  const std::atomic<uint32_t>* use_ticks() const { return use_ticks_.get(); }
 
   // Starts the sweeper over `for_each_primary` (if active()); Shutdown stops and joins it.
   void Start(ForEachPrimary for_each_primary);
@@ -120,6 +125,10 @@ class MemoryKeeper {
 
   // Bytes a row of table t costs in a copy, its sketch's share included.
   size_t CostPerRow(size_t t) const;
+  // Sets the use clock of table t from the steps seen and the clock (now - start_, in ms).
+  void SetTick(size_t t, int64_t step, int64_t elapsed_ms);
+  // Ticks in a TTL of table t (0: no TTL).
+  uint32_t TtlTicks(size_t t) const;
   void Run(ForEachPrimary for_each_primary);
 
   // Constant after construction.
@@ -136,6 +145,7 @@ class MemoryKeeper {
   uint32_t num_shards_ = 1;
 
   std::atomic<int64_t> max_step_{0};
+  std::unique_ptr<std::atomic<uint32_t>[]> use_ticks_;  // by table
   std::atomic<int64_t> peak_resident_{0};
 
   mutable absl::Mutex mu_;

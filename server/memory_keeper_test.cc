@@ -114,14 +114,16 @@ TEST_CASE("ticks follow the pushes' steps or the clock", "[memory_keeper]") {
     // ttl_steps 100: one tick a step.
     (*keeper)->NoteStep(250);
     (*keeper)->NoteStep(40);  // older: ignored
+    // At once, before any sweep: the push's rows are stamped with its step.
+    CHECK((*keeper)->use_ticks()[0].load() == 250);
     const std::vector<TableSweep> sweeps = (*keeper)->Sweeps();
-    CHECK(sweeps[0].tick == 250);
+    CHECK((*keeper)->use_ticks()[0].load() == 250);
     CHECK(sweeps[0].ttl_ticks == 100);
   } else {
     // ttl_seconds 10: 160 ticks a TTL, 16 a second.
     now += absl::Seconds(25);
     const std::vector<TableSweep> sweeps = (*keeper)->Sweeps();
-    CHECK(sweeps[0].tick == 400);
+    CHECK((*keeper)->use_ticks()[0].load() == 400);
     CHECK(sweeps[0].ttl_ticks == 160);
   }
   // The other table has no TTL.
@@ -142,6 +144,7 @@ TEST_CASE("a sweep evicts expired rows of primaries on a fake clock and tells th
   ShardConfig config;
   config.tables = &job.specs;
   config.dense_optimizer = dense->get();
+  config.use_ticks = (*keeper)->use_ticks();
   Shard primary(0, config, {}), copy(0, config, {});
   std::vector<rpc::ShardRecord> records;
   primary.SetRecordSink([&records](RecordOut&& out) { records.push_back(out.Whole()); });

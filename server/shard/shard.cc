@@ -62,6 +62,7 @@ void Shard::ResetLocked() {
 
 void Shard::Pull(size_t table, absl::Span<const uint64_t> keys, float* out) {
   absl::MutexLock lock(&mu_);
+  SetTickLocked(table);
   tables_[table]->Pull(keys, out);
 }
 
@@ -139,6 +140,7 @@ ApplyWindow::Verdict Shard::Push(size_t table, uint32_t worker, uint64_t sequenc
       AppendPacked(grads, keys.size() * tables_[table]->spec().dim, pending->mutable_values());
     }
   } else if (sink_) {
+    SetTickLocked(table);
     // The rows after the update go straight into the record's values, uninitialised before.
     rpc::RowsChange* rows = record.mutable_rows();
     rows->set_table(static_cast<uint32_t>(table));
@@ -151,6 +153,7 @@ ApplyWindow::Verdict Shard::Push(size_t table, uint32_t worker, uint64_t sequenc
     AppendPacked(applied.data(), applied.size(), rows->mutable_keys());
     out.value_bytes = applied.size() * row_floats * sizeof(float);
   } else {
+    SetTickLocked(table);
     tables_[table]->Push(keys, grads);
   }
   ++applied_sequence_;
@@ -169,6 +172,7 @@ void Shard::ApplyStep(int64_t step) {
     StepSums& sums = pending_[t];
     if (sums.ids.empty()) continue;
     std::vector<uint64_t> kept;
+    SetTickLocked(t);
     const size_t dropped = tables_[t]->Push(sums.ids, sums.sums.data(), nullptr, &kept);
     if (sink_) {
       DescribeRows(t, dropped == 0 ? absl::MakeConstSpan(sums.ids) : absl::MakeConstSpan(kept),
@@ -303,7 +307,7 @@ SweepResult Shard::Sweep(absl::Span<const TableSweep> sweeps, size_t max_buckets
     absl::MutexLock lock(&mu_);
     if (!complete_ || restoring_ || t >= tables_.size()) return result;
     TableShard& table = *tables_[t];
-    table.SetTick(sweep.tick);
+    SetTickLocked(t);
     evicted.clear();
     table.Sweep(max_buckets, sweep.ttl_ticks, &evicted);
     if (sweep.high_rows != 0 && table.size() > sweep.high_rows) {

@@ -7,6 +7,7 @@
 #ifndef PS_SERVER_SHARD_SHARD_H_
 #define PS_SERVER_SHARD_SHARD_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -96,12 +97,13 @@ struct ShardConfig {
   // By table index: the counters per row of the table's admission sketch in each shard
   // (AdmissionOptions::width); missing entries: 65536. Only tables with admission have one.
   std::vector<size_t> sketch_width;
+  // By table index, the clock rows' use is stamped with (TableShard::SetTick), read at each pull,
+  // push and sweep: the memory keeper advances it (server/memory_keeper.h). Null: 0.
+  const std::atomic<uint32_t>* use_ticks = nullptr;
 };
 
 // What one Shard::Sweep does to each table.
 struct TableSweep {
-  // The clock of the rows' use stamps, now (TableShard::SetTick).
-  uint32_t tick = 0;
   // Rows unused for more than this many ticks are evicted; 0: none by age.
   uint32_t ttl_ticks = 0;
   // Above `high_rows` rows, rows are evicted by the table's policy down to `low_rows`; 0: never.
@@ -211,7 +213,7 @@ class Shard {
 
   // One step of eviction on a complete shard (a primary's; a copy's rows follow its primary's
   // records), table by table, each under the shard's lock for at most `max_buckets` buckets of
-  // its index and as many rows examined: sets each table's tick, sweeps out rows older than its
+  // its index and as many rows examined: sweeps out rows older than its
   // TTL, and above high_rows evicts by policy towards low_rows. `sweeps` has one entry per
   // table. The evicted rows go to the record sink as evict records (one per table and step), so
   // that copies remove them too; each advances applied_sequence() by one. Does nothing on a
@@ -339,6 +341,12 @@ class Shard {
   // Describes a dense chunk (written before) as it is now into `change`.
   void DescribeDense(absl::string_view name, uint32_t chunk, uint64_t total_floats,
                      rpc::DenseChange* change) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Sets table `table`'s use clock from config_.use_ticks.
+  void SetTickLocked(size_t table) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (config_.use_ticks != nullptr) {
+      tables_[table]->SetTick(config_.use_ticks[table].load(std::memory_order_relaxed));
+    }
+  }
   // Adds gradients to the pending step's sums of `table`.
   void AddToPending(size_t table, absl::Span<const uint64_t> keys, const float* grads)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
