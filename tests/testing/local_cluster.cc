@@ -135,13 +135,14 @@ absl::StatusOr<config::Job> LoadJobOnData(const std::string& path, const std::st
 
 absl::StatusOr<std::string> RunDatagen(const DatagenOptions& options, absl::Duration timeout) {
   const int64_t heldout_rows = options.heldout_rows >= 0 ? options.heldout_rows : options.rows / 10;
+  std::vector<std::string> args = {absl::StrCat("--rows=", options.rows),
+                                   absl::StrCat("--heldout_rows=", heldout_rows),
+                                   absl::StrCat("--out=", options.train_path),
+                                   absl::StrCat("--heldout_out=", options.heldout_path),
+                                   absl::StrCat("--cardinalities=", options.cardinalities)};
+  args.insert(args.end(), options.extra_args.begin(), options.extra_args.end());
   PS_ASSIGN_OR_RETURN(ProcessResult result,
-                      RunProcess(BinaryPath(options.bin_dir, "worker/tools/ps_datagen"),
-                                 {absl::StrCat("--rows=", options.rows),
-                                  absl::StrCat("--heldout_rows=", heldout_rows),
-                                  absl::StrCat("--out=", options.train_path),
-                                  absl::StrCat("--heldout_out=", options.heldout_path),
-                                  absl::StrCat("--cardinalities=", options.cardinalities)},
+                      RunProcess(BinaryPath(options.bin_dir, "worker/tools/ps_datagen"), args,
                                  timeout));
   if (result.exit_code != 0) {
     return absl::InternalError(

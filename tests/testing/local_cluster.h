@@ -106,6 +106,9 @@ struct DatagenOptions {
   int64_t heldout_rows = -1;
   // ps_datagen --cardinalities: one per categorical field, or one for all. Default "1000".
   std::string cardinalities = "1000";
+  // More ps_datagen flags (e.g. {"--long_tail"}, which needs cardinalities "" for its own
+  // default). Default none.
+  std::vector<std::string> extra_args;
 };
 
 // Writes synthetic training and held-out data with ps_datagen. Its JSON line (with the teacher's
