@@ -110,13 +110,20 @@ std::vector<float> RandomGrads(std::mt19937_64& rng, size_t n) {
   return grads;
 }
 
+// The whole row of `id` as TableShard::Read gives it, or empty if the shard has none.
+std::vector<float> RowOf(const TableShard& shard, uint64_t id) {
+  std::vector<float> row(shard.spec().row_floats());
+  if (!shard.Read(id, row.data())) row.clear();
+  return row;
+}
+
 void ExpectSameRows(const TableShard& shard, const ReferenceShard& reference) {
   const uint32_t row_floats = shard.spec().row_floats();
   REQUIRE(shard.size() == reference.rows().size());
   for (const auto& [id, row] : reference.rows()) {
-    const float* found = shard.Find(id);
-    REQUIRE(found != nullptr);
-    REQUIRE(std::memcmp(found, row.data(), row_floats * sizeof(float)) == 0);
+    const std::vector<float> found = RowOf(shard, id);
+    REQUIRE(!found.empty());
+    REQUIRE(std::memcmp(found.data(), row.data(), row_floats * sizeof(float)) == 0);
   }
   size_t visited = 0;
   shard.ForEach([&](uint64_t id, const float* row) {
@@ -199,26 +206,26 @@ TEST_CASE("a push of one id many times applies the sum once", "[storage][embeddi
   float before[4];
   shard.Pull(std::vector<uint64_t>{7, kMaxId}, before);
   shard.Push(ids, grads.data());
-  const float* row = shard.Find(7);
-  REQUIRE(row != nullptr);
+  const std::vector<float> row = RowOf(shard, 7);
+  REQUIRE(!row.empty());
   // sgd with lr 0.1: w -= 0.1 * (sum of the four gradients).
   CHECK(row[0] == before[0] - 0.1f * 4.0f);
   CHECK(row[1] == before[1] - 0.1f * 8.0f);
-  CHECK(shard.Find(kMaxId)[0] == before[2] - 0.1f * 5.0f);
+  CHECK(RowOf(shard, kMaxId)[0] == before[2] - 0.1f * 5.0f);
   CHECK(shard.size() == 2);
 }
 
-TEST_CASE("Find never creates rows", "[storage][embedding_table]") {
+TEST_CASE("Read never creates rows", "[storage][embedding_table]") {
   const auto spec = Spec("adagrad", 4);
   TableShard shard(spec.get(), 0);
-  CHECK(shard.Find(0) == nullptr);
-  CHECK(shard.Find(kMaxId) == nullptr);
+  CHECK(RowOf(shard, 0).empty());
+  CHECK(RowOf(shard, kMaxId).empty());
   CHECK(shard.size() == 0);
   float out[4];
   shard.Pull(std::vector<uint64_t>{kMaxId}, out);
-  CHECK(shard.Find(0) == nullptr);
-  REQUIRE(shard.Find(kMaxId) != nullptr);
-  CHECK(std::memcmp(shard.Find(kMaxId), out, sizeof(out)) == 0);
+  CHECK(RowOf(shard, 0).empty());
+  REQUIRE(!RowOf(shard, kMaxId).empty());
+  CHECK(std::memcmp(RowOf(shard, kMaxId).data(), out, sizeof(out)) == 0);
   shard.Pull({}, nullptr);
   shard.Push({}, nullptr);
   CHECK(shard.size() == 1);
@@ -236,8 +243,8 @@ TEST_CASE("Assign overwrites whole rows", "[storage][embedding_table]") {
   source.ForEach([&](uint64_t id, const float* row) { copy.Assign(id, row); });
   REQUIRE(copy.size() == source.size());
   source.ForEach([&](uint64_t id, const float* row) {
-    REQUIRE(copy.Find(id) != nullptr);
-    CHECK(std::memcmp(copy.Find(id), row, spec->row_floats() * sizeof(float)) == 0);
+    REQUIRE(!RowOf(copy, id).empty());
+    CHECK(std::memcmp(RowOf(copy, id).data(), row, spec->row_floats() * sizeof(float)) == 0);
   });
 }
 
@@ -278,15 +285,15 @@ TEST_CASE("a push hands out the rows it leaves, and AssignRows copies them",
     std::vector<float> rows(ids.size() * row_floats);
     source.Push(ids, RandomGrads(rng, ids.size() * 5).data(), rows.data());
     for (size_t i = 0; i < ids.size(); ++i) {
-      REQUIRE(source.Find(ids[i]) != nullptr);
-      CHECK(std::memcmp(source.Find(ids[i]), &rows[i * row_floats], row_floats * 4) == 0);
+      REQUIRE(!RowOf(source, ids[i]).empty());
+      CHECK(std::memcmp(RowOf(source, ids[i]).data(), &rows[i * row_floats], row_floats * 4) == 0);
     }
     copy.AssignRows(ids, rows.data());
   }
   REQUIRE(copy.size() == source.size());
   source.ForEach([&](uint64_t id, const float* row) {
-    REQUIRE(copy.Find(id) != nullptr);
-    CHECK(std::memcmp(copy.Find(id), row, row_floats * sizeof(float)) == 0);
+    REQUIRE(!RowOf(copy, id).empty());
+    CHECK(std::memcmp(RowOf(copy, id).data(), row, row_floats * sizeof(float)) == 0);
   });
 }
 
@@ -399,7 +406,7 @@ TEST_CASE("every change stamps the row with the current generation; reads do not
   shard.set_generation(5);
   shard.AssignRows(std::vector<uint64_t>{5}, row.data());
   shard.Peek(std::vector<uint64_t>{1, 6}, out.data());
-  CHECK(shard.Find(1) != nullptr);
+  CHECK(!RowOf(shard, 1).empty());
   CHECK(shard.RowGeneration(1) == 1);
   CHECK(shard.RowGeneration(2) == 3);
   CHECK(shard.RowGeneration(3) == 4);
@@ -442,7 +449,9 @@ TEST_CASE("changed rows are found across slab blocks and growth",
   std::set<uint64_t> seen;
   bool rows_right = true;
   const size_t n = shard.ForEachChangedSince(7, [&](uint64_t id, const float* row) {
-    rows_right &= row == shard.Find(id);
+    const std::vector<float> found = RowOf(shard, id);
+    rows_right &= !found.empty() &&
+                  std::memcmp(row, found.data(), found.size() * sizeof(float)) == 0;
     seen.insert(id);
   });
   CHECK(n == pushed.size());
@@ -593,15 +602,15 @@ TEST_CASE("at the row cap a pull answers the initial row and a push is dropped, 
   std::vector<float> rows_after(ids.size() * spec->row_floats());
   CHECK(shard.Push(ids, grads.data(), rows_after.data(), &kept) == 50);
   CHECK(kept == std::vector<uint64_t>(ids.begin(), ids.begin() + 100));
-  CHECK(std::memcmp(rows_after.data() + 99 * spec->row_floats(), shard.Find(ids[99]),
+  CHECK(std::memcmp(rows_after.data() + 99 * spec->row_floats(), RowOf(shard, ids[99]).data(),
                     spec->row_floats() * sizeof(float)) == 0);
-  CHECK(shard.Find(ids[120]) == nullptr);
+  CHECK(RowOf(shard, ids[120]).empty());
   // The index and slabs stay at what 100 rows need.
   CHECK(shard.MemoryBytes() <= TableShard::BytesForRows(*spec, 100) + 4096);
   // Room again after an eviction: the next new id gets a row.
   CHECK(shard.EvictToRows(99, 1000, nullptr) == 1);
   CHECK(shard.Push({ids[120]}, grads.data()) == 0);
-  CHECK(shard.Find(ids[120]) != nullptr);
+  CHECK(!RowOf(shard, ids[120]).empty());
 }
 
 TEST_CASE("admission: a row at the min_count-th push; pulls answer the initial row",
@@ -649,7 +658,7 @@ TEST_CASE("Sweep evicts rows unused for longer than the TTL on a fake clock, and
   CHECK(evicted == old_ids);
   CHECK(shard.size() == 500);
   CHECK(shard.counters().evicted_ttl == 500);
-  for (uint64_t id : new_ids) CHECK(shard.Find(id) != nullptr);
+  for (uint64_t id : new_ids) CHECK(!RowOf(shard, id).empty());
 }
 
 TEST_CASE("stamps of rows never used again do not wrap around while sweeps go on",
@@ -692,11 +701,11 @@ TEST_CASE("EvictToRows evicts the least recently used rows (LRU) or least used (
   CHECK(shard.size() == 1000);
   CHECK(shard.counters().evicted_budget == 1000);
   size_t hot_kept = 0;
-  for (uint64_t id : hot) hot_kept += shard.Find(id) != nullptr;
+  for (uint64_t id : hot) hot_kept += !RowOf(shard, id).empty();
   // Sampled slices: not exact, but the hot rows survive.
   CHECK(hot_kept >= 900);
   // What EvictToRows says it evicted is gone.
-  for (uint64_t id : evicted) CHECK(shard.Find(id) == nullptr);
+  for (uint64_t id : evicted) CHECK(RowOf(shard, id).empty());
 }
 
 }  // namespace
