@@ -286,8 +286,9 @@ absl::Status CheckJob(const Checker& c, const Where& root, const config::Job& jo
                      absl::StrFormat("memory_weight must be > 0, got %g", t.memory_weight()));
     }
     // Compact weights are for large tables of small rows (the memory they save is 2 bytes a
-    // weight), and a pull or push decodes each row through per-thread scratch of dim floats: the
-    // limit keeps that scratch small and states where the feature stops.
+    // weight), and a push decodes a row's weights into per-thread scratch of dim floats (a new
+    // row's initial weights too): the limit keeps that scratch small and states where the
+    // feature stops.
     if (t.value_type() != config::Table::FP32 && t.dim() > kMaxCompactDim) {
       return c.Error(w, t, "value_type",
                      absl::StrFormat("value_type %s needs dim <= %d, got %d",
