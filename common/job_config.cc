@@ -28,6 +28,8 @@ using google::protobuf::Message;
 using google::protobuf::TextFormat;
 
 constexpr uint32_t kMaxDim = 4096;
+// The largest dim of a table whose weights are FP16 or BF16 (Table.value_type).
+constexpr uint32_t kMaxCompactDim = 1024;
 constexpr uint32_t kMaxShards = 65536;
 constexpr uint32_t kMinMessageBytes = 1u << 20;
 constexpr uint32_t kMaxMessageBytes = 1u << 30;
@@ -282,6 +284,16 @@ absl::Status CheckJob(const Checker& c, const Where& root, const config::Job& jo
     if (!(t.memory_weight() > 0.0f) || !std::isfinite(t.memory_weight())) {
       return c.Error(w, t, "memory_weight",
                      absl::StrFormat("memory_weight must be > 0, got %g", t.memory_weight()));
+    }
+    // Compact weights are for large tables of small rows (the memory they save is 2 bytes a
+    // weight), and a push decodes a row's weights into per-thread scratch of dim floats (a new
+    // row's initial weights too): the limit keeps that scratch small and states where the
+    // feature stops.
+    if (t.value_type() != config::Table::FP32 && t.dim() > kMaxCompactDim) {
+      return c.Error(w, t, "value_type",
+                     absl::StrFormat("value_type %s needs dim <= %d, got %d",
+                                     config::Table::ValueType_Name(t.value_type()), kMaxCompactDim,
+                                     t.dim()));
     }
   }
 

@@ -199,6 +199,12 @@ TEST_CASE("semantic errors name the field and what is wrong", "[common][job]") {
       BadJob{"pooling set to its default", "training {",
              "model { shared_table: \"user\" pooling: SUM }\ntraining {", "job.pbtxt:11:30: ",
              "model.pooling: has no effect until multi-valued fields exist"},
+      BadJob{"fp16 with a dim over 1024", "dim: 8", "dim: 2048 value_type: FP16",
+             "job.pbtxt:4:13: ", "tables[0] \"user\".value_type: value_type FP16 needs dim <= 1024, got 2048"},
+      BadJob{"bf16 with a dim over 1024", "dim: 4", "dim: 1025\n  value_type: BF16",
+             "job.pbtxt:10:3: ", "tables[1] \"item\".value_type: value_type BF16 needs dim <= 1024, got 1025"},
+      BadJob{"unknown value_type", "dim: 4", "dim: 4 value_type: FP8", "job.pbtxt:9:",
+             "FP8"},
       BadJob{"zero layer", "training {", "model { shared_table: \"user\" top_mlp: [8, 0] }\ntraining {",
              "job.pbtxt:11:30: ", "model.top_mlp: layer sizes must be > 0"});
   INFO(bad.what);
@@ -206,6 +212,18 @@ TEST_CASE("semantic errors name the field and what is wrong", "[common][job]") {
   INFO(msg);
   CHECK(absl::StartsWith(msg, bad.position));
   CHECK(absl::StrContains(msg, bad.message));
+}
+
+TEST_CASE("compact value types parse, up to dim 1024", "[common][job][compact]") {
+  const config::Table::ValueType type = GENERATE(config::Table::FP16, config::Table::BF16);
+  const std::string name = config::Table::ValueType_Name(type);
+  const absl::StatusOr<config::Job> job = ParseJob(
+      Replace(kGoodJob, "dim: 8", "dim: 1024 value_type: " + name), "job.pbtxt");
+  REQUIRE(job.ok());
+  CHECK(job->tables(0).value_type() == type);
+  CHECK(job->tables(1).value_type() == config::Table::FP32);  // the default
+  // FP32 keeps every dim.
+  CHECK(ParseJob(Replace(kGoodJob, "dim: 8", "dim: 4096 value_type: FP32"), "job.pbtxt").ok());
 }
 
 TEST_CASE("a job without tables is refused", "[common][job]") {

@@ -21,6 +21,7 @@
 #include "absl/strings/str_split.h"
 #include "client/ps_client.h"
 #include "common/checkpoint_catalog.h"
+#include "common/half.h"
 #include "common/job_config.h"
 #include "proto/coordinator.grpc.pb.h"
 #include "server/checkpoint/shard_file.h"
@@ -308,6 +309,165 @@ TEST_CASE(
   CHECK(show->exit_code == 1);
   CHECK_THAT(show->stdout_text, Catch::Contains("DAMAGED: DATA_LOSS: checkpoint file " + shard));
   CHECK_THAT(show->stderr_text, Catch::Contains("1 of 8 shard files are damaged"));
+}
+
+// --- Compact rows: FP16 and BF16 tables (server/README.md#compact-rows) ---
+
+// Whether every float of `values` is what a table of `type` stores (encoding it changes nothing).
+bool AllStorable(const std::vector<float>& values, config::Table::ValueType type) {
+  for (const float x : values) {
+    const float stored = type == config::Table::FP16
+                             ? Fp16ToFloat(FloatToFp16(x, Fp16Overflow::kSaturate))
+                             : Bf16ToFloat(FloatToBf16(x));
+    if (std::memcmp(&stored, &x, sizeof(x)) != 0) return false;
+  }
+  return true;
+}
+
+TEST_CASE(
+    "an FP16 table round-trips bit for bit through a checkpoint, its export, a failover "
+    "(replication 2) and a restore",
+    "[checkpoint][integration][compact]") {
+  // "half": FP16 with row-wise Adagrad (a row of 8 weights and 1 accumulator); "brain": BF16
+  // with Adagrad and an odd dim (padded rows).
+  const std::string dir = absl::StrCat(testing::TempDir(), "/compact_checkpoints");
+  const std::string job_path = absl::StrCat(testing::TempDir(), "/compact.pbtxt");
+  std::ofstream(job_path) << absl::StrFormat(
+      R"pb(name: "compact"
+           tables {
+             name: "half"
+             dim: 8
+             value_type: FP16
+             initializer { kind: NORMAL }
+             optimizer { type: "rowwise_adagrad" learning_rate: 0.1 }
+           }
+           tables {
+             name: "brain"
+             dim: 5
+             value_type: BF16
+             initializer { kind: NORMAL }
+             optimizer { type: "adagrad" learning_rate: 0.1 }
+           }
+           training { mode: ASYNC }
+           cluster {
+             num_shards: 8
+             num_servers: 3
+             num_workers: 1
+             replication_factor: 2
+             replication_mode: SYNC
+             checkpoint_dir: "%s"
+           }
+      )pb",
+      dir);
+  const std::vector<uint64_t> keys = testing::RandomKeys(2000, 3);
+  struct Served {
+    std::vector<float> half, brain;
+  };
+  auto pull = [&](Client* client) {
+    Served s{std::vector<float>(keys.size() * 8), std::vector<float>(keys.size() * 5)};
+    REQUIRE(client->Pull("half", keys, absl::MakeSpan(s.half)).ok());
+    REQUIRE(client->Pull("brain", keys, absl::MakeSpan(s.brain)).ok());
+    return s;
+  };
+  auto same = [](const Served& a, const Served& b) {
+    return std::memcmp(a.half.data(), b.half.data(), a.half.size() * 4) == 0 &&
+           std::memcmp(a.brain.data(), b.brain.data(), a.brain.size() * 4) == 0;
+  };
+  auto connect = [](const testing::LocalCluster& cluster) {
+    ClientOptions options;
+    options.coordinator = cluster.coordinator().address();
+    options.retry_timeout = absl::Seconds(30);
+    options.request_timeout = absl::Seconds(5);
+    auto client = Client::Connect(options);
+    INFO(client.status().ToString());
+    REQUIRE(client.ok());
+    return std::move(client).value();
+  };
+
+  std::string folder;
+  Served at_checkpoint;
+  testing::CheckpointStore stored;
+  testing::LocalClusterOptions three;
+  three.servers = 3;
+  {
+    auto cluster = testing::LocalCluster::Start(job_path, three);
+    INFO(cluster.status().ToString());
+    REQUIRE(cluster.ok());
+    std::unique_ptr<Client> client = connect(**cluster);
+    std::mt19937_64 rng(17);
+    std::vector<float> half(keys.size() * 8), brain(keys.size() * 5);
+    for (int round = 0; round < 3; ++round) {
+      for (float& g : half) g = static_cast<float>(rng() % 2000) / 1000.0f - 1.0f;
+      for (float& g : brain) g = static_cast<float>(rng() % 2000) / 1000.0f - 1.0f;
+      REQUIRE(client->Push("half", keys, half).ok());
+      REQUIRE(client->Push("brain", keys, brain).ok());
+    }
+    at_checkpoint = pull(client.get());
+    CHECK(AllStorable(at_checkpoint.half, config::Table::FP16));
+    CHECK(AllStorable(at_checkpoint.brain, config::Table::BF16));
+    CHECK_FALSE(AllStorable(at_checkpoint.half, config::Table::BF16));  // fp16 has more bits
+
+    // The checkpoint holds fp32 rows: the served weights exactly, then the fp32 state.
+    absl::StatusOr<rpc::CheckpointResponse> taken =
+        testing::TakeCheckpoint((*cluster)->coordinator().address());
+    INFO(taken.status().ToString());
+    REQUIRE(taken.ok());
+    folder = taken->path();
+    stored = testing::ReadCheckpointStore(folder, job_path);
+    REQUIRE(stored.rows.size() == 2 * keys.size());
+    for (size_t i = 0; i < keys.size(); ++i) {
+      const std::string& row = stored.rows.at({"half", keys[i]});
+      REQUIRE(row.size() == (8 + 1) * sizeof(float));
+      CHECK(std::memcmp(row.data(), &at_checkpoint.half[i * 8], 8 * sizeof(float)) == 0);
+      const std::string& wide = stored.rows.at({"brain", keys[i]});
+      REQUIRE(wide.size() == (5 + 5) * sizeof(float));
+      CHECK(std::memcmp(wide.data(), &at_checkpoint.brain[i * 5], 5 * sizeof(float)) == 0);
+    }
+
+    // Failover: the primary of a third of the shards is killed; the replicas, which were sent
+    // fp32 rows and re-encoded them, serve the same bits, and go on training.
+    (*cluster)->servers()[0]->Kill();
+    CHECK(same(pull(client.get()), at_checkpoint));
+    for (float& g : half) g = 0.25f;
+    REQUIRE(client->Push("half", keys, half).ok());
+    const Served after = pull(client.get());
+    CHECK_FALSE(same(after, at_checkpoint));
+    CHECK(AllStorable(after.half, config::Table::FP16));
+    client.reset();
+    (void)(*cluster)->Terminate(absl::Seconds(20));  // one server is dead already
+  }
+
+  // The export holds the served embeddings, bit for bit.
+  const std::string out = absl::StrCat(testing::TempDir(), "/half.npy");
+  absl::StatusOr<testing::ProcessResult> exported = testing::RunProcess(
+      kPsCtl, {"export", "--checkpoint=" + folder, "--table=half", "--out=" + out,
+               "--format=npy"});
+  REQUIRE(exported.ok());
+  INFO(exported->stdout_text << exported->stderr_text);
+  REQUIRE(exported->exit_code == 0);
+  const std::map<uint64_t, std::vector<float>> rows = ParseNpy(ReadBytes(out), 8);
+  REQUIRE(rows.size() == keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    CHECK(std::memcmp(rows.at(keys[i]).data(), &at_checkpoint.half[i * 8], 8 * 4) == 0);
+  }
+
+  // A fresh cluster restored from the checkpoint serves the same bits, and its own checkpoint
+  // holds the same rows, optimizer state included.
+  testing::LocalClusterOptions options;
+  options.servers = 3;
+  options.coordinator_args = {"--restore=" + folder};
+  auto cluster = testing::LocalCluster::Start(job_path, options);
+  INFO(cluster.status().ToString());
+  REQUIRE(cluster.ok());
+  std::unique_ptr<Client> client = connect(**cluster);
+  CHECK(same(pull(client.get()), at_checkpoint));
+  absl::StatusOr<rpc::CheckpointResponse> again =
+      testing::TakeCheckpoint((*cluster)->coordinator().address());
+  INFO(again.status().ToString());
+  REQUIRE(again.ok());
+  CHECK(testing::ReadCheckpointStore(again->path(), job_path).rows == stored.rows);
+  client.reset();
+  REQUIRE((*cluster)->Terminate(absl::Seconds(20)).ok());
 }
 
 }  // namespace

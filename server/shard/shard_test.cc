@@ -11,6 +11,7 @@
 #include <tuple>
 #include <vector>
 
+#include "common/half.h"
 #include "common/optimizer.h"
 #include "proto/job.pb.h"
 #include "server/storage/embedding_table.h"
@@ -21,14 +22,17 @@ namespace {
 
 constexpr uint32_t kDim = 4;
 
-// Two tables ("a" with adagrad, "b" with sgd) and an sgd dense optimizer.
+// Two tables ("a" with adagrad, or `a_optimizer`, "b" with sgd), their weights stored as
+// `value_type`, and an sgd dense optimizer.
 struct Fixture {
-  explicit Fixture(bool sync) {
+  explicit Fixture(bool sync, config::Table::ValueType value_type = config::Table::FP32,
+                   const std::string& a_optimizer = "adagrad") {
     for (const char* name : {"a", "b"}) {
       config::Table table;
       table.set_name(name);
       table.set_dim(kDim);
-      table.mutable_optimizer()->set_type(std::string(name) == "a" ? "adagrad" : "sgd");
+      table.set_value_type(value_type);
+      table.mutable_optimizer()->set_type(std::string(name) == "a" ? a_optimizer : "sgd");
       table.mutable_optimizer()->set_learning_rate(0.5f);
       table.mutable_initializer()->set_kind(config::Initializer::NORMAL);
       auto spec = TableSpec::Create(table, /*job_seed=*/7);
@@ -231,8 +235,11 @@ void RandomChanges(Shard& shard, bool sync, std::mt19937_64* rng, int n) {
 TEST_CASE("a copy that applies the primary's records holds the same state bit for bit",
           "[shard][replication]") {
   const bool sync = GENERATE(false, true);
-  CAPTURE(sync);
-  Fixture f(sync);
+  const auto value_type =
+      GENERATE(config::Table::FP32, config::Table::FP16, config::Table::BF16);
+  const std::string optimizer = GENERATE("adagrad", "rowwise_adagrad", "adam");
+  CAPTURE(sync, value_type, optimizer);
+  Fixture f(sync, value_type, optimizer);
   Shard primary(5, f.config, {});
   Shard copy(5, f.config, {});
   std::vector<rpc::ShardRecord> stream;
@@ -278,8 +285,10 @@ TEST_CASE("a copy that applies the primary's records holds the same state bit fo
 
 TEST_CASE("a new copy catches up from a snapshot, then the stream's tail", "[shard][replication]") {
   const bool sync = GENERATE(false, true);
-  CAPTURE(sync);
-  Fixture f(sync);
+  const auto value_type =
+      GENERATE(config::Table::FP32, config::Table::FP16, config::Table::BF16);
+  CAPTURE(sync, value_type);
+  Fixture f(sync, value_type, "rowwise_adagrad");
   Shard primary(1, f.config, {});
   std::mt19937_64 rng(7);
   RandomChanges(primary, sync, &rng, 200);
@@ -305,6 +314,37 @@ TEST_CASE("a new copy catches up from a snapshot, then the stream's tail", "[sha
   CHECK(copy.complete());
   CHECK(copy.snapshot_id() == 7);
   CHECK(DumpOf(copy, f) == DumpOf(primary, f));
+}
+
+TEST_CASE("a compact table's records carry fp32 rows whose weights are values of its type",
+          "[shard][replication][compact]") {
+  const auto value_type = GENERATE(config::Table::FP16, config::Table::BF16);
+  CAPTURE(value_type);
+  Fixture f(/*sync=*/false, value_type, "rowwise_adagrad");
+  Shard primary(2, f.config, {});
+  std::vector<rpc::ShardRecord> stream;
+  primary.SetRecordSink([&](RecordOut&& r) { stream.push_back(r.Whole()); });
+  std::mt19937_64 rng(11);
+  RandomChanges(primary, false, &rng, 100);
+  size_t rows = 0;
+  for (const rpc::ShardRecord& r : stream) {
+    if (!r.has_rows()) continue;
+    const size_t row_floats = f.tables[r.rows().table()]->row_floats();
+    const size_t n = r.rows().keys().size() / 8;
+    REQUIRE(r.rows().values().size() == n * row_floats * sizeof(float));
+    for (size_t i = 0; i < n; ++i) {
+      float w[kDim];
+      std::memcpy(w, r.rows().values().data() + i * row_floats * sizeof(float), sizeof(w));
+      for (float x : w) {
+        const float stored = value_type == config::Table::FP16
+                                 ? Fp16ToFloat(FloatToFp16(x, Fp16Overflow::kSaturate))
+                                 : Bf16ToFloat(FloatToBf16(x));
+        REQUIRE(std::memcmp(&stored, &x, sizeof(x)) == 0);
+      }
+      ++rows;
+    }
+  }
+  CHECK(rows > 0);
 }
 
 TEST_CASE("records out of sequence or malformed are refused and change nothing",
@@ -398,8 +438,10 @@ Dump CutDumpOf(Shard& shard, const Fixture& f) {
 TEST_CASE("an incremental cut holds the rows changed since its base's cut; the chain is the shard",
           "[shard][checkpoint]") {
   const bool sync = GENERATE(false, true);
-  CAPTURE(sync);
-  Fixture f(sync);
+  const auto value_type =
+      GENERATE(config::Table::FP32, config::Table::FP16, config::Table::BF16);
+  CAPTURE(sync, value_type);
+  Fixture f(sync, value_type);
   Shard shard(3, f.config, {});
   std::mt19937_64 rng(sync ? 5 : 6);
   RandomChanges(shard, sync, &rng, 200);
@@ -453,8 +495,11 @@ TEST_CASE("an incremental cut holds the rows changed since its base's cut; the c
 TEST_CASE("a full cut's rows are read afterwards as of the cut, while the shard keeps changing",
           "[shard][checkpoint]") {
   const bool sync = GENERATE(false, true);
-  CAPTURE(sync);
-  Fixture f(sync);
+  const auto value_type =
+      GENERATE(config::Table::FP32, config::Table::FP16, config::Table::BF16);
+  const std::string optimizer = GENERATE("adagrad", "rowwise_adagrad");
+  CAPTURE(sync, value_type, optimizer);
+  Fixture f(sync, value_type, optimizer);
   Shard shard(4, f.config, {});
   std::mt19937_64 rng(sync ? 7 : 8);
   RandomChanges(shard, sync, &rng, 300);
@@ -515,7 +560,10 @@ TEST_CASE("reading a cut's rows is ABORTED once abandoned, replaced by a newer c
 }
 
 TEST_CASE("a restore in pieces: rows streamed in, then the cut's state", "[shard][checkpoint]") {
-  Fixture f(/*sync=*/false);
+  const auto value_type =
+      GENERATE(config::Table::FP32, config::Table::FP16, config::Table::BF16);
+  CAPTURE(value_type);
+  Fixture f(/*sync=*/false, value_type);
   Shard shard(6, f.config, {});
   std::mt19937_64 rng(10);
   RandomChanges(shard, false, &rng, 200);

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
+#include "common/half.h"
 #include "common/hash.h"
 #include "common/status_macros.h"
 
@@ -17,6 +18,8 @@ namespace server {
 namespace {
 
 constexpr uint32_t kMaxDim = 4096;
+// The largest dim of a compact table (common/job_config.cc says why).
+constexpr uint32_t kMaxCompactDim = 1024;
 
 // Maximum load of the index, kLoadNum / kLoadDen = 0.85.
 constexpr uint64_t kLoadNum = 17;
@@ -56,6 +59,8 @@ struct Scratch {
   std::vector<float> sums;
   // Push's gradients of the ids with a row, when some had none.
   std::vector<float> kept_grads;
+  // A compact row's weights decoded (Push), or a new row's initial weights (NewRow).
+  std::vector<float> weights;
 };
 
 Scratch& ThreadScratch() {
@@ -121,9 +126,19 @@ absl::StatusOr<std::unique_ptr<TableSpec>> TableSpec::Create(const config::Table
     return absl::InvalidArgumentError(absl::StrFormat(
         "table \"%s\": dim must be between 1 and %d, got %d", table.name(), kMaxDim, table.dim()));
   }
+  if (!config::Table::ValueType_IsValid(table.value_type())) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("table \"%s\": unknown value_type %d", table.name(), table.value_type()));
+  }
+  if (table.value_type() != config::Table::FP32 && table.dim() > kMaxCompactDim) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "table \"%s\": value_type %s needs dim <= %d, got %d", table.name(),
+        config::Table::ValueType_Name(table.value_type()), kMaxCompactDim, table.dim()));
+  }
   auto spec = std::make_unique<TableSpec>();
   spec->name = table.name();
   spec->dim = table.dim();
+  spec->value_type = table.value_type();
   spec->name_hash = NameHash(table.name());
   PS_ASSIGN_OR_RETURN(spec->optimizer, Optimizer::Create(table.optimizer()));
   PS_ASSIGN_OR_RETURN(spec->initializer,
@@ -156,7 +171,13 @@ absl::StatusOr<std::unique_ptr<TableSpec>> TableSpec::Create(const config::Table
 }
 
 TableShard::TableShard(const TableSpec* spec, size_t expected_rows, size_t sketch_width)
-    : spec_(spec), dim_(spec->dim), row_floats_(spec->row_floats()), expected_rows_(expected_rows) {
+    : spec_(spec),
+      dim_(spec->dim),
+      row_floats_(spec->row_floats()),
+      compact_(spec->compact()),
+      weight_words_(spec->weight_words()),
+      row_words_(spec->row_words()),
+      expected_rows_(expected_rows) {
   Rehash(CapacityFor(expected_rows));
   track_use_ = spec->eviction;
   if (spec->admission) {
@@ -167,13 +188,13 @@ TableShard::TableShard(const TableSpec* spec, size_t expected_rows, size_t sketc
 }
 
 size_t TableShard::BytesPerRow(const TableSpec& spec) {
-  // The index at its largest load (kLoadNum / kLoadDen) plus the row's floats.
-  return (sizeof(Entry) * kLoadDen + kLoadNum - 1) / kLoadNum + size_t{spec.row_floats()} * 4;
+  // The index at its largest load (kLoadNum / kLoadDen) plus the stored row.
+  return (sizeof(Entry) * kLoadDen + kLoadNum - 1) / kLoadNum + size_t{spec.row_words()} * 4;
 }
 
 size_t TableShard::BytesForRows(const TableSpec& spec, size_t max_rows) {
   static const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-  const size_t row_bytes = size_t{spec.row_floats()} * sizeof(float);
+  const size_t row_bytes = size_t{spec.row_words()} * 4;
   // Whole blocks and the last one's pages.
   const size_t full_blocks = max_rows / kBlockRows;
   const size_t last_rows = max_rows % kBlockRows;
@@ -214,13 +235,66 @@ uint32_t TableShard::IndexHash(uint64_t id) const {
   return static_cast<uint32_t>(KeyHash(spec_->name_hash, id));
 }
 
-const float* TableShard::Find(uint64_t id) const {
+uint32_t TableShard::FindSlot(uint64_t id) const {
   size_t b = HomeBucket(IndexHash(id));
   while (true) {
     const Entry& entry = entries_[b];
-    if (entry.slot == kEmpty) return nullptr;
-    if (entry.id == id) return Row(entry.slot);
+    if (entry.slot == kEmpty || entry.id == id) return entry.slot;
     if (++b == capacity_) b = 0;
+  }
+}
+
+bool TableShard::Read(uint64_t id, float* row) const {
+  const uint32_t slot = FindSlot(id);
+  if (slot == kEmpty) return false;
+  DecodeRow(Row(slot), row);
+  return true;
+}
+
+void TableShard::EncodeWeights(const float* weights, float* stored) const {
+  uint16_t* half = reinterpret_cast<uint16_t*>(stored);
+  if (spec_->value_type == config::Table::FP16) {
+    EncodeFp16(weights, dim_, half, Fp16Overflow::kSaturate);
+  } else {
+    EncodeBf16(weights, dim_, half);
+  }
+  if (dim_ % 2 != 0) half[dim_] = 0;  // the padding, so that equal rows are equal bytes
+}
+
+void TableShard::DecodeWeights(const float* stored, float* weights) const {
+  const uint16_t* half = reinterpret_cast<const uint16_t*>(stored);
+  if (spec_->value_type == config::Table::FP16) {
+    DecodeFp16(half, dim_, weights);
+  } else {
+    DecodeBf16(half, dim_, weights);
+  }
+}
+
+void TableShard::DecodeRow(const float* stored, float* row) const {
+  if (!compact_) {
+    std::memcpy(row, stored, size_t{row_floats_} * sizeof(float));
+    return;
+  }
+  DecodeWeights(stored, row);
+  std::memcpy(row + dim_, stored + weight_words_, size_t{row_floats_ - dim_} * sizeof(float));
+}
+
+void TableShard::EncodeRow(const float* row, float* stored) const {
+  if (!compact_) {
+    std::memcpy(stored, row, size_t{row_floats_} * sizeof(float));
+    return;
+  }
+  EncodeWeights(row, stored);
+  std::memcpy(stored + weight_words_, row + dim_, size_t{row_floats_ - dim_} * sizeof(float));
+}
+
+void TableShard::InitialWeights(uint64_t id, float* out) const {
+  spec_->initializer->Fill(id, dim_, out);
+  if (!compact_) return;
+  for (uint32_t k = 0; k < dim_; ++k) {
+    out[k] = spec_->value_type == config::Table::FP16
+                 ? Fp16ToFloat(FloatToFp16(out[k], Fp16Overflow::kSaturate))
+                 : Bf16ToFloat(FloatToBf16(out[k]));
   }
 }
 
@@ -286,8 +360,15 @@ uint32_t TableShard::NewRow(uint64_t id, bool initialize) {
   }
   if (initialize) {
     float* row = Row(slot);
-    spec_->initializer->Fill(id, dim_, row);
-    spec_->optimizer->InitState(dim_, row + dim_);
+    if (compact_) {
+      std::vector<float>& weights = ThreadScratch().weights;
+      weights.resize(dim_);
+      spec_->initializer->Fill(id, dim_, weights.data());
+      EncodeWeights(weights.data(), row);
+    } else {
+      spec_->initializer->Fill(id, dim_, row);
+    }
+    spec_->optimizer->InitState(dim_, row + weight_words_);
   }
   ++size_;
   return slot;
@@ -412,7 +493,7 @@ void TableShard::ReserveSlot(uint32_t slot) {
   // Not past the row cap: slots beyond it are never used.
   if (max_rows_ > first_row) rows = std::min(rows, std::max<size_t>(max_rows_ - first_row, offset + 1));
   static const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-  const size_t bytes = (rows * row_floats_ * sizeof(float) + page - 1) / page * page;
+  const size_t bytes = (rows * row_words_ * size_t{4} + page - 1) / page * page;
   void* floats =
       block.floats == nullptr ? MapAnonymous(bytes) : GrowMapping(block.floats, block.bytes, bytes);
   if (floats == MAP_FAILED) Die("out of memory growing a slab");
@@ -475,10 +556,25 @@ void TableShard::Pull(absl::Span<const uint64_t> ids, float* out) {
   if (missing != 0) {
     for (size_t i = 0; i < n; ++i) {
       if (s.slots[i] == kEmpty) {
-        spec_->initializer->Fill(ids[i], dim_, out + i * dim_);
+        InitialWeights(ids[i], out + i * dim_);
+      } else if (compact_) {
+        DecodeWeights(Row(s.slots[i]), out + i * dim_);
       } else {
         std::memcpy(out + i * dim_, Row(s.slots[i]), bytes);
       }
+    }
+    return;
+  }
+  // The stored weights' bytes, which the prefetches cover.
+  const size_t stored_bytes = size_t{weight_words_} * 4;
+  if (compact_) {
+    for (size_t i = 0; i < n; ++i) {
+      if (i + kPrefetchDistance < n) {
+        const char* next = reinterpret_cast<const char*>(Row(s.slots[i + kPrefetchDistance]));
+        __builtin_prefetch(next);
+        if (stored_bytes > 64) __builtin_prefetch(next + 64);
+      }
+      DecodeWeights(Row(s.slots[i]), out + i * dim_);
     }
     return;
   }
@@ -495,11 +591,13 @@ void TableShard::Pull(absl::Span<const uint64_t> ids, float* out) {
 void TableShard::Peek(absl::Span<const uint64_t> ids, float* out) const {
   const size_t bytes = size_t{dim_} * sizeof(float);
   for (size_t i = 0; i < ids.size(); ++i) {
-    const float* row = Find(ids[i]);
-    if (row != nullptr) {
-      std::memcpy(out + i * dim_, row, bytes);
+    const uint32_t slot = FindSlot(ids[i]);
+    if (slot == kEmpty) {
+      InitialWeights(ids[i], out + i * dim_);
+    } else if (compact_) {
+      DecodeWeights(Row(slot), out + i * dim_);
     } else {
-      spec_->initializer->Fill(ids[i], dim_, out + i * dim_);
+      std::memcpy(out + i * dim_, Row(slot), bytes);
     }
   }
 }
@@ -544,6 +642,27 @@ size_t TableShard::Push(absl::Span<const uint64_t> ids, const float* grads, floa
   const size_t row_bytes = size_t{row_floats_} * sizeof(float);
   // Without duplicates the unique rows are in ids order: each is copied out while in cache.
   const bool copy_at_once = rows_after != nullptr && unique == n;
+  if (compact_) {
+    // Decode, apply in fp32 with the stored fp32 state, encode back (round to nearest even).
+    s.weights.resize(dim_);
+    float* weights = s.weights.data();
+    const size_t stored_bytes = size_t{row_words_} * 4;
+    for (size_t u = 0; u < unique; ++u) {
+      if (u + kPrefetchDistance < unique) {
+        PrefetchRowForWrite(s.unique_slots[u + kPrefetchDistance], stored_bytes);
+      }
+      BeforeChange(s.unique_slots[u]);
+      float* row = Row(s.unique_slots[u]);
+      DecodeWeights(row, weights);
+      optimizer.Apply(dim_, g + u * dim_, weights, row + weight_words_);
+      EncodeWeights(weights, row);
+      if (copy_at_once) DecodeRow(row, rows_after + u * row_floats_);
+    }
+    if (rows_after != nullptr && !copy_at_once) {
+      for (size_t i = 0; i < n; ++i) DecodeRow(Row(s.slots[i]), rows_after + i * row_floats_);
+    }
+    return dropped;
+  }
   for (size_t u = 0; u < unique; ++u) {
     if (u + kPrefetchDistance < unique) {
       PrefetchRowForWrite(s.unique_slots[u + kPrefetchDistance], row_bytes);
@@ -565,7 +684,7 @@ void TableShard::Assign(uint64_t id, const float* row) {
   const uint32_t slot = FindOrCreate(id, IndexHash(id), /*initialize=*/false, /*touch=*/true,
                                      Create::kAlways);
   BeforeChange(slot);
-  std::memcpy(Row(slot), row, size_t{row_floats_} * sizeof(float));
+  EncodeRow(row, Row(slot));
 }
 
 void TableShard::AssignRows(absl::Span<const uint64_t> ids, const void* rows) {
@@ -577,6 +696,19 @@ void TableShard::AssignRows(absl::Span<const uint64_t> ids, const void* rows) {
   ResolveSlots(ids, s.hashes.data(), s.slots.data(), /*initialize=*/false, /*touch=*/true,
                Create::kAlways);
   const size_t bytes = size_t{row_floats_} * sizeof(float);
+  if (compact_) {
+    // `rows` may be unaligned: each row is copied to aligned scratch, then encoded.
+    s.weights.resize(row_floats_);
+    for (size_t i = 0; i < n; ++i) {
+      if (i + kPrefetchDistance < n) {
+        PrefetchRowForWrite(s.slots[i + kPrefetchDistance], size_t{row_words_} * 4);
+      }
+      BeforeChange(s.slots[i]);
+      std::memcpy(s.weights.data(), static_cast<const char*>(rows) + i * bytes, bytes);
+      EncodeRow(s.weights.data(), Row(s.slots[i]));
+    }
+    return;
+  }
   for (size_t i = 0; i < n; ++i) {
     if (i + kPrefetchDistance < n) PrefetchRowForWrite(s.slots[i + kPrefetchDistance], bytes);
     BeforeChange(s.slots[i]);
@@ -624,17 +756,16 @@ void TableShard::KeepForCut(uint32_t slot) {
   uint32_t& at = cut_kept_at_[slot];
   if (at != kEmpty) return;
   if (cut_kept_ % kKeptRows == 0) {
-    cut_kept_blocks_.emplace_back(new float[size_t{kKeptRows} * row_floats_]);
+    cut_kept_blocks_.emplace_back(new float[size_t{kKeptRows} * row_words_]);
   }
   at = cut_kept_++;
-  std::memcpy(cut_kept_blocks_.back().get() + size_t{at % kKeptRows} * row_floats_, Row(slot),
-              size_t{row_floats_} * sizeof(float));
+  std::memcpy(cut_kept_blocks_.back().get() + size_t{at % kKeptRows} * row_words_, Row(slot),
+              size_t{row_words_} * 4);
 }
 
 size_t TableShard::ReadCut(size_t max_rows, uint64_t* ids, float* rows) {
   if (!cutting_ || cut_next_ == cut_end_) return 0;
   if (cut_ids_.empty()) BuildCutIds();
-  const size_t bytes = size_t{row_floats_} * sizeof(float);
   size_t n = 0;
   while (n < max_rows && cut_next_ < cut_end_) {
     const uint32_t slot = cut_next_++;
@@ -642,9 +773,9 @@ size_t TableShard::ReadCut(size_t max_rows, uint64_t* ids, float* rows) {
     const uint32_t kept = cut_kept_at_.empty() ? kEmpty : cut_kept_at_[slot];
     const float* row = kept == kEmpty ? Row(slot)
                                       : cut_kept_blocks_[kept / kKeptRows].get() +
-                                            size_t{kept % kKeptRows} * row_floats_;
+                                            size_t{kept % kKeptRows} * row_words_;
     ids[n] = cut_ids_[slot];
-    std::memcpy(rows + n * row_floats_, row, bytes);
+    DecodeRow(row, rows + n * row_floats_);
     ++n;
   }
   return n;
@@ -669,7 +800,7 @@ size_t TableShard::MemoryBytes() const {
   }
   bytes += cut_ids_.capacity() * sizeof(uint64_t) + cut_live_.capacity() / 8 +
            cut_kept_at_.capacity() * sizeof(uint32_t) +
-           cut_kept_blocks_.size() * size_t{kKeptRows} * row_floats_ * sizeof(float);
+           cut_kept_blocks_.size() * size_t{kKeptRows} * row_words_ * 4;
   bytes += free_slots_.capacity() * sizeof(uint32_t);
   if (sketch_ != nullptr) bytes += sketch_->MemoryBytes();
   return bytes;

@@ -20,6 +20,13 @@
 //   has its line in cache already, so stamping a change costs no extra cache miss (a separate
 //   array by slot cost pushes a miss a row, 15-20% of their rate on large shards). A row is
 //   created or changed by Pull (created only), Push, Assign and AssignRows.
+// - Compact rows (TableSpec::value_type FP16 or BF16, server/README.md#compact-rows): a stored
+//   row is its dim weights as 16-bit patterns, padded to a multiple of 4 bytes, then the
+//   optimizer's state in fp32 (row_words() 4-byte words in all). Every interface still hands
+//   out and takes fp32 rows of row_floats() floats: reads decode (exactly), writes encode
+//   (round to nearest even; FP16 saturates at +-65504), and a push decodes the weights, applies
+//   the optimizer in fp32 and encodes them back. An FP32 table's row is its fp32 floats as they
+//   are, and its paths copy nothing more than they did before compact rows.
 // - A cut (StartCut .. EndCut) reads every row as of one instant while the shard keeps changing:
 //   the reader walks the slots in order, and the first change to a row it has not read yet puts
 //   the row's old value aside (copy-on-write). Changes then cost one compare more, and a row
@@ -60,12 +67,22 @@ namespace server {
 // The parameters of one table, constant after construction and shared by all shards.
 struct TableSpec {
   // Builds the spec of `table` in a job seeded with `job_seed`. INVALID_ARGUMENT if the name is
-  // empty, dim is not in [1, 4096], or the optimizer or initializer is invalid.
+  // empty, dim is not in [1, 4096] (FP32) or [1, 1024] (FP16, BF16), or the optimizer or
+  // initializer is invalid.
   static absl::StatusOr<std::unique_ptr<TableSpec>> Create(const config::Table& table,
                                                            uint64_t job_seed);
 
-  // Floats of a whole row: dim weights, then the optimizer's state.
+  // Floats of a whole row as every interface gives and takes it: dim weights, then the
+  // optimizer's state, all fp32 whatever value_type is.
   uint32_t row_floats() const { return dim + optimizer->StateFloats(dim); }
+
+  // Whether the weights are stored in 16 bits (FP16 or BF16).
+  bool compact() const { return value_type != config::Table::FP32; }
+  // 4-byte words of the stored weights: dim for FP32, dim 16-bit values rounded up to whole
+  // words (so that the fp32 state after them is aligned) for FP16 and BF16.
+  uint32_t weight_words() const { return compact() ? (dim + 1) / 2 : dim; }
+  // 4-byte words of a stored row: the weights, then the optimizer's state.
+  uint32_t row_words() const { return weight_words() + optimizer->StateFloats(dim); }
 
   std::string name;
   uint32_t dim = 0;
@@ -73,6 +90,8 @@ struct TableSpec {
   uint64_t name_hash = 0;
   std::unique_ptr<Optimizer> optimizer;
   std::unique_ptr<Initializer> initializer;
+  // How the weights are stored (config::Table.value_type; FP16 and BF16 need dim <= 1024).
+  config::Table::ValueType value_type = config::Table::FP32;
   // The table's admission (config::Table.admission), when it has one; each shard sizes its own
   // sketch (TableShard's `sketch_width`).
   bool admission = false;
@@ -102,7 +121,9 @@ class TableShard {
 
   // Writes the rows' embeddings (dim floats each, in ids order) to `out`, creating missing rows
   // with the initializer and the optimizer's initial state. With admission, or at the row cap,
-  // a missing row is not created: its initial embedding is written instead (as Peek).
+  // a missing row is not created: its initial embedding is written instead (as Peek). In a
+  // compact table the initial embedding is the initializer's, rounded to the value type, as a
+  // created row stores it.
   void Pull(absl::Span<const uint64_t> ids, float* out);
 
   // Like Pull, but a missing row is not created: its initial embedding (what Pull would create)
@@ -115,7 +136,8 @@ class TableShard {
   //
   // `rows_after` (if not null) receives the whole row of every id after the update (row_floats()
   // floats each, in ids order), as Find would give them: what a replica needs, without looking
-  // the ids up again.
+  // the ids up again. Compact weights are given as stored (decoded after rounding), so that a
+  // replica assigning them stores the same bits.
   //
   // A missing row is created only if the table's admission sketch admits its id (a sighting is
   // counted) and the shard is below its row cap; otherwise the id's gradients are dropped and
@@ -127,15 +149,19 @@ class TableShard {
 
   // Assign for many rows (row_floats() floats each, in ids order), looking the ids up together
   // as Pull and Push do. `rows` need not be aligned (rows read in place from a network buffer).
+  // Compact weights are encoded (round to nearest even): a row read from a table of the same
+  // value type is stored bit for bit as it was.
   void AssignRows(absl::Span<const uint64_t> ids, const void* rows);
 
   // Overwrites the whole row of `id` (row_floats() floats: embedding then optimizer state, as
-  // Find and ForEach give them), creating it if missing. For replicas and checkpoint restores.
+  // Read and ForEach give them), creating it if missing. For replicas and checkpoint restores.
+  // Compact weights are encoded as by AssignRows.
   void Assign(uint64_t id, const float* row);
 
-  // The whole row of `id` (embedding then optimizer state, row_floats() floats) or nullptr;
-  // never creates. The pointer is valid until the next mutation of the shard.
-  const float* Find(uint64_t id) const;
+  // Copies the whole row of `id` (embedding then optimizer state, row_floats() fp32 floats, the
+  // weights decoded) to `row` and returns true; returns false and leaves `row` alone if the
+  // shard has no such row. Never creates.
+  bool Read(uint64_t id, float* row) const;
 
   // Removes the row of `id`, if any (a replica applying its primary's eviction, a restore);
   // returns whether there was one. Not counted as an eviction.
@@ -183,8 +209,8 @@ class TableShard {
   // The admission sketch, or null without admission.
   const AdmissionSketch* sketch() const { return sketch_.get(); }
 
-  // Bytes a row costs when the index is at its largest load (the row's floats and its share of
-  // the index): what a row cap is computed with.
+  // Bytes a row costs when the index is at its largest load (the stored row, row_words() words,
+  // and its share of the index): what a row cap is computed with.
   static size_t BytesPerRow(const TableSpec& spec);
   // The bytes the index and slabs of a shard of at most `max_rows` rows can reach.
   static size_t BytesForRows(const TableSpec& spec, size_t max_rows);
@@ -205,7 +231,8 @@ class TableShard {
   void ResetGenerations();
 
   // Calls f(uint64_t id, const float* row) for every row whose generation is above `since`, as
-  // ForEach does (one pass over the index). Returns the number of such rows.
+  // ForEach does (one pass over the index; `row` as ForEach gives it). Returns the number of
+  // such rows.
   template <typename F>
   size_t ForEachChangedSince(uint32_t since, F&& f) const;
 
@@ -232,9 +259,10 @@ class TableShard {
   // Whether a cut is under way (between StartCut and EndCut).
   bool cutting() const { return cutting_; }
 
-  // Calls f(uint64_t id, const float* row) for every row (row as Find gives it), in slot order
-  // (the order the rows were created, but for rows in reused slots). `f` must not mutate the
-  // shard.
+  // Calls f(uint64_t id, const float* row) for every row (row_floats() fp32 floats, as Read gives
+  // it), in slot order (the order the rows were created, but for rows in reused slots). `row` is
+  // valid during the call only (a compact row is decoded into a buffer reused for the next).
+  // `f` must not mutate the shard.
   template <typename F>
   void ForEach(F&& f) const;
 
@@ -267,13 +295,27 @@ class TableShard {
   size_t HomeBucket(uint32_t hash) const {
     return static_cast<size_t>((uint64_t{hash} * capacity_) >> 32);
   }
+  // The stored row in `slot` (row_words_ words): for FP32 the fp32 row itself; for FP16 and
+  // BF16, the 16-bit weights (then padding), then the fp32 state at word weight_words_.
   const float* Row(uint32_t slot) const {
-    return blocks_[slot >> kBlockShift].get() + size_t{slot & (kBlockRows - 1)} * row_floats_;
+    return blocks_[slot >> kBlockShift].get() + size_t{slot & (kBlockRows - 1)} * row_words_;
   }
   float* Row(uint32_t slot) {
-    return blocks_[slot >> kBlockShift].get() + size_t{slot & (kBlockRows - 1)} * row_floats_;
+    return blocks_[slot >> kBlockShift].get() + size_t{slot & (kBlockRows - 1)} * row_words_;
   }
-  // Asks for the cache lines of a row about to be written (`bytes`: row_floats_ floats; an
+  // Compact rows: encodes dim fp32 weights into the stored row's weight words (padding zeroed),
+  // and decodes them back (exactly).
+  void EncodeWeights(const float* weights, float* stored) const;
+  void DecodeWeights(const float* stored, float* weights) const;
+  // The whole stored row `stored` as row_floats_ fp32 floats into `row`, and back.
+  void DecodeRow(const float* stored, float* row) const;
+  void EncodeRow(const float* row, float* stored) const;
+  // The initial embedding of `id` (dim floats), as a created row holds it: the initializer's,
+  // rounded to the value type in a compact table.
+  void InitialWeights(uint64_t id, float* out) const;
+  // The slot of `id`, or kEmpty; never creates, stamps nothing.
+  uint32_t FindSlot(uint64_t id) const;
+  // Asks for the cache lines of a row about to be written (`bytes`: row_words_ words; an
   // Adagrad row of dim 16 is two lines, and the optimizer reads its state in the second).
   void PrefetchRowForWrite(uint32_t slot, size_t bytes) {
     const char* row = reinterpret_cast<const char*>(Row(slot));
@@ -337,6 +379,10 @@ class TableShard {
   const TableSpec* const spec_;
   const uint32_t dim_;
   const uint32_t row_floats_;
+  // Whether the weights are stored in 16 bits, and the stored row's layout (TableSpec).
+  const bool compact_;
+  const uint32_t weight_words_;
+  const uint32_t row_words_;
   const size_t expected_rows_;
 
   // The index: capacity_ buckets; bucket b is empty iff entries_[b].slot == kEmpty, else it maps
@@ -371,8 +417,8 @@ class TableShard {
   // The id of each slot below cut_end_ and whether it held a row at StartCut (BuildCutIds).
   std::vector<uint64_t> cut_ids_;
   std::vector<bool> cut_live_;
-  // Rows changed since StartCut before the cut read them: for each slot below cut_end_, where
-  // its old row is among the kept rows, or kEmpty (allocated by the first KeepForCut). Kept row
+  // Rows changed since StartCut before the cut read them, as stored (row_words_ words; decoded
+  // when read): for each slot below cut_end_, where its old row is among the kept rows, or kEmpty (allocated by the first KeepForCut). Kept row
   // k is row k % kKeptRows of block k / kKeptRows: blocks, so that keeping a row never moves the
   // others (no copy of them all under the shard's lock, as a growing vector would).
   static constexpr uint32_t kKeptRows = 1024;
@@ -393,19 +439,31 @@ void TableShard::ForEach(F&& f) const {
     const uint32_t slot = entries_[b].slot;
     if (slot != kEmpty) bucket_of[slot] = static_cast<uint32_t>(b);
   }
+  std::vector<float> decoded(compact_ ? row_floats_ : 0);
   for (size_t slot = 0; slot < slots_used_; ++slot) {
     if (bucket_of[slot] == kEmpty) continue;
-    f(entries_[bucket_of[slot]].id, Row(static_cast<uint32_t>(slot)));
+    const float* row = Row(static_cast<uint32_t>(slot));
+    if (compact_) {
+      DecodeRow(row, decoded.data());
+      row = decoded.data();
+    }
+    f(entries_[bucket_of[slot]].id, row);
   }
 }
 
 template <typename F>
 size_t TableShard::ForEachChangedSince(uint32_t since, F&& f) const {
   size_t n = 0;
+  std::vector<float> decoded(compact_ ? row_floats_ : 0);
   for (size_t b = 0; b < capacity_; ++b) {
     const Entry entry = entries_[b];
     if (entry.slot != kEmpty && entry.generation > since) {
-      f(entry.id, Row(entry.slot));
+      const float* row = Row(entry.slot);
+      if (compact_) {
+        DecodeRow(row, decoded.data());
+        row = decoded.data();
+      }
+      f(entry.id, row);
       ++n;
     }
   }

@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/half.h"
 #include "common/hash.h"
 
 namespace ps {
@@ -35,7 +36,27 @@ std::unique_ptr<TableSpec> Spec(const std::string& optimizer, uint32_t dim,
   return std::move(spec).value();
 }
 
-// What a TableShard must behave like: whole rows in a map, duplicates summed in ids order.
+// A table of `value_type`, for Spec's `bounds`.
+config::Table Typed(config::Table::ValueType value_type) {
+  config::Table table;
+  table.set_value_type(value_type);
+  return table;
+}
+
+// Rounds dim weights to what a table of `spec`'s value type stores, one at a time with the
+// scalar codecs (the shard uses the bulk ones).
+void RoundWeights(const TableSpec& spec, float* weights) {
+  for (uint32_t k = 0; k < spec.dim; ++k) {
+    if (spec.value_type == config::Table::FP16) {
+      weights[k] = Fp16ToFloat(FloatToFp16(weights[k], Fp16Overflow::kSaturate));
+    } else if (spec.value_type == config::Table::BF16) {
+      weights[k] = Bf16ToFloat(FloatToBf16(weights[k]));
+    }
+  }
+}
+
+// What a TableShard must behave like: whole rows in a map, duplicates summed in ids order; the
+// weights of a compact table rounded after every change (decode, update in fp32, encode).
 class ReferenceShard {
  public:
   explicit ReferenceShard(const TableSpec* spec) : spec_(spec) {}
@@ -45,6 +66,7 @@ class ReferenceShard {
     if (it == rows_.end()) {
       std::vector<float> row(spec_->row_floats());
       spec_->initializer->Fill(id, spec_->dim, row.data());
+      RoundWeights(*spec_, row.data());
       spec_->optimizer->InitState(spec_->dim, row.data() + spec_->dim);
       it = rows_.emplace(id, std::move(row)).first;
     }
@@ -73,6 +95,7 @@ class ReferenceShard {
     for (uint64_t id : order) {
       std::vector<float>& row = Row(id);
       spec_->optimizer->Apply(dim, sums[id].data(), row.data(), row.data() + dim);
+      RoundWeights(*spec_, row.data());
     }
   }
 
@@ -110,13 +133,20 @@ std::vector<float> RandomGrads(std::mt19937_64& rng, size_t n) {
   return grads;
 }
 
+// The whole row of `id` as TableShard::Read gives it, or empty if the shard has none.
+std::vector<float> RowOf(const TableShard& shard, uint64_t id) {
+  std::vector<float> row(shard.spec().row_floats());
+  if (!shard.Read(id, row.data())) row.clear();
+  return row;
+}
+
 void ExpectSameRows(const TableShard& shard, const ReferenceShard& reference) {
   const uint32_t row_floats = shard.spec().row_floats();
   REQUIRE(shard.size() == reference.rows().size());
   for (const auto& [id, row] : reference.rows()) {
-    const float* found = shard.Find(id);
-    REQUIRE(found != nullptr);
-    REQUIRE(std::memcmp(found, row.data(), row_floats * sizeof(float)) == 0);
+    const std::vector<float> found = RowOf(shard, id);
+    REQUIRE(!found.empty());
+    REQUIRE(std::memcmp(found.data(), row.data(), row_floats * sizeof(float)) == 0);
   }
   size_t visited = 0;
   shard.ForEach([&](uint64_t id, const float* row) {
@@ -146,6 +176,16 @@ TEST_CASE("TableSpec::Create checks the table", "[storage][embedding_table]") {
       {"no name", [](config::Table* t) { t->clear_name(); }},
       {"dim 0", [](config::Table* t) { t->set_dim(0); }},
       {"dim 4097", [](config::Table* t) { t->set_dim(4097); }},
+      {"fp16 dim 1025",
+       [](config::Table* t) {
+         t->set_dim(1025);
+         t->set_value_type(config::Table::FP16);
+       }},
+      {"bf16 dim 4096",
+       [](config::Table* t) {
+         t->set_dim(4096);
+         t->set_value_type(config::Table::BF16);
+       }},
       {"unknown optimizer", [](config::Table* t) { t->mutable_optimizer()->set_type("lion"); }},
       {"zero stddev",
        [](config::Table* t) {
@@ -199,33 +239,36 @@ TEST_CASE("a push of one id many times applies the sum once", "[storage][embeddi
   float before[4];
   shard.Pull(std::vector<uint64_t>{7, kMaxId}, before);
   shard.Push(ids, grads.data());
-  const float* row = shard.Find(7);
-  REQUIRE(row != nullptr);
+  const std::vector<float> row = RowOf(shard, 7);
+  REQUIRE(!row.empty());
   // sgd with lr 0.1: w -= 0.1 * (sum of the four gradients).
   CHECK(row[0] == before[0] - 0.1f * 4.0f);
   CHECK(row[1] == before[1] - 0.1f * 8.0f);
-  CHECK(shard.Find(kMaxId)[0] == before[2] - 0.1f * 5.0f);
+  CHECK(RowOf(shard, kMaxId)[0] == before[2] - 0.1f * 5.0f);
   CHECK(shard.size() == 2);
 }
 
-TEST_CASE("Find never creates rows", "[storage][embedding_table]") {
+TEST_CASE("Read never creates rows", "[storage][embedding_table]") {
   const auto spec = Spec("adagrad", 4);
   TableShard shard(spec.get(), 0);
-  CHECK(shard.Find(0) == nullptr);
-  CHECK(shard.Find(kMaxId) == nullptr);
+  CHECK(RowOf(shard, 0).empty());
+  CHECK(RowOf(shard, kMaxId).empty());
   CHECK(shard.size() == 0);
   float out[4];
   shard.Pull(std::vector<uint64_t>{kMaxId}, out);
-  CHECK(shard.Find(0) == nullptr);
-  REQUIRE(shard.Find(kMaxId) != nullptr);
-  CHECK(std::memcmp(shard.Find(kMaxId), out, sizeof(out)) == 0);
+  CHECK(RowOf(shard, 0).empty());
+  REQUIRE(!RowOf(shard, kMaxId).empty());
+  CHECK(std::memcmp(RowOf(shard, kMaxId).data(), out, sizeof(out)) == 0);
   shard.Pull({}, nullptr);
   shard.Push({}, nullptr);
   CHECK(shard.size() == 1);
 }
 
 TEST_CASE("Assign overwrites whole rows", "[storage][embedding_table]") {
-  const auto spec = Spec("adam", 3);
+  const auto value_type =
+      GENERATE(config::Table::FP32, config::Table::FP16, config::Table::BF16);
+  CAPTURE(value_type);
+  const auto spec = Spec("adam", 3, "emb", Typed(value_type));
   TableShard source(spec.get(), 0);
   std::mt19937_64 rng(5);
   std::vector<uint64_t> ids = RandomIds(rng, 500, 1000);
@@ -236,8 +279,8 @@ TEST_CASE("Assign overwrites whole rows", "[storage][embedding_table]") {
   source.ForEach([&](uint64_t id, const float* row) { copy.Assign(id, row); });
   REQUIRE(copy.size() == source.size());
   source.ForEach([&](uint64_t id, const float* row) {
-    REQUIRE(copy.Find(id) != nullptr);
-    CHECK(std::memcmp(copy.Find(id), row, spec->row_floats() * sizeof(float)) == 0);
+    REQUIRE(!RowOf(copy, id).empty());
+    CHECK(std::memcmp(RowOf(copy, id).data(), row, spec->row_floats() * sizeof(float)) == 0);
   });
 }
 
@@ -267,7 +310,11 @@ TEST_CASE("Peek reads rows, and the initial rows of missing ids without creating
 
 TEST_CASE("a push hands out the rows it leaves, and AssignRows copies them",
           "[storage][embedding_table]") {
-  const auto spec = Spec("adagrad", 5);
+  const auto value_type =
+      GENERATE(config::Table::FP32, config::Table::FP16, config::Table::BF16);
+  const std::string optimizer = GENERATE("adagrad", "rowwise_adagrad");
+  CAPTURE(value_type, optimizer);
+  const auto spec = Spec(optimizer, 5, "emb", Typed(value_type));
   TableShard source(spec.get(), 0);
   std::mt19937_64 rng(6);
   const uint32_t row_floats = spec->row_floats();
@@ -278,15 +325,15 @@ TEST_CASE("a push hands out the rows it leaves, and AssignRows copies them",
     std::vector<float> rows(ids.size() * row_floats);
     source.Push(ids, RandomGrads(rng, ids.size() * 5).data(), rows.data());
     for (size_t i = 0; i < ids.size(); ++i) {
-      REQUIRE(source.Find(ids[i]) != nullptr);
-      CHECK(std::memcmp(source.Find(ids[i]), &rows[i * row_floats], row_floats * 4) == 0);
+      REQUIRE(!RowOf(source, ids[i]).empty());
+      CHECK(std::memcmp(RowOf(source, ids[i]).data(), &rows[i * row_floats], row_floats * 4) == 0);
     }
     copy.AssignRows(ids, rows.data());
   }
   REQUIRE(copy.size() == source.size());
   source.ForEach([&](uint64_t id, const float* row) {
-    REQUIRE(copy.Find(id) != nullptr);
-    CHECK(std::memcmp(copy.Find(id), row, row_floats * sizeof(float)) == 0);
+    REQUIRE(!RowOf(copy, id).empty());
+    CHECK(std::memcmp(RowOf(copy, id).data(), row, row_floats * sizeof(float)) == 0);
   });
 }
 
@@ -316,7 +363,11 @@ bool ReadPiece(TableShard* shard, size_t piece, RowBytes* read) {
 
 TEST_CASE("a cut reads every row as of its start while pushes, assigns and new rows go on",
           "[storage][embedding_table][cut]") {
-  const auto spec = Spec(GENERATE(as<std::string>{}, "adagrad", "adam", "sgd"), 4);
+  const std::string optimizer = GENERATE("adagrad", "adam", "sgd", "rowwise_adagrad");
+  const auto value_type =
+      GENERATE(config::Table::FP32, config::Table::FP16, config::Table::BF16);
+  CAPTURE(optimizer, value_type);
+  const auto spec = Spec(optimizer, 4, "emb", Typed(value_type));
   const uint32_t row_floats = spec->row_floats();
   TableShard shard(spec.get(), 0);
   std::mt19937_64 rng(21);
@@ -399,7 +450,7 @@ TEST_CASE("every change stamps the row with the current generation; reads do not
   shard.set_generation(5);
   shard.AssignRows(std::vector<uint64_t>{5}, row.data());
   shard.Peek(std::vector<uint64_t>{1, 6}, out.data());
-  CHECK(shard.Find(1) != nullptr);
+  CHECK(!RowOf(shard, 1).empty());
   CHECK(shard.RowGeneration(1) == 1);
   CHECK(shard.RowGeneration(2) == 3);
   CHECK(shard.RowGeneration(3) == 4);
@@ -442,7 +493,9 @@ TEST_CASE("changed rows are found across slab blocks and growth",
   std::set<uint64_t> seen;
   bool rows_right = true;
   const size_t n = shard.ForEachChangedSince(7, [&](uint64_t id, const float* row) {
-    rows_right &= row == shard.Find(id);
+    const std::vector<float> found = RowOf(shard, id);
+    rows_right &= !found.empty() &&
+                  std::memcmp(row, found.data(), found.size() * sizeof(float)) == 0;
     seen.insert(id);
   });
   CHECK(n == pushed.size());
@@ -593,15 +646,15 @@ TEST_CASE("at the row cap a pull answers the initial row and a push is dropped, 
   std::vector<float> rows_after(ids.size() * spec->row_floats());
   CHECK(shard.Push(ids, grads.data(), rows_after.data(), &kept) == 50);
   CHECK(kept == std::vector<uint64_t>(ids.begin(), ids.begin() + 100));
-  CHECK(std::memcmp(rows_after.data() + 99 * spec->row_floats(), shard.Find(ids[99]),
+  CHECK(std::memcmp(rows_after.data() + 99 * spec->row_floats(), RowOf(shard, ids[99]).data(),
                     spec->row_floats() * sizeof(float)) == 0);
-  CHECK(shard.Find(ids[120]) == nullptr);
+  CHECK(RowOf(shard, ids[120]).empty());
   // The index and slabs stay at what 100 rows need.
   CHECK(shard.MemoryBytes() <= TableShard::BytesForRows(*spec, 100) + 4096);
   // Room again after an eviction: the next new id gets a row.
   CHECK(shard.EvictToRows(99, 1000, nullptr) == 1);
   CHECK(shard.Push({ids[120]}, grads.data()) == 0);
-  CHECK(shard.Find(ids[120]) != nullptr);
+  CHECK(!RowOf(shard, ids[120]).empty());
 }
 
 TEST_CASE("admission: a row at the min_count-th push; pulls answer the initial row",
@@ -649,7 +702,7 @@ TEST_CASE("Sweep evicts rows unused for longer than the TTL on a fake clock, and
   CHECK(evicted == old_ids);
   CHECK(shard.size() == 500);
   CHECK(shard.counters().evicted_ttl == 500);
-  for (uint64_t id : new_ids) CHECK(shard.Find(id) != nullptr);
+  for (uint64_t id : new_ids) CHECK(!RowOf(shard, id).empty());
 }
 
 TEST_CASE("stamps of rows never used again do not wrap around while sweeps go on",
@@ -692,11 +745,180 @@ TEST_CASE("EvictToRows evicts the least recently used rows (LRU) or least used (
   CHECK(shard.size() == 1000);
   CHECK(shard.counters().evicted_budget == 1000);
   size_t hot_kept = 0;
-  for (uint64_t id : hot) hot_kept += shard.Find(id) != nullptr;
+  for (uint64_t id : hot) hot_kept += !RowOf(shard, id).empty();
   // Sampled slices: not exact, but the hot rows survive.
   CHECK(hot_kept >= 900);
   // What EvictToRows says it evicted is gone.
-  for (uint64_t id : evicted) CHECK(shard.Find(id) == nullptr);
+  for (uint64_t id : evicted) CHECK(RowOf(shard, id).empty());
+}
+
+}  // namespace
+}  // namespace server
+}  // namespace ps
+
+namespace ps {
+namespace server {
+namespace {
+
+// --- Compact rows (value_type FP16 and BF16) ---
+
+TEST_CASE("compact rows: pulls and pushes match a reference that decodes, updates and encodes",
+          "[storage][embedding_table][compact]") {
+  const auto value_type =
+      GENERATE(config::Table::FP32, config::Table::FP16, config::Table::BF16);
+  const std::string optimizer = GENERATE("sgd", "adagrad", "rowwise_adagrad", "adam", "ftrl");
+  const uint32_t dim = GENERATE(1u, 5u, 16u);
+  CAPTURE(value_type, optimizer, dim);
+  const auto spec = Spec(optimizer, dim, "emb", Typed(value_type));
+  TableShard shard(spec.get(), 0);
+  ReferenceShard reference(spec.get());
+  std::mt19937_64 rng(dim * 7 + value_type);
+  for (int round = 0; round < 20; ++round) {
+    const uint64_t range = 100 + round * 200;
+    const std::vector<uint64_t> pull_ids = RandomIds(rng, 1 + rng() % 500, range);
+    std::vector<float> pulled(pull_ids.size() * dim);
+    shard.Pull(pull_ids, pulled.data());
+    REQUIRE(pulled == reference.Pull(pull_ids));
+    // Peek of ids with and without rows agrees with the pull.
+    std::vector<float> peeked(pull_ids.size() * dim);
+    shard.Peek(pull_ids, peeked.data());
+    REQUIRE(peeked == pulled);
+
+    const std::vector<uint64_t> push_ids = RandomIds(rng, 1 + rng() % 500, range);
+    const std::vector<float> grads = RandomGrads(rng, push_ids.size() * dim);
+    shard.Push(push_ids, grads.data());
+    reference.Push(push_ids, grads);
+  }
+  ExpectSameRows(shard, reference);
+  // Every stored weight is a value of the type: encoding the decoded row changes nothing.
+  shard.ForEach([&](uint64_t, const float* row) {
+    std::vector<float> rounded(row, row + dim);
+    RoundWeights(*spec, rounded.data());
+    REQUIRE(std::memcmp(rounded.data(), row, dim * sizeof(float)) == 0);
+  });
+}
+
+TEST_CASE("compact rows: a replica assigning a primary's rows holds them bit for bit",
+          "[storage][embedding_table][compact]") {
+  const auto value_type = GENERATE(config::Table::FP16, config::Table::BF16);
+  const std::string optimizer = GENERATE("adagrad", "rowwise_adagrad", "adam");
+  CAPTURE(value_type, optimizer);
+  const auto spec = Spec(optimizer, 7, "emb", Typed(value_type));
+  const uint32_t row_floats = spec->row_floats();
+  TableShard primary(spec.get(), 0);
+  TableShard by_rows(spec.get(), 0);    // the replication stream: AssignRows of rows_after
+  TableShard by_assign(spec.get(), 0);  // a snapshot: Assign of ForEach's rows
+  TableShard by_cut(spec.get(), 0);     // a checkpoint: AssignRows of ReadCut's rows
+  std::mt19937_64 rng(value_type);
+  for (int round = 0; round < 10; ++round) {
+    const std::vector<uint64_t> ids = RandomIds(rng, 400, 2000);
+    std::vector<float> rows_after(ids.size() * row_floats);
+    primary.Push(ids, RandomGrads(rng, ids.size() * 7).data(), rows_after.data());
+    by_rows.AssignRows(ids, rows_after.data());
+  }
+  primary.ForEach([&](uint64_t id, const float* row) { by_assign.Assign(id, row); });
+  primary.StartCut();
+  std::vector<uint64_t> ids(64);
+  std::vector<float> rows(64 * row_floats);
+  while (size_t n = primary.ReadCut(64, ids.data(), rows.data())) {
+    by_cut.AssignRows(absl::MakeConstSpan(ids.data(), n), rows.data());
+  }
+  primary.EndCut();
+  const RowBytes want = AllRows(primary);
+  CHECK(AllRows(by_rows) == want);
+  CHECK(AllRows(by_assign) == want);
+  CHECK(AllRows(by_cut) == want);
+  CHECK(primary.MemoryBytes() > 0);
+}
+
+TEST_CASE("fp16 weights saturate at +-65504; bf16 keeps float's range",
+          "[storage][embedding_table][compact]") {
+  const auto fp16 = Spec("sgd", 2, "emb", Typed(config::Table::FP16));
+  TableShard shard(fp16.get(), 0);
+  // sgd with lr 0.1: w -= 0.1 * g, so -1e6 drives the first weight to about +1e5.
+  const std::vector<float> grads = {-1e6f, 1e6f};
+  std::vector<float> rows_after(fp16->row_floats());
+  shard.Push({1}, grads.data(), rows_after.data());
+  std::vector<float> row = RowOf(shard, 1);
+  CHECK(row[0] == 65504.0f);
+  CHECK(row[1] == -65504.0f);
+  CHECK(rows_after[0] == 65504.0f);
+  // Still saturated, never infinite, however far it is pushed (while the fp32 arithmetic itself
+  // stays finite: a sum of gradients past FLT_MAX is infinite in any value type).
+  shard.Push({1, 1, 1}, std::vector<float>{-1e37f, 1e37f, -1e37f, 1e37f, -1e37f, 1e37f}.data());
+  row = RowOf(shard, 1);
+  CHECK(row[0] == 65504.0f);
+  CHECK(row[1] == -65504.0f);
+  // An fp32 row assigned with a weight beyond the range saturates too.
+  const std::vector<float> big(fp16->row_floats(), 1e9f);
+  shard.Assign(2, big.data());
+  CHECK(RowOf(shard, 2)[0] == 65504.0f);
+
+  const auto bf16 = Spec("sgd", 2, "emb", Typed(config::Table::BF16));
+  TableShard wide(bf16.get(), 0);
+  wide.Push({1}, grads.data());
+  const float initial = RowOf(wide, 1)[0];
+  CHECK(RowOf(wide, 1)[0] == Bf16ToFloat(FloatToBf16(initial)));
+  CHECK(RowOf(wide, 1)[0] > 99000.0f);
+}
+
+TEST_CASE("compact rows: an update below half a step of the type is lost (round to nearest)",
+          "[storage][embedding_table][compact]") {
+  // Documented in server/README.md#compact-rows: w = 1 holds steps of 2^-10 (fp16) and 2^-7
+  // (bf16) above it; an sgd step of lr 0.1 x grad smaller than half of that leaves w at 1.
+  const auto value_type = GENERATE(config::Table::FP16, config::Table::BF16);
+  CAPTURE(value_type);
+  const auto spec = Spec("sgd", 1, "emb", Typed(value_type));
+  TableShard shard(spec.get(), 0);
+  const float one = 1.0f;
+  shard.Assign(5, &one);
+  const float step = value_type == config::Table::FP16 ? 0x1.0p-10f : 0x1.0p-7f;
+  const float small = -0.4f * step / 0.1f;  // w += 0.4 step: rounds back to 1
+  shard.Push({5}, &small);
+  CHECK(RowOf(shard, 5)[0] == 1.0f);
+  const float large = -0.6f * step / 0.1f;  // w += 0.6 step: rounds up to 1 + step
+  shard.Push({5}, &large);
+  CHECK(RowOf(shard, 5)[0] == 1.0f + step);
+}
+
+TEST_CASE("compact rows: bytes a row, padding, and the initial row of an uncreated id",
+          "[storage][embedding_table][compact]") {
+  // FP16 dim 16 with rowwise_adagrad: 32 bytes of weights and 4 of state; the index's 19.
+  const auto compact = Spec("rowwise_adagrad", 16, "emb", Typed(config::Table::FP16));
+  CHECK(compact->row_floats() == 17);
+  CHECK(compact->row_words() == 9);
+  CHECK(TableShard::BytesPerRow(*compact) == 36 + 19);
+  const auto full = Spec("adagrad", 16);
+  CHECK(TableShard::BytesPerRow(*full) == 128 + 19);
+  CHECK(TableShard::BytesForRows(*compact, 1000000) < TableShard::BytesForRows(*full, 1000000) / 2);
+  // An odd dim pads the weights to whole words so that the fp32 state is aligned.
+  const auto odd = Spec("adagrad", 5, "emb", Typed(config::Table::BF16));
+  CHECK(odd->weight_words() == 3);
+  CHECK(odd->row_words() == 3 + 5);
+
+  // Memory per row of a presized shard, within 1.15x of the stored row plus its index share.
+  TableShard shard(compact.get(), 100000);
+  std::mt19937_64 rng(3);
+  std::vector<uint64_t> ids(100000);
+  for (uint64_t& id : ids) id = rng();
+  std::vector<float> out(ids.size() * 16);
+  shard.Pull(ids, out.data());
+  REQUIRE(shard.size() == ids.size());
+  const double per_row = static_cast<double>(shard.MemoryBytes()) / shard.size();
+  INFO("bytes per row = " << per_row);
+  CHECK(per_row <= 55 * 1.15);
+
+  // At the row cap, the initial row of an id without a row is rounded as a created one is.
+  TableShard capped(compact.get(), 0);
+  capped.SetMaxRows(1);
+  std::vector<float> pulled(2 * 16);
+  capped.Pull({1, 2}, pulled.data());
+  REQUIRE(capped.size() == 1);
+  std::vector<float> initial(16);
+  compact->initializer->Fill(2, 16, initial.data());
+  RoundWeights(*compact, initial.data());
+  CHECK(std::memcmp(pulled.data() + 16, initial.data(), 16 * sizeof(float)) == 0);
+  CHECK(std::memcmp(pulled.data(), RowOf(capped, 1).data(), 16 * sizeof(float)) == 0);
 }
 
 }  // namespace

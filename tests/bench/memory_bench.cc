@@ -13,9 +13,9 @@
 //               (ps_datagen --long_tail) without a budget, then with admission (min_count 2),
 //               eviction (--policy) and a budget holding a quarter of the rows the unbounded
 //               run's table held: the held-out AUCs and their difference
-//   rows        --rows rows loaded into a table presized for them (capacity_hint), for each of
-//               adagrad and rowwise_adagrad: the table's bytes per row (index, rows, state) and the
-//               server's resident set's growth per row
+//   rows        --rows rows loaded into a table presized for them (capacity_hint), for FP32
+//               adagrad, FP32 rowwise_adagrad and FP16 rowwise_adagrad: the table's bytes per row
+//               (index, rows, state) and the server's resident set's growth per row
 // The budget of a run is (the unbounded server's resident set before the stream + the rows it
 // must hold x the bytes a row costs under a cap, TableShard::BytesPerRow) / 0.9 (the keeper's
 // reserve).
@@ -48,6 +48,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_split.h"
 #include "client/ps_client.h"
 #include "common/job_config.h"
@@ -115,6 +116,7 @@ struct RunConfig {
   std::string optimizer = "adagrad";
   uint32_t min_count = 0;  // 0: no admission
   uint64_t load_rows = 0;  // > 0: load that many rows instead of the stream
+  std::string value_type = "FP32";
 };
 
 std::string JobText(const RunConfig& run) {
@@ -128,6 +130,7 @@ std::string JobText(const RunConfig& run) {
     absl::StrAppend(&bounds, " eviction { policy: ", absl::GetFlag(FLAGS_policy), " }");
   }
   if (run.load_rows > 0) absl::StrAppend(&bounds, " capacity_hint: ", run.load_rows);
+  absl::StrAppend(&bounds, " value_type: ", run.value_type);
   return absl::StrFormat(
       R"pb(
         name: "memory_bench"
@@ -526,17 +529,20 @@ int Main() {
   }
   if (wants("auc") && RunAuc() != 0) return 1;
   if (wants("rows")) {
-    for (const std::string optimizer : {"adagrad", "rowwise_adagrad"}) {
-      absl::StatusOr<RunResult> r =
-          Run({"rows_" + optimizer, 0, optimizer, 0, absl::GetFlag(FLAGS_rows)});
+    for (const auto& [optimizer, value_type] :
+         {std::pair<std::string, std::string>{"adagrad", "FP32"},
+          std::pair<std::string, std::string>{"rowwise_adagrad", "FP32"},
+          std::pair<std::string, std::string>{"rowwise_adagrad", "FP16"}}) {
+      absl::StatusOr<RunResult> r = Run(
+          {"rows_" + optimizer, 0, optimizer, 0, absl::GetFlag(FLAGS_rows), value_type});
       if (!r.ok()) {
         std::fprintf(stderr, "memory_bench: rows: %s\n", r.status().ToString().c_str());
         return 1;
       }
       Print("bytes_per_resident_row", static_cast<double>(r->bytes) / r->rows,
-            absl::StrFormat(",\"config\":\"fp32_%s\",\"rows\":%d,\"rss_growth_per_row\":%.1f,"
+            absl::StrFormat(",\"config\":\"%s_%s\",\"rows\":%d,\"rss_growth_per_row\":%.1f,"
                             "\"dim\":%d",
-                            optimizer, r->rows,
+                            absl::AsciiStrToLower(value_type), optimizer, r->rows,
                             static_cast<double>(r->peak_rss - r->rss_before) / r->rows,
                             absl::GetFlag(FLAGS_dim)));
     }
