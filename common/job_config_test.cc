@@ -329,3 +329,46 @@ TEST_CASE("JobFieldPosition finds where a field was written", "[common][job]") {
 
 }  // namespace
 }  // namespace ps
+
+namespace ps {
+namespace {
+
+TEST_CASE("bounds are checked: admission, eviction and memory_weight", "[common][job][bounds]") {
+  struct Case {
+    std::string bounds;
+    std::string error;
+  };
+  const Case c = GENERATE(
+      Case{"admission { min_count: 0 }",
+           "tables[1] \"item\".admission.min_count: min_count must be between 1 and 15"},
+      Case{"admission { min_count: 16 }",
+           "tables[1] \"item\".admission.min_count: min_count must be between 1 and 15"},
+      Case{"admission { min_count: 0 probability: 1.5 }",
+           "tables[1] \"item\".admission.min_count: min_count must be between 1 and 15"},
+      Case{"admission { min_count: 2 probability: 1.5 }",
+           "tables[1] \"item\".admission.probability: probability must be in (0, 1], got 1.5"},
+      Case{"admission { probability: 0 }",
+           "tables[1] \"item\".admission.probability: probability must be in (0, 1], got 0"},
+      Case{"admission { }", "tables[1] \"item\".admission: admits every id"},
+      Case{"eviction { ttl_steps: 5 ttl_seconds: 5 }",
+           "tables[1] \"item\".eviction.ttl_seconds: set at most one of ttl_steps and ttl_seconds"},
+      Case{"memory_weight: 0", "tables[1] \"item\".memory_weight: memory_weight must be > 0"});
+  CAPTURE(c.bounds);
+  const std::string message = ErrorOf(Replace(kGoodJob, "dim: 4", "dim: 4 " + c.bounds));
+  CHECK_THAT(message, Catch::Contains("job.pbtxt:"));
+  CHECK_THAT(message, Catch::Contains(c.error));
+  // And good ones parse.
+  const std::string good =
+      Replace(kGoodJob, "dim: 4",
+              "dim: 4 admission { min_count: 3 probability: 0.5 sketch_ids: 1000 } "
+              "eviction { policy: LFU ttl_seconds: 60 } memory_weight: 2.5");
+  const absl::StatusOr<config::Job> job = ParseJob(good, "job.pbtxt");
+  INFO(job.status().ToString());
+  REQUIRE(job.ok());
+  CHECK(job->tables(1).admission().min_count() == 3);
+  CHECK(job->tables(1).eviction().policy() == config::Eviction::LFU);
+  CHECK(job->tables(1).memory_weight() == 2.5f);
+}
+
+}  // namespace
+}  // namespace ps

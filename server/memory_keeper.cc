@@ -178,7 +178,8 @@ void MemoryKeeper::NoteStep(int64_t step) {
 
 // A TTL spans at most TableShard::kMaxTtlTicks ticks: finer ticks would need the sweeps to visit
 // every row more often than the stamps' 12 bits allow (TableShard::Sweep). Below that, a tick is
-// a step (ttl_steps) or 1/16 s (ttl_seconds); without a TTL, 1/16 s.
+// a step (ttl_steps) or 1/16 s (ttl_seconds). Without a TTL, 4 ms, for LRU's resolution: the
+// stamps then saturate at 8 s, and the sweeps visit every row in 200 passes (4 s when idle).
 uint32_t MemoryKeeper::TtlTicks(size_t t) const {
   const TableSpec& spec = *tables_[t];
   if (spec.ttl_steps > 0) {
@@ -200,12 +201,12 @@ void MemoryKeeper::SetTick(size_t t, int64_t step, int64_t elapsed_ms) {
   } else if (spec.ttl_seconds > 0) {
     tick = static_cast<uint64_t>(elapsed_ms) * per_ttl / (spec.ttl_seconds * 1000);
   } else {
-    tick = static_cast<uint64_t>(elapsed_ms) / 64;
+    tick = static_cast<uint64_t>(elapsed_ms) / 4;
   }
   use_ticks_[t].store(static_cast<uint32_t>(tick), std::memory_order_relaxed);
 }
 
-std::vector<TableSweep> MemoryKeeper::Sweeps() {
+std::vector<TableSweep> MemoryKeeper::Sweeps(bool evict_only) {
   const std::vector<size_t> caps = CurrentMaxRows();
   const int64_t elapsed_ms =
       std::max<int64_t>(0, absl::ToInt64Milliseconds(options_.now() - start_));
@@ -215,6 +216,7 @@ std::vector<TableSweep> MemoryKeeper::Sweeps() {
     TableSweep& sweep = sweeps[t];
     SetTick(t, step, elapsed_ms);
     sweep.ttl_ticks = TtlTicks(t);
+    sweep.evict_only = evict_only;
     if (caps[t] != 0) {
       sweep.high_rows = static_cast<size_t>(caps[t] * kHigh);
       sweep.low_rows = static_cast<size_t>(caps[t] * kLow);
@@ -223,8 +225,8 @@ std::vector<TableSweep> MemoryKeeper::Sweeps() {
   return sweeps;
 }
 
-SweepResult MemoryKeeper::SweepOnce(const ForEachPrimary& for_each_primary) {
-  const std::vector<TableSweep> sweeps = Sweeps();
+SweepResult MemoryKeeper::SweepOnce(const ForEachPrimary& for_each_primary, bool evict_only) {
+  const std::vector<TableSweep> sweeps = Sweeps(evict_only);
   SweepResult total;
   for_each_primary([&](Shard* shard) {
     const SweepResult result = shard->Sweep(sweeps, options_.sweep_buckets);
@@ -245,10 +247,14 @@ void MemoryKeeper::Start(ForEachPrimary for_each_primary) {
 }
 
 void MemoryKeeper::Run(ForEachPrimary for_each_primary) {
+  bool evict_only = false;
   while (true) {
-    const SweepResult result = SweepOnce(for_each_primary);
+    const SweepResult result = SweepOnce(for_each_primary, evict_only);
     absl::MutexLock lock(&mu_);
     if (stopping_) return;
+    // A pass at once after one that left a table above its watermark only evicts: the pass over
+    // the index for age waits for the period.
+    evict_only = !result.within;
     // Tables above their high watermark: the next pass at once. Otherwise a period away, or
     // now when Shutdown wakes it.
     if (result.within) {

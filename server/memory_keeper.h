@@ -95,12 +95,13 @@ class MemoryKeeper {
   // A push carried step `step`: the clock of tables with ttl_steps. Thread-safe, lock-free.
   void NoteStep(int64_t step);
 
-  // By table, what a sweep does now: the TTLs and watermarks. Advances the use clocks first.
-  std::vector<TableSweep> Sweeps();
+  // By table, what a sweep does now: the TTLs and watermarks (`evict_only`: TableSweep's).
+  // Advances the use clocks first.
+  std::vector<TableSweep> Sweeps(bool evict_only = false);
 
   // By table, the clocks rows' use is stamped with (ShardConfig::use_ticks): a tick is a step
-  // of the pushes (ttl_steps, advanced by NoteStep), or a share of a second (ttl_seconds, and
-  // tables without a TTL; advanced by each sweep, every period).
+  // of the pushes (ttl_steps, advanced by NoteStep), or a share of a second (ttl_seconds: 1/16 s
+  // or a 1024th of the TTL; tables without a TTL: 4 ms), advanced by each sweep, every period.
   const std::atomic<uint32_t>* use_ticks() const { return use_ticks_.get(); }
 
   // Starts the sweeper over `for_each_primary` (if active()); Shutdown stops and joins it.
@@ -109,7 +110,7 @@ class MemoryKeeper {
 
   // Runs one pass over the shards now (tests; the sweeper does this every period, and at once
   // again while a table is above its high watermark): what the shards' sweeps did together.
-  SweepResult SweepOnce(const ForEachPrimary& for_each_primary);
+  SweepResult SweepOnce(const ForEachPrimary& for_each_primary, bool evict_only = false);
 
   // For the status and metrics.
   int64_t budget_bytes() const { return budget_bytes_; }

@@ -306,32 +306,60 @@ void Shard::SetMaxRows(absl::Span<const size_t> max_rows) {
 }
 
 SweepResult Shard::Sweep(absl::Span<const TableSweep> sweeps, size_t max_buckets) {
+  // The lock is held for one piece at a time, so that a pull or push of this shard waits at most
+  // for one piece: kSweepPiece buckets of the TTL sweep, or kEvictPiece rows examined for eviction
+  // (a row examined and evicted costs about as much as a small pull's lookup).
+  constexpr size_t kSweepPiece = 2048;
+  constexpr size_t kEvictPiece = 256;
   SweepResult result;
   std::vector<uint64_t> evicted;
   for (size_t t = 0; t < sweeps.size(); ++t) {
     const TableSweep& sweep = sweeps[t];
-    absl::MutexLock lock(&mu_);
-    if (!complete_ || restoring_ || t >= tables_.size()) return result;
-    TableShard& table = *tables_[t];
-    SetTickLocked(t);
-    evicted.clear();
-    table.Sweep(max_buckets, sweep.ttl_ticks, &evicted);
-    if (sweep.high_rows != 0 && table.size() > sweep.high_rows) {
-      table.EvictToRows(sweep.low_rows, max_buckets, &evicted);
-    }
-    if (sweep.high_rows != 0 && table.size() > sweep.high_rows) result.within = false;
-    if (evicted.empty()) continue;
-    result.evicted += evicted.size();
-    evicted_since_cut_ = true;
-    // A sync step's sums of an evicted row stay: the step re-creates the row (if admitted) and
-    // applies them, as for a row the step creates.
-    ++applied_sequence_;
-    if (sink_) {
-      RecordOut out;
-      rpc::RowsChange* change = out.record.mutable_evict();
-      change->set_table(static_cast<uint32_t>(t));
-      AppendPacked(evicted.data(), evicted.size(), change->mutable_keys());
-      Emit(std::move(out));
+    size_t buckets = 0;      // to visit: at least max_buckets, and all of them in 200 passes
+    size_t swept = 0;        // visited so far
+    size_t examined = 0;     // rows examined for eviction so far
+    bool evicting = false;   // above high_rows at the first piece: down to low_rows
+    bool first = true;
+    while (true) {
+      absl::MutexLock lock(&mu_);
+      if (!complete_ || restoring_ || t >= tables_.size()) return result;
+      TableShard& table = *tables_[t];
+      if (first) {
+        buckets = sweep.evict_only ? 0 : std::max(max_buckets, table.bucket_count() / 200);
+        evicting = sweep.high_rows != 0 && table.size() > sweep.high_rows;
+        first = false;
+      }
+      SetTickLocked(t);
+      evicted.clear();
+      if (swept < buckets) {
+        const size_t piece = std::min(kSweepPiece, buckets - swept);
+        table.Sweep(piece, sweep.ttl_ticks, &evicted);
+        swept += piece;
+      }
+      if (evicting && examined < max_buckets && table.size() > sweep.low_rows) {
+        table.EvictToRows(sweep.low_rows, kEvictPiece, &evicted);
+        examined += kEvictPiece;
+      }
+      const bool more_eviction =
+          evicting && examined < max_buckets && table.size() > sweep.low_rows;
+      if (!evicted.empty()) {
+        result.evicted += evicted.size();
+        evicted_since_cut_ = true;
+        // A sync step's sums of an evicted row stay: the step re-creates the row (if admitted)
+        // and applies them, as for a row the step creates.
+        ++applied_sequence_;
+        if (sink_) {
+          RecordOut out;
+          rpc::RowsChange* change = out.record.mutable_evict();
+          change->set_table(static_cast<uint32_t>(t));
+          AppendPacked(evicted.data(), evicted.size(), change->mutable_keys());
+          Emit(std::move(out));
+        }
+      }
+      if (swept >= buckets && !more_eviction) {
+        if (sweep.high_rows != 0 && table.size() > sweep.high_rows) result.within = false;
+        break;
+      }
     }
   }
   return result;

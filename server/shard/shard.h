@@ -109,6 +109,9 @@ struct TableSweep {
   // Above `high_rows` rows, rows are evicted by the table's policy down to `low_rows`; 0: never.
   size_t high_rows = 0;
   size_t low_rows = 0;
+  // Only evict above high_rows; no pass over the index for age (the sweeper's passes that follow
+  // one that left a table above its high watermark).
+  bool evict_only = false;
 };
 
 // What a Shard::Sweep did.
@@ -212,12 +215,13 @@ class Shard {
   void SetMaxRows(absl::Span<const size_t> max_rows);
 
   // One step of eviction on a complete shard (a primary's; a copy's rows follow its primary's
-  // records), table by table, each under the shard's lock for at most `max_buckets` buckets of
-  // its index and as many rows examined: sweeps out rows older than its
+  // records), table by table: visits max(`max_buckets`, a 200th of the table's index) buckets and
+  // examines at most `max_buckets` rows for eviction, in pieces, each under the shard's lock
+  // alone (a pull or push waits for one piece at most): sweeps out rows older than its
   // TTL, and above high_rows evicts by policy towards low_rows. `sweeps` has one entry per
   // table. The evicted rows go to the record sink as evict records (one per table and step), so
-  // that copies remove them too; each advances applied_sequence() by one. Does nothing on a
-  // copy that is not complete.
+  // that copies remove them too (one per table and piece that evicted); each advances
+  // applied_sequence() by one. Does nothing on a copy that is not complete.
   SweepResult Sweep(absl::Span<const TableSweep> sweeps, size_t max_buckets);
 
   // --- Replication ---

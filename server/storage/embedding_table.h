@@ -170,6 +170,9 @@ class TableShard {
   // Rows held.
   size_t size() const { return size_; }
 
+  // Buckets of the index (what Sweep walks).
+  size_t bucket_count() const { return capacity_; }
+
   // --- Bounds and eviction ---
 
   // The most rows the shard may hold; 0: no cap. Lowering it below size() evicts nothing by

@@ -3,7 +3,8 @@
 //
 // Runs, each on a fresh cluster, over the same stream (Zipf(--zipf) over --ids ids, --draws keys
 // in batches of --batch, deduplicated by the client as any batch is):
-//   unbounded   no budget: the reference rates, the distinct keys D, the bytes per row
+//   unbounded   no budget, the table presized for the stream (capacity_hint): the reference
+//               rates and latencies, the distinct keys D
 //   resident10  a budget that holds D/10 rows: hit rate, pull and push rates against unbounded,
 //               pull p99/p50 while evicting, peak RSS over the budget
 //   resident5   a budget that holds D/20 rows: peak RSS over the budget, pull p99/p50
@@ -16,9 +17,9 @@
 //   rows        --rows rows loaded into a table presized for them (capacity_hint), for FP32
 //               adagrad, FP32 rowwise_adagrad and FP16 rowwise_adagrad: the table's bytes per row
 //               (index, rows, state) and the server's resident set's growth per row
-// The budget of a run is (the unbounded server's resident set before the stream + the rows it
-// must hold x the bytes a row costs under a cap, TableShard::BytesPerRow) / 0.9 (the keeper's
-// reserve).
+// The budget of a run is (the resident set of a server whose table is not presized, before any
+// row + the rows it must hold x the bytes a row costs under a cap, TableShard::BytesPerRow) / 0.9
+// (the keeper's reserve).
 //
 // A "hit" is a pull of a key pushed before whose row is not its initial one (it stayed resident);
 // keys pulled for the first time are not counted (every server misses them).
@@ -44,11 +45,11 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_split.h"
 #include "client/ps_client.h"
 #include "common/job_config.h"
@@ -117,6 +118,7 @@ struct RunConfig {
   uint32_t min_count = 0;  // 0: no admission
   uint64_t load_rows = 0;  // > 0: load that many rows instead of the stream
   std::string value_type = "FP32";
+  uint64_t capacity_hint = 0;  // the table's capacity_hint (load_rows sets it too)
 };
 
 std::string JobText(const RunConfig& run) {
@@ -129,7 +131,9 @@ std::string JobText(const RunConfig& run) {
   if (run.budget_mb > 0) {
     absl::StrAppend(&bounds, " eviction { policy: ", absl::GetFlag(FLAGS_policy), " }");
   }
-  if (run.load_rows > 0) absl::StrAppend(&bounds, " capacity_hint: ", run.load_rows);
+  if (run.load_rows > 0 || run.capacity_hint > 0) {
+    absl::StrAppend(&bounds, " capacity_hint: ", std::max(run.load_rows, run.capacity_hint));
+  }
   absl::StrAppend(&bounds, " value_type: ", run.value_type);
   return absl::StrFormat(
       R"pb(
@@ -450,7 +454,14 @@ int Main() {
       absl::GetFlag(FLAGS_dim));
   RunResult unbounded;
   if (wants("unbounded") || wants("resident10") || wants("resident5")) {
-    absl::StatusOr<RunResult> r = Run({"unbounded"});
+    // Presized for the stream's distinct keys, so that its indexes do not grow while it runs
+    // (a growing index stalls a shard's requests: not what is compared here).
+    auto zipf = worker::ZipfSampler::Create(absl::GetFlag(FLAGS_ids), absl::GetFlag(FLAGS_zipf));
+    if (!zipf.ok()) return 1;
+    RunConfig config{"unbounded"};
+    config.capacity_hint =
+        static_cast<uint64_t>(1.05 * zipf->ExpectedDistinct(absl::GetFlag(FLAGS_draws)));
+    absl::StatusOr<RunResult> r = Run(config);
     if (!r.ok()) {
       std::fprintf(stderr, "memory_bench: unbounded: %s\n", r.status().ToString().c_str());
       return 1;
@@ -470,13 +481,24 @@ int Main() {
   auto spec = server::TableSpec::Create(table, 1);
   if (!spec.ok()) return 1;
   const double bytes_per_row = server::TableShard::BytesPerRow(**spec);
+  // What a server holds before any row, with a table that is not presized (the unbounded run's
+  // index is allocated at its start).
+  uint64_t baseline = 0;
+  if (wants("resident10") || wants("resident5")) {
+    absl::StatusOr<RunResult> empty = Run({"baseline", 0, "adagrad", 0, /*load_rows=*/1});
+    if (!empty.ok()) {
+      std::fprintf(stderr, "memory_bench: baseline: %s\n", empty.status().ToString().c_str());
+      return 1;
+    }
+    baseline = empty->rss_before;
+  }
   for (const auto& [name, share] : {std::pair<std::string, double>{"resident10", 0.10},
                                     std::pair<std::string, double>{"resident5", 0.05}}) {
     if (!wants(name)) continue;
     // The cap; the sweeper keeps the table at 90-98% of it.
     const double rows = unbounded.distinct * share;
     const int64_t budget_mb =
-        static_cast<int64_t>((unbounded.rss_before + rows * bytes_per_row) / 0.9 / (1 << 20) + 1);
+        static_cast<int64_t>((baseline + rows * bytes_per_row) / 0.9 / (1 << 20) + 1);
     absl::StatusOr<RunResult> r = Run({name, budget_mb});
     const std::string policy = absl::GetFlag(FLAGS_policy);
     if (!r.ok()) {
@@ -484,9 +506,10 @@ int Main() {
       return 1;
     }
     const std::string run = absl::StrFormat(
-        ",\"run\":\"%s\",\"policy\":\"%s\",\"budget_mb\":%d,\"resident_rows\":%d,\"distinct\":%d,"
+        ",\"run\":\"%s\",\"policy\":\"%s\",\"baseline_mb\":%.1f,\"budget_mb\":%d,\"resident_rows\":"
+        "%d,\"distinct\":%d,"
         "\"distinct_over_resident\":%.1f,\"evicted\":%d%s",
-        name, policy, budget_mb, r->rows, r->distinct,
+        name, policy, baseline / 1048576.0, budget_mb, r->rows, r->distinct,
         static_cast<double>(r->distinct) / std::max<uint64_t>(1, r->rows), r->evicted, stream);
     Print("peak_rss_over_budget", static_cast<double>(r->peak_rss) / (budget_mb << 20),
           absl::StrFormat(",\"peak_rss_mb\":%.1f%s", r->peak_rss / 1048576.0, run));
@@ -533,8 +556,8 @@ int Main() {
          {std::pair<std::string, std::string>{"adagrad", "FP32"},
           std::pair<std::string, std::string>{"rowwise_adagrad", "FP32"},
           std::pair<std::string, std::string>{"rowwise_adagrad", "FP16"}}) {
-      absl::StatusOr<RunResult> r = Run(
-          {"rows_" + optimizer, 0, optimizer, 0, absl::GetFlag(FLAGS_rows), value_type});
+      absl::StatusOr<RunResult> r =
+          Run({"rows_" + optimizer, 0, optimizer, 0, absl::GetFlag(FLAGS_rows), value_type});
       if (!r.ok()) {
         std::fprintf(stderr, "memory_bench: rows: %s\n", r.status().ToString().c_str());
         return 1;
