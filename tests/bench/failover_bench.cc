@@ -39,6 +39,7 @@
 #include "common/coordinator_client.h"
 #include "common/hash.h"
 #include "tests/testing/daemon.h"
+#include "tests/testing/measure.h"
 #include "tests/testing/runfiles.h"
 #include "tests/testing/temp_dir.h"
 
@@ -131,12 +132,6 @@ class Cluster {
   std::unique_ptr<testing::Daemon> coordinator_;
   std::vector<std::unique_ptr<testing::Daemon>> servers_;
 };
-
-double Percentile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(q * (v.size() - 1) + 0.5))];
-}
 
 void Failover() {
   const int kills = absl::GetFlag(FLAGS_kills);
@@ -234,7 +229,8 @@ void Failover() {
       "{\"bench\":\"failover\",\"kills\":%d,\"replication_factor\":2,\"replication_mode\":\"SYNC\","
       "\"failover_ms_p50\":%.1f,\"failover_ms_max\":%.1f,\"acked_pushes\":%d,\"acked_lost\":%d,"
       "\"applied_twice\":%d}\n",
-      kills, Percentile(failover_ms, 0.5), Percentile(failover_ms, 1.0), total, lost, twice);
+      kills, testing::Percentile(failover_ms, 0.5), testing::Percentile(failover_ms, 1.0), total,
+      lost, twice);
   std::fflush(stdout);
 }
 
@@ -347,11 +343,11 @@ void Throughput() {
       c.push.push_back(rate["push"]);
     }
   }
-  const double pull1 = Percentile(configs[0].pull, 0.5);
-  const double push1 = Percentile(configs[0].push, 0.5);
+  const double pull1 = testing::Percentile(configs[0].pull, 0.5);
+  const double push1 = testing::Percentile(configs[0].push, 0.5);
   for (const Config& c : configs) {
-    const double pull = Percentile(c.pull, 0.5);
-    const double push = Percentile(c.push, 0.5);
+    const double pull = testing::Percentile(c.pull, 0.5);
+    const double push = testing::Percentile(c.push, 0.5);
     absl::PrintF(
         "{\"bench\":\"throughput\",\"keys\":100000,\"dim\":16,\"servers\":2,\"workers\":1,"
         "\"replication_factor\":%d,\"replication_mode\":\"%s\",\"runs\":%d,"

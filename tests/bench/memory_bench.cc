@@ -57,6 +57,7 @@
 #include "server/storage/embedding_table.h"
 #include "tests/testing/json_line.h"
 #include "tests/testing/local_cluster.h"
+#include "tests/testing/measure.h"
 #include "tests/testing/runfiles.h"
 #include "tests/testing/server_status.h"
 #include "tests/testing/temp_dir.h"
@@ -91,25 +92,6 @@ constexpr uint64_t Inverse(uint64_t a) {
 }
 constexpr uint64_t kRankOfId = Inverse(kIdOfRank);
 static_assert(kIdOfRank * kRankOfId == 1, "inverse");
-
-uint64_t ResidentBytes(pid_t pid) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
-  std::string line;
-  while (std::getline(in, line)) {
-    if (absl::StartsWith(line, "VmRSS:")) {
-      std::vector<std::string> parts = absl::StrSplit(line, ' ', absl::SkipEmpty());
-      uint64_t kb = 0;
-      if (parts.size() >= 2 && absl::SimpleAtoi(parts[1], &kb)) return kb * 1024;
-    }
-  }
-  return 0;
-}
-
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5))];
-}
 
 struct RunConfig {
   std::string name;
@@ -196,13 +178,13 @@ absl::StatusOr<RunResult> Run(const RunConfig& run) {
   const int dim = absl::GetFlag(FLAGS_dim);
 
   RunResult result;
-  result.rss_before = ResidentBytes(server.pid());
+  result.rss_before = testing::ResidentBytesOf(server.pid());
   // The server's resident set, sampled while the stream runs.
   std::atomic<bool> done{false};
   std::atomic<uint64_t> peak{result.rss_before};
   std::thread sampler([&] {
     while (!done.load()) {
-      peak.store(std::max(peak.load(), ResidentBytes(server.pid())));
+      peak.store(std::max(peak.load(), testing::ResidentBytesOf(server.pid())));
       std::this_thread::sleep_for(std::chrono::milliseconds(5));  // a sampling period
     }
   });
@@ -222,7 +204,7 @@ absl::StatusOr<RunResult> Run(const RunConfig& run) {
     }
     done.store(true);
     sampler.join();
-    result.peak_rss = ResidentBytes(server.pid());
+    result.peak_rss = testing::ResidentBytesOf(server.pid());
     absl::StatusOr<rpc::ServerStatus> status = testing::ServerStatusOf(server);
     if (!status.ok()) return status.status();
     result.rows = status->tables(0).rows();
@@ -278,14 +260,14 @@ absl::StatusOr<RunResult> Run(const RunConfig& run) {
   }
   done.store(true);
   sampler.join();
-  result.peak_rss = std::max(peak.load(), ResidentBytes(server.pid()));
+  result.peak_rss = std::max(peak.load(), testing::ResidentBytesOf(server.pid()));
   result.distinct = pushes.size();
   result.pull_keys_per_s = pulled / pull_s;
   result.push_keys_per_s = pulled / push_s;
   // Latencies once the tables are full (the second half of the stream).
   pull_ms.erase(pull_ms.begin(), pull_ms.begin() + pull_ms.size() / 2);
-  result.pull_p50_ms = Percentile(pull_ms, 0.5);
-  result.pull_p99_ms = Percentile(pull_ms, 0.99);
+  result.pull_p50_ms = testing::Percentile(pull_ms, 0.5);
+  result.pull_p99_ms = testing::Percentile(pull_ms, 0.99);
 
   if (run.min_count > 0) {
     // Which keys have a row: a pull answers other than the initial row.
@@ -366,7 +348,7 @@ absl::StatusOr<Training> Train(const std::string& train, const std::string& held
   if (!cluster.ok()) return cluster.status();
   const testing::Daemon& server = *(*cluster)->servers()[0];
   Training out;
-  out.rss_before = ResidentBytes(server.pid());
+  out.rss_before = testing::ResidentBytesOf(server.pid());
   auto workers = (*cluster)->RunWorkers({{}}, absl::Minutes(20));
   if (!workers.ok()) return workers.status();
   out.result = testing::ResultJson((*workers)[0].stdout_text);
@@ -374,7 +356,7 @@ absl::StatusOr<Training> Train(const std::string& train, const std::string& held
   if (!status.ok()) return status.status();
   out.table_bytes = status->tables(0).bytes();
   out.table_rows = status->tables(0).rows();
-  out.peak_rss = std::max(status->peak_resident_bytes(), ResidentBytes(server.pid()));
+  out.peak_rss = std::max(status->peak_resident_bytes(), testing::ResidentBytesOf(server.pid()));
   out.evicted = status->tables(0).evicted_budget() + status->tables(0).evicted_ttl();
   out.refused = status->tables(0).admission_refused();
   (void)(*cluster)->Terminate(absl::Seconds(30));

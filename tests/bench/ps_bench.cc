@@ -54,6 +54,7 @@
 #include "tests/testing/credentials.h"
 #include "tests/testing/daemon.h"
 #include "tests/testing/local_cluster.h"
+#include "tests/testing/measure.h"
 #include "tests/testing/ports.h"
 #include "tests/testing/runfiles.h"
 #include "tests/testing/temp_dir.h"
@@ -114,26 +115,6 @@ std::string g_self;  // this binary's path
 // --bin_dir, else this binary's runfiles (under `bazel run`), else bazel-bin.
 std::string BinDir() {
   return testing::FindBinDir(absl::GetFlag(FLAGS_bin_dir), g_self, "server/ps_server", "bazel-bin");
-}
-
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t i = std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5));
-  return v[i];
-}
-
-uint64_t ResidentBytes(pid_t pid) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
-  std::string line;
-  while (std::getline(in, line)) {
-    if (absl::StartsWith(line, "VmRSS:")) {
-      std::vector<std::string> parts = absl::StrSplit(line, ' ', absl::SkipEmpty());
-      uint64_t kb = 0;
-      if (parts.size() >= 2 && absl::SimpleAtoi(parts[1], &kb)) return kb * 1024;
-    }
-  }
-  return 0;
 }
 
 std::string WriteJob(int servers, int workers, int64_t capacity_hint) {
@@ -324,7 +305,7 @@ int RunMemory() {
   const testing::Daemon& server = *(*cluster)->servers()[0];
   auto client = Client::Connect(WorkerOptions((*cluster)->coordinator().address()));
   if (!client.ok()) return 1;
-  const uint64_t rss_before = ResidentBytes(server.pid());
+  const uint64_t rss_before = testing::ResidentBytesOf(server.pid());
   const int dim = absl::GetFlag(FLAGS_dim);
   const int64_t batch = 100000;
   std::vector<uint64_t> keys;
@@ -341,7 +322,7 @@ int RunMemory() {
       return 1;
     }
   }
-  const uint64_t rss = ResidentBytes(server.pid());
+  const uint64_t rss = testing::ResidentBytesOf(server.pid());
   config::Optimizer opt;
   opt.set_type(absl::GetFlag(FLAGS_optimizer));
   auto optimizer = Optimizer::Create(opt);
@@ -516,7 +497,7 @@ std::map<std::string, double> RunThroughput(bool metrics, bool secure) {
         op, servers, workers, k, dim, absl::GetFlag(FLAGS_optimizer),
         absl::GetFlag(FLAGS_empty_handler) ? "empty" : "store", absl::GetFlag(FLAGS_inflight),
         iters, keys_per_s / 1e6, keys_per_s * dim * sizeof(float) / 1e6,
-        Percentile(latencies[op], 0.5), Percentile(latencies[op], 0.99),
+        testing::Percentile(latencies[op], 0.5), testing::Percentile(latencies[op], 0.99),
         absl::GetFlag(FLAGS_replication_factor),
         absl::GetFlag(FLAGS_replication_factor) > 1 ? absl::GetFlag(FLAGS_replication_mode)
                                                     : std::string("none"),
