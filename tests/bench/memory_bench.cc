@@ -484,7 +484,7 @@ int Main() {
     absl::StatusOr<RunResult> r = Run({name, budget_mb});
     const std::string policy = absl::GetFlag(FLAGS_policy);
     if (!r.ok()) {
-      std::fprintf(stderr, "memory_bench: %s: %s\n", name, r.status().ToString().c_str());
+      std::fprintf(stderr, "memory_bench: %s: %s\n", name.c_str(), r.status().ToString().c_str());
       return 1;
     }
     const std::string run = absl::StrFormat(
