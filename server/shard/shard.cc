@@ -315,6 +315,9 @@ SweepResult Shard::Sweep(absl::Span<const TableSweep> sweeps, size_t max_buckets
   std::vector<uint64_t> evicted;
   for (size_t t = 0; t < sweeps.size(); ++t) {
     const TableSweep& sweep = sweeps[t];
+    // A table with neither a TTL nor a cap has nothing to evict, and its rows' stamps are not
+    // kept (TableShard's track_use_): nothing to visit.
+    if (sweep.ttl_ticks == 0 && sweep.high_rows == 0) continue;
     size_t buckets = 0;      // to visit: at least max_buckets, and all of them in 200 passes
     size_t swept = 0;        // visited so far
     size_t examined = 0;     // rows examined for eviction so far

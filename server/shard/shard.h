@@ -221,7 +221,8 @@ class Shard {
   // TTL, and above high_rows evicts by policy towards low_rows. `sweeps` has one entry per
   // table. The evicted rows go to the record sink as evict records (one per table and step), so
   // that copies remove them too (one per table and piece that evicted); each advances
-  // applied_sequence() by one. Does nothing on a copy that is not complete.
+  // applied_sequence() by one. Does nothing on a copy that is not complete, nor to a table whose
+  // sweep has neither a TTL nor a high_rows.
   SweepResult Sweep(absl::Span<const TableSweep> sweeps, size_t max_buckets);
 
   // --- Replication ---
