@@ -233,12 +233,17 @@ SweepResult MemoryKeeper::SweepOnce(const ForEachPrimary& for_each_primary, bool
     total.evicted += result.evicted;
     total.within = total.within && result.within;
   });
+  SampleResident();
+  return total;
+}
+
+int64_t MemoryKeeper::SampleResident() {
   const int64_t resident = options_.resident_bytes();
   int64_t peak = peak_resident_.load(std::memory_order_relaxed);
   while (resident > peak &&
          !peak_resident_.compare_exchange_weak(peak, resident, std::memory_order_relaxed)) {
   }
-  return total;
+  return resident;
 }
 
 void MemoryKeeper::Start(ForEachPrimary for_each_primary) {

@@ -118,8 +118,10 @@ class MemoryKeeper {
   int64_t allowance_bytes() const { return allowance_bytes_; }
   // The resident set when the keeper was created.
   int64_t baseline_bytes() const { return baseline_bytes_; }
-  // The largest resident set seen by the sweeper.
+  // The largest resident set sampled (by the sweeper's passes and SampleResident).
   int64_t peak_resident_bytes() const { return peak_resident_.load(std::memory_order_relaxed); }
+  // The resident set now (Options::resident_bytes), counted into the peak. Thread-safe.
+  int64_t SampleResident();
 
  private:
   MemoryKeeper(const config::Job& job, std::vector<const TableSpec*> tables, Options options);

@@ -628,8 +628,8 @@ absl::Status ShardedStore::FillStatus(const rpc::ServerStatusRequest& request,
   }
   status->set_memory_budget_bytes(keeper_->budget_bytes());
   status->set_memory_allowance_bytes(std::max<int64_t>(0, keeper_->allowance_bytes()));
-  status->set_resident_bytes(ResidentBytes());
-  status->set_peak_resident_bytes(std::max(keeper_->peak_resident_bytes(), ResidentBytes()));
+  status->set_resident_bytes(keeper_->SampleResident());
+  status->set_peak_resident_bytes(keeper_->peak_resident_bytes());
   return absl::OkStatus();
 }
 

@@ -287,14 +287,7 @@ void Shard::AddSizes(std::vector<uint64_t>* rows, std::vector<uint64_t>* bytes) 
 
 void Shard::AddCounters(std::vector<TableShard::Counters>* counters) const {
   absl::MutexLock lock(&mu_);
-  for (size_t t = 0; t < tables_.size(); ++t) {
-    const TableShard::Counters& c = tables_[t]->counters();
-    TableShard::Counters& sum = (*counters)[t];
-    sum.evicted_ttl += c.evicted_ttl;
-    sum.evicted_budget += c.evicted_budget;
-    sum.admission_refused += c.admission_refused;
-    sum.full_refused += c.full_refused;
-  }
+  for (size_t t = 0; t < tables_.size(); ++t) (*counters)[t] += tables_[t]->counters();
 }
 
 void Shard::SetMaxRows(absl::Span<const size_t> max_rows) {

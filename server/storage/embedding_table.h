@@ -206,6 +206,14 @@ class TableShard {
     uint64_t evicted_budget = 0;  // rows evicted by EvictToRows
     uint64_t admission_refused = 0;  // pushed ids dropped for want of admission
     uint64_t full_refused = 0;       // rows not created at the row cap (pulls and pushes)
+
+    Counters& operator+=(const Counters& other) {
+      evicted_ttl += other.evicted_ttl;
+      evicted_budget += other.evicted_budget;
+      admission_refused += other.admission_refused;
+      full_refused += other.full_refused;
+      return *this;
+    }
   };
   const Counters& counters() const { return counters_; }
 
