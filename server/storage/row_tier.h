@@ -1,0 +1,159 @@
+// A server's disk tier of embedding rows (ps_server --tier_dir, server/README.md#tier): the rows
+// the memory budget pushed out of memory, kept in RocksDB until they are used again.
+//
+// - One RocksDB database per server, in the tier directory, opened empty: whatever a previous
+//   process left there is deleted. The tier extends memory and, like memory, holds nothing across
+//   a restart: what survives a crash are the replicas (each with its own tier) and the
+//   checkpoints (which hold the tiered rows). So writes skip RocksDB's write-ahead log.
+// - Rows are grouped by "incarnation": a number the tier hands out (NewIncarnation) to each
+//   shard copy that puts rows here, and again whenever the copy's rows are replaced (a snapshot,
+//   a restore). A row's key is the incarnation (uint32, big-endian), the table index (uint16,
+//   big-endian) and the id (uint64, big-endian): 14 bytes. Drop deletes an incarnation's rows in
+//   one range deletion, so a copy that goes away never has to list them.
+// - A row's value is its last use (uint32, in ticks of its table's use clock), its checkpoint
+//   generation (uint16), two bytes of padding, then the row as its table stores it
+//   (TableShard::stored_row_bytes(): compact weights stay compact), so that a row read back is
+//   the row that was put, bit for bit.
+// - TTL: a row whose table has a TTL and that was not used for more than ttl_ticks ticks of the
+//   table's clock is expired. Get treats an expired row as absent (and deletes it), and a
+//   compaction filter drops expired rows from the files, so that they do not take disk space
+//   for long. Both are counted (Stats::expired).
+// - The disk cap (--tier_max_disk_gb): Put refuses a batch that could take the directory past
+//   the cap (counting the rows' bytes with RocksDB's space amplification, the files on disk and
+//   the memtables that will be flushed); the caller then drops the rows as it would without a
+//   tier. The cap covers everything in the directory (logs and manifests included).
+//
+// Thread-safe: every method may be called from any thread (RocksDB is). The caller (the shard,
+// under its lock) keeps each key's puts, deletes and drops in the order of its rows' changes.
+#ifndef PS_SERVER_STORAGE_ROW_TIER_H_
+#define PS_SERVER_STORAGE_ROW_TIER_H_
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+
+namespace ps {
+namespace server {
+
+class RowTier {
+ public:
+  struct Options {
+    // The directory of the database (--tier_dir): created if missing; must be writable.
+    std::string dir;
+    // The most bytes the directory may hold (--tier_max_disk_gb). > 0.
+    int64_t max_disk_bytes = 0;
+    // By table index: the bytes of a stored row (TableShard's stored row: row_words() * 4).
+    // One entry per table of the job.
+    std::vector<uint32_t> stored_row_bytes;
+    // By table index: the TTL in ticks of the table's use clock (0: none). Empty or missing
+    // entries: none.
+    std::vector<uint32_t> ttl_ticks;
+    // By table index: the use clocks rows' last use is counted in (ShardConfig::use_ticks).
+    // Null: every clock reads 0 (and nothing expires).
+    const std::atomic<uint32_t>* use_ticks = nullptr;
+    // RocksDB's memory: the memtable size (two of them at most) and the block cache, which
+    // also holds the files' index and filter blocks. What MemoryBytes reports. > 0.
+    size_t write_buffer_bytes = size_t{4} << 20;
+    size_t block_cache_bytes = size_t{8} << 20;
+  };
+
+  // Opens the tier in options.dir, deleting what was there. INVALID_ARGUMENT naming the flag
+  // (--tier_dir, --tier_max_disk_gb) for an empty dir, a cap <= 0 or a cap below what an empty
+  // database takes; FAILED_PRECONDITION naming --tier_dir and the path when the directory
+  // cannot be created or written (a probe file is written and removed first), or RocksDB cannot
+  // open it.
+  static absl::StatusOr<std::unique_ptr<RowTier>> Open(Options options);
+
+  ~RowTier();
+  RowTier(const RowTier&) = delete;
+  RowTier& operator=(const RowTier&) = delete;
+
+  // The most memory RocksDB holds for the tier (memtables and block cache): the server's memory
+  // budget keeps it back from the tables' allowance.
+  int64_t MemoryBytes() const;
+
+  // A number no other copy's rows use (starts at 1; never 0).
+  uint32_t NewIncarnation();
+
+  // A row to put: its id, last use (a tick of its table's clock), generation, and the stored row
+  // (stored_row_bytes[table] bytes; need not be aligned).
+  struct Row {
+    uint64_t id = 0;
+    uint32_t last_use = 0;
+    uint16_t generation = 0;
+    const void* stored = nullptr;
+  };
+
+  // Writes `rows` of table `table` of `incarnation` in one write batch (no WAL). The caller
+  // says the ids are not in the tier yet (a demotion; counted as new rows). OK;
+  // RESOURCE_EXHAUSTED, nothing written, when the batch could take the directory past the disk
+  // cap (counted in Stats::refused_rows); INTERNAL if RocksDB fails.
+  absl::Status Put(uint32_t incarnation, uint32_t table, absl::Span<const Row> rows);
+
+  // A row read back: as put.
+  struct Found {
+    uint32_t last_use = 0;
+    uint16_t generation = 0;
+    std::string stored;  // stored_row_bytes[table] bytes
+  };
+
+  // Looks `ids` up together (RocksDB's batched MultiGet): (*found)[i] is set for each id whose
+  // row is in the tier and not expired, and reset for the others (resized to ids.size()).
+  // Expired rows are deleted and counted. INTERNAL if RocksDB fails (nothing found).
+  absl::Status Get(uint32_t incarnation, uint32_t table, absl::Span<const uint64_t> ids,
+                   std::vector<std::unique_ptr<Found>>* found);
+
+  // Deletes the rows of `ids` (all of them present: rows just read by Get and now back in
+  // memory), in one write batch. INTERNAL if RocksDB fails.
+  absl::Status Delete(uint32_t incarnation, uint32_t table, absl::Span<const uint64_t> ids);
+
+  // Deletes every row of `incarnation` (a copy that goes away or whose rows are replaced).
+  void Drop(uint32_t incarnation);
+
+  // Rows of one table of one incarnation, in id order, as of one instant (a RocksDB snapshot
+  // taken by Scan), read in pieces while the tier keeps changing: for checkpoints and snapshots.
+  class Scanner {
+   public:
+    virtual ~Scanner() = default;
+    // Copies the next rows, up to max_rows: ids to `ids`, found rows to `rows` (both resized to
+    // the count). Returns the count: 0 at the end. INTERNAL if RocksDB fails.
+    virtual absl::StatusOr<size_t> Next(size_t max_rows, std::vector<uint64_t>* ids,
+                                        std::vector<Found>* rows) = 0;
+  };
+  std::unique_ptr<Scanner> Scan(uint32_t incarnation, uint32_t table);
+
+  // Rows of `incarnation`'s table `table` now.
+  uint64_t Rows(uint32_t incarnation, uint32_t table) const;
+
+  struct Stats {
+    // By table index: rows in the tier, and their bytes (keys and values as written).
+    std::vector<uint64_t> rows;
+    std::vector<uint64_t> bytes;
+    // By table index: rows found expired (by Get or the compaction filter).
+    std::vector<uint64_t> expired;
+    // Rows Put refused at the disk cap.
+    uint64_t refused_rows = 0;
+    // Bytes in the directory now (RocksDB's files, as the file system counts them), and the cap.
+    int64_t disk_bytes = 0;
+    int64_t max_disk_bytes = 0;
+  };
+  Stats GetStats() const;
+
+ private:
+  class Impl;
+  explicit RowTier(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace server
+}  // namespace ps
+
+#endif  // PS_SERVER_STORAGE_ROW_TIER_H_
