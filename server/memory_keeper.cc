@@ -93,7 +93,8 @@ absl::StatusOr<std::unique_ptr<MemoryKeeper>> MemoryKeeper::Create(
   if (budget) {
     keeper->baseline_bytes_ = keeper->options_.resident_bytes();
     const int64_t reserve = static_cast<int64_t>(keeper->budget_bytes_ * kReserve);
-    keeper->allowance_bytes_ = keeper->budget_bytes_ - reserve - keeper->baseline_bytes_;
+    const int64_t other = std::max<int64_t>(0, keeper->options_.other_bytes);
+    keeper->allowance_bytes_ = keeper->budget_bytes_ - reserve - keeper->baseline_bytes_ - other;
     // The fixed part: every table's minimum rows in every copy.
     int64_t minimum = 0;
     for (size_t t = 0; t < keeper->tables_.size(); ++t) {
@@ -110,12 +111,13 @@ absl::StatusOr<std::unique_ptr<MemoryKeeper>> MemoryKeeper::Create(
     if (keeper->allowance_bytes_ < minimum) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "--memory_budget_mb=%.0f cannot hold the job's fixed part: %.1f MiB resident before any "
-          "row, a %.0f%% reserve of %.1f MiB, and at least %d rows of every table in each of the "
-          "%d shard copies this server expects to hold (%.1f MiB by the tables' weights): a "
-          "budget of at least %.0f MiB is needed",
-          keeper->budget_bytes_ / kMiB, keeper->baseline_bytes_ / kMiB, kReserve * 100,
-          reserve / kMiB, kMinRowsPerCopy, copies, minimum / kMiB,
-          (keeper->baseline_bytes_ + minimum) / (1 - kReserve) / kMiB + 1));
+          "row, %.1f MiB for the disk tier's memtables and cache, a %.0f%% reserve of %.1f MiB, "
+          "and at least %d rows of every table in each of the %d shard copies this server "
+          "expects to hold (%.1f MiB by the tables' weights): a budget of at least %.0f MiB is "
+          "needed",
+          keeper->budget_bytes_ / kMiB, keeper->baseline_bytes_ / kMiB, other / kMiB,
+          kReserve * 100, reserve / kMiB, kMinRowsPerCopy, copies, minimum / kMiB,
+          (keeper->baseline_bytes_ + other + minimum) / (1 - kReserve) / kMiB + 1));
     }
   }
   // Sketch widths, from the caps at the expected copies.

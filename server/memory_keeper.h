@@ -53,6 +53,10 @@ class MemoryKeeper {
     std::function<absl::Time()> now;
     // The resident set, measured (default ResidentBytes).
     std::function<int64_t()> resident_bytes;
+    // Memory outside the tables that will come on top of the resident set measured at creation
+    // and that the budget must hold: the disk tier's memtables and cache
+    // (RowTier::MemoryBytes). Default 0; >= 0.
+    int64_t other_bytes = 0;
   };
 
   // The share of the budget kept back for memory outside the tables.
@@ -104,6 +108,9 @@ class MemoryKeeper {
   // or a 1024th of the TTL; tables without a TTL: 4 ms), advanced by each sweep, every period.
   const std::atomic<uint32_t>* use_ticks() const { return use_ticks_.get(); }
 
+  // Ticks of table t's use clock in its TTL (0: no TTL).
+  uint32_t TtlTicks(size_t t) const;
+
   // Starts the sweeper over `for_each_primary` (if active()); Shutdown stops and joins it.
   void Start(ForEachPrimary for_each_primary);
   void Shutdown();
@@ -130,8 +137,6 @@ class MemoryKeeper {
   size_t CostPerRow(size_t t) const;
   // Sets the use clock of table t from the steps seen and the clock (now - start_, in ms).
   void SetTick(size_t t, int64_t step, int64_t elapsed_ms);
-  // Ticks in a TTL of table t (0: no TTL).
-  uint32_t TtlTicks(size_t t) const;
   void Run(ForEachPrimary for_each_primary);
 
   // Constant after construction.

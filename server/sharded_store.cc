@@ -43,21 +43,47 @@ absl::StatusOr<std::unique_ptr<ShardedStore>> ShardedStore::Create(const config:
   const size_t servers = std::max<uint32_t>(1, cluster.num_servers());
   const size_t copies =
       (size_t{cluster.num_shards()} * cluster.replication_factor() + servers - 1) / servers;
+  const bool tiered = !options.tier_dir.empty();
+  if (tiered && options.memory_budget_bytes <= 0) {
+    return absl::InvalidArgumentError(
+        "--tier_dir holds the rows that the memory budget moves out of memory, and this server "
+        "has no budget: set --memory_budget_mb too");
+  }
+  if (!tiered && options.tier_max_disk_bytes != 0) {
+    return absl::InvalidArgumentError("--tier_max_disk_gb is the cap of a tier: set --tier_dir");
+  }
+  RowTier::Options tiering;
   MemoryKeeper::Options keeping;
   keeping.budget_bytes = options.memory_budget_bytes;
   keeping.now = options.now;
+  if (tiered) {
+    keeping.other_bytes =
+        static_cast<int64_t>(2 * tiering.write_buffer_bytes + tiering.block_cache_bytes);
+  }
   std::vector<const TableSpec*> specs;
   for (const auto& spec : tables) specs.push_back(spec.get());
   PS_ASSIGN_OR_RETURN(auto keeper,
                       MemoryKeeper::Create(job, std::move(specs), copies, std::move(keeping)));
-  return std::unique_ptr<ShardedStore>(new ShardedStore(
-      job, options, std::move(tables), std::move(dense_optimizer), std::move(keeper)));
+  std::unique_ptr<RowTier> tier;
+  if (tiered) {
+    tiering.dir = options.tier_dir;
+    tiering.max_disk_bytes = options.tier_max_disk_bytes;
+    for (size_t t = 0; t < tables.size(); ++t) {
+      tiering.stored_row_bytes.push_back(tables[t]->row_words() * 4);
+      tiering.ttl_ticks.push_back(keeper->TtlTicks(t));
+    }
+    tiering.use_ticks = keeper->use_ticks();
+    PS_ASSIGN_OR_RETURN(tier, RowTier::Open(std::move(tiering)));
+  }
+  return std::unique_ptr<ShardedStore>(new ShardedStore(job, options, std::move(tables),
+                                                        std::move(dense_optimizer),
+                                                        std::move(keeper), std::move(tier)));
 }
 
 ShardedStore::ShardedStore(const config::Job& job, const Options& options,
                            std::vector<std::unique_ptr<TableSpec>> tables,
                            std::unique_ptr<Optimizer> dense_optimizer,
-                           std::unique_ptr<MemoryKeeper> keeper)
+                           std::unique_ptr<MemoryKeeper> keeper, std::unique_ptr<RowTier> tier)
     : job_(job),
       options_(options),
       num_shards_(job.cluster().num_shards()),
@@ -65,11 +91,12 @@ ShardedStore::ShardedStore(const config::Job& job, const Options& options,
       tables_(std::move(tables)),
       table_index_(IndexTables(tables_)),
       dense_optimizer_(std::move(dense_optimizer)),
+      tier_(std::move(tier)),
       keeper_(std::move(keeper)),
       lookup_pool_(std::max(0, options.lookup_threads)),
       shard_config_{&tables_, dense_optimizer_.get(), job.cluster().dense_chunk_floats(),
                     job.training().mode() == config::Training::SYNC, keeper_->sketch_widths(),
-                    keeper_->use_ticks()},
+                    keeper_->use_ticks(), tier_.get()},
       sync_(job.training().mode() == config::Training::SYNC),
       read_from_replicas_(job.cluster().read_from_replicas()),
       stats_(job, &tables_, options.hot_keys_sample_every),
@@ -630,6 +657,19 @@ absl::Status ShardedStore::FillStatus(const rpc::ServerStatusRequest& request,
   status->set_memory_allowance_bytes(std::max<int64_t>(0, keeper_->allowance_bytes()));
   status->set_resident_bytes(keeper_->SampleResident());
   status->set_peak_resident_bytes(keeper_->peak_resident_bytes());
+  if (tier_ != nullptr) {
+    const RowTier::Stats tier = tier_->GetStats();
+    for (int t = 0; t < status->tables_size() && t < static_cast<int>(tier.rows.size()); ++t) {
+      rpc::TableStatus* table = status->mutable_tables(t);
+      table->set_tier_rows(tier.rows[t]);
+      table->set_tier_bytes(tier.bytes[t]);
+      // Tiered rows past their TTL are evictions by age too.
+      table->set_evicted_ttl(table->evicted_ttl() + tier.expired[t]);
+    }
+    status->set_tier_disk_bytes(static_cast<uint64_t>(tier.disk_bytes));
+    status->set_tier_max_disk_bytes(static_cast<uint64_t>(tier.max_disk_bytes));
+    status->set_tier_refused_rows(tier.refused_rows);
+  }
   return absl::OkStatus();
 }
 

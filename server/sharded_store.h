@@ -30,6 +30,7 @@
 #include "server/checkpoint/checkpoint_cuts.h"
 #include "server/dense_requests.h"
 #include "server/memory_keeper.h"
+#include "server/storage/row_tier.h"
 #include "server/replication/replicate_wire.h"
 #include "server/replication/replicator.h"
 #include "server/shard/shard.h"
@@ -77,11 +78,18 @@ class ShardedStore {
     int64_t memory_budget_bytes = 0;
     // The memory keeper's clock (MemoryKeeper::Options::now); default absl::Now.
     std::function<absl::Time()> now;
+    // The disk tier's directory (ps_server --tier_dir; server/storage/row_tier.h): empty for
+    // none. Needs a memory budget.
+    std::string tier_dir;
+    // The most bytes the tier's directory may hold (--tier_max_disk_gb); > 0 with a tier_dir,
+    // else 0.
+    int64_t tier_max_disk_bytes = 0;
   };
 
   // INVALID_ARGUMENT if the job fails validation (tables, optimizers), or its fixed part does
   // not fit the memory budget, or it sets bounds the budget-less server cannot honour
-  // (MemoryKeeper::Create).
+  // (MemoryKeeper::Create), or a tier_dir comes without a budget or a tier cap without a
+  // tier_dir; RowTier::Open's errors for a tier that cannot be opened (naming --tier_dir).
   static absl::StatusOr<std::unique_ptr<ShardedStore>> Create(const config::Job& job,
                                                               const Options& options);
 
@@ -297,7 +305,8 @@ class ShardedStore {
  private:
   ShardedStore(const config::Job& job, const Options& options,
                std::vector<std::unique_ptr<TableSpec>> tables,
-               std::unique_ptr<Optimizer> dense_optimizer, std::unique_ptr<MemoryKeeper> keeper);
+               std::unique_ptr<Optimizer> dense_optimizer, std::unique_ptr<MemoryKeeper> keeper,
+               std::unique_ptr<RowTier> tier);
 
   // Caps the rows of every copy held by the memory budget, for the number of copies held now.
   void ApplyMemoryBudget() ABSL_EXCLUSIVE_LOCKS_REQUIRED(map_mu_);
@@ -363,6 +372,8 @@ class ShardedStore {
   const std::vector<std::unique_ptr<TableSpec>> tables_;
   const absl::flat_hash_map<std::string, size_t> table_index_;
   const std::unique_ptr<Optimizer> dense_optimizer_;
+  // The disk tier, or null (declared before the shards, which it outlives).
+  const std::unique_ptr<RowTier> tier_;
   // The memory budget and eviction: caps copies' rows and sweeps the primaries (its thread is
   // stopped by Shutdown, before the shards go).
   const std::unique_ptr<MemoryKeeper> keeper_;

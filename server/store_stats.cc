@@ -102,6 +102,8 @@ void StoreStats::Fill(const rpc::ServerStatusRequest& request, absl::Span<const 
     ts->set_evicted_budget(counters[t].evicted_budget);
     ts->set_admission_refused(counters[t].admission_refused);
     ts->set_full_refused(counters[t].full_refused);
+    ts->set_demoted(counters[t].demoted);
+    ts->set_promoted(counters[t].promoted);
   }
   const int hot = FindTable(request.hot_keys_table());
   if (hot >= 0 && CheckRequest(request).ok()) {

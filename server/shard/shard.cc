@@ -7,6 +7,7 @@
 #include <limits>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_format.h"
 
 namespace ps {
@@ -26,7 +27,199 @@ std::vector<T> Unpack(const std::string& bytes) {
   return out;
 }
 
+// A tier that fails to read or write rows it holds cannot serve them: the copy stops, loudly, and
+// its replicas take over (the tier's rows are theirs too).
+[[noreturn]] void TierFailed(uint32_t shard, const absl::Status& status) {
+  std::fprintf(stderr, "shard %u: the disk tier failed: %s\n", shard, status.ToString().c_str());
+  std::abort();
+}
+
 }  // namespace
+
+Shard::~Shard() {
+  absl::MutexLock lock(&mu_);
+  if (config_.tier != nullptr && incarnation_ != 0) config_.tier->Drop(incarnation_);
+}
+
+void Shard::ResetTierLocked() {
+  bool any = false;
+  for (const bool tiered : tiered_) any = any || tiered;
+  tiered_.assign(config_.tables->size(), false);
+  ++tier_epoch_;
+  if (config_.tier == nullptr) return;
+  if (any) config_.tier->Drop(incarnation_);
+  if (any || incarnation_ == 0) incarnation_ = config_.tier->NewIncarnation();
+}
+
+void Shard::PromoteLocked(size_t table, absl::Span<const uint64_t> keys, bool may_unlock) {
+  std::vector<uint64_t> missing;
+  std::vector<std::unique_ptr<RowTier::Found>> found;
+  for (int attempt = 0;; ++attempt) {
+    if (!TieredLocked(table)) return;
+    missing.clear();
+    tables_[table]->FindMissing(keys, &missing);
+    if (missing.empty()) return;
+    const uint32_t incarnation = incarnation_;
+    absl::Status read;
+    // A few reads without the lock; if rows keep moving meanwhile, one with it.
+    if (may_unlock && attempt < 4) {
+      const uint64_t epoch = tier_epoch_;
+      mu_.Unlock();
+      read = config_.tier->Get(incarnation, static_cast<uint32_t>(table), missing, &found);
+      mu_.Lock();
+      // A row demoted, evicted or written since may have a newer value than the one read.
+      if (tier_epoch_ != epoch) continue;
+    } else {
+      read = config_.tier->Get(incarnation, static_cast<uint32_t>(table), missing, &found);
+    }
+    if (!read.ok()) TierFailed(id_, read);
+    SetTickLocked(table);
+    TableShard& rows = *tables_[table];
+    std::vector<uint64_t> back;
+    for (size_t i = 0; i < missing.size(); ++i) {
+      // A row promoted meanwhile by another call is in memory already: its tier copy is gone.
+      if (found[i] != nullptr && rows.InsertStored(missing[i], found[i]->stored.data(),
+                                                   found[i]->last_use, found[i]->generation)) {
+        back.push_back(missing[i]);
+      }
+    }
+    if (!back.empty()) {
+      const absl::Status deleted =
+          config_.tier->Delete(incarnation_, static_cast<uint32_t>(table), back);
+      if (!deleted.ok()) TierFailed(id_, deleted);
+    }
+    return;
+  }
+}
+
+absl::Status Shard::DemoteLocked(size_t table, const TableShard::Departed& rows) {
+  const size_t row_bytes = tables_[table]->stored_row_bytes();
+  std::vector<RowTier::Row> put(rows.ids.size());
+  for (size_t i = 0; i < put.size(); ++i) {
+    put[i] = {rows.ids[i], rows.last_use[i], rows.generations[i],
+              rows.stored.data() + i * row_bytes};
+  }
+  ++tier_epoch_;
+  absl::Status status = config_.tier->Put(incarnation_, static_cast<uint32_t>(table), put);
+  if (status.ok()) {
+    tiered_[table] = true;
+  } else if (!absl::IsResourceExhausted(status)) {
+    TierFailed(id_, status);
+  }
+  return status;
+}
+
+void Shard::AssignRowsLocked(size_t table, absl::Span<const uint64_t> keys, const void* rows,
+                             bool to_tier, absl::Span<const uint32_t> ages) {
+  TableShard& memory = *tables_[table];
+  if (config_.tier == nullptr || (!to_tier && !TieredLocked(table))) {
+    memory.AssignRows(keys, rows);
+    return;
+  }
+  std::vector<uint64_t> missing;
+  memory.FindMissing(keys, &missing);
+  if (missing.empty()) {
+    memory.AssignRows(keys, rows);
+    return;
+  }
+  const uint32_t t32 = static_cast<uint32_t>(table);
+  ++tier_epoch_;
+  if (TieredLocked(table)) {
+    // The rows not in memory may have an older copy in the tier: it goes.
+    std::vector<std::unique_ptr<RowTier::Found>> found;
+    absl::Status read = config_.tier->Get(incarnation_, t32, missing, &found);
+    if (!read.ok()) TierFailed(id_, read);
+    std::vector<uint64_t> stale;
+    for (size_t i = 0; i < missing.size(); ++i) {
+      if (found[i] != nullptr) stale.push_back(missing[i]);
+    }
+    if (!stale.empty()) {
+      absl::Status deleted = config_.tier->Delete(incarnation_, t32, stale);
+      if (!deleted.ok()) TierFailed(id_, deleted);
+    }
+  }
+  if (!to_tier) {
+    memory.AssignRows(keys, rows);
+    return;
+  }
+  // The rows in memory stay there; the others go to the tier (the last row of an id repeated).
+  const size_t row_bytes = memory.spec().row_floats() * sizeof(float);
+  const size_t stored_bytes = memory.stored_row_bytes();
+  const char* in = static_cast<const char*>(rows);
+  absl::flat_hash_map<uint64_t, size_t> last;  // missing id -> index of its last row in keys
+  for (const uint64_t id : missing) last[id] = 0;
+  std::vector<uint64_t> memory_keys;
+  std::string memory_rows;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto it = last.find(keys[i]);
+    if (it != last.end()) {
+      it->second = i;
+    } else {
+      memory_keys.push_back(keys[i]);
+      memory_rows.append(in + i * row_bytes, row_bytes);
+    }
+  }
+  if (!memory_keys.empty()) memory.AssignRows(memory_keys, memory_rows.data());
+  SetTickLocked(table);
+  std::vector<float> row(memory.spec().row_floats());
+  std::string stored(missing.size() * stored_bytes, '\0');
+  std::vector<RowTier::Row> put(missing.size());
+  for (size_t j = 0; j < missing.size(); ++j) {
+    const size_t i = last[missing[j]];
+    std::memcpy(row.data(), in + i * row_bytes, row_bytes);
+    memory.EncodeStored(row.data(), &stored[j * stored_bytes]);
+    const uint32_t age = i < ages.size() ? ages[i] : 0;
+    put[j] = {missing[j], memory.tick() - age, static_cast<uint16_t>(generation_),
+              stored.data() + j * stored_bytes};
+  }
+  absl::Status status = config_.tier->Put(incarnation_, t32, put);
+  if (status.ok()) {
+    tiered_[table] = true;
+    return;
+  }
+  if (!absl::IsResourceExhausted(status)) TierFailed(id_, status);
+  // The tier is full: the rows stay in memory, past the cap if need be (nothing is dropped).
+  for (size_t j = 0; j < missing.size(); ++j) {
+    memory.InsertStored(missing[j], put[j].stored, put[j].last_use, put[j].generation,
+                        /*promotion=*/false);
+  }
+}
+
+void Shard::EmitTieredLocked(size_t max_record_bytes, bool with_ages,
+                             absl::FunctionRef<void(rpc::ShardRecord&&)> emit) const {
+  for (size_t t = 0; t < tables_.size(); ++t) {
+    if (!TieredLocked(t)) continue;
+    const TableShard& table = *tables_[t];
+    const uint32_t row_floats = table.spec().row_floats();
+    const size_t max_rows =
+        std::max<size_t>(1, max_record_bytes / (sizeof(uint64_t) + row_floats * sizeof(float)));
+    std::unique_ptr<RowTier::Scanner> scanner =
+        config_.tier->Scan(incarnation_, static_cast<uint32_t>(t));
+    std::vector<uint64_t> ids;
+    std::vector<RowTier::Found> found;
+    while (true) {
+      absl::StatusOr<size_t> n = scanner->Next(max_rows, &ids, &found);
+      if (!n.ok()) TierFailed(id_, n.status());
+      if (*n == 0) break;
+      rpc::ShardRecord record;
+      record.set_shard(id_);
+      record.set_sequence(applied_sequence_);
+      rpc::RowsChange* change = with_ages ? record.mutable_tiered_rows() : record.mutable_rows();
+      change->set_table(static_cast<uint32_t>(t));
+      AppendPacked(ids.data(), *n, change->mutable_keys());
+      std::string* values = change->mutable_values();
+      values->resize(*n * row_floats * sizeof(float));
+      float* out = reinterpret_cast<float*>(&(*values)[0]);
+      std::vector<uint32_t> ages(*n);
+      for (size_t i = 0; i < *n; ++i) {
+        table.DecodeStored(found[i].stored.data(), out + i * row_floats);
+        ages[i] = table.tick() - found[i].last_use;
+      }
+      if (with_ages) AppendPacked(ages.data(), ages.size(), change->mutable_ages());
+      emit(std::move(record));
+    }
+  }
+}
 
 Shard::Shard(uint32_t id, const ShardConfig& config, absl::Span<const size_t> expected_rows,
              bool complete)
@@ -53,6 +246,7 @@ void Shard::ResetLocked() {
     if (t < max_rows_.size()) tables_.back()->SetMaxRows(max_rows_[t]);
   }
   evicted_since_cut_ = false;
+  ResetTierLocked();
   // The rows were replaced: no checkpoint's file holds what an increment would build on.
   base_checkpoint_ = 0;
   base_generation_ = 0;
@@ -64,13 +258,44 @@ void Shard::ResetLocked() {
 
 void Shard::Pull(size_t table, absl::Span<const uint64_t> keys, float* out) {
   absl::MutexLock lock(&mu_);
+  if (TieredLocked(table)) PromoteLocked(table, keys, /*may_unlock=*/true);
   SetTickLocked(table);
   tables_[table]->Pull(keys, out);
 }
 
 void Shard::Read(size_t table, absl::Span<const uint64_t> keys, float* out) const {
+  std::vector<uint64_t> missing;
+  uint32_t incarnation;
+  {
+    absl::MutexLock lock(&mu_);
+    tables_[table]->Peek(keys, out);
+    if (!TieredLocked(table)) return;
+    tables_[table]->FindMissing(keys, &missing);
+    incarnation = incarnation_;
+  }
+  if (missing.empty()) return;
+  // The tier is read without the lock; a row that moves meanwhile is answered as it was when the
+  // read began (a replica's answers may lag its primary's anyway).
+  std::vector<std::unique_ptr<RowTier::Found>> found;
+  const absl::Status read =
+      config_.tier->Get(incarnation, static_cast<uint32_t>(table), missing, &found);
+  if (!read.ok()) TierFailed(id_, read);
+  absl::flat_hash_map<uint64_t, const RowTier::Found*> tiered;
+  for (size_t i = 0; i < missing.size(); ++i) {
+    if (found[i] != nullptr) tiered[missing[i]] = found[i].get();
+  }
+  if (tiered.empty()) return;
   absl::MutexLock lock(&mu_);
-  tables_[table]->Peek(keys, out);
+  if (incarnation_ != incarnation) return;  // the rows were replaced: the memory's answer stands
+  const TableShard& rows = *tables_[table];
+  const uint32_t dim = rows.spec().dim;
+  std::vector<float> row(rows.spec().row_floats());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const auto it = tiered.find(keys[i]);
+    if (it == tiered.end()) continue;
+    rows.DecodeStored(it->second->stored.data(), row.data());
+    std::memcpy(out + i * dim, row.data(), dim * sizeof(float));
+  }
 }
 
 void Shard::DescribeRows(size_t table, absl::Span<const uint64_t> keys,
@@ -133,6 +358,8 @@ void Shard::Emit(RecordOut&& out) {
 ApplyWindow::Verdict Shard::Push(size_t table, uint32_t worker, uint64_t sequence,
                                  absl::Span<const uint64_t> keys, const float* grads) {
   absl::MutexLock lock(&mu_);
+  // The rows a push changes come back from the tier first (a sync push changes none yet).
+  if (!config_.sync && TieredLocked(table)) PromoteLocked(table, keys, /*may_unlock=*/true);
   const ApplyWindow::Verdict verdict = window_.Admit(worker, sequence);
   if (verdict != ApplyWindow::Verdict::kApply) return verdict;
   RecordOut out;
@@ -178,6 +405,9 @@ void Shard::ApplyStep(int64_t step) {
     StepSums& sums = pending_[t];
     if (sums.ids.empty()) continue;
     std::vector<uint64_t> kept;
+    // Under the lock: the step is applied at once (its rows were promoted by the step's pulls,
+    // unless demoted since).
+    if (TieredLocked(t)) PromoteLocked(t, sums.ids, /*may_unlock=*/false);
     SetTickLocked(t);
     const size_t dropped = tables_[t]->Push(sums.ids, sums.sums.data(), nullptr, &kept);
     if (sink_) {
@@ -306,6 +536,8 @@ SweepResult Shard::Sweep(absl::Span<const TableSweep> sweeps, size_t max_buckets
   constexpr size_t kEvictPiece = 256;
   SweepResult result;
   std::vector<uint64_t> evicted;
+  std::vector<uint64_t> demoting;  // with a tier: the rows evicted by the budget
+  TableShard::Departed departed;
   for (size_t t = 0; t < sweeps.size(); ++t) {
     const TableSweep& sweep = sweeps[t];
     // A table with neither a TTL nor a cap has nothing to evict, and its rows' stamps are not
@@ -327,20 +559,44 @@ SweepResult Shard::Sweep(absl::Span<const TableSweep> sweeps, size_t max_buckets
       }
       SetTickLocked(t);
       evicted.clear();
+      demoting.clear();
+      departed.clear();
       if (swept < buckets) {
         const size_t piece = std::min(kSweepPiece, buckets - swept);
         table.Sweep(piece, sweep.ttl_ticks, &evicted);
         swept += piece;
       }
       if (evicting && examined < max_buckets && table.size() > sweep.low_rows) {
-        table.EvictToRows(sweep.low_rows, kEvictPiece, &evicted);
+        if (config_.tier != nullptr) {
+          table.EvictToRows(sweep.low_rows, kEvictPiece, &demoting, &departed);
+        } else {
+          table.EvictToRows(sweep.low_rows, kEvictPiece, &evicted);
+        }
         examined += kEvictPiece;
+      }
+      if (!demoting.empty()) {
+        // To the tier; if it is full, the rows are dropped as without one (still counted as
+        // evicted by the budget).
+        const bool demoted = DemoteLocked(t, departed).ok();
+        if (demoted) table.NoteDemoted(demoting.size());
+        result.evicted += demoting.size();
+        evicted_since_cut_ = true;
+        ++applied_sequence_;
+        if (sink_) {
+          RecordOut out;
+          rpc::RowsChange* change =
+              demoted ? out.record.mutable_demote() : out.record.mutable_evict();
+          change->set_table(static_cast<uint32_t>(t));
+          AppendPacked(demoting.data(), demoting.size(), change->mutable_keys());
+          Emit(std::move(out));
+        }
       }
       const bool more_eviction =
           evicting && examined < max_buckets && table.size() > sweep.low_rows;
       if (!evicted.empty()) {
         result.evicted += evicted.size();
         evicted_since_cut_ = true;
+        ++tier_epoch_;
         // A sync step's sums of an evicted row stay: the step re-creates the row (if admitted)
         // and applies them, as for a row the step creates.
         ++applied_sequence_;
@@ -361,7 +617,7 @@ SweepResult Shard::Sweep(absl::Span<const TableSweep> sweeps, size_t max_buckets
   return result;
 }
 
-absl::Status Shard::ApplyEvictLocked(const rpc::RowsChange& change) {
+absl::Status Shard::ApplyEvictLocked(const rpc::RowsChange& change, bool demote) {
   if (change.table() >= tables_.size() || change.keys().size() % sizeof(uint64_t) != 0 ||
       !change.values().empty()) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -370,8 +626,27 @@ absl::Status Shard::ApplyEvictLocked(const rpc::RowsChange& change) {
   }
   const std::vector<uint64_t> keys = Unpack<uint64_t>(change.keys());
   TableShard& table = *tables_[change.table()];
-  for (const uint64_t key : keys) table.Erase(key);
   evicted_since_cut_ = true;
+  ++tier_epoch_;
+  if (demote && config_.tier != nullptr) {
+    // Rows not in memory here are in the tier already (the primary promoted them for a pull,
+    // which copies do not see, and demoted them unchanged).
+    TableShard::Departed departed;
+    const size_t taken = table.TakeRows(keys, &departed);
+    if (taken == 0) return absl::OkStatus();
+    if (DemoteLocked(change.table(), departed).ok()) {
+      table.NoteTaken(taken);
+    } else {
+      // This copy's tier is full: the rows stay in memory rather than be lost.
+      const size_t row_bytes = table.stored_row_bytes();
+      for (size_t i = 0; i < departed.ids.size(); ++i) {
+        table.InsertStored(departed.ids[i], departed.stored.data() + i * row_bytes,
+                           departed.last_use[i], departed.generations[i], /*promotion=*/false);
+      }
+    }
+    return absl::OkStatus();
+  }
+  for (const uint64_t key : keys) table.Erase(key);
   return absl::OkStatus();
 }
 
@@ -474,6 +749,7 @@ void Shard::Snapshot(uint64_t snapshot_id, size_t max_record_bytes,
     emit(std::move(begin));
   }
   EmitRowsLocked(max_record_bytes, emit);
+  EmitTieredLocked(max_record_bytes, /*with_ages=*/true, emit);
   EmitDenseLocked(emit);
   EmitWindowLocked(emit);
   for (size_t t = 0; t < pending_.size(); ++t) {
@@ -558,8 +834,7 @@ absl::Status Shard::AssignRowsApart(const rpc::RowsChange& change,
   for (const absl::string_view run : values) values_bytes += run.size();
   const absl::Status checked = CheckChange(change, /*gradients=*/false, values_bytes);
   if (!checked.ok()) return checked;
-  TableShard& table = *tables_[change.table()];
-  const size_t row_bytes = table.spec().row_floats() * sizeof(float);
+  const size_t row_bytes = tables_[change.table()]->spec().row_floats() * sizeof(float);
   std::vector<uint64_t> aligned_keys;
   const uint64_t* keys = reinterpret_cast<const uint64_t*>(change.keys().data());
   if (reinterpret_cast<uintptr_t>(keys) % alignof(uint64_t) != 0) {
@@ -578,13 +853,15 @@ absl::Status Shard::AssignRowsApart(const rpc::RowsChange& change,
       split_bytes += n;
       run.remove_prefix(n);
       if (split_bytes < row_bytes) continue;
-      table.AssignRows(absl::MakeConstSpan(keys + next, 1), split.data());
+      AssignRowsLocked(change.table(), absl::MakeConstSpan(keys + next, 1), split.data(),
+                       /*to_tier=*/false);
       ++next;
       split_bytes = 0;
     }
     const size_t whole = run.size() / row_bytes;
     if (whole > 0) {
-      table.AssignRows(absl::MakeConstSpan(keys + next, whole), run.data());
+      AssignRowsLocked(change.table(), absl::MakeConstSpan(keys + next, whole), run.data(),
+                       /*to_tier=*/false);
       next += whole;
       run.remove_prefix(whole * row_bytes);
     }
@@ -622,6 +899,11 @@ void Shard::CutRowsLocked(size_t max_record_bytes, const CutRequest& request, Sh
         &base_generation_);
   } else {
     for (const std::unique_ptr<TableShard>& table : tables_) table->StartCut();
+    // The tier's rows as of now, read after memory's, table by table.
+    cut_scanners_.assign(tables_.size(), nullptr);
+    for (size_t t = 0; t < tables_.size(); ++t) {
+      if (TieredLocked(t)) cut_scanners_[t] = config_.tier->Scan(incarnation_, static_cast<uint32_t>(t));
+    }
     cut_read_ = ++cut_reads_;
     cut->rows_to_read = cut_read_;
     cut->rows_table = 0;
@@ -658,6 +940,7 @@ void Shard::CutRows(size_t max_record_bytes, const CutRequest& request, ShardCut
 void Shard::EndCutReadLocked() {
   if (cut_read_ == 0) return;
   for (const std::unique_ptr<TableShard>& table : tables_) table->EndCut();
+  cut_scanners_.clear();
   cut_read_ = 0;
 }
 
@@ -679,17 +962,53 @@ absl::StatusOr<bool> Shard::ReadCutRows(size_t max_record_bytes, ShardCut* cut) 
     rows->mutable_keys()->resize(max_rows * sizeof(uint64_t));
     rows->mutable_values()->resize(max_rows * row_bytes);
     size_t n;
+    std::shared_ptr<RowTier::Scanner> scanner;
     {
       absl::MutexLock lock(&mu_);
       if (cut_read_ != cut->rows_to_read) {
         return absl::AbortedError(absl::StrFormat(
             "shard %d: the cut's rows were replaced or its read abandoned before it ended", id_));
       }
-      n = tables_[t]->ReadCut(max_rows, reinterpret_cast<uint64_t*>(&(*rows->mutable_keys())[0]),
-                              reinterpret_cast<float*>(&(*rows->mutable_values())[0]));
+      if (!cut->reading_tier) {
+        n = tables_[t]->ReadCut(max_rows,
+                                reinterpret_cast<uint64_t*>(&(*rows->mutable_keys())[0]),
+                                reinterpret_cast<float*>(&(*rows->mutable_values())[0]));
+      } else if (t < cut_scanners_.size()) {
+        scanner = cut_scanners_[t];
+      }
+    }
+    if (cut->reading_tier) {
+      // The tiered rows, read without the lock (from the tier's snapshot of the cut), decoded
+      // under it.
+      n = 0;
+      if (scanner != nullptr) {
+        std::vector<uint64_t> ids;
+        std::vector<RowTier::Found> found;
+        absl::StatusOr<size_t> read = scanner->Next(max_rows, &ids, &found);
+        if (!read.ok()) return read.status();
+        n = *read;
+        if (n > 0) {
+          absl::MutexLock lock(&mu_);
+          if (cut_read_ != cut->rows_to_read) {
+            return absl::AbortedError(absl::StrFormat(
+                "shard %d: the cut's rows were replaced or its read abandoned before it ended",
+                id_));
+          }
+          std::memcpy(&(*rows->mutable_keys())[0], ids.data(), n * sizeof(uint64_t));
+          float* out = reinterpret_cast<float*>(&(*rows->mutable_values())[0]);
+          for (size_t i = 0; i < n; ++i) {
+            tables_[t]->DecodeStored(found[i].stored.data(), out + i * row_floats);
+          }
+        }
+      }
     }
     if (n == 0) {
-      ++cut->rows_table;
+      if (cut->reading_tier) {
+        cut->reading_tier = false;
+        ++cut->rows_table;
+      } else {
+        cut->reading_tier = true;
+      }
       continue;
     }
     rows->mutable_keys()->resize(n * sizeof(uint64_t));
@@ -725,8 +1044,9 @@ ShardCut Shard::Cut(size_t max_record_bytes, const CutRequest& request) {
     // EmitRowsLocked's records: the rows as they are, under the lock.
     EndCutReadLocked();
     cut.rows_to_read = 0;
-    EmitRowsLocked(max_record_bytes,
-                   [&cut](rpc::ShardRecord&& r) { cut.records.push_back(std::move(r)); });
+    auto add = [&cut](rpc::ShardRecord&& r) { cut.records.push_back(std::move(r)); };
+    EmitRowsLocked(max_record_bytes, add);
+    EmitTieredLocked(max_record_bytes, /*with_ages=*/false, add);
   }
   return cut;
 }
@@ -756,7 +1076,11 @@ absl::Status Shard::RestoreRows(size_t table, const uint64_t* ids, const float* 
     return absl::FailedPreconditionError(
         absl::StrFormat("shard %d: rows to restore, but no restore was begun", id_));
   }
-  tables_[table]->AssignRows(absl::MakeConstSpan(ids, n), rows);
+  // A checkpoint of rows that were in a tier may hold more than memory may: past the cap, the
+  // rows go to this server's tier.
+  const size_t cap = table < max_rows_.size() ? max_rows_[table] : 0;
+  const bool to_tier = config_.tier != nullptr && cap != 0 && tables_[table]->size() + n > cap;
+  AssignRowsLocked(table, absl::MakeConstSpan(ids, n), rows, to_tier);
   return absl::OkStatus();
 }
 
@@ -818,7 +1142,8 @@ absl::Status Shard::ApplyRecordLocked(const rpc::ShardRecord& record,
   if (!complete_) {
     // Inside a snapshot (or a copy waiting for one): only its parts, at its sequence.
     if (record.sequence() != applied_sequence_ ||
-        !(snapshot_part || record.has_rows() || record.has_dense() || record.has_pending())) {
+        !(snapshot_part || record.has_rows() || record.has_tiered_rows() || record.has_dense() ||
+          record.has_pending())) {
       return absl::AbortedError(
           absl::StrFormat("shard %d: record %d while waiting for a snapshot (at %d)", id_,
                           record.sequence(), applied_sequence_));
@@ -845,7 +1170,23 @@ absl::Status Shard::ApplyRecordLocked(const rpc::ShardRecord& record,
       absl::Status read = ReadChange(record.rows(), /*gradients=*/false, &aligned_keys,
                                      &aligned_values, &keys, &values, &n);
       if (!read.ok()) return read;
-      tables_[record.rows().table()]->AssignRows(absl::MakeConstSpan(keys, n), values);
+      AssignRowsLocked(record.rows().table(), absl::MakeConstSpan(keys, n), values,
+                       /*to_tier=*/false);
+      break;
+    }
+    case rpc::ShardRecord::kTieredRows: {
+      const rpc::RowsChange& change = record.tiered_rows();
+      absl::Status read = ReadChange(change, /*gradients=*/false, &aligned_keys, &aligned_values,
+                                     &keys, &values, &n);
+      if (!read.ok()) return read;
+      if (change.ages().size() != n * sizeof(uint32_t)) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "shard %d: tiered rows record with %d keys and %d bytes of ages", id_, n,
+            change.ages().size()));
+      }
+      const std::vector<uint32_t> ages = Unpack<uint32_t>(change.ages());
+      AssignRowsLocked(change.table(), absl::MakeConstSpan(keys, n), values, /*to_tier=*/true,
+                       ages);
       break;
     }
     case rpc::ShardRecord::kPending: {
@@ -869,7 +1210,7 @@ absl::Status Shard::ApplyRecordLocked(const rpc::ShardRecord& record,
       for (const rpc::RowsChange& change : record.step().rows()) {
         (void)ReadChange(change, /*gradients=*/false, &aligned_keys, &aligned_values, &keys,
                          &values, &n);
-        tables_[change.table()]->AssignRows(absl::MakeConstSpan(keys, n), values);
+        AssignRowsLocked(change.table(), absl::MakeConstSpan(keys, n), values, /*to_tier=*/false);
       }
       for (StepSums& sums : pending_) sums = StepSums();
       applied_step_ = record.step().step();
@@ -901,8 +1242,13 @@ absl::Status Shard::ApplyRecordLocked(const rpc::ShardRecord& record,
       break;
     }
     case rpc::ShardRecord::kEvict: {
-      absl::Status erased = ApplyEvictLocked(record.evict());
+      absl::Status erased = ApplyEvictLocked(record.evict(), /*demote=*/false);
       if (!erased.ok()) return erased;
+      break;
+    }
+    case rpc::ShardRecord::kDemote: {
+      absl::Status demoted = ApplyEvictLocked(record.demote(), /*demote=*/true);
+      if (!demoted.ok()) return demoted;
       break;
     }
     case rpc::ShardRecord::kSnapshotEnd:

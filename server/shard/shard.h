@@ -27,6 +27,7 @@
 #include "server/storage/apply_window.h"
 #include "server/storage/dense_store.h"
 #include "server/storage/embedding_table.h"
+#include "server/storage/row_tier.h"
 
 namespace ps {
 namespace server {
@@ -53,6 +54,8 @@ struct ShardCut {
   // way in its shard, 0 once every row is in `records`; and the table being read.
   uint64_t rows_to_read = 0;
   uint32_t rows_table = 0;
+  // Whether the memory rows of rows_table were read, and its tiered rows are being read.
+  bool reading_tier = false;
 };
 
 // What a checkpoint asks of a shard's cut (Shard::CutRows).
@@ -100,6 +103,10 @@ struct ShardConfig {
   // By table index, the clock rows' use is stamped with (TableShard::SetTick), read at each pull,
   // push and sweep: the memory keeper advances it (server/memory_keeper.h). Null: 0.
   const std::atomic<uint32_t>* use_ticks = nullptr;
+  // The server's disk tier (server/storage/row_tier.h), or null for none. Not owned; outlives
+  // the shards. With a tier, the rows that budget eviction takes out of memory are demoted to it
+  // rather than dropped, and a pull or push of a row in it promotes the row back.
+  RowTier* tier = nullptr;
 };
 
 // What one Shard::Sweep does to each table.
@@ -145,14 +152,19 @@ class Shard {
 
   Shard(const Shard&) = delete;
   Shard& operator=(const Shard&) = delete;
+  // Drops the copy's rows in the tier.
+  ~Shard();
 
   uint32_t id() const { return id_; }
 
   // Writes the embeddings of `keys` (dim floats each, in keys order) of table `table` to `out`,
-  // creating missing rows with the table's initializer.
+  // creating missing rows with the table's initializer. With a tier, missing rows found in it
+  // are promoted first: the tier is read without the shard's lock, so that the pulls of rows in
+  // memory do not wait for the disk.
   void Pull(size_t table, absl::Span<const uint64_t> keys, float* out);
 
-  // Like Pull without creating rows (TableShard::Peek): how a replica answers a pull.
+  // Like Pull without creating rows (TableShard::Peek): how a replica answers a pull. Rows in the
+  // tier are read from it (outside the lock) and left there.
   void Read(size_t table, absl::Span<const uint64_t> keys, float* out) const;
 
   // Applies a push of `grads` (dim floats per key, in keys order; duplicates summed) to table
@@ -252,10 +264,11 @@ class Shard {
   // changed from now on belong to the next).
   //
   // Incremental when `request.base_id` is not 0 and is the checkpoint_id of this shard's
-  // previous cut and no row was evicted since (an increment has no way to say a row is gone):
+  // previous cut and no row was evicted or demoted to the tier since (an increment has no way to
+  // say a row is gone, and reads only the rows in memory):
   // then only the rows changed since that cut are appended to `cut`'s records (of
   // at most about `max_record_bytes`), and `cut` is marked incremental on base_id. Otherwise
-  // every row (a full cut): so a shard new to this object (a failover's promoted replica, a
+  // every row, the tier's too (a full cut): so a shard new to this object (a failover's promoted replica, a
   // restart, a restore, a new snapshot) is cut in full first. A full cut's rows are not copied
   // here but read afterwards by ReadCutRows, as of this instant, while the shard keeps changing
   // (cut->rows_to_read is set). Any new cut abandons the read of an earlier one.
@@ -338,8 +351,38 @@ class Shard {
     std::vector<float> sums;  // ids.size() x dim
   };
 
-  // Erases the rows of an evict record's keys.
-  absl::Status ApplyEvictLocked(const rpc::RowsChange& change) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Erases the rows of an evict record's keys; with `demote`, moves them to the tier instead
+  // (erases them without one).
+  absl::Status ApplyEvictLocked(const rpc::RowsChange& change, bool demote)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // --- The tier ---
+  // Whether table `table` may have rows in the tier.
+  bool TieredLocked(size_t table) const ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return config_.tier != nullptr && table < tiered_.size() && tiered_[table];
+  }
+  // Promotes the rows of `keys` of `table` that are in the tier and not in memory. With
+  // `may_unlock`, the tier is read with mu_ released (and read again if a demotion or a reset
+  // happened meanwhile); the lock is held again on return.
+  void PromoteLocked(size_t table, absl::Span<const uint64_t> keys, bool may_unlock)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Puts departed rows of `table` in the tier: OK, or RESOURCE_EXHAUSTED (tier at its cap, nothing
+  // written).
+  absl::Status DemoteLocked(size_t table, const TableShard::Departed& rows)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whole rows (row_floats() fp32 floats each, need not be aligned) for `keys` of `table`, from
+  // a record, a snapshot or a restore: written to memory, except with `to_tier` those with no row
+  // in memory, which go to the tier (if it refuses, to memory). A stale tier copy of a row
+  // written to memory is deleted.
+  void AssignRowsLocked(size_t table, absl::Span<const uint64_t> keys, const void* rows,
+                        bool to_tier, absl::Span<const uint32_t> ages = {})
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Emits the tiered rows of every table: as tiered_rows records with their ages (a snapshot),
+  // or as rows records (a cut).
+  void EmitTieredLocked(size_t max_record_bytes, bool with_ages,
+                        absl::FunctionRef<void(rpc::ShardRecord&&)> emit) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Drops this copy's rows in the tier and takes a new incarnation.
+  void ResetTierLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Describes the rows of `keys` of table `table` as they are now into `change`.
   void DescribeRows(size_t table, absl::Span<const uint64_t> keys, rpc::RowsChange* change) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -429,6 +472,14 @@ class Shard {
   // Whether a row was evicted (or erased by an evict record) since the last cut: the next cut
   // is full.
   bool evicted_since_cut_ ABSL_GUARDED_BY(mu_) = false;
+  // The tier: this copy's incarnation there (0: none yet), by table whether rows were put there
+  // since, and a count of the demotions and resets, which a promotion that read the tier without
+  // the lock checks.
+  uint32_t incarnation_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<bool> tiered_ ABSL_GUARDED_BY(mu_);
+  uint64_t tier_epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  // A full cut's reads of the tiered rows, by table (shared: read without the lock).
+  std::vector<std::shared_ptr<RowTier::Scanner>> cut_scanners_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace server

@@ -438,7 +438,7 @@ size_t TableShard::Sweep(size_t max_buckets, uint32_t ttl_ticks, std::vector<uin
 }
 
 size_t TableShard::EvictToRows(size_t target_rows, size_t max_rows_examined,
-                               std::vector<uint64_t>* evicted) {
+                               std::vector<uint64_t>* evicted, Departed* departed) {
   constexpr size_t kSlice = 64;
   size_t done = 0;
   size_t examined = 0;
@@ -461,7 +461,11 @@ size_t TableShard::EvictToRows(size_t target_rows, size_t max_rows_examined,
     std::partial_sort(slice.begin(), slice.begin() + take, slice.end(),
                       [](const auto& x, const auto& y) { return x.first > y.first; });
     for (size_t i = 0; i < take; ++i) {
-      if (!Erase(slice[i].second)) continue;
+      if (departed != nullptr) {
+        if (TakeRows(absl::MakeConstSpan(&slice[i].second, 1), departed) == 0) continue;
+      } else if (!Erase(slice[i].second)) {
+        continue;
+      }
       if (evicted != nullptr) evicted->push_back(slice[i].second);
       ++counters_.evicted_budget;
       ++done;
@@ -469,6 +473,76 @@ size_t TableShard::EvictToRows(size_t target_rows, size_t max_rows_examined,
   }
   sweep_at_ = b;
   return done;
+}
+
+size_t TableShard::TakeRows(absl::Span<const uint64_t> ids, Departed* out) {
+  size_t taken = 0;
+  const size_t row_bytes = stored_row_bytes();
+  for (const uint64_t id : ids) {
+    if (capacity_ == 0) break;
+    size_t b = HomeBucket(IndexHash(id));
+    while (entries_[b].slot != kEmpty && entries_[b].id != id) {
+      if (++b == capacity_) b = 0;
+    }
+    const Entry entry = entries_[b];
+    if (entry.slot == kEmpty) continue;
+    out->ids.push_back(id);
+    // The full tick, from the 12-bit stamp: rows are never older than 2 * kMaxTtlTicks (Sweep).
+    out->last_use.push_back(tick_ - ((tick_ - entry.use) & 0xFFF));
+    out->generations.push_back(entry.generation);
+    out->stored.append(reinterpret_cast<const char*>(Row(entry.slot)), row_bytes);
+    EraseBucket(b);
+    ++taken;
+  }
+  return taken;
+}
+
+bool TableShard::InsertStored(uint64_t id, const void* stored, uint32_t last_use,
+                              uint16_t generation, bool promotion) {
+  if (capacity_ != 0 && FindSlot(id) != kEmpty) return false;
+  const uint32_t slot =
+      FindOrCreate(id, IndexHash(id), /*initialize=*/false, /*touch=*/false, Create::kAlways);
+  std::memcpy(Row(slot), stored, stored_row_bytes());
+  size_t b = HomeBucket(IndexHash(id));
+  while (entries_[b].id != id || entries_[b].slot != slot) {
+    if (++b == capacity_) b = 0;
+  }
+  entries_[b].generation = generation;
+  if (track_use_) {
+    // Older than 2 * kMaxTtlTicks reads as that old (as Sweep stamps it); the LFU count starts
+    // again.
+    const uint32_t age = std::min<uint32_t>(tick_ - last_use, 2 * kMaxTtlTicks);
+    entries_[b].use = static_cast<uint16_t>((tick_ - age) & 0xFFF);
+  }
+  if (promotion) ++counters_.promoted;
+  return true;
+}
+
+void TableShard::FindMissing(absl::Span<const uint64_t> ids, std::vector<uint64_t>* missing) const {
+  const size_t first = missing->size();
+  for (const uint64_t id : ids) {
+    if (capacity_ != 0 && FindSlot(id) != kEmpty) continue;
+    missing->push_back(id);
+  }
+  // Once each: few ids are missing, and fewer repeated.
+  if (missing->size() - first > 1) {
+    std::sort(missing->begin() + first, missing->end());
+    missing->erase(std::unique(missing->begin() + first, missing->end()), missing->end());
+  }
+}
+
+void TableShard::DecodeStored(const void* stored, float* row) const {
+  std::vector<float>& aligned = ThreadScratch().weights;
+  aligned.resize(row_words_);
+  std::memcpy(aligned.data(), stored, stored_row_bytes());
+  DecodeRow(aligned.data(), row);
+}
+
+void TableShard::EncodeStored(const float* row, void* stored) const {
+  std::vector<float>& aligned = ThreadScratch().weights;
+  aligned.resize(row_words_);
+  EncodeRow(row, aligned.data());
+  std::memcpy(stored, aligned.data(), stored_row_bytes());
 }
 
 TableShard::Block::~Block() {

@@ -180,6 +180,22 @@ class TableShard {
   void SetMaxRows(size_t max_rows);
   size_t max_rows() const { return max_rows_; }
 
+  // Rows leaving memory for the tier, as EvictToRows and TakeRows hand them over: in ids order,
+  // each with its last use (a tick of the clock SetTick sets, 12 bits of age kept), its
+  // generation and its stored row (stored_row_bytes() bytes).
+  struct Departed {
+    std::vector<uint64_t> ids;
+    std::vector<uint32_t> last_use;
+    std::vector<uint16_t> generations;
+    std::string stored;
+    void clear() {
+      ids.clear();
+      last_use.clear();
+      generations.clear();
+      stored.clear();
+    }
+  };
+
   // The clock that rows' last use is stamped with, in ticks (12 bits are kept: see Sweep).
   void SetTick(uint32_t tick) { tick_ = tick; }
   uint32_t tick() const { return tick_; }
@@ -196,9 +212,44 @@ class TableShard {
   // used; for LFU, least often used, then least recently) evicted, as many as the excess over
   // target_rows asks for. Appends the evicted ids to `evicted` (if not null). Returns the rows
   // evicted.
-  size_t EvictToRows(size_t target_rows, size_t max_rows_examined, std::vector<uint64_t>* evicted);
+  // `departed` (if not null) also receives the evicted rows as they were (for the disk tier).
+  size_t EvictToRows(size_t target_rows, size_t max_rows_examined, std::vector<uint64_t>* evicted,
+                     Departed* departed = nullptr);
 
   static constexpr uint32_t kMaxTtlTicks = 1024;
+
+  // --- The disk tier (server/storage/row_tier.h) ---
+
+  // Bytes of a stored row (row_words() words): what the tier keeps, bit for bit.
+  size_t stored_row_bytes() const { return size_t{row_words_} * 4; }
+
+  // Removes the rows of those `ids` that are here, appending them to `out` (a copy moving rows
+  // to its tier as its primary did). Not counted as evictions. Returns how many.
+  size_t TakeRows(absl::Span<const uint64_t> ids, Departed* out);
+
+  // Puts back a row that left (TakeRows, EvictToRows): its stored bytes as they were (`stored`
+  // need not be aligned), its last use and generation. Creates it even at the row cap (the
+  // caller evicts down to the cap later). Counted as promoted unless `promotion` is false (a
+  // row that could not leave). Returns false, changing nothing, if `id` has a row.
+  bool InsertStored(uint64_t id, const void* stored, uint32_t last_use, uint16_t generation,
+                    bool promotion = true);
+
+  // Appends to `missing` the ids of `ids` that have no row, once each, in ids order.
+  void FindMissing(absl::Span<const uint64_t> ids, std::vector<uint64_t>* missing) const;
+
+  // A stored row (stored_row_bytes(), need not be aligned) as row_floats() fp32 floats, and
+  // back (compact weights rounded as AssignRows does).
+  void DecodeStored(const void* stored, float* row) const;
+  void EncodeStored(const float* row, void* stored) const;
+
+  // Moves `n` of the rows EvictToRows counted as evicted by the budget to the demoted count
+  // (the caller put them in the tier).
+  void NoteDemoted(size_t n) {
+    counters_.evicted_budget -= n;
+    counters_.demoted += n;
+  }
+  // Counts `n` rows taken (TakeRows) into the tier.
+  void NoteTaken(size_t n) { counters_.demoted += n; }
 
   // Counters since construction.
   struct Counters {
@@ -206,12 +257,16 @@ class TableShard {
     uint64_t evicted_budget = 0;  // rows evicted by EvictToRows
     uint64_t admission_refused = 0;  // pushed ids dropped for want of admission
     uint64_t full_refused = 0;       // rows not created at the row cap (pulls and pushes)
+    uint64_t demoted = 0;   // rows moved to the disk tier (NoteDemoted, NoteTaken)
+    uint64_t promoted = 0;  // rows put back from it (InsertStored)
 
     Counters& operator+=(const Counters& other) {
       evicted_ttl += other.evicted_ttl;
       evicted_budget += other.evicted_budget;
       admission_refused += other.admission_refused;
       full_refused += other.full_refused;
+      demoted += other.demoted;
+      promoted += other.promoted;
       return *this;
     }
   };
