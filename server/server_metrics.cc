@@ -42,6 +42,20 @@ void AddServerCollector(metrics::Registry* registry,
       sink.Gauge("ps_server_max_rows_per_copy",
                  "The most rows one copy of the table may hold on this server (0: no cap).", labels,
                  static_cast<double>(table.max_rows_per_copy()));
+      sink.Gauge("ps_server_tier_rows",
+                 "Rows of this server's copies in the disk tier (--tier_dir; 0 without one).",
+                 labels, static_cast<double>(table.tier_rows()));
+      sink.Gauge("ps_server_tier_bytes",
+                 "The bytes of those rows as written (keys and values, before RocksDB's "
+                 "overheads).",
+                 labels, static_cast<double>(table.tier_bytes()));
+      sink.Counter("ps_server_rows_demoted_total",
+                   "Rows moved from memory to the disk tier by the memory budget.", labels,
+                   table.demoted());
+      sink.Counter("ps_server_rows_promoted_total",
+                   "Rows of pulls and pushes found in the disk tier and moved back to memory "
+                   "(with ps_server_keys_pulled_total: the lookups memory missed).",
+                   labels, table.promoted());
     }
     sink.Gauge("ps_server_memory_budget_bytes",
                "The server's memory budget (--memory_budget_mb; 0: none).", {},
@@ -55,6 +69,15 @@ void AddServerCollector(metrics::Registry* registry,
     sink.Gauge("ps_server_peak_resident_bytes",
                "The largest resident set the memory keeper has seen.", {},
                static_cast<double>(status.peak_resident_bytes()));
+    sink.Gauge("ps_server_tier_disk_bytes", "Bytes in the disk tier's directory.", {},
+               static_cast<double>(status.tier_disk_bytes()));
+    sink.Gauge("ps_server_tier_max_disk_bytes",
+               "The disk tier's cap (--tier_max_disk_gb; 0: no tier).", {},
+               static_cast<double>(status.tier_max_disk_bytes()));
+    sink.Counter("ps_server_tier_refused_rows_total",
+                 "Rows the memory budget pushed out that the disk tier refused at its cap "
+                 "(dropped; counted as evicted by the budget too).",
+                 {}, static_cast<double>(status.tier_refused_rows()));
     sink.Counter("ps_server_late_pushes_dropped_total",
                  "Sync mode: pushes for a step already applied without them (stragglers outside "
                  "the quorum), dropped.",

@@ -442,6 +442,20 @@ std::string StatusText(const std::string& coordinator, const rpc::ClusterStatus&
                           s.server_id(), s.primary_shards_size(), s.applied_step(),
                           s.late_pushes_dropped(), s.late_keys_dropped(), s.mean_pull_staleness(),
                           s.max_pull_staleness());
+    if (s.memory_budget_bytes() > 0 || s.tier_max_disk_bytes() > 0) {
+      std::string memory = absl::StrCat("  memory: resident ", Bytes(s.resident_bytes()), " (peak ",
+                                        Bytes(s.peak_resident_bytes()), ")");
+      if (s.memory_budget_bytes() > 0) {
+        absl::StrAppend(&memory, ", budget ", Bytes(s.memory_budget_bytes()),
+                        " (tables' allowance ", Bytes(s.memory_allowance_bytes()), ")");
+      }
+      if (s.tier_max_disk_bytes() > 0) {
+        absl::StrAppend(&memory, "; disk tier ", Bytes(s.tier_disk_bytes()), " of ",
+                        Bytes(s.tier_max_disk_bytes()), ", ", s.tier_refused_rows(),
+                        " rows refused at the cap");
+      }
+      absl::StrAppend(&out, memory, "\n");
+    }
     for (const auto& t : s.tables()) {
       absl::StrAppendFormat(&out,
                             "  table %-16s dim %-5u optimizer %-8s rows %-12d bytes %-12d keys "
@@ -581,9 +595,31 @@ std::vector<TableTotals> SumTables(const rpc::ServerStatuses& servers) {
       sum.evicted_budget += t.evicted_budget();
       sum.admission_refused += t.admission_refused();
       sum.full_refused += t.full_refused();
+      sum.tier_rows += t.tier_rows();
+      sum.tier_bytes += t.tier_bytes();
+      sum.demoted += t.demoted();
+      sum.promoted += t.promoted();
     }
   }
   return tables;
+}
+
+std::optional<double> RamHitRate(const TableTotals& table) {
+  if (table.keys_pulled == 0) return std::nullopt;
+  return std::max(0.0, 1.0 - static_cast<double>(table.promoted) / table.keys_pulled);
+}
+
+TierTotals SumTiers(const rpc::ServerStatuses& servers) {
+  TierTotals tiers;
+  for (const rpc::ServerStatusReply& reply : servers.servers()) {
+    if (!reply.has_status()) continue;
+    const rpc::ServerStatus& s = reply.status();
+    tiers.servers += s.tier_max_disk_bytes() > 0;
+    tiers.disk_bytes += s.tier_disk_bytes();
+    tiers.max_disk_bytes += s.tier_max_disk_bytes();
+    tiers.refused_rows += s.tier_refused_rows();
+  }
+  return tiers;
 }
 
 std::string TablesText(const rpc::ServerStatuses& servers) {
@@ -596,25 +632,51 @@ std::string TablesText(const rpc::ServerStatuses& servers) {
       answered, servers.servers_size());
   Columns columns({"table", "dim", "optimizer", "rows", "bytes", "rows (all copies)",
                    "bytes (all copies)", "keys pulled", "keys pushed"});
+  const TierTotals tiers = SumTiers(servers);
   bool bounded = false;
+  bool tiered = tiers.servers > 0;
   for (const TableTotals& t : tables) {
     columns.Add({t.name, absl::StrCat(t.dim), t.optimizer, absl::StrCat(t.rows), Bytes(t.bytes),
                  absl::StrCat(t.rows_all_copies), Bytes(t.bytes_all_copies),
                  absl::StrCat(t.keys_pulled), absl::StrCat(t.keys_pushed)});
     bounded = bounded || t.evicted_ttl + t.evicted_budget + t.admission_refused + t.full_refused > 0;
+    tiered = tiered || t.tier_rows + t.demoted + t.promoted > 0;
   }
   out += columns.Render();
-  if (bounded) {
-    // Only where a table has bounds at work: most jobs have none.
+  if (bounded || tiered) {
+    // Only where a table has bounds at work or a server a disk tier: most jobs have neither.
     out += "\nbounds (server/README.md#memory-budget): rows evicted by TTL and by the memory "
            "budget, pushed ids refused admission, rows not created at a copy's cap\n";
-    Columns bounds({"table", "evicted (ttl)", "evicted (budget)", "admission refused",
-                    "refused at cap"});
+    std::vector<std::string> header = {"table", "evicted (ttl)", "evicted (budget)",
+                                       "admission refused", "refused at cap"};
+    if (tiered) {
+      out +=
+          "disk tier (server/README.md#tier): rows and bytes in the tiers now, rows demoted to "
+          "and promoted from them, RAM hit rate: 1 - promoted / keys pulled\n";
+      header.insert(header.end(),
+                    {"tier rows", "tier bytes", "demoted", "promoted", "RAM hit rate"});
+    }
+    Columns bounds(std::move(header));
     for (const TableTotals& t : tables) {
-      bounds.Add({t.name, absl::StrCat(t.evicted_ttl), absl::StrCat(t.evicted_budget),
-                  absl::StrCat(t.admission_refused), absl::StrCat(t.full_refused)});
+      std::vector<std::string> row = {
+          t.name, absl::StrCat(t.evicted_ttl), absl::StrCat(t.evicted_budget),
+          absl::StrCat(t.admission_refused), absl::StrCat(t.full_refused)};
+      if (tiered) {
+        const std::optional<double> hit = RamHitRate(t);
+        row.insert(row.end(), {absl::StrCat(t.tier_rows), Bytes(t.tier_bytes),
+                               absl::StrCat(t.demoted), absl::StrCat(t.promoted),
+                               hit ? absl::StrFormat("%.1f%%", *hit * 100) : std::string("-")});
+      }
+      bounds.Add(std::move(row));
     }
     out += bounds.Render();
+    if (tiered) {
+      absl::StrAppendFormat(&out,
+                            "disk tier: %s on disk of %s (the caps of %d server%s summed), %d rows "
+                            "refused at a cap\n",
+                            Bytes(tiers.disk_bytes), Bytes(tiers.max_disk_bytes), tiers.servers,
+                            tiers.servers == 1 ? "" : "s", tiers.refused_rows);
+    }
   }
   return out;
 }
@@ -622,6 +684,7 @@ std::string TablesText(const rpc::ServerStatuses& servers) {
 std::string TablesJson(const rpc::ServerStatuses& servers) {
   std::vector<std::string> items;
   for (const TableTotals& t : SumTables(servers)) {
+    const std::optional<double> hit = RamHitRate(t);
     items.push_back(Object({{"name", Quote(t.name)},
                             {"dim", absl::StrCat(t.dim)},
                             {"optimizer", Quote(t.optimizer)},
@@ -636,9 +699,19 @@ std::string TablesJson(const rpc::ServerStatuses& servers) {
                             {"evicted_ttl", absl::StrCat(t.evicted_ttl)},
                             {"evicted_budget", absl::StrCat(t.evicted_budget)},
                             {"admission_refused", absl::StrCat(t.admission_refused)},
-                            {"full_refused", absl::StrCat(t.full_refused)}}));
+                            {"full_refused", absl::StrCat(t.full_refused)},
+                            {"tier_rows", absl::StrCat(t.tier_rows)},
+                            {"tier_bytes", absl::StrCat(t.tier_bytes)},
+                            {"demoted", absl::StrCat(t.demoted)},
+                            {"promoted", absl::StrCat(t.promoted)},
+                            {"ram_hit_rate", hit ? Number(*hit) : std::string("null")}}));
   }
-  return Object({{"tables", Array(items)}, {"servers_failed", Strings(ServerFailures(servers))}});
+  const TierTotals tiers = SumTiers(servers);
+  return Object({{"tables", Array(items)},
+                 {"tier_disk_bytes", absl::StrCat(tiers.disk_bytes)},
+                 {"tier_max_disk_bytes", absl::StrCat(tiers.max_disk_bytes)},
+                 {"tier_refused_rows", absl::StrCat(tiers.refused_rows)},
+                 {"servers_failed", Strings(ServerFailures(servers))}});
 }
 
 uint32_t HotKeysToAsk(uint32_t k) { return std::min<uint32_t>(256, std::max<uint32_t>(k, 64)); }

@@ -10,6 +10,7 @@
 #define PS_CLIENT_INTERNAL_CTL_FORMAT_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,8 +38,9 @@ std::vector<std::string> ServerFailures(const rpc::ServerStatuses& servers);
 std::string ToJson(const google::protobuf::Message& message);
 
 // `ps_ctl status`: members, the shard map with every shard's copies, clocks, the applied step, and
-// each server's figures (primary shards, applied step, late pushes, pull staleness, and per table
-// its dim, optimizer, rows, bytes and keys pulled and pushed), or why a server has none.
+// each server's figures (primary shards, applied step, late pushes, pull staleness; its memory
+// and disk tier when it has a memory budget or a tier; and per table its dim, optimizer, rows,
+// bytes and keys pulled and pushed), or why a server has none.
 std::string StatusText(const std::string& coordinator, const rpc::ClusterStatus& cluster,
                        const rpc::ServerStatuses& servers);
 // {"coordinator": "HOST:PORT", "cluster": ClusterStatus, "servers": ServerStatuses}.
@@ -75,13 +77,40 @@ struct TableTotals {
   uint64_t evicted_budget = 0;
   uint64_t admission_refused = 0;
   uint64_t full_refused = 0;
+  // The disk tier (server/README.md#tier), over every server: rows and their bytes in the tiers
+  // now, rows moved from memory to a tier and back (a promotion is a pull's or push's row found
+  // in the tier).
+  uint64_t tier_rows = 0;
+  uint64_t tier_bytes = 0;
+  uint64_t demoted = 0;
+  uint64_t promoted = 0;
 };
+
+// The share of a table's pulled keys that memory held: 1 - promoted / keys_pulled, at least 0
+// (promotions count pushes' rows too, so they may outnumber the keys pulled). nullopt when no
+// key was pulled.
+std::optional<double> RamHitRate(const TableTotals& table);
+
+// The servers' disk tiers, summed over the servers that answered.
+struct TierTotals {
+  // Servers with a tier (ServerStatus.tier_max_disk_bytes > 0).
+  int servers = 0;
+  uint64_t disk_bytes = 0;
+  uint64_t max_disk_bytes = 0;
+  // Rows the memory budget pushed out that a tier refused at its cap (dropped).
+  uint64_t refused_rows = 0;
+};
+
+TierTotals SumTiers(const rpc::ServerStatuses& servers);
 
 // The tables in the order the first answering server lists them (the job's).
 std::vector<TableTotals> SumTables(const rpc::ServerStatuses& servers);
-// `ps_ctl tables`.
+// `ps_ctl tables`: a line per table; then, when any table has bounds at work or any server a
+// disk tier, the bounds (and the tier's columns and totals when there is a tier).
 std::string TablesText(const rpc::ServerStatuses& servers);
-// {"tables": [TableTotals' fields], "servers_failed": [...]}.
+// {"tables": [TableTotals' fields and "ram_hit_rate" (null when no key was pulled)],
+// "tier_disk_bytes", "tier_max_disk_bytes", "tier_refused_rows" (TierTotals),
+// "servers_failed": [...]}.
 std::string TablesJson(const rpc::ServerStatuses& servers);
 
 // The hot keys of one table merged over the servers.

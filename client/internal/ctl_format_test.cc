@@ -195,6 +195,74 @@ TEST_CASE("tables sum the bounds' counters over the servers and show them when a
   CHECK(Field(item, "evicted_budget").number_value() == 14);
   CHECK(Field(item, "admission_refused").number_value() == 22);
   CHECK(Field(item, "full_refused").number_value() == 4);
+  // No server has a disk tier: no tier columns.
+  CHECK_THAT(text, !Catch::Contains("tier"));
+}
+
+TEST_CASE("tables show the disk tier's counters, RAM hit rate and disk when a server has a tier",
+          "[ctl]") {
+  rpc::ServerStatuses servers = ThreeServers();
+  for (rpc::ServerStatusReply& reply : *servers.mutable_servers()) {
+    if (!reply.has_status()) continue;
+    rpc::ServerStatus* s = reply.mutable_status();
+    s->set_tier_disk_bytes(1500000);
+    s->set_tier_max_disk_bytes(1000000000);
+    s->set_tier_refused_rows(3);
+    rpc::TableStatus* emb = s->mutable_tables(0);
+    emb->set_evicted_budget(7);
+    emb->set_tier_rows(400);
+    emb->set_tier_bytes(40000);
+    emb->set_demoted(600);
+    emb->set_promoted(500);  // of 10000 keys pulled on each server
+  }
+  const std::vector<TableTotals> tables = SumTables(servers);
+  CHECK(tables[0].tier_rows == 800);
+  CHECK(tables[0].tier_bytes == 80000);
+  CHECK(tables[0].demoted == 1200);
+  CHECK(tables[0].promoted == 1000);
+  REQUIRE(RamHitRate(tables[0]).has_value());
+  CHECK(*RamHitRate(tables[0]) == Approx(0.95));
+  // "wide" has no pulls: no hit rate.
+  CHECK_FALSE(RamHitRate(tables[1]).has_value());
+  const TierTotals tiers = SumTiers(servers);
+  CHECK(tiers.servers == 2);
+  CHECK(tiers.disk_bytes == 3000000);
+  CHECK(tiers.max_disk_bytes == 2000000000);
+  CHECK(tiers.refused_rows == 6);
+
+  const std::string text = TablesText(servers);
+  INFO(text);
+  CHECK_THAT(text, Catch::Contains("tier rows  tier bytes  demoted  promoted  RAM hit rate\n"));
+  CHECK_THAT(text,
+             Catch::Matches("(.|\n)*emb +0 +14 +0 +0 +800 +80.0 kB +1200 +1000 +95.0%\n(.|\n)*"));
+  CHECK_THAT(text, Catch::Matches("(.|\n)*wide +0 +0 +0 +0 +0 +0 B +0 +0 +-\n(.|\n)*"));
+  CHECK_THAT(text, Catch::Contains("disk tier: 3.0 MB on disk of 2.0 GB (the caps of 2 servers "
+                                   "summed), 6 rows refused at a cap\n"));
+  const auto json = Parse(TablesJson(servers));
+  const auto& items = Field(json, "tables").list_value();
+  const auto& emb = items.values(0).struct_value();
+  CHECK(Field(emb, "tier_rows").number_value() == 800);
+  CHECK(Field(emb, "tier_bytes").number_value() == 80000);
+  CHECK(Field(emb, "demoted").number_value() == 1200);
+  CHECK(Field(emb, "promoted").number_value() == 1000);
+  CHECK(Field(emb, "ram_hit_rate").number_value() == 0.95);
+  CHECK(Field(items.values(1).struct_value(), "ram_hit_rate").kind_case() ==
+        google::protobuf::Value::kNullValue);
+  CHECK(Field(json, "tier_disk_bytes").number_value() == 3000000);
+  CHECK(Field(json, "tier_max_disk_bytes").number_value() == 2000000000);
+  CHECK(Field(json, "tier_refused_rows").number_value() == 6);
+}
+
+TEST_CASE("RAM hit rate: 1 - promoted / keys pulled, never below 0", "[ctl]") {
+  TableTotals t;
+  CHECK_FALSE(RamHitRate(t).has_value());
+  t.keys_pulled = 1000;
+  CHECK(RamHitRate(t) == 1.0);
+  t.promoted = 250;
+  CHECK(RamHitRate(t) == 0.75);
+  // Pushes' rows are promoted too: more promotions than keys pulled.
+  t.promoted = 3000;
+  CHECK(RamHitRate(t) == 0.0);
 }
 
 rpc::ClusterStatus Cluster() {
@@ -272,6 +340,8 @@ TEST_CASE("status keeps the coordinator's view and adds each server's figures", 
                                    "2000         bytes 200000       keys pulled 10000, pushed "
                                    "5000\n"));
   CHECK_THAT(text, Catch::Contains("server 2 (127.0.0.1:7002): UNAVAILABLE: failed to connect\n"));
+  // Neither a memory budget nor a disk tier: no memory line.
+  CHECK_THAT(text, !Catch::Contains("memory:"));
   const auto json = Parse(StatusJson("127.0.0.1:7000", cluster, servers));
   CHECK(Field(json, "coordinator").string_value() == "127.0.0.1:7000");
   CHECK(Field(Field(json, "cluster").struct_value(), "job_name").string_value() == "fmt");
@@ -285,6 +355,35 @@ TEST_CASE("status keeps the coordinator's view and adds each server's figures", 
           .struct_value();
   CHECK(Field(emb, "keys_pulled").string_value() == "10000");
   CHECK(Field(emb, "optimizer").string_value() == "adagrad");
+}
+
+TEST_CASE("status shows a server's memory budget and disk tier when it has them", "[ctl]") {
+  rpc::ServerStatuses servers = ThreeServers();
+  rpc::ServerStatus* budget_only = servers.mutable_servers(0)->mutable_status();
+  budget_only->set_memory_budget_bytes(64000000);
+  budget_only->set_memory_allowance_bytes(48000000);
+  budget_only->set_resident_bytes(40000000);
+  budget_only->set_peak_resident_bytes(50000000);
+  rpc::ServerStatus* tiered = servers.mutable_servers(1)->mutable_status();
+  tiered->set_memory_budget_bytes(64000000);
+  tiered->set_memory_allowance_bytes(48000000);
+  tiered->set_resident_bytes(41000000);
+  tiered->set_peak_resident_bytes(52000000);
+  tiered->set_tier_disk_bytes(1500000);
+  tiered->set_tier_max_disk_bytes(1000000000);
+  tiered->set_tier_refused_rows(3);
+  const std::string text = StatusText("127.0.0.1:7000", Cluster(), servers);
+  INFO(text);
+  CHECK_THAT(text, Catch::Contains("  memory: resident 40.0 MB (peak 50.0 MB), budget 64.0 MB "
+                                   "(tables' allowance 48.0 MB)\n"));
+  CHECK_THAT(text, Catch::Contains("  memory: resident 41.0 MB (peak 52.0 MB), budget 64.0 MB "
+                                   "(tables' allowance 48.0 MB); disk tier 1.5 MB of 1.0 GB, 3 "
+                                   "rows refused at the cap\n"));
+  const auto json = Parse(StatusJson("127.0.0.1:7000", Cluster(), servers));
+  const auto& replies = Field(Field(json, "servers").struct_value(), "servers").list_value();
+  const auto& status = Field(replies.values(1).struct_value(), "status").struct_value();
+  CHECK(Field(status, "tier_max_disk_bytes").string_value() == "1000000000");
+  CHECK(Field(status, "tier_refused_rows").string_value() == "3");
 }
 
 TEST_CASE("metrics: rates between two samples per server, in total and per worker", "[ctl]") {
