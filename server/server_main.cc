@@ -4,7 +4,8 @@
 //             [--metrics_listen=HOST:PORT] [--metrics_port_file=PATH] [--connect_timeout_s=45]
 //             [--hot_keys_sample_every=128] [--lookup_threads=-1] [--tls_cert=PEM --tls_key=PEM]
 //             [--tls_ca=PEM] [--token_file=PATH] [--shared_memory_mb=1024]
-//             [--shared_memory_idle_s=600] [--memory_budget_mb=0] [--dry_run]
+//             [--shared_memory_idle_s=600] [--memory_budget_mb=0]
+//             [--tier_dir=PATH --tier_max_disk_gb=N] [--dry_run]
 //             [resource bounds, below]
 //
 // It lends clients on its host up to --shared_memory_mb of shared memory for the payloads of
@@ -71,6 +72,7 @@
 #include "server/registered_workers.h"
 #include "server/server_metrics.h"
 #include "server/sharded_store.h"
+#include "server/storage/row_tier.h"
 #include "server/shared_regions.h"
 
 ABSL_FLAG(std::string, coordinator, "", "host:port of the coordinator (required)");
@@ -86,6 +88,13 @@ ABSL_FLAG(int, lookup_threads, -1,
 ABSL_FLAG(int64_t, memory_budget_mb, 0,
           "the server's resident memory budget in MiB: its tables' rows are capped and evicted "
           "to stay within it (server/README.md#memory-budget); 0: none");
+ABSL_FLAG(std::string, tier_dir, "",
+          "a directory for the disk tier: rows the memory budget moves out of memory are kept "
+          "there (RocksDB) and read back when used (server/README.md#tier); needs "
+          "--memory_budget_mb and --tier_max_disk_gb. Emptied at start; empty: no tier");
+ABSL_FLAG(double, tier_max_disk_gb, 0,
+          "the most disk the tier may use, in GiB (> 0 with --tier_dir): past it, rows leaving "
+          "memory are dropped as without a tier");
 ABSL_FLAG(int, connect_timeout_s, 45,
           "how long to wait for the coordinator, at start and when it is away later (a "
           "coordinator restarting from its data_dir); then the server exits with status 1");
@@ -292,6 +301,32 @@ int Main() {
                  static_cast<long long>(memory_budget_mb));
     return 2;
   }
+  const std::string tier_dir = absl::GetFlag(FLAGS_tier_dir);
+  const double tier_max_disk_gb = absl::GetFlag(FLAGS_tier_max_disk_gb);
+  if (!tier_dir.empty()) {
+    // Checked before registering: a tier that cannot work stops the server at once.
+    if (memory_budget_mb == 0) {
+      std::fprintf(stderr,
+                   "ps_server: --tier_dir holds the rows that the memory budget moves out of "
+                   "memory: set --memory_budget_mb too\n");
+      return 2;
+    }
+    if (!(tier_max_disk_gb > 0) || tier_max_disk_gb > (int64_t{1} << 20)) {
+      std::fprintf(stderr,
+                   "ps_server: --tier_max_disk_gb must be > 0 (and at most 2^20) with --tier_dir, "
+                   "got %g\n",
+                   tier_max_disk_gb);
+      return 2;
+    }
+    const absl::Status writable = server::RowTier::CheckDirectory(tier_dir);
+    if (!writable.ok()) {
+      std::fprintf(stderr, "ps_server: %s\n", std::string(writable.message()).c_str());
+      return 2;
+    }
+  } else if (tier_max_disk_gb != 0) {
+    std::fprintf(stderr, "ps_server: --tier_max_disk_gb is the cap of a tier: set --tier_dir\n");
+    return 2;
+  }
   const int connect_timeout_s = absl::GetFlag(FLAGS_connect_timeout_s);
   if (connect_timeout_s <= 0) {
     std::fprintf(stderr, "ps_server: --connect_timeout_s must be > 0, got %d\n", connect_timeout_s);
@@ -425,6 +460,8 @@ int Main() {
   options.hot_keys_sample_every = absl::GetFlag(FLAGS_hot_keys_sample_every);
   options.lookup_threads = *lookup_threads;
   options.memory_budget_bytes = memory_budget_mb << 20;
+  options.tier_dir = tier_dir;
+  options.tier_max_disk_bytes = static_cast<int64_t>(tier_max_disk_gb * (1 << 30));
   options.replication_transport = replication.get();
   options.server_id = server_id;
   // A copy that cannot be reached is reported, so that the coordinator fails it over at once.
@@ -545,7 +582,8 @@ int main(int argc, char** argv) {
       "ps_server --coordinator=HOST:PORT [--listen=HOST:PORT] [--advertise=HOST] "
       "[--port_file=PATH] [--metrics_listen=HOST:PORT] [--metrics_port_file=PATH] "
       "[--connect_timeout_s=N] [--hot_keys_sample_every=N] [--lookup_threads=N] "
-      "[--shared_memory_mb=N] [--shared_memory_idle_s=N] [--memory_budget_mb=N] [--dry_run]");
+      "[--shared_memory_mb=N] [--shared_memory_idle_s=N] [--memory_budget_mb=N] "
+      "[--tier_dir=PATH --tier_max_disk_gb=N] [--dry_run]");
   absl::ParseCommandLine(argc, argv);
   return ps::Main();
 }

@@ -92,6 +92,43 @@ void Shard::PromoteLocked(size_t table, absl::Span<const uint64_t> keys, bool ma
   }
 }
 
+size_t Shard::DemoteOrDropLocked(size_t table, const std::vector<uint64_t>& ids,
+                                 const TableShard::Departed& departed) {
+  if (ids.empty()) return 0;
+  // To the tier; if it is full, the rows are dropped as without one (still counted as evicted by
+  // the budget).
+  const bool demoted = DemoteLocked(table, departed).ok();
+  if (demoted) tables_[table]->NoteDemoted(ids.size());
+  evicted_since_cut_ = true;
+  ++applied_sequence_;
+  if (sink_) {
+    RecordOut out;
+    rpc::RowsChange* change = demoted ? out.record.mutable_demote() : out.record.mutable_evict();
+    change->set_table(static_cast<uint32_t>(table));
+    AppendPacked(ids.data(), ids.size(), change->mutable_keys());
+    Emit(std::move(out));
+  }
+  return ids.size();
+}
+
+void Shard::MakeRoomLocked(size_t table, absl::Span<const uint64_t> keys) {
+  if (config_.tier == nullptr || table >= max_rows_.size() || max_rows_[table] == 0) return;
+  TableShard& rows = *tables_[table];
+  const size_t cap = max_rows_[table];
+  std::vector<uint64_t> missing;
+  rows.FindMissing(keys, &missing);
+  if (rows.size() + missing.size() <= cap) return;
+  // Down to the cap less a 64th, so that the next requests find room too.
+  const size_t target = cap - std::min(cap, missing.size() + cap / 64);
+  SetTickLocked(table);
+  std::vector<uint64_t> demoting;
+  TableShard::Departed departed;
+  rows.EvictToRows(target, 4 * (rows.size() - target) + 256, &demoting, &departed);
+  if (DemoteOrDropLocked(table, demoting, departed) == 0) return;
+  // Rows of this request may have been among them.
+  PromoteLocked(table, keys, /*may_unlock=*/false);
+}
+
 absl::Status Shard::DemoteLocked(size_t table, const TableShard::Departed& rows) {
   const size_t row_bytes = tables_[table]->stored_row_bytes();
   std::vector<RowTier::Row> put(rows.ids.size());
@@ -259,6 +296,7 @@ void Shard::ResetLocked() {
 void Shard::Pull(size_t table, absl::Span<const uint64_t> keys, float* out) {
   absl::MutexLock lock(&mu_);
   if (TieredLocked(table)) PromoteLocked(table, keys, /*may_unlock=*/true);
+  MakeRoomLocked(table, keys);
   SetTickLocked(table);
   tables_[table]->Pull(keys, out);
 }
@@ -362,6 +400,8 @@ ApplyWindow::Verdict Shard::Push(size_t table, uint32_t worker, uint64_t sequenc
   if (!config_.sync && TieredLocked(table)) PromoteLocked(table, keys, /*may_unlock=*/true);
   const ApplyWindow::Verdict verdict = window_.Admit(worker, sequence);
   if (verdict != ApplyWindow::Verdict::kApply) return verdict;
+  // A demotion to make room is a change of its own, recorded before the push's.
+  if (!config_.sync) MakeRoomLocked(table, keys);
   RecordOut out;
   rpc::ShardRecord& record = out.record;
   if (config_.sync) {
@@ -408,6 +448,7 @@ void Shard::ApplyStep(int64_t step) {
     // Under the lock: the step is applied at once (its rows were promoted by the step's pulls,
     // unless demoted since).
     if (TieredLocked(t)) PromoteLocked(t, sums.ids, /*may_unlock=*/false);
+    MakeRoomLocked(t, sums.ids);
     SetTickLocked(t);
     const size_t dropped = tables_[t]->Push(sums.ids, sums.sums.data(), nullptr, &kept);
     if (sink_) {
@@ -574,23 +615,7 @@ SweepResult Shard::Sweep(absl::Span<const TableSweep> sweeps, size_t max_buckets
         }
         examined += kEvictPiece;
       }
-      if (!demoting.empty()) {
-        // To the tier; if it is full, the rows are dropped as without one (still counted as
-        // evicted by the budget).
-        const bool demoted = DemoteLocked(t, departed).ok();
-        if (demoted) table.NoteDemoted(demoting.size());
-        result.evicted += demoting.size();
-        evicted_since_cut_ = true;
-        ++applied_sequence_;
-        if (sink_) {
-          RecordOut out;
-          rpc::RowsChange* change =
-              demoted ? out.record.mutable_demote() : out.record.mutable_evict();
-          change->set_table(static_cast<uint32_t>(t));
-          AppendPacked(demoting.data(), demoting.size(), change->mutable_keys());
-          Emit(std::move(out));
-        }
-      }
+      result.evicted += DemoteOrDropLocked(t, demoting, departed);
       const bool more_eviction =
           evicting && examined < max_buckets && table.size() > sweep.low_rows;
       if (!evicted.empty()) {

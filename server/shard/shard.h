@@ -365,6 +365,17 @@ class Shard {
   // happened meanwhile); the lock is held again on return.
   void PromoteLocked(size_t table, absl::Span<const uint64_t> keys, bool may_unlock)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // With a tier and a row cap: demotes rows of `table` (by its policy) until the rows of `keys`
+  // not in memory fit under the cap, so that a pull or push about to create them is not refused;
+  // the demotion goes to the record sink as a sweep's does. Then promotes any of `keys` that were
+  // demoted (under the lock). Does nothing without a tier or a cap.
+  void MakeRoomLocked(size_t table, absl::Span<const uint64_t> keys)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sends `departed` rows of `table` (ids in `ids`) to the tier, or drops them if it is full,
+  // counting them and recording the change (a demote or evict record). Returns the rows.
+  size_t DemoteOrDropLocked(size_t table, const std::vector<uint64_t>& ids,
+                            const TableShard::Departed& departed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Puts departed rows of `table` in the tier: OK, or RESOURCE_EXHAUSTED (tier at its cap, nothing
   // written).
   absl::Status DemoteLocked(size_t table, const TableShard::Departed& rows)

@@ -1,8 +1,12 @@
 #include "server/shard/shard.h"
 
+#include <stdlib.h>
+
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <map>
 #include <memory>
@@ -15,6 +19,7 @@
 #include "common/optimizer.h"
 #include "proto/job.pb.h"
 #include "server/storage/embedding_table.h"
+#include "server/storage/row_tier.h"
 
 namespace ps {
 namespace server {
@@ -194,6 +199,9 @@ Dump DumpOf(Shard& shard, const Fixture& f) {
     d.sequence = r.sequence();
     if (r.has_snapshot_begin()) d.step = r.snapshot_begin().applied_step();
     if (r.has_rows()) AddRows(r.rows(), f.tables[r.rows().table()]->row_floats(), &d.rows);
+    if (r.has_tiered_rows()) {
+      AddRows(r.tiered_rows(), f.tables[r.tiered_rows().table()]->row_floats(), &d.rows);
+    }
     if (r.has_pending()) AddRows(r.pending(), f.tables[r.pending().table()]->dim, &d.pending);
     if (r.has_dense()) {
       d.dense[{r.dense().name(), r.dense().chunk()}] = r.dense().values() + "|" + r.dense().state();
@@ -671,6 +679,157 @@ TEST_CASE("generations wrap around after 2^16 - 1 cuts and increments stay exact
   shard.SetGenerationForTesting(kMax);
   shard.Cut(4096, {});
   CHECK_FALSE(shard.Cut(4096, {4, 3}).incremental);
+}
+
+}  // namespace
+}  // namespace server
+}  // namespace ps
+
+namespace ps {
+namespace server {
+namespace {
+
+// A temporary directory, removed with what it holds.
+struct TempDir {
+  TempDir() {
+    char pattern[] = "/tmp/shard_test_XXXXXX";
+    REQUIRE(mkdtemp(pattern) != nullptr);
+    path = pattern;
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+  std::string path;
+};
+
+std::unique_ptr<RowTier> OpenTier(const std::string& dir, const Fixture& f,
+                                  const std::atomic<uint32_t>* ticks) {
+  RowTier::Options options;
+  options.dir = dir;
+  options.max_disk_bytes = int64_t{1} << 30;
+  for (const auto& spec : f.tables) options.stored_row_bytes.push_back(spec->row_words() * 4);
+  options.use_ticks = ticks;
+  options.write_buffer_bytes = 1 << 20;
+  options.block_cache_bytes = 1 << 20;
+  auto tier = RowTier::Open(options);
+  REQUIRE(tier.ok());
+  return std::move(tier).value();
+}
+
+// Sweeps until every table is at most `high` rows.
+void EvictTo(Shard& shard, size_t high, size_t low) {
+  shard.SetMaxRows({high, high});
+  const TableSweep sweep{/*ttl_ticks=*/0, high, low, /*evict_only=*/true};
+  const std::vector<TableSweep> sweeps = {sweep, sweep};
+  for (int i = 0; i < 1000 && !shard.Sweep(sweeps, 4096).within; ++i) {
+  }
+}
+
+TEST_CASE("rows demoted to the tier come back bit for bit; copies, snapshots and cuts hold them",
+          "[shard][tier]") {
+  const bool sync = GENERATE(false, true);
+  const auto value_type =
+      GENERATE(config::Table::FP32, config::Table::FP16, config::Table::BF16);
+  CAPTURE(sync, value_type);
+  Fixture f(sync, value_type, "adagrad");
+  std::atomic<uint32_t> ticks[2] = {{100}, {100}};
+  f.config.use_ticks = ticks;
+  TempDir dir;
+  std::unique_ptr<RowTier> tier = OpenTier(dir.path, f, ticks);
+  f.config.tier = tier.get();
+  Shard primary(2, f.config, {});
+  Shard copy(2, f.config, {});  // the same tier: copies keep apart by incarnation
+  std::vector<rpc::ShardRecord> stream;
+  primary.SetRecordSink([&](RecordOut&& r) { stream.push_back(r.Whole()); });
+  auto follow = [&] {
+    for (const rpc::ShardRecord& r : stream) {
+      const absl::Status applied = copy.ApplyRecord(r);
+      INFO(applied.ToString());
+      REQUIRE(applied.ok());
+    }
+    stream.clear();
+  };
+  std::mt19937_64 rng(sync ? 11 : 12);
+  RandomChanges(primary, sync, &rng, 300);
+  if (sync) primary.ApplyStep(primary.applied_step() + 1);
+  const Dump before = DumpOf(primary, f);
+  REQUIRE(before.rows.size() > 200);
+
+  // Demoted: the rows are the same, wherever they are.
+  EvictTo(primary, 40, 30);
+  std::vector<uint64_t> rows(2), bytes(2);
+  primary.AddSizes(&rows, &bytes);
+  CHECK(rows[0] <= 40);
+  CHECK(rows[1] <= 40);
+  std::vector<TableShard::Counters> counters(2);
+  primary.AddCounters(&counters);
+  CHECK(counters[0].demoted + counters[1].demoted + 80 >= before.rows.size());
+  CHECK(counters[0].evicted_budget + counters[1].evicted_budget == 0);
+  CHECK(DumpOf(primary, f).rows == before.rows);
+  CHECK(tier->GetStats().rows[0] + tier->GetStats().rows[1] + rows[0] + rows[1] ==
+        before.rows.size());
+  follow();
+  CHECK(DumpOf(copy, f).rows == before.rows);
+
+  // A full cut holds every row, read after the cut while rows move.
+  ShardCut cut = primary.StartCut(/*max_record_bytes=*/256, {/*checkpoint_id=*/1, 0});
+  std::vector<float> out(200 * kDim);
+  std::vector<uint64_t> all(200);
+  for (uint64_t k = 0; k < 200; ++k) all[k] = k;
+  while (true) {
+    // Pulls promote rows (and create some), changes and sweeps demote others.
+    primary.Pull(0, absl::MakeConstSpan(all).subspan(rng() % 150, 50), out.data());
+    RandomChanges(primary, sync, &rng, 5);
+    EvictTo(primary, 40, 30);
+    absl::StatusOr<bool> more = primary.ReadCutRows(256, &cut);
+    REQUIRE(more.ok());
+    if (!*more) break;
+  }
+  CHECK(RowsOf(cut, f) == before.rows);
+
+  // Pulls and pushes promote; the copy follows demotions, promotions and changes.
+  if (sync) primary.ApplyStep(primary.applied_step() + 1);
+  primary.Pull(1, all, out.data());
+  counters.assign(2, {});
+  primary.AddCounters(&counters);
+  CHECK(counters[1].promoted > 0);
+  RandomChanges(primary, sync, &rng, 200);
+  if (sync) primary.ApplyStep(primary.applied_step() + 1);
+  EvictTo(primary, 40, 30);
+  follow();
+  const Dump now = DumpOf(primary, f);
+  CHECK(DumpOf(copy, f).rows == now.rows);
+
+  // A new copy from a snapshot of a primary with tiered rows holds them all.
+  Shard fresh(2, f.config, {}, /*complete=*/false);
+  fresh.SetMaxRows({40, 40});
+  for (const rpc::ShardRecord& r : SnapshotOf(primary, 512)) REQUIRE(fresh.ApplyRecord(r).ok());
+  CHECK(DumpOf(fresh, f).rows == now.rows);
+
+  // A restore onto a copy with a smaller cap puts what does not fit in the tier.
+  const ShardCut full = primary.Cut(1 << 20, {/*checkpoint_id=*/2, 0});
+  Shard restored(2, f.config, {}, /*complete=*/false);
+  restored.SetMaxRows({20, 20});
+  restored.BeginRestore();
+  ShardCut state = full;
+  state.records.clear();
+  for (const rpc::ShardRecord& r : full.records) {
+    if (!r.has_rows()) {
+      state.records.push_back(r);
+      continue;
+    }
+    const size_t n = r.rows().keys().size() / 8;
+    std::vector<uint64_t> ids(n);
+    std::memcpy(ids.data(), r.rows().keys().data(), n * 8);
+    REQUIRE(restored
+                .RestoreRows(r.rows().table(), ids.data(),
+                             reinterpret_cast<const float*>(r.rows().values().data()), n)
+                .ok());
+  }
+  REQUIRE(restored.FinishRestore(state).ok());
+  rows.assign(2, 0);
+  bytes.assign(2, 0);
+  restored.AddSizes(&rows, &bytes);
+  CHECK(rows[0] <= 20 + 256);
+  CHECK(DumpOf(restored, f).rows == now.rows);
 }
 
 }  // namespace

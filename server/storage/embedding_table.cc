@@ -508,9 +508,9 @@ bool TableShard::InsertStored(uint64_t id, const void* stored, uint32_t last_use
     if (++b == capacity_) b = 0;
   }
   entries_[b].generation = generation;
-  if (track_use_) {
+  if (track_use_ && !promotion) {
     // Older than 2 * kMaxTtlTicks reads as that old (as Sweep stamps it); the LFU count starts
-    // again.
+    // again. (A promoted row is being used: FindOrCreate stamped it as used now.)
     const uint32_t age = std::min<uint32_t>(tick_ - last_use, 2 * kMaxTtlTicks);
     entries_[b].use = static_cast<uint16_t>((tick_ - age) & 0xFFF);
   }

@@ -228,9 +228,10 @@ class TableShard {
   size_t TakeRows(absl::Span<const uint64_t> ids, Departed* out);
 
   // Puts back a row that left (TakeRows, EvictToRows): its stored bytes as they were (`stored`
-  // need not be aligned), its last use and generation. Creates it even at the row cap (the
-  // caller evicts down to the cap later). Counted as promoted unless `promotion` is false (a
-  // row that could not leave). Returns false, changing nothing, if `id` has a row.
+  // need not be aligned) and its generation. Creates it even at the row cap (the caller evicts
+  // down to the cap later). A promotion (a pull or push of the row) stamps it as used now and is
+  // counted as promoted; otherwise (a row that could not leave) its use stays `last_use`.
+  // Returns false, changing nothing, if `id` has a row.
   bool InsertStored(uint64_t id, const void* stored, uint32_t last_use, uint16_t generation,
                     bool promotion = true);
 

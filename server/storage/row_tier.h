@@ -72,6 +72,10 @@ class RowTier {
   // open it.
   static absl::StatusOr<std::unique_ptr<RowTier>> Open(Options options);
 
+  // Open's check of the directory alone (creates it if missing, writes and removes a probe
+  // file): OK, or FAILED_PRECONDITION naming --tier_dir and the path. For a daemon's start.
+  static absl::Status CheckDirectory(const std::string& dir);
+
   ~RowTier();
   RowTier(const RowTier&) = delete;
   RowTier& operator=(const RowTier&) = delete;
