@@ -582,6 +582,35 @@ absl::Status RowTier::Impl::CompactForTesting() {
   return absl::OkStatus();
 }
 
+absl::Status RowTier::CheckDirectory(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("--tier_dir \"%s\" is not writable: %s", dir, ec.message()));
+  }
+  const std::string probe = dir + "/.row_tier_probe";
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  bool written = fd >= 0;
+  int err = errno;
+  if (written) {
+    const char byte = 0;
+    written = ::write(fd, &byte, 1) == 1;
+    if (!written) err = errno;
+    if (::close(fd) != 0 && written) {
+      written = false;
+      err = errno;
+    }
+    ::unlink(probe.c_str());
+  }
+  if (!written) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("--tier_dir \"%s\" is not writable: %s", dir, std::strerror(err)));
+  }
+
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<RowTier>> RowTier::Open(Options options) {
   if (options.dir.empty()) {
     return absl::InvalidArgumentError("--tier_dir: empty; the disk tier needs a directory");
@@ -607,31 +636,7 @@ absl::StatusOr<std::unique_ptr<RowTier>> RowTier::Open(Options options) {
         options.max_disk_bytes, min_bytes, options.write_buffer_bytes));
   }
 
-  const std::string& dir = options.dir;
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) {
-    return absl::FailedPreconditionError(
-        absl::StrFormat("--tier_dir \"%s\" is not writable: %s", dir, ec.message()));
-  }
-  const std::string probe = dir + "/.row_tier_probe";
-  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  bool written = fd >= 0;
-  int err = errno;
-  if (written) {
-    const char byte = 0;
-    written = ::write(fd, &byte, 1) == 1;
-    if (!written) err = errno;
-    if (::close(fd) != 0 && written) {
-      written = false;
-      err = errno;
-    }
-    ::unlink(probe.c_str());
-  }
-  if (!written) {
-    return absl::FailedPreconditionError(
-        absl::StrFormat("--tier_dir \"%s\" is not writable: %s", dir, std::strerror(err)));
-  }
+  if (absl::Status writable = CheckDirectory(options.dir); !writable.ok()) return writable;
 
   auto impl = std::make_unique<Impl>(std::move(options));
   if (absl::Status s = impl->OpenDb(); !s.ok()) return s;
