@@ -1,5 +1,7 @@
 #include "server/memory_keeper.h"
 
+#include <malloc.h>
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -70,6 +72,7 @@ absl::StatusOr<std::unique_ptr<MemoryKeeper>> MemoryKeeper::Create(
   }
   if (!options.now) options.now = [] { return absl::Now(); };
   if (!options.resident_bytes) options.resident_bytes = ResidentBytes;
+  if (!options.release_free_memory) options.release_free_memory = [] { malloc_trim(0); };
   const bool budget = options.budget_bytes > 0;
   for (int t = 0; t < job.tables_size(); ++t) {
     const config::Table& table = job.tables(t);
@@ -235,6 +238,15 @@ SweepResult MemoryKeeper::SweepOnce(const ForEachPrimary& for_each_primary, bool
     total.evicted += result.evicted;
     total.within = total.within && result.within;
   });
+  if (budget_bytes_ > 0 &&
+      options_.resident_bytes() > budget_bytes_ - static_cast<int64_t>(budget_bytes_ * kReserve)) {
+    const int64_t now = absl::ToUnixNanos(absl::Now());
+    int64_t last = last_release_ns_.load(std::memory_order_relaxed);
+    if (now - last >= absl::ToInt64Nanoseconds(options_.release_period) &&
+        last_release_ns_.compare_exchange_strong(last, now, std::memory_order_relaxed)) {
+      options_.release_free_memory();
+    }
+  }
   SampleResident();
   return total;
 }

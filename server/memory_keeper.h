@@ -57,6 +57,12 @@ class MemoryKeeper {
     // and that the budget must hold: the disk tier's memtables and cache
     // (RowTier::MemoryBytes). Default 0; >= 0.
     int64_t other_bytes = 0;
+    // Gives the allocator's free memory back to the kernel (default glibc's malloc_trim(0)):
+    // called after a sweep that finds the resident set above the budget less the reserve (at
+    // most every `release_period`), since freed memory otherwise stays resident (TuneProcess
+    // keeps the heap's top) and transient buffers (demotions, promotions, snapshots) add up.
+    std::function<void()> release_free_memory;
+    absl::Duration release_period = absl::Milliseconds(250);
   };
 
   // The share of the budget kept back for memory outside the tables.
@@ -155,6 +161,8 @@ class MemoryKeeper {
   std::atomic<int64_t> max_step_{0};
   std::unique_ptr<std::atomic<uint32_t>[]> use_ticks_;  // by table
   std::atomic<int64_t> peak_resident_{0};
+  // When release_free_memory was last called (absl::ToUnixNanos).
+  std::atomic<int64_t> last_release_ns_{0};
 
   mutable absl::Mutex mu_;
   std::vector<size_t> max_rows_ ABSL_GUARDED_BY(mu_);

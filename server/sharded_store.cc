@@ -57,8 +57,7 @@ absl::StatusOr<std::unique_ptr<ShardedStore>> ShardedStore::Create(const config:
   keeping.budget_bytes = options.memory_budget_bytes;
   keeping.now = options.now;
   if (tiered) {
-    keeping.other_bytes =
-        static_cast<int64_t>(2 * tiering.write_buffer_bytes + tiering.block_cache_bytes);
+    keeping.other_bytes = RowTier::MemoryBytesFor(tiering);
   }
   std::vector<const TableSpec*> specs;
   for (const auto& spec : tables) specs.push_back(spec.get());

@@ -141,6 +141,9 @@ class ShardedStore {
   // The job's tables, by table index.
   const std::vector<std::unique_ptr<TableSpec>>& tables() const { return tables_; }
 
+  // Whether the server has a memory budget.
+  bool bounded() const { return keeper_->budget_bytes() > 0; }
+
   // Version of the installed shard map; 0 before the first.
   uint64_t map_version() const { return map_version_.load(std::memory_order_acquire); }
 

@@ -176,8 +176,11 @@ absl::StatusOr<ShardedStore::Restored> LoadShards(ShardedStore* store, const rpc
     ShardedStore::Restored* const restored_ ABSL_PT_GUARDED_BY(mu_);
     absl::flat_hash_map<uint32_t, std::unique_ptr<Shard>> building_ ABSL_GUARDED_BY(mu_);
   } builder(store, &restored);
-  absl::Status loaded = LoadCheckpointShards(map.restore_from(), *manifest, store->tables(),
-                                             map.num_shards(), shards, threads, &builder);
+  // Under a memory budget the files are read, not mapped: a mapped file's pages would count in
+  // the resident set.
+  absl::Status loaded =
+      LoadCheckpointShards(map.restore_from(), *manifest, store->tables(), map.num_shards(),
+                           shards, threads, &builder, /*map_files=*/!store->bounded());
   if (!loaded.ok()) return loaded;
   return restored;
 }

@@ -46,11 +46,13 @@ using RowSink =
 // of the file must be in `tables` with the same dim and row_floats. DATA_LOSS for a file that is
 // missing, truncated, corrupt, or disagrees with `expected` or with itself (counts);
 // FAILED_PRECONDITION, naming the table, when the file's tables do not fit `tables`.
+// `map_file`: the file is read through a memory mapping (faster; its pages count in the
+// process's resident set while it is read), else with reads.
 absl::StatusOr<ShardCut> ReadShardFile(const std::string& path,
                                        const std::vector<std::unique_ptr<TableSpec>>& tables,
                                        const rpc::CheckpointShardFile* expected = nullptr,
                                        size_t max_record_bytes = 1 << 20,
-                                       const RowSink* rows = nullptr);
+                                       const RowSink* rows = nullptr, bool map_file = true);
 
 }  // namespace server
 }  // namespace ps

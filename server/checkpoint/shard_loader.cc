@@ -51,7 +51,7 @@ absl::Status ParallelFor(size_t n, int threads, const std::function<absl::Status
 absl::StatusOr<ShardCut> ReadCheckedFile(const std::string& folder,
                                          const rpc::CheckpointShardFile& expected,
                                          const std::vector<std::unique_ptr<TableSpec>>& tables,
-                                         const RowSink* rows) {
+                                         const RowSink* rows, bool map_file) {
   const std::string path = absl::StrCat(folder, "/", expected.file());
   std::error_code ec;
   const uintmax_t bytes = std::filesystem::file_size(path, ec);
@@ -60,7 +60,8 @@ absl::StatusOr<ShardCut> ReadCheckedFile(const std::string& folder,
     return absl::DataLossError(absl::StrFormat(
         "checkpoint file %s has %d bytes, the manifest says %d", path, bytes, expected.bytes()));
   }
-  absl::StatusOr<ShardCut> cut = ReadShardFile(path, tables, nullptr, kMaxRecordBytes, rows);
+  absl::StatusOr<ShardCut> cut =
+      ReadShardFile(path, tables, nullptr, kMaxRecordBytes, rows, map_file);
   if (!cut.ok()) return cut.status();
   if (cut->shard != expected.shard() || cut->sequence != expected.sequence()) {
     return absl::DataLossError(absl::StrFormat(
@@ -77,7 +78,7 @@ absl::StatusOr<ShardCut> ReadCheckedFile(const std::string& folder,
 // the rows of the chain's files as the manifests say; its error stops the reading.
 absl::StatusOr<ShardCut> ReadShardChain(const std::vector<CheckpointLink>& chain, uint32_t shard,
                                         const std::vector<std::unique_ptr<TableSpec>>& tables,
-                                        const RowSink* rows = nullptr,
+                                        bool map_files, const RowSink* rows = nullptr,
                                         const std::function<absl::Status(uint64_t)>& begin = {}) {
   absl::StatusOr<std::vector<ShardFileRef>> files = ShardFileChain(chain, shard);
   if (!files.ok()) return files.status();
@@ -90,7 +91,7 @@ absl::StatusOr<ShardCut> ReadShardChain(const std::vector<CheckpointLink>& chain
   std::vector<ShardCut> cuts;
   for (const ShardFileRef& ref : *files) {
     const std::string folder = std::filesystem::path(ref.path).parent_path().string();
-    absl::StatusOr<ShardCut> cut = ReadCheckedFile(folder, ref.file, tables, rows);
+    absl::StatusOr<ShardCut> cut = ReadCheckedFile(folder, ref.file, tables, rows, map_files);
     if (!cut.ok()) return cut.status();
     if (cut->incremental != ref.file.incremental() || cut->base_id != ref.file.base_id()) {
       return absl::DataLossError(absl::StrFormat(
@@ -171,7 +172,7 @@ absl::Status LoadCheckpointShards(const std::string& folder,
                                   const rpc::CheckpointManifest& manifest,
                                   const std::vector<std::unique_ptr<TableSpec>>& tables,
                                   uint32_t num_shards, const std::vector<uint32_t>& shards,
-                                  int threads, ShardBuilder* builder) {
+                                  int threads, ShardBuilder* builder, bool map_files) {
   const uint32_t old_shards = manifest.shard_map().num_shards();
   if (old_shards == 0 || manifest.shards_size() != static_cast<int>(old_shards)) {
     return absl::InvalidArgumentError(
@@ -202,7 +203,7 @@ absl::Status LoadCheckpointShards(const std::string& folder,
         return builder->AddRows(shard, table, ids, values, n);
       };
       absl::StatusOr<ShardCut> cut =
-          ReadShardChain(*chain, shard, tables, &rows,
+          ReadShardChain(*chain, shard, tables, map_files, &rows,
                          [&](uint64_t total) { return builder->Begin(shard, total); });
       if (!cut.ok()) return cut.status();
       return builder->Finish(*std::move(cut));
@@ -222,7 +223,8 @@ absl::Status LoadCheckpointShards(const std::string& folder,
   absl::Status status = ParallelFor(old_shards, threads, [&](size_t s) -> absl::Status {
     // The chain's rows in order, so that each id's newest row comes last where it lands (an id
     // is in one old shard only).
-    absl::StatusOr<ShardCut> cut = ReadShardChain(*chain, static_cast<uint32_t>(s), tables);
+    absl::StatusOr<ShardCut> cut =
+        ReadShardChain(*chain, static_cast<uint32_t>(s), tables, map_files);
     if (!cut.ok()) return cut.status();
     absl::MutexLock lock(&route_mu);
     Route(*cut, tables, num_shards, slot, &cuts, &open);

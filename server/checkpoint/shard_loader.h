@@ -49,7 +49,8 @@ class ShardBuilder {
 //    records. The cuts have sequence 0, the checkpoint's applied step (sync: its step - 1;
 //    otherwise -1) and no window: exactly-once entries are kept per shard, and a restored job's
 //    workers have new ids anyway (CheckpointManifest.next_member_id).
-// Files are read on up to `threads` threads at once (at least 1).
+// Files are read on up to `threads` threads at once (at least 1), through memory mappings when
+// `map_files` (ReadShardFile's map_file: a server with a memory budget reads them instead).
 // Errors, with the load stopped: DATA_LOSS for a file that is missing, whose size disagrees with
 // the manifest, or that is corrupt (ReadShardFile), and for a base checkpoint that is missing,
 // incomplete or does not fit (ReadCheckpointChain, ShardFileChain); FAILED_PRECONDITION when the
@@ -59,7 +60,7 @@ absl::Status LoadCheckpointShards(const std::string& folder,
                                   const rpc::CheckpointManifest& manifest,
                                   const std::vector<std::unique_ptr<TableSpec>>& tables,
                                   uint32_t num_shards, const std::vector<uint32_t>& shards,
-                                  int threads, ShardBuilder* builder);
+                                  int threads, ShardBuilder* builder, bool map_files = true);
 
 // The same, returning one cut a shard, in `shards`' order, with every row in its records, ready
 // for Shard::Restore.

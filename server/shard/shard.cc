@@ -123,7 +123,12 @@ void Shard::MakeRoomLocked(size_t table, absl::Span<const uint64_t> keys) {
   SetTickLocked(table);
   std::vector<uint64_t> demoting;
   TableShard::Departed departed;
-  rows.EvictToRows(target, 4 * (rows.size() - target) + 256, &demoting, &departed);
+  // EvictToRows takes a share of each slice as large as the excess is of the rows: passes until
+  // the target (the whole index examined at most).
+  for (size_t examined = 0; rows.size() > target && examined < rows.bucket_count();
+       examined += 4096) {
+    rows.EvictToRows(target, 4096, &demoting, &departed);
+  }
   if (DemoteOrDropLocked(table, demoting, departed) == 0) return;
   // Rows of this request may have been among them.
   PromoteLocked(table, keys, /*may_unlock=*/false);
@@ -281,6 +286,7 @@ void Shard::ResetLocked() {
         std::make_unique<TableShard>((*config_.tables)[t].get(), expected, width));
     tables_.back()->set_generation(generation_);
     if (t < max_rows_.size()) tables_.back()->SetMaxRows(max_rows_[t]);
+    tables_.back()->SetSoftCap(config_.tier != nullptr);
   }
   evicted_since_cut_ = false;
   ResetTierLocked();
@@ -1101,12 +1107,17 @@ absl::Status Shard::RestoreRows(size_t table, const uint64_t* ids, const float* 
     return absl::FailedPreconditionError(
         absl::StrFormat("shard %d: rows to restore, but no restore was begun", id_));
   }
+  RestoreRowsLocked(table, absl::MakeConstSpan(ids, n), rows);
+  return absl::OkStatus();
+}
+
+void Shard::RestoreRowsLocked(size_t table, absl::Span<const uint64_t> ids, const void* rows) {
   // A checkpoint of rows that were in a tier may hold more than memory may: past the cap, the
   // rows go to this server's tier.
   const size_t cap = table < max_rows_.size() ? max_rows_[table] : 0;
-  const bool to_tier = config_.tier != nullptr && cap != 0 && tables_[table]->size() + n > cap;
-  AssignRowsLocked(table, absl::MakeConstSpan(ids, n), rows, to_tier);
-  return absl::OkStatus();
+  const bool to_tier =
+      config_.tier != nullptr && cap != 0 && tables_[table]->size() + ids.size() > cap;
+  AssignRowsLocked(table, ids, rows, to_tier);
 }
 
 absl::Status Shard::FinishRestore(const ShardCut& cut) {
@@ -1135,6 +1146,19 @@ absl::Status Shard::FinishRestoreLocked(const ShardCut& cut) {
           "shard %d at %d",
           id_, record.shard(), record.sequence(), id_, cut.sequence));
       break;
+    }
+    if (record.has_rows() && config_.tier != nullptr) {
+      // Rows as RestoreRows takes them (past the cap, to the tier).
+      std::vector<uint64_t> aligned_keys;
+      std::vector<float> aligned_values;
+      const uint64_t* keys = nullptr;
+      const float* values = nullptr;
+      size_t n = 0;
+      status = ReadChange(record.rows(), /*gradients=*/false, &aligned_keys, &aligned_values,
+                          &keys, &values, &n);
+      if (!status.ok()) break;
+      RestoreRowsLocked(record.rows().table(), absl::MakeConstSpan(keys, n), values);
+      continue;
     }
     status = ApplyRecordLocked(record);
     if (!status.ok()) break;

@@ -387,6 +387,9 @@ class Shard {
   void AssignRowsLocked(size_t table, absl::Span<const uint64_t> keys, const void* rows,
                         bool to_tier, absl::Span<const uint32_t> ages = {})
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A restore's rows: to memory, or past the table's cap to the tier (AssignRowsLocked).
+  void RestoreRowsLocked(size_t table, absl::Span<const uint64_t> ids, const void* rows)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Emits the tiered rows of every table: as tiered_rows records with their ages (a snapshot),
   // or as rows records (a cut).
   void EmitTieredLocked(size_t max_record_bytes, bool with_ages,

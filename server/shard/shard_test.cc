@@ -714,6 +714,33 @@ std::unique_ptr<RowTier> OpenTier(const std::string& dir, const Fixture& f,
   return std::move(tier).value();
 }
 
+// Whether `a` and `b` hold the same rows, a row missing on one side being its table's initial
+// row there: a primary creates rows for pulls, which its copies create only when a push changes
+// them.
+bool SameRowsUpToInitial(const std::map<std::pair<uint32_t, uint64_t>, std::string>& a,
+                         const std::map<std::pair<uint32_t, uint64_t>, std::string>& b,
+                         const Fixture& f) {
+  auto initial = [&f](const std::pair<uint32_t, uint64_t>& key) {
+    TableShard scratch(f.tables[key.first].get(), 0);
+    std::vector<float> out(kDim);
+    scratch.Pull({key.second}, out.data());
+    std::vector<float> row(f.tables[key.first]->row_floats());
+    scratch.Read(key.second, row.data());
+    return std::string(reinterpret_cast<const char*>(row.data()), row.size() * sizeof(float));
+  };
+  size_t differ = 0;
+  for (const auto& [key, row] : a) {
+    const auto it = b.find(key);
+    differ += (it == b.end() ? initial(key) : it->second) != row;
+  }
+  for (const auto& [key, row] : b) {
+    if (a.count(key) == 0) differ += initial(key) != row;
+  }
+  INFO(differ << " rows differ");
+  CHECK(differ == 0);
+  return differ == 0;
+}
+
 // Sweeps until every table is at most `high` rows.
 void EvictTo(Shard& shard, size_t high, size_t low) {
   shard.SetMaxRows({high, high});
@@ -796,7 +823,7 @@ TEST_CASE("rows demoted to the tier come back bit for bit; copies, snapshots and
   EvictTo(primary, 40, 30);
   follow();
   const Dump now = DumpOf(primary, f);
-  CHECK(DumpOf(copy, f).rows == now.rows);
+  CHECK(SameRowsUpToInitial(DumpOf(copy, f).rows, now.rows, f));
 
   // A new copy from a snapshot of a primary with tiered rows holds them all.
   Shard fresh(2, f.config, {}, /*complete=*/false);

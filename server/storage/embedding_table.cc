@@ -319,7 +319,7 @@ uint32_t TableShard::FindOrCreate(uint64_t id, uint32_t hash, bool initialize, b
         return kEmpty;
       }
     }
-    if (max_rows_ != 0 && size_ >= max_rows_) {
+    if (max_rows_ != 0 && size_ >= max_rows_ && !soft_cap_) {
       ++counters_.full_refused;
       return kEmpty;
     }
@@ -327,7 +327,7 @@ uint32_t TableShard::FindOrCreate(uint64_t id, uint32_t hash, bool initialize, b
   if (size_ >= max_size_) {
     const size_t most = MaxCapacity();
     if (capacity_ >= most) {
-      if (create != Create::kAlways) {
+      if (create != Create::kAlways && !soft_cap_) {
         ++counters_.full_refused;
         return kEmpty;
       }

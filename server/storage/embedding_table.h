@@ -180,6 +180,11 @@ class TableShard {
   void SetMaxRows(size_t max_rows);
   size_t max_rows() const { return max_rows_; }
 
+  // A soft cap (a shard with a disk tier, which demotes rows to make room before it creates
+  // them): rows are created past the cap rather than refused, so that no push is dropped when
+  // the room made was not enough. The cap still sizes the index and slabs and drives eviction.
+  void SetSoftCap(bool soft) { soft_cap_ = soft; }
+
   // Rows leaving memory for the tier, as EvictToRows and TakeRows hand them over: in ids order,
   // each with its last use (a tick of the clock SetTick sets, 12 bits of age kept), its
   // generation and its stored row (stored_row_bytes() bytes).
@@ -468,6 +473,7 @@ class TableShard {
 
   // Bounds and eviction.
   size_t max_rows_ = 0;
+  bool soft_cap_ = false;
   uint32_t tick_ = 0;
   // Whether lookups stamp rows' use (eviction configured, or a row cap).
   bool track_use_ = false;

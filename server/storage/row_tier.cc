@@ -147,9 +147,7 @@ class RowTier::Impl {
 
   absl::Status OpenDb();
 
-  int64_t MemoryBytes() const {
-    return static_cast<int64_t>(2 * options_.write_buffer_bytes + options_.block_cache_bytes);
-  }
+  int64_t MemoryBytes() const { return RowTier::MemoryBytesFor(options_); }
 
   uint32_t NewIncarnation() {
     uint32_t inc = next_incarnation_.fetch_add(1, std::memory_order_relaxed);
@@ -647,6 +645,11 @@ RowTier::RowTier(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 RowTier::~RowTier() = default;
 
 int64_t RowTier::MemoryBytes() const { return impl_->MemoryBytes(); }
+
+int64_t RowTier::MemoryBytesFor(const Options& options) {
+  return static_cast<int64_t>(2 * options.write_buffer_bytes + options.block_cache_bytes) +
+         kOverheadBytes;
+}
 uint32_t RowTier::NewIncarnation() { return impl_->NewIncarnation(); }
 
 absl::Status RowTier::Put(uint32_t incarnation, uint32_t table, absl::Span<const Row> rows) {

@@ -90,9 +90,18 @@ class RowTier {
   RowTier(const RowTier&) = delete;
   RowTier& operator=(const RowTier&) = delete;
 
-  // The most memory RocksDB holds for the tier (memtables and block cache): the server's memory
+  // The memory the tier takes in a server (MemoryBytesFor its options): the server's memory
   // budget keeps it back from the tables' allowance.
   int64_t MemoryBytes() const;
+
+  // The memory a tier with `options` takes: RocksDB's memtables (two) and block cache, and
+  // kOverheadBytes for the rest.
+  static int64_t MemoryBytesFor(const Options& options);
+  // What a tier costs beyond its memtables and cache, measured on ps_server (2026-11-28, the
+  // resident set of servers with and without a tier under the same budget, tests/tier_test):
+  // RocksDB's code and its other pages, table readers, compaction and iterator buffers, and the
+  // promotions' and demotions' batches.
+  static constexpr int64_t kOverheadBytes = int64_t{16} << 20;
 
   // A number no other copy's rows use (starts at 1; never 0).
   uint32_t NewIncarnation();
