@@ -1,7 +1,7 @@
 // The disk tier on real daemons (issue 35): ps_servers with a memory budget far below what the
 // rows need and a --tier_dir each, driven through the client library. Every acknowledged push is
 // there after rows went to the tier and came back, and after a kill -9 of a server whose rows
-// are partly in its tier (replication 2, SYNC replication); a checkpoint taken with rows in the
+// are partly in its tier (replication 2, SYNC replication; SYNC and ASYNC training); a checkpoint taken with rows in the
 // tiers restores onto a cluster of another size, bit for bit; a small disk cap holds; bad tier
 // settings stop ps_server at start, naming the flag.
 #include <catch2/catch.hpp>
@@ -34,7 +34,8 @@ constexpr float kLearningRate = 0.5f;
 
 // One table of 512-byte rows (sgd, so that the expected rows are computed here), checkpoints in
 // `dir`.
-std::string Job(int servers, int shards, const std::string& dir) {
+std::string Job(int servers, int shards, const std::string& dir,
+                const std::string& mode = "ASYNC") {
   return absl::StrFormat(
       R"pb(name: "tiered"
            tables {
@@ -43,7 +44,7 @@ std::string Job(int servers, int shards, const std::string& dir) {
              initializer { kind: UNIFORM low: -0.1 high: 0.1 }
              optimizer { type: "sgd" learning_rate: %f }
            }
-           training { seed: 23 mode: ASYNC }
+           training { seed: 23 mode: %s }
            cluster {
              num_shards: %d
              num_servers: %d
@@ -53,7 +54,7 @@ std::string Job(int servers, int shards, const std::string& dir) {
              checkpoint_dir: "%s"
            }
       )pb",
-      kDim, kLearningRate, shards, servers, servers > 1 ? 2 : 1, dir);
+      kDim, kLearningRate, mode, shards, servers, servers > 1 ? 2 : 1, dir);
 }
 
 struct Cluster {
@@ -111,9 +112,10 @@ float Grad(size_t i, size_t j, int round) {
   return static_cast<float>(static_cast<int>((i * 7 + j * 3 + round) % 9) - 4) / 16.0f;
 }
 
-// Pushes round `round` in batches, applying it to `expected` as sgd does.
+// Pushes round `round` in batches, applying it to `expected` as sgd does. With `step` (a sync
+// job), each batch is a step of its own: *step, then the next.
 void PushRound(Client& client, const std::vector<uint64_t>& keys, int round,
-               std::vector<float>* expected) {
+               std::vector<float>* expected, int64_t* step = nullptr) {
   constexpr size_t kBatch = 2000;
   std::vector<float> grads;
   for (size_t first = 0; first < keys.size(); first += kBatch) {
@@ -125,11 +127,17 @@ void PushRound(Client& client, const std::vector<uint64_t>& keys, int round,
         (*expected)[(first + i) * kDim + j] -= kLearningRate * grads[i * kDim + j];
       }
     }
+    if (step != nullptr) client.SetClock(*step);
     const absl::Status pushed =
         client.Push("emb", absl::MakeConstSpan(keys).subspan(first, n), grads);
     INFO(pushed.ToString());
     REQUIRE(pushed.ok());
+    if (step == nullptr) continue;
+    absl::StatusOr<int64_t> applied = client.EndStep((*step)++);
+    INFO(applied.status().ToString());
+    REQUIRE(applied.ok());
   }
+  client.SetClock(-1);
 }
 
 // Every key's row as the cluster serves it equals `expected`, bit for bit.
@@ -171,15 +179,21 @@ uint64_t DiskBytes(const std::string& dir) {
 
 TEST_CASE("rows in the tier come back bit for bit, also after a kill -9 of their primary",
           "[integration][tier]") {
-  const std::string job = Job(2, 8, testing::TempDir() + "/tier_kill_checkpoints");
-  Cluster cluster = StartCluster(job, "tier_kill", 2);
+  const std::string mode = GENERATE("SYNC", "ASYNC");
+  const bool sync = mode == "SYNC";
+  CAPTURE(mode);
+  const std::string name = absl::StrCat("tier_kill_", mode);
+  const std::string job = Job(2, 8, absl::StrCat(testing::TempDir(), "/", name), mode);
+  Cluster cluster = StartCluster(job, name, 2);
   Client& client = *cluster.client;
   // 250k rows of 512 bytes on each server (every row has a copy on both): about 130 MB, where
   // the budget leaves the table about half of that.
   const std::vector<uint64_t> keys = testing::RandomKeys(250000, 5);
   std::vector<float> expected = InitialRows(job, keys);
-  PushRound(client, keys, 1, &expected);
-  PushRound(client, keys, 2, &expected);
+  int64_t step = 0;
+  int64_t* const steps = sync ? &step : nullptr;
+  PushRound(client, keys, 1, &expected, steps);
+  PushRound(client, keys, 2, &expected, steps);
   for (const auto& server : cluster.servers) {
     const rpc::ServerStatus status = StatusOf(*server);
     INFO("server " << status.server_id() << ": resident " << status.resident_bytes() << ", peak "
@@ -206,7 +220,7 @@ TEST_CASE("rows in the tier come back bit for bit, also after a kill -9 of their
 
   // A third round, then kill -9 a server: the other serves every shard from its copies, their
   // rows partly in its own tier.
-  PushRound(client, keys, 3, &expected);
+  PushRound(client, keys, 3, &expected, steps);
   cluster.servers[0]->Kill();
   CheckServed(client, keys, expected);
   const rpc::ServerStatus survivor = StatusOf(*cluster.servers[1]);
