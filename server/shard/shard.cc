@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_format.h"
 
 namespace ps {
@@ -118,8 +119,10 @@ void Shard::MakeRoomLocked(size_t table, absl::Span<const uint64_t> keys) {
   std::vector<uint64_t> missing;
   rows.FindMissing(keys, &missing);
   if (rows.size() + missing.size() <= cap) return;
-  // Down to the cap less a 64th, so that the next requests find room too.
-  const size_t target = cap - std::min(cap, missing.size() + cap / 64);
+  // Down to 90% of the cap (the sweeper's low watermark) less the rows to create, so that the
+  // next requests find room too and demotions come in batches.
+  const size_t low = cap - cap / 10;
+  const size_t target = low - std::min(low, missing.size());
   SetTickLocked(table);
   std::vector<uint64_t> demoting;
   TableShard::Departed departed;
@@ -130,8 +133,14 @@ void Shard::MakeRoomLocked(size_t table, absl::Span<const uint64_t> keys) {
     rows.EvictToRows(target, 4096, &demoting, &departed);
   }
   if (DemoteOrDropLocked(table, demoting, departed) == 0) return;
-  // Rows of this request may have been among them.
-  PromoteLocked(table, keys, /*may_unlock=*/false);
+  // Rows of this request may have been among them (rarely: its rows in memory were used
+  // recently): those come back.
+  const absl::flat_hash_set<uint64_t> demoted(demoting.begin(), demoting.end());
+  std::vector<uint64_t> back;
+  for (const uint64_t key : keys) {
+    if (demoted.contains(key)) back.push_back(key);
+  }
+  if (!back.empty()) PromoteLocked(table, back, /*may_unlock=*/false);
 }
 
 absl::Status Shard::DemoteLocked(size_t table, const TableShard::Departed& rows) {

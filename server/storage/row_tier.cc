@@ -268,6 +268,11 @@ absl::Status RowTier::Impl::OpenDb() {
   table.block_cache = cache_;
   table.cache_index_and_filter_blocks = true;
   table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
+  // Most lookups of new rows find nothing: the newest files' filters stay in the cache, and the
+  // memtables have one of their own.
+  table.pin_l0_filter_and_index_blocks_in_cache = true;
+  o.memtable_whole_key_filtering = true;
+  o.memtable_prefix_bloom_size_ratio = 0.05;
   o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
 
   rocksdb::Status s = rocksdb::DestroyDB(dir, o);

@@ -8,6 +8,11 @@
 //   resident10  a budget that holds D/10 rows: hit rate, pull and push rates against unbounded,
 //               pull p99/p50 while evicting, peak RSS over the budget
 //   resident5   a budget that holds D/20 rows: peak RSS over the budget, pull p99/p50
+//   tier10      resident10's budget (plus the tier's own memory) with a disk tier
+//               (--tier_dir): the RAM hit rate (re-referenced pulls whose row was in memory,
+//               not promoted from the tier), the share of them answered with their row (not
+//               the initial one), pull and push rates against unbounded, peak RSS over the
+//               budget, pull p99/p50
 //   admission   min_count 2, no budget: which keys got a row (a pull answering a row other than
 //               the initial one: every push changes a row)
 //   auc         the quickstart's model (1 server, 1 worker) trained on long-tail data
@@ -55,6 +60,7 @@
 #include "common/job_config.h"
 #include "common/process_tuning.h"
 #include "server/storage/embedding_table.h"
+#include "server/storage/row_tier.h"
 #include "tests/testing/json_line.h"
 #include "tests/testing/local_cluster.h"
 #include "tests/testing/measure.h"
@@ -73,7 +79,7 @@ ABSL_FLAG(std::string, policy, "LRU", "the bounded runs' eviction policy: LRU or
 ABSL_FLAG(int64_t, auc_rows, 500000, "the auc run: training rows (held-out: a tenth)");
 ABSL_FLAG(int, auc_epochs, 1, "the auc run: epochs");
 ABSL_FLAG(std::string, job, "", "the auc run's job (default deploy/jobs/quickstart.pbtxt)");
-ABSL_FLAG(std::string, runs, "unbounded,resident10,resident5,admission,rows,auc",
+ABSL_FLAG(std::string, runs, "unbounded,resident10,resident5,tier10,admission,rows,auc",
           "which runs, comma-separated (unbounded is needed by the bounded ones)");
 ABSL_FLAG(std::string, bin_dir, "", "folder holding server/ and server/coordinator/ binaries");
 
@@ -101,6 +107,7 @@ struct RunConfig {
   uint64_t load_rows = 0;  // > 0: load that many rows instead of the stream
   std::string value_type = "FP32";
   uint64_t capacity_hint = 0;  // the table's capacity_hint (load_rows sets it too)
+  bool tier = false;           // a disk tier beside the budget
 };
 
 std::string JobText(const RunConfig& run) {
@@ -147,6 +154,9 @@ struct RunResult {
   uint64_t bytes = 0;
   uint64_t max_rows_per_copy = 0;
   uint64_t evicted = 0;
+  uint64_t promoted = 0;  // rows read back from the tier
+  uint64_t demoted = 0;
+  uint64_t tier_rows = 0;
   // The Zipf rank of every re-referenced key's pull (for the oracle's hit rate).
   std::vector<uint64_t> reference_ranks;
   // Admission: keys seen once / at least twice, and how many of each got a row.
@@ -162,6 +172,11 @@ absl::StatusOr<RunResult> Run(const RunConfig& run) {
   options.servers = 1;
   if (run.budget_mb > 0) {
     options.server_args = {absl::StrCat("--memory_budget_mb=", run.budget_mb)};
+  }
+  if (run.tier) {
+    options.server_args.push_back(
+        absl::StrCat("--tier_dir=", testing::TempDir(), "/", run.name, "_tier"));
+    options.server_args.push_back("--tier_max_disk_gb=8");
   }
   auto cluster = testing::LocalCluster::Start(job_path, options);
   if (!cluster.ok()) return cluster.status();
@@ -301,6 +316,9 @@ absl::StatusOr<RunResult> Run(const RunConfig& run) {
   result.bytes = table.bytes();
   result.max_rows_per_copy = table.max_rows_per_copy();
   result.evicted = table.evicted_budget() + table.evicted_ttl();
+  result.promoted = table.promoted();
+  result.demoted = table.demoted();
+  result.tier_rows = table.tier_rows();
   client->reset();
   (void)(*cluster)->Terminate(absl::Seconds(30));
   return result;
@@ -435,7 +453,7 @@ int Main() {
       absl::GetFlag(FLAGS_draws), absl::GetFlag(FLAGS_zipf), absl::GetFlag(FLAGS_batch),
       absl::GetFlag(FLAGS_dim));
   RunResult unbounded;
-  if (wants("unbounded") || wants("resident10") || wants("resident5")) {
+  if (wants("unbounded") || wants("resident10") || wants("resident5") || wants("tier10")) {
     // Presized for the stream's distinct keys, so that its indexes do not grow while it runs
     // (a growing index stalls a shard's requests: not what is compared here).
     auto zipf = worker::ZipfSampler::Create(absl::GetFlag(FLAGS_ids), absl::GetFlag(FLAGS_zipf));
@@ -466,7 +484,7 @@ int Main() {
   // What a server holds before any row, with a table that is not presized (the unbounded run's
   // index is allocated at its start).
   uint64_t baseline = 0;
-  if (wants("resident10") || wants("resident5")) {
+  if (wants("resident10") || wants("resident5") || wants("tier10")) {
     absl::StatusOr<RunResult> empty = Run({"baseline", 0, "adagrad", 0, /*load_rows=*/1});
     if (!empty.ok()) {
       std::fprintf(stderr, "memory_bench: baseline: %s\n", empty.status().ToString().c_str());
@@ -517,6 +535,44 @@ int Main() {
             absl::StrFormat(",\"tier\":false,\"keys_per_s\":%.0f,\"unbounded_keys_per_s\":%.0f%s",
                             r->push_keys_per_s, unbounded.push_keys_per_s, run));
     }
+  }
+  if (wants("tier10")) {
+    // resident10's table, and the tier's memory on top (the keeper keeps it back).
+    const double rows = unbounded.distinct * 0.10;
+    const int64_t budget_mb = static_cast<int64_t>(
+        (baseline + rows * bytes_per_row) / 0.9 / (1 << 20) +
+        server::RowTier::MemoryBytesFor(server::RowTier::Options()) / 0.9 / (1 << 20) + 1);
+    RunConfig config{"tier10", budget_mb};
+    config.tier = true;
+    absl::StatusOr<RunResult> r = Run(config);
+    if (!r.ok()) {
+      std::fprintf(stderr, "memory_bench: tier10: %s\n", r.status().ToString().c_str());
+      return 1;
+    }
+    const std::string run = absl::StrFormat(
+        ",\"run\":\"tier10\",\"tier\":true,\"policy\":\"%s\",\"baseline_mb\":%.1f,"
+        "\"budget_mb\":%d,\"resident_rows\":%d,\"tier_rows\":%d,\"demoted\":%d,"
+        "\"promoted\":%d,\"distinct\":%d,\"evicted\":%d%s",
+        absl::GetFlag(FLAGS_policy), baseline / 1048576.0, budget_mb, r->rows, r->tier_rows,
+        r->demoted, r->promoted, r->distinct, r->evicted, stream);
+    // Every re-referenced pull's row was in memory or came back from the tier: the promotions
+    // (pulls' and pushes', which follow their pulls) are the misses.
+    const double rereferences = static_cast<double>(std::max<uint64_t>(1, r->rereferences));
+    Print("ram_hit_rate", 1.0 - std::min(1.0, r->promoted / rereferences),
+          absl::StrFormat(",\"rereferences\":%d%s", r->rereferences, run));
+    Print("tier_row_hit_rate", r->hits / rereferences,
+          absl::StrFormat(",\"rereferences\":%d%s", r->rereferences, run));
+    Print("pull_ratio_vs_unbounded", r->pull_keys_per_s / unbounded.pull_keys_per_s,
+          absl::StrFormat(",\"keys_per_s\":%.0f,\"unbounded_keys_per_s\":%.0f%s",
+                          r->pull_keys_per_s, unbounded.pull_keys_per_s, run));
+    Print("push_ratio_vs_unbounded", r->push_keys_per_s / unbounded.push_keys_per_s,
+          absl::StrFormat(",\"keys_per_s\":%.0f,\"unbounded_keys_per_s\":%.0f%s",
+                          r->push_keys_per_s, unbounded.push_keys_per_s, run));
+    Print("peak_rss_over_budget", static_cast<double>(r->peak_rss) / (budget_mb << 20),
+          absl::StrFormat(",\"peak_rss_mb\":%.1f%s", r->peak_rss / 1048576.0, run));
+    Print(
+        "pull_p99_over_p50_during_eviction", r->pull_p99_ms / r->pull_p50_ms,
+        absl::StrFormat(",\"p50_ms\":%.3f,\"p99_ms\":%.3f%s", r->pull_p50_ms, r->pull_p99_ms, run));
   }
   if (wants("admission")) {
     absl::StatusOr<RunResult> r = Run({"admission", 0, "adagrad", 2});
