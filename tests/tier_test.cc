@@ -84,13 +84,7 @@ Cluster StartCluster(const std::string& job, const std::string& name, int server
     REQUIRE(server.ok());
     cluster.servers.push_back(std::move(*server));
   }
-  ClientOptions options;
-  options.coordinator = cluster.coordinator->address();
-  options.connect_timeout = absl::Seconds(30);
-  auto client = Client::Connect(options);
-  INFO(client.status().ToString());
-  REQUIRE(client.ok());
-  cluster.client = std::move(*client);
+  cluster.client = testing::ConnectClient(cluster.coordinator->address());
   return cluster;
 }
 

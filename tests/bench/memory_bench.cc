@@ -443,6 +443,16 @@ void Print(const std::string& figure, double value, const std::string& more) {
   std::fflush(stdout);
 }
 
+// The pull and push rates of `r` against `unbounded`'s, with `extra` fields.
+void PrintRates(const RunResult& r, const RunResult& unbounded, const std::string& extra) {
+  Print("pull_ratio_vs_unbounded", r.pull_keys_per_s / unbounded.pull_keys_per_s,
+        absl::StrFormat(",\"keys_per_s\":%.0f,\"unbounded_keys_per_s\":%.0f%s",
+                        r.pull_keys_per_s, unbounded.pull_keys_per_s, extra));
+  Print("push_ratio_vs_unbounded", r.push_keys_per_s / unbounded.push_keys_per_s,
+        absl::StrFormat(",\"keys_per_s\":%.0f,\"unbounded_keys_per_s\":%.0f%s",
+                        r.push_keys_per_s, unbounded.push_keys_per_s, extra));
+}
+
 int Main() {
   const std::vector<std::string> runs = absl::StrSplit(absl::GetFlag(FLAGS_runs), ',');
   const auto wants = [&runs](const std::string& name) {
@@ -528,12 +538,7 @@ int Main() {
                 static_cast<double>(oracle_hits) / std::max<uint64_t>(1, r->rereferences),
                 static_cast<double>(unbounded.hits) / std::max<uint64_t>(1, unbounded.rereferences),
                 run));
-      Print("pull_ratio_vs_unbounded", r->pull_keys_per_s / unbounded.pull_keys_per_s,
-            absl::StrFormat(",\"tier\":false,\"keys_per_s\":%.0f,\"unbounded_keys_per_s\":%.0f%s",
-                            r->pull_keys_per_s, unbounded.pull_keys_per_s, run));
-      Print("push_ratio_vs_unbounded", r->push_keys_per_s / unbounded.push_keys_per_s,
-            absl::StrFormat(",\"tier\":false,\"keys_per_s\":%.0f,\"unbounded_keys_per_s\":%.0f%s",
-                            r->push_keys_per_s, unbounded.push_keys_per_s, run));
+      PrintRates(*r, unbounded, ",\"tier\":false" + run);
     }
   }
   if (wants("tier10")) {
@@ -562,12 +567,7 @@ int Main() {
           absl::StrFormat(",\"rereferences\":%d%s", r->rereferences, run));
     Print("tier_row_hit_rate", r->hits / rereferences,
           absl::StrFormat(",\"rereferences\":%d%s", r->rereferences, run));
-    Print("pull_ratio_vs_unbounded", r->pull_keys_per_s / unbounded.pull_keys_per_s,
-          absl::StrFormat(",\"keys_per_s\":%.0f,\"unbounded_keys_per_s\":%.0f%s",
-                          r->pull_keys_per_s, unbounded.pull_keys_per_s, run));
-    Print("push_ratio_vs_unbounded", r->push_keys_per_s / unbounded.push_keys_per_s,
-          absl::StrFormat(",\"keys_per_s\":%.0f,\"unbounded_keys_per_s\":%.0f%s",
-                          r->push_keys_per_s, unbounded.push_keys_per_s, run));
+    PrintRates(*r, unbounded, run);
     Print("peak_rss_over_budget", static_cast<double>(r->peak_rss) / (budget_mb << 20),
           absl::StrFormat(",\"peak_rss_mb\":%.1f%s", r->peak_rss / 1048576.0, run));
     Print(

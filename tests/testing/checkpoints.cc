@@ -26,8 +26,13 @@ absl::StatusOr<rpc::CheckpointResponse> TakeCheckpoint(const std::string& coordi
 }
 
 std::unique_ptr<Client> ConnectClient(const LocalCluster& cluster) {
+  return ConnectClient(cluster.coordinator().address());
+}
+
+std::unique_ptr<Client> ConnectClient(const std::string& coordinator) {
   ClientOptions options;
-  options.coordinator = cluster.coordinator().address();
+  options.coordinator = coordinator;
+  options.connect_timeout = absl::Seconds(30);
   auto client = Client::Connect(options);
   INFO(client.status().ToString());
   REQUIRE(client.ok());

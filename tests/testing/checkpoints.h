@@ -26,6 +26,8 @@ absl::StatusOr<rpc::CheckpointResponse> TakeCheckpoint(const std::string& coordi
 
 // A client of `cluster` (the test fails if it cannot connect).
 std::unique_ptr<Client> ConnectClient(const LocalCluster& cluster);
+// A client of the coordinator at `coordinator` (waiting up to 30 s for it).
+std::unique_ptr<Client> ConnectClient(const std::string& coordinator);
 
 // `n` random 64-bit keys from `seed`.
 std::vector<uint64_t> RandomKeys(size_t n, uint64_t seed);
