@@ -1,7 +1,6 @@
 #include "server/memory_keeper.h"
 
 #include <malloc.h>
-
 #include <unistd.h>
 
 #include <algorithm>

@@ -72,8 +72,8 @@
 #include "server/registered_workers.h"
 #include "server/server_metrics.h"
 #include "server/sharded_store.h"
-#include "server/storage/row_tier.h"
 #include "server/shared_regions.h"
+#include "server/storage/row_tier.h"
 
 ABSL_FLAG(std::string, coordinator, "", "host:port of the coordinator (required)");
 ABSL_FLAG(std::string, port_file, "", "if set, the bound port is written to this file");

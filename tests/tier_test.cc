@@ -1,9 +1,9 @@
 // The disk tier on real daemons (issue 35): ps_servers with a memory budget far below what the
 // rows need and a --tier_dir each, driven through the client library. Every acknowledged push is
 // there after rows went to the tier and came back, and after a kill -9 of a server whose rows
-// are partly in its tier (replication 2, SYNC replication; SYNC and ASYNC training); a checkpoint taken with rows in the
-// tiers restores onto a cluster of another size, bit for bit; a small disk cap holds; bad tier
-// settings stop ps_server at start, naming the flag.
+// are partly in its tier (replication 2, SYNC replication; SYNC and ASYNC training); a checkpoint
+// taken with rows in the tiers restores onto a cluster of another size, bit for bit; a small disk
+// cap holds; bad tier settings stop ps_server at start, naming the flag.
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <cstring>
@@ -76,10 +76,10 @@ Cluster StartCluster(const std::string& job, const std::string& name, int server
   for (int i = 0; i < servers; ++i) {
     cluster.tier_dirs.push_back(absl::StrCat(testing::TempDir(), "/", name, "_tier", i));
     auto server = testing::Daemon::Start(
-        "server/ps_server", {absl::StrCat("--coordinator=", cluster.coordinator->address()),
-                             absl::StrCat("--memory_budget_mb=", kBudgetMb),
-                             "--tier_dir=" + cluster.tier_dirs.back(),
-                             absl::StrCat("--tier_max_disk_gb=", tier_gb)});
+        "server/ps_server",
+        {absl::StrCat("--coordinator=", cluster.coordinator->address()),
+         absl::StrCat("--memory_budget_mb=", kBudgetMb), "--tier_dir=" + cluster.tier_dirs.back(),
+         absl::StrCat("--tier_max_disk_gb=", tier_gb)});
     INFO(server.status().ToString());
     REQUIRE(server.ok());
     cluster.servers.push_back(std::move(*server));
@@ -191,13 +191,12 @@ TEST_CASE("rows in the tier come back bit for bit, also after a kill -9 of their
   for (const auto& server : cluster.servers) {
     const rpc::ServerStatus status = StatusOf(*server);
     INFO("server " << status.server_id() << ": resident " << status.resident_bytes() << ", peak "
-                   << status.peak_resident_bytes() << ", tier rows "
-                   << status.tables(0).tier_rows() << ", rows " << status.tables(0).rows()
-                   << ", primary rows " << status.tables(0).primary_rows() << ", cap per copy "
+                   << status.peak_resident_bytes() << ", tier rows " << status.tables(0).tier_rows()
+                   << ", rows " << status.tables(0).rows() << ", primary rows "
+                   << status.tables(0).primary_rows() << ", cap per copy "
                    << status.tables(0).max_rows_per_copy() << ", refused at the cap "
-                   << status.tables(0).full_refused() << ", demoted "
-                   << status.tables(0).demoted() << ", allowance "
-                   << status.memory_allowance_bytes());
+                   << status.tables(0).full_refused() << ", demoted " << status.tables(0).demoted()
+                   << ", allowance " << status.memory_allowance_bytes());
     REQUIRE(status.tables(0).tier_rows() > 0);
     CHECK(status.tables(0).demoted() > 0);
     CHECK(status.tables(0).evicted_budget() == 0);  // demoted, never dropped
@@ -250,7 +249,7 @@ TEST_CASE("a checkpoint taken with rows in the tiers restores onto a cluster of 
   CHECK(restored.tables(0).tier_rows() > 0);
   CHECK(restored.tables(0).tier_rows() + restored.tables(0).rows() == keys.size());
   INFO("resident " << restored.resident_bytes() << ", rows " << restored.tables(0).rows()
-                    << ", cap per copy " << restored.tables(0).max_rows_per_copy());
+                   << ", cap per copy " << restored.tables(0).max_rows_per_copy());
   CHECK(restored.peak_resident_bytes() <= restored.memory_budget_bytes());
 }
 
@@ -276,14 +275,18 @@ TEST_CASE("the tier's disk cap holds: past it rows leaving memory are dropped an
   CHECK(status.peak_resident_bytes() <= status.memory_budget_bytes());
   // The server still answers every pull.
   std::vector<float> rows(1000 * kDim);
-  CHECK(cluster.client->Pull("emb", absl::MakeConstSpan(keys).subspan(0, 1000),
-                             absl::MakeSpan(rows))
-            .ok());
+  CHECK(
+      cluster.client->Pull("emb", absl::MakeConstSpan(keys).subspan(0, 1000), absl::MakeSpan(rows))
+          .ok());
 }
 
 TEST_CASE("bad tier settings stop ps_server at start, naming the flag", "[integration][tier]") {
   const std::string file = testing::TempDir() + "/tier_not_a_dir";
-  { std::FILE* f = std::fopen(file.c_str(), "w"); REQUIRE(f != nullptr); std::fclose(f); }
+  {
+    std::FILE* f = std::fopen(file.c_str(), "w");
+    REQUIRE(f != nullptr);
+    std::fclose(f);
+  }
   struct Case {
     std::vector<std::string> args;
     std::string names;

@@ -179,8 +179,8 @@ absl::StatusOr<ShardedStore::Restored> LoadShards(ShardedStore* store, const rpc
   // Under a memory budget the files are read, not mapped: a mapped file's pages would count in
   // the resident set.
   absl::Status loaded =
-      LoadCheckpointShards(map.restore_from(), *manifest, store->tables(), map.num_shards(),
-                           shards, threads, &builder, /*map_files=*/!store->bounded());
+      LoadCheckpointShards(map.restore_from(), *manifest, store->tables(), map.num_shards(), shards,
+                           threads, &builder, /*map_files=*/!store->bounded());
   if (!loaded.ok()) return loaded;
   return restored;
 }

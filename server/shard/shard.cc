@@ -942,7 +942,8 @@ void Shard::CutRowsLocked(size_t max_record_bytes, const CutRequest& request, Sh
     // The tier's rows as of now, read after memory's, table by table.
     cut_scanners_.assign(tables_.size(), nullptr);
     for (size_t t = 0; t < tables_.size(); ++t) {
-      if (TieredLocked(t)) cut_scanners_[t] = config_.tier->Scan(incarnation_, static_cast<uint32_t>(t));
+      if (TieredLocked(t))
+        cut_scanners_[t] = config_.tier->Scan(incarnation_, static_cast<uint32_t>(t));
     }
     cut_read_ = ++cut_reads_;
     cut->rows_to_read = cut_read_;
@@ -1010,8 +1011,7 @@ absl::StatusOr<bool> Shard::ReadCutRows(size_t max_record_bytes, ShardCut* cut) 
             "shard %d: the cut's rows were replaced or its read abandoned before it ended", id_));
       }
       if (!cut->reading_tier) {
-        n = tables_[t]->ReadCut(max_rows,
-                                reinterpret_cast<uint64_t*>(&(*rows->mutable_keys())[0]),
+        n = tables_[t]->ReadCut(max_rows, reinterpret_cast<uint64_t*>(&(*rows->mutable_keys())[0]),
                                 reinterpret_cast<float*>(&(*rows->mutable_values())[0]));
       } else if (t < cut_scanners_.size()) {
         scanner = cut_scanners_[t];
@@ -1163,8 +1163,8 @@ absl::Status Shard::FinishRestoreLocked(const ShardCut& cut) {
       const uint64_t* keys = nullptr;
       const float* values = nullptr;
       size_t n = 0;
-      status = ReadChange(record.rows(), /*gradients=*/false, &aligned_keys, &aligned_values,
-                          &keys, &values, &n);
+      status = ReadChange(record.rows(), /*gradients=*/false, &aligned_keys, &aligned_values, &keys,
+                          &values, &n);
       if (!status.ok()) break;
       RestoreRowsLocked(record.rows().table(), absl::MakeConstSpan(keys, n), values);
       continue;
@@ -1238,9 +1238,9 @@ absl::Status Shard::ApplyRecordLocked(const rpc::ShardRecord& record,
                                      &keys, &values, &n);
       if (!read.ok()) return read;
       if (change.ages().size() != n * sizeof(uint32_t)) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "shard %d: tiered rows record with %d keys and %d bytes of ages", id_, n,
-            change.ages().size()));
+        return absl::InvalidArgumentError(
+            absl::StrFormat("shard %d: tiered rows record with %d keys and %d bytes of ages", id_,
+                            n, change.ages().size()));
       }
       const std::vector<uint32_t> ages = Unpack<uint32_t>(change.ages());
       AssignRowsLocked(change.table(), absl::MakeConstSpan(keys, n), values, /*to_tier=*/true,

@@ -268,11 +268,11 @@ class Shard {
   // say a row is gone, and reads only the rows in memory):
   // then only the rows changed since that cut are appended to `cut`'s records (of
   // at most about `max_record_bytes`), and `cut` is marked incremental on base_id. Otherwise
-  // every row, the tier's too (a full cut): so a shard new to this object (a failover's promoted replica, a
-  // restart, a restore, a new snapshot) is cut in full first. A full cut's rows are not copied
-  // here but read afterwards by ReadCutRows, as of this instant, while the shard keeps changing
-  // (cut->rows_to_read is set). Any new cut abandons the read of an earlier one.
-  // A request with a checkpoint_id is remembered as the base for the next one.
+  // every row, the tier's too (a full cut): so a shard new to this object (a failover's promoted
+  // replica, a restart, a restore, a new snapshot) is cut in full first. A full cut's rows are not
+  // copied here but read afterwards by ReadCutRows, as of this instant, while the shard keeps
+  // changing (cut->rows_to_read is set). Any new cut abandons the read of an earlier one. A request
+  // with a checkpoint_id is remembered as the base for the next one.
   void CutRows(size_t max_record_bytes, const CutRequest& request, ShardCut* cut);
 
   // Appends to `cut` the next record of its rows (at most about `max_record_bytes`) as they were

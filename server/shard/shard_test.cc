@@ -753,8 +753,7 @@ void EvictTo(Shard& shard, size_t high, size_t low) {
 TEST_CASE("rows demoted to the tier come back bit for bit; copies, snapshots and cuts hold them",
           "[shard][tier]") {
   const bool sync = GENERATE(false, true);
-  const auto value_type =
-      GENERATE(config::Table::FP32, config::Table::FP16, config::Table::BF16);
+  const auto value_type = GENERATE(config::Table::FP32, config::Table::FP16, config::Table::BF16);
   CAPTURE(sync, value_type);
   Fixture f(sync, value_type, "adagrad");
   std::atomic<uint32_t> ticks[2] = {{100}, {100}};

@@ -263,8 +263,8 @@ class TableShard {
     uint64_t evicted_budget = 0;  // rows evicted by EvictToRows
     uint64_t admission_refused = 0;  // pushed ids dropped for want of admission
     uint64_t full_refused = 0;       // rows not created at the row cap (pulls and pushes)
-    uint64_t demoted = 0;   // rows moved to the disk tier (NoteDemoted, NoteTaken)
-    uint64_t promoted = 0;  // rows put back from it (InsertStored)
+    uint64_t demoted = 0;            // rows moved to the disk tier (NoteDemoted, NoteTaken)
+    uint64_t promoted = 0;           // rows put back from it (InsertStored)
 
     Counters& operator+=(const Counters& other) {
       evicted_ttl += other.evicted_ttl;

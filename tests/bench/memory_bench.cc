@@ -446,11 +446,11 @@ void Print(const std::string& figure, double value, const std::string& more) {
 // The pull and push rates of `r` against `unbounded`'s, with `extra` fields.
 void PrintRates(const RunResult& r, const RunResult& unbounded, const std::string& extra) {
   Print("pull_ratio_vs_unbounded", r.pull_keys_per_s / unbounded.pull_keys_per_s,
-        absl::StrFormat(",\"keys_per_s\":%.0f,\"unbounded_keys_per_s\":%.0f%s",
-                        r.pull_keys_per_s, unbounded.pull_keys_per_s, extra));
+        absl::StrFormat(",\"keys_per_s\":%.0f,\"unbounded_keys_per_s\":%.0f%s", r.pull_keys_per_s,
+                        unbounded.pull_keys_per_s, extra));
   Print("push_ratio_vs_unbounded", r.push_keys_per_s / unbounded.push_keys_per_s,
-        absl::StrFormat(",\"keys_per_s\":%.0f,\"unbounded_keys_per_s\":%.0f%s",
-                        r.push_keys_per_s, unbounded.push_keys_per_s, extra));
+        absl::StrFormat(",\"keys_per_s\":%.0f,\"unbounded_keys_per_s\":%.0f%s", r.push_keys_per_s,
+                        unbounded.push_keys_per_s, extra));
 }
 
 int Main() {
