@@ -564,8 +564,13 @@ void TableShard::ReserveSlot(uint32_t slot) {
   const size_t grown = capacity < kBlockRows / 4 ? 2 * capacity : capacity + kBlockRows / 4;
   size_t rows = std::min<size_t>(
       kBlockRows, std::max<size_t>({size_t{kMinBlockRows}, grown, size_t{offset} + 1, expected}));
-  // Not past the row cap: slots beyond it are never used.
-  if (max_rows_ > first_row) rows = std::min(rows, std::max<size_t>(max_rows_ - first_row, offset + 1));
+  // Not past the row cap: slots beyond it are never used (but under a soft cap, where they are
+  // for a while, by a 64th of the cap at a time rather than a row).
+  if (max_rows_ > first_row) {
+    const size_t past = soft_cap_ ? offset + 1 + max_rows_ / 64 : offset + 1;
+    rows =
+        std::min(rows, std::max<size_t>(max_rows_ - first_row, std::min<size_t>(past, kBlockRows)));
+  }
   static const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   const size_t bytes = (rows * row_words_ * size_t{4} + page - 1) / page * page;
   void* floats =

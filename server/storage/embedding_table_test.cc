@@ -657,6 +657,59 @@ TEST_CASE("at the row cap a pull answers the initial row and a push is dropped, 
   CHECK(!RowOf(shard, ids[120]).empty());
 }
 
+TEST_CASE("rows taken out come back bit for bit; a soft cap creates rows past the cap",
+          "[storage][embedding_table][tier]") {
+  const auto value_type = GENERATE(config::Table::FP32, config::Table::FP16);
+  config::Table table;
+  table.set_name("emb");
+  table.set_dim(5);
+  table.set_value_type(value_type);
+  table.mutable_optimizer()->set_type("adagrad");
+  table.mutable_optimizer()->set_learning_rate(0.1f);
+  auto created = TableSpec::Create(table, 3);
+  REQUIRE(created.ok());
+  const std::unique_ptr<TableSpec> spec = std::move(created).value();
+  TableShard shard(spec.get(), 0);
+  shard.SetMaxRows(100);
+  shard.SetSoftCap(true);
+  shard.SetTick(7);
+  std::mt19937_64 rng(21);
+  std::vector<uint64_t> ids(150);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = i * 0x9E3779B97F4A7C15ull;
+  // Past the cap: a soft cap refuses nothing.
+  CHECK(shard.Push(ids, RandomGrads(rng, ids.size() * 5).data()) == 0);
+  CHECK(shard.size() == 150);
+  CHECK(shard.counters().full_refused == 0);
+  const RowBytes before = AllRows(shard);
+  // Out and back in, as the tier stores them.
+  TableShard::Departed departed;
+  CHECK(shard.EvictToRows(90, 10000, nullptr, &departed) == 60);
+  CHECK(departed.ids.size() == 60);
+  CHECK(departed.stored.size() == 60 * shard.stored_row_bytes());
+  shard.NoteDemoted(60);
+  CHECK(shard.counters().demoted == 60);
+  CHECK(shard.counters().evicted_budget == 0);
+  std::vector<uint64_t> missing;
+  shard.FindMissing(ids, &missing);
+  CHECK(missing.size() == 60);
+  for (size_t i = 0; i < departed.ids.size(); ++i) {
+    CHECK(shard.InsertStored(departed.ids[i], departed.stored.data() + i * shard.stored_row_bytes(),
+                             departed.last_use[i], departed.generations[i]));
+    // A row here already is left as it is.
+    CHECK_FALSE(shard.InsertStored(departed.ids[i], departed.stored.data(), 0, 0));
+  }
+  CHECK(shard.counters().promoted == 60);
+  CHECK(AllRows(shard) == before);
+  // TakeRows takes the rows it holds, and encode/decode of a stored row are exact.
+  departed.clear();
+  CHECK(shard.TakeRows({ids[0], ids[1], 12345}, &departed) == 2);
+  std::vector<float> row(spec->row_floats());
+  shard.DecodeStored(departed.stored.data(), row.data());
+  std::string stored(shard.stored_row_bytes(), '\0');
+  shard.EncodeStored(row.data(), &stored[0]);
+  CHECK(stored == departed.stored.substr(0, shard.stored_row_bytes()));
+}
+
 TEST_CASE("admission: a row at the min_count-th push; pulls answer the initial row",
           "[storage][embedding_table][admission]") {
   const uint32_t min_count = GENERATE(2u, 3u);
