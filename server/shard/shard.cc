@@ -361,8 +361,10 @@ void Shard::ResetLocked() {
 
 void Shard::Pull(size_t table, absl::Span<const uint64_t> keys, float* out) {
   absl::MutexLock lock(&mu_);
-  if (TieredLocked(table)) PromoteLocked(table, keys, /*may_unlock=*/true);
+  // Room first, for the rows the tier gives back as for the new ones: a copy's rows stay near
+  // its cap (slabs keep the largest size they reach).
   MakeRoomLocked(table, keys);
+  if (TieredLocked(table)) PromoteLocked(table, keys, /*may_unlock=*/true);
   SetTickLocked(table);
   tables_[table]->Pull(keys, out);
 }
@@ -463,12 +465,15 @@ void Shard::Emit(RecordOut&& out) {
 ApplyWindow::Verdict Shard::Push(size_t table, uint32_t worker, uint64_t sequence,
                                  absl::Span<const uint64_t> keys, const float* grads) {
   absl::MutexLock lock(&mu_);
-  // The rows a push changes come back from the tier first (a sync push changes none yet).
-  if (!config_.sync && TieredLocked(table)) PromoteLocked(table, keys, /*may_unlock=*/true);
+  if (!config_.sync) {
+    // The rows a push changes come back from the tier first (a sync push changes none yet),
+    // after room was made for them (a demotion is a change of its own, recorded before the
+    // push's).
+    MakeRoomLocked(table, keys);
+    if (TieredLocked(table)) PromoteLocked(table, keys, /*may_unlock=*/true);
+  }
   const ApplyWindow::Verdict verdict = window_.Admit(worker, sequence);
   if (verdict != ApplyWindow::Verdict::kApply) return verdict;
-  // A demotion to make room is a change of its own, recorded before the push's.
-  if (!config_.sync) MakeRoomLocked(table, keys);
   RecordOut out;
   rpc::ShardRecord& record = out.record;
   if (config_.sync) {
@@ -514,8 +519,8 @@ void Shard::ApplyStep(int64_t step) {
     std::vector<uint64_t> kept;
     // Under the lock: the step is applied at once (its rows were promoted by the step's pulls,
     // unless demoted since).
-    if (TieredLocked(t)) PromoteLocked(t, sums.ids, /*may_unlock=*/false);
     MakeRoomLocked(t, sums.ids);
+    if (TieredLocked(t)) PromoteLocked(t, sums.ids, /*may_unlock=*/false);
     SetTickLocked(t);
     const size_t dropped = tables_[t]->Push(sums.ids, sums.sums.data(), nullptr, &kept);
     if (sink_) {
