@@ -59,7 +59,6 @@ size_t MemoryKeeper::CostPerRow(size_t t) const {
   const TableSpec& spec = *tables_[t];
   size_t cost = TableShard::BytesPerRow(spec);
   if (spec.admission && sketch_ids_[t] == 0) cost += kSketchIdsPerRow * 2;
-  if (options_.tier) cost += kTierFilterBytesPerRow;
   return cost;
 }
 

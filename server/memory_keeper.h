@@ -57,9 +57,6 @@ class MemoryKeeper {
     // and that the budget must hold: the disk tier's memtables and cache
     // (RowTier::MemoryBytes). Default 0; >= 0.
     int64_t other_bytes = 0;
-    // A disk tier: each resident row also pays for its share of the tier's filter of ids
-    // (Shard's, kTierFilterBytesPerRow).
-    bool tier = false;
     // Gives the allocator's free memory back to the kernel (default glibc's malloc_trim(0)):
     // called after a sweep that finds the resident set above the budget less the reserve (at
     // most every `release_period`), since freed memory otherwise stays resident (TuneProcess
@@ -68,8 +65,6 @@ class MemoryKeeper {
     absl::Duration release_period = absl::Milliseconds(250);
   };
 
-  // What a copy's filter of the ids in its tier costs per row of its cap (Shard: 64 bits).
-  static constexpr size_t kTierFilterBytesPerRow = 8;
   // The share of the budget kept back for memory outside the tables.
   static constexpr double kReserve = 0.10;
   // The fewest rows a table's copy may be capped at: a budget that cannot give every table that

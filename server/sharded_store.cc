@@ -58,7 +58,6 @@ absl::StatusOr<std::unique_ptr<ShardedStore>> ShardedStore::Create(const config:
   keeping.now = options.now;
   if (tiered) {
     keeping.other_bytes = RowTier::MemoryBytesFor(tiering);
-    keeping.tier = true;
   }
   std::vector<const TableSpec*> specs;
   for (const auto& spec : tables) specs.push_back(spec.get());

@@ -42,56 +42,10 @@ Shard::~Shard() {
   if (config_.tier != nullptr && incarnation_ != 0) config_.tier->Drop(incarnation_);
 }
 
-// The filter's probes of `id`: four positions among `bits`, from a 64-bit mix of the id (the
-// index's hash is all but constant in its high bits within a shard).
-template <typename F>
-void ForEachProbe(uint64_t id, uint64_t bits, F&& f) {
-  uint64_t h = id + 0x9E3779B97F4A7C15ull;
-  for (int i = 0; i < 4; ++i) {
-    h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9ull;
-    h = (h ^ (h >> 27)) * 0x94D049BB133111EBull;
-    h ^= h >> 31;
-    f(static_cast<uint64_t>((static_cast<unsigned __int128>(h) * bits) >> 64));
-    h += 0x9E3779B97F4A7C15ull;
-  }
-}
-
-void Shard::FilterAddLocked(size_t table, absl::Span<const uint64_t> ids) {
-  std::vector<uint64_t>& words = tier_filters_[table];
-  if (words.empty()) {
-    const size_t cap = table < max_rows_.size() ? max_rows_[table] : 0;
-    words.assign(std::max<size_t>(1024, cap), 0);  // 64 bits a row of the cap
-  }
-  const uint64_t bits = words.size() * 64;
-  for (const uint64_t id : ids) {
-    ForEachProbe(id, bits,
-                 [&words](uint64_t bit) { words[bit >> 6] |= uint64_t{1} << (bit & 63); });
-  }
-}
-
-void Shard::FilterLocked(size_t table, std::vector<uint64_t>* ids) const {
-  const std::vector<uint64_t>& words = tier_filters_[table];
-  if (words.empty()) {
-    ids->clear();
-    return;
-  }
-  const uint64_t bits = words.size() * 64;
-  ids->erase(std::remove_if(ids->begin(), ids->end(),
-                            [&](uint64_t id) {
-                              bool all = true;
-                              ForEachProbe(id, bits, [&](uint64_t bit) {
-                                all = all && (words[bit >> 6] >> (bit & 63) & 1) != 0;
-                              });
-                              return !all;
-                            }),
-             ids->end());
-}
-
 void Shard::ResetTierLocked() {
   bool any = false;
   for (const bool tiered : tiered_) any = any || tiered;
   tiered_.assign(config_.tables->size(), false);
-  tier_filters_.assign(config_.tables->size(), {});
   ++tier_epoch_;
   if (config_.tier == nullptr) return;
   if (any) config_.tier->Drop(incarnation_);
@@ -105,7 +59,6 @@ void Shard::PromoteLocked(size_t table, absl::Span<const uint64_t> keys, bool ma
     if (!TieredLocked(table)) return;
     missing.clear();
     tables_[table]->FindMissing(keys, &missing);
-    FilterLocked(table, &missing);
     if (missing.empty()) return;
     const uint32_t incarnation = incarnation_;
     absl::Status read;
@@ -201,7 +154,6 @@ absl::Status Shard::DemoteLocked(size_t table, const TableShard::Departed& rows)
   absl::Status status = config_.tier->Put(incarnation_, static_cast<uint32_t>(table), put);
   if (status.ok()) {
     tiered_[table] = true;
-    FilterAddLocked(table, rows.ids);
   } else if (!absl::IsResourceExhausted(status)) {
     TierFailed(id_, status);
   }
@@ -225,14 +177,12 @@ void Shard::AssignRowsLocked(size_t table, absl::Span<const uint64_t> keys, cons
   ++tier_epoch_;
   if (TieredLocked(table)) {
     // The rows not in memory may have an older copy in the tier: it goes.
-    std::vector<uint64_t> maybe = missing;
-    FilterLocked(table, &maybe);
     std::vector<std::unique_ptr<RowTier::Found>> found;
-    absl::Status read = config_.tier->Get(incarnation_, t32, maybe, &found);
+    absl::Status read = config_.tier->Get(incarnation_, t32, missing, &found);
     if (!read.ok()) TierFailed(id_, read);
     std::vector<uint64_t> stale;
-    for (size_t i = 0; i < maybe.size(); ++i) {
-      if (found[i] != nullptr) stale.push_back(maybe[i]);
+    for (size_t i = 0; i < missing.size(); ++i) {
+      if (found[i] != nullptr) stale.push_back(missing[i]);
     }
     if (!stale.empty()) {
       absl::Status deleted = config_.tier->Delete(incarnation_, t32, stale);
@@ -276,7 +226,6 @@ void Shard::AssignRowsLocked(size_t table, absl::Span<const uint64_t> keys, cons
   absl::Status status = config_.tier->Put(incarnation_, t32, put);
   if (status.ok()) {
     tiered_[table] = true;
-    FilterAddLocked(table, missing);
     return;
   }
   if (!absl::IsResourceExhausted(status)) TierFailed(id_, status);
@@ -377,7 +326,6 @@ void Shard::Read(size_t table, absl::Span<const uint64_t> keys, float* out) cons
     tables_[table]->Peek(keys, out);
     if (!TieredLocked(table)) return;
     tables_[table]->FindMissing(keys, &missing);
-    FilterLocked(table, &missing);
     incarnation = incarnation_;
   }
   if (missing.empty()) return;

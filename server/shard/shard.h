@@ -397,15 +397,6 @@ class Shard {
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Drops this copy's rows in the tier and takes a new incarnation.
   void ResetTierLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The filter of the ids this copy put in the tier (by table): most ids missing from memory
-  // were never demoted (new ids), and the filter spares them a lookup in the tier. A Bloom
-  // filter of 64 bits a row of the table's cap (MemoryKeeper::kTierFilterBytesPerRow) and 4
-  // probes: about 3% false positives with 9 tiered rows a resident one; never a false negative,
-  // so an id it rules out is in memory or nowhere.
-  void FilterAddLocked(size_t table, absl::Span<const uint64_t> ids)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Removes from `ids` those the filter rules out.
-  void FilterLocked(size_t table, std::vector<uint64_t>* ids) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Describes the rows of `keys` of table `table` as they are now into `change`.
   void DescribeRows(size_t table, absl::Span<const uint64_t> keys, rpc::RowsChange* change) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -500,8 +491,6 @@ class Shard {
   // the lock checks.
   uint32_t incarnation_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<bool> tiered_ ABSL_GUARDED_BY(mu_);
-  // By table (empty until the table's first row goes to the tier).
-  std::vector<std::vector<uint64_t>> tier_filters_ ABSL_GUARDED_BY(mu_);
   uint64_t tier_epoch_ ABSL_GUARDED_BY(mu_) = 0;
   // A full cut's reads of the tiered rows, by table (shared: read without the lock).
   std::vector<std::shared_ptr<RowTier::Scanner>> cut_scanners_ ABSL_GUARDED_BY(mu_);
