@@ -14,6 +14,9 @@
 #include <system_error>
 #include <vector>
 
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/util/json_util.h>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/ps_client.h"
@@ -273,6 +276,21 @@ TEST_CASE("the tier's disk cap holds: past it rows leaving memory are dropped an
   CHECK(status.tier_disk_bytes() <= cap);
   CHECK(DiskBytes(cluster.tier_dirs[0]) <= cap);
   CHECK(status.peak_resident_bytes() <= status.memory_budget_bytes());
+  // ps_ctl tables --json shows the tier.
+  absl::StatusOr<testing::ProcessResult> ctl = testing::RunProcess(
+      "client/ps_ctl",
+      {absl::StrCat("--coordinator=", cluster.coordinator->address()), "tables", "--json"},
+      absl::Seconds(60));
+  REQUIRE(ctl.ok());
+  INFO(ctl->stdout_text << ctl->stderr_text);
+  REQUIRE(ctl->exit_code == 0);
+  google::protobuf::Struct parsed;
+  REQUIRE(google::protobuf::util::JsonStringToMessage(ctl->stdout_text, &parsed).ok());
+  const auto& table = parsed.fields().at("tables").list_value().values(0).struct_value().fields();
+  CHECK(table.at("tier_rows").number_value() > 0);
+  CHECK(table.at("demoted").number_value() >= table.at("tier_rows").number_value());
+  CHECK(parsed.fields().at("tier_max_disk_bytes").number_value() == static_cast<double>(cap));
+  CHECK(parsed.fields().at("tier_refused_rows").number_value() > 0);
   // The server still answers every pull.
   std::vector<float> rows(1000 * kDim);
   CHECK(
