@@ -4,6 +4,9 @@
 // are partly in its tier (replication 2, SYNC replication; SYNC and ASYNC training); a checkpoint
 // taken with rows in the tiers restores onto a cluster of another size, bit for bit; a small disk
 // cap holds; bad tier settings stop ps_server at start, naming the flag.
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/util/json_util.h>
+
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <cstring>
@@ -13,9 +16,6 @@
 #include <string>
 #include <system_error>
 #include <vector>
-
-#include <google/protobuf/struct.pb.h>
-#include <google/protobuf/util/json_util.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
