@@ -79,8 +79,9 @@ void Shard::PromoteLocked(size_t table, absl::Span<const uint64_t> keys, bool ma
     std::vector<uint64_t> back;
     for (size_t i = 0; i < missing.size(); ++i) {
       // A row promoted meanwhile by another call is in memory already: its tier copy is gone.
-      if (found[i] != nullptr && rows.InsertStored(missing[i], found[i]->stored.data(),
-                                                   found[i]->last_use, found[i]->generation)) {
+      if (found[i] != nullptr &&
+          rows.InsertStored(missing[i], found[i]->stored.data(), found[i]->last_use,
+                            found[i]->generation, /*promotion=*/true, found[i]->use_count)) {
         back.push_back(missing[i]);
       }
     }
@@ -147,7 +148,7 @@ absl::Status Shard::DemoteLocked(size_t table, const TableShard::Departed& rows)
   const size_t row_bytes = tables_[table]->stored_row_bytes();
   std::vector<RowTier::Row> put(rows.ids.size());
   for (size_t i = 0; i < put.size(); ++i) {
-    put[i] = {rows.ids[i], rows.last_use[i], rows.generations[i],
+    put[i] = {rows.ids[i], rows.last_use[i], rows.generations[i], rows.use_counts[i],
               rows.stored.data() + i * row_bytes};
   }
   ++tier_epoch_;
@@ -220,7 +221,7 @@ void Shard::AssignRowsLocked(size_t table, absl::Span<const uint64_t> keys, cons
     std::memcpy(row.data(), in + i * row_bytes, row_bytes);
     memory.EncodeStored(row.data(), &stored[j * stored_bytes]);
     const uint32_t age = i < ages.size() ? ages[i] : 0;
-    put[j] = {missing[j], memory.tick() - age, static_cast<uint16_t>(generation_),
+    put[j] = {missing[j], memory.tick() - age, static_cast<uint16_t>(generation_), 0,
               stored.data() + j * stored_bytes};
   }
   absl::Status status = config_.tier->Put(incarnation_, t32, put);
@@ -686,7 +687,8 @@ absl::Status Shard::ApplyEvictLocked(const rpc::RowsChange& change, bool demote)
       const size_t row_bytes = table.stored_row_bytes();
       for (size_t i = 0; i < departed.ids.size(); ++i) {
         table.InsertStored(departed.ids[i], departed.stored.data() + i * row_bytes,
-                           departed.last_use[i], departed.generations[i], /*promotion=*/false);
+                           departed.last_use[i], departed.generations[i], /*promotion=*/false,
+                           departed.use_counts[i]);
       }
     }
     return absl::OkStatus();

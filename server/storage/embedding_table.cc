@@ -490,6 +490,7 @@ size_t TableShard::TakeRows(absl::Span<const uint64_t> ids, Departed* out) {
     // The full tick, from the 12-bit stamp: rows are never older than 2 * kMaxTtlTicks (Sweep).
     out->last_use.push_back(tick_ - ((tick_ - entry.use) & 0xFFF));
     out->generations.push_back(entry.generation);
+    out->use_counts.push_back(static_cast<uint8_t>(entry.use >> 12));
     out->stored.append(reinterpret_cast<const char*>(Row(entry.slot)), row_bytes);
     EraseBucket(b);
     ++taken;
@@ -498,7 +499,7 @@ size_t TableShard::TakeRows(absl::Span<const uint64_t> ids, Departed* out) {
 }
 
 bool TableShard::InsertStored(uint64_t id, const void* stored, uint32_t last_use,
-                              uint16_t generation, bool promotion) {
+                              uint16_t generation, bool promotion, uint8_t use_count) {
   if (capacity_ != 0 && FindSlot(id) != kEmpty) return false;
   const uint32_t slot =
       FindOrCreate(id, IndexHash(id), /*initialize=*/false, /*touch=*/false, Create::kAlways);
@@ -513,6 +514,10 @@ bool TableShard::InsertStored(uint64_t id, const void* stored, uint32_t last_use
     // again. (A promoted row is being used: FindOrCreate stamped it as used now.)
     const uint32_t age = std::min<uint32_t>(tick_ - last_use, 2 * kMaxTtlTicks);
     entries_[b].use = static_cast<uint16_t>((tick_ - age) & 0xFFF);
+  }
+  if (track_use_) {
+    entries_[b].use =
+        static_cast<uint16_t>((uint32_t{use_count & 0xF} << 12) | (entries_[b].use & 0xFFF));
   }
   if (promotion) ++counters_.promoted;
   return true;

@@ -192,11 +192,13 @@ class TableShard {
     std::vector<uint64_t> ids;
     std::vector<uint32_t> last_use;
     std::vector<uint16_t> generations;
+    std::vector<uint8_t> use_counts;  // LFU's logarithmic counts (0 without LFU)
     std::string stored;
     void clear() {
       ids.clear();
       last_use.clear();
       generations.clear();
+      use_counts.clear();
       stored.clear();
     }
   };
@@ -237,8 +239,9 @@ class TableShard {
   // down to the cap later). A promotion (a pull or push of the row) stamps it as used now and is
   // counted as promoted; otherwise (a row that could not leave) its use stays `last_use`.
   // Returns false, changing nothing, if `id` has a row.
+  // `use_count` is the LFU count it left with (Departed::use_counts), so that LFU keeps it.
   bool InsertStored(uint64_t id, const void* stored, uint32_t last_use, uint16_t generation,
-                    bool promotion = true);
+                    bool promotion = true, uint8_t use_count = 0);
 
   // Appends to `missing` the ids of `ids` that have no row, once each, in ids order.
   void FindMissing(absl::Span<const uint64_t> ids, std::vector<uint64_t>* missing) const;

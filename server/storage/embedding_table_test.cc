@@ -694,7 +694,8 @@ TEST_CASE("rows taken out come back bit for bit; a soft cap creates rows past th
   CHECK(missing.size() == 60);
   for (size_t i = 0; i < departed.ids.size(); ++i) {
     CHECK(shard.InsertStored(departed.ids[i], departed.stored.data() + i * shard.stored_row_bytes(),
-                             departed.last_use[i], departed.generations[i]));
+                             departed.last_use[i], departed.generations[i], true,
+                             departed.use_counts[i]));
     // A row here already is left as it is.
     CHECK_FALSE(shard.InsertStored(departed.ids[i], departed.stored.data(), 0, 0));
   }

@@ -33,8 +33,8 @@ namespace {
 
 // Key: incarnation (u32 BE), table (u16 BE), id (u64 BE).
 constexpr size_t kKeyBytes = 14;
-// Value header: last use (u32), generation (u16), two zero bytes; host byte order (the database
-// never outlives the process that wrote it).
+// Value header: last use (u32), generation (u16), use count (u8), a zero byte; host byte order (the
+// database never outlives the process that wrote it).
 constexpr size_t kHeaderBytes = 8;
 // What the directory holds besides the tables' files and the memtables' future files: the info
 // log (WARN level, 1 MiB files, 2 kept), the MANIFEST (rolled over at 256 KiB), OPTIONS files,
@@ -91,12 +91,14 @@ DecodedKey DecodeKey(const rocksdb::Slice& key) {
 struct Header {
   uint32_t last_use;
   uint16_t generation;
+  uint8_t use_count;
 };
 
 Header DecodeHeader(const char* value) {
   Header h;
   std::memcpy(&h.last_use, value, 4);
   std::memcpy(&h.generation, value + 4, 2);
+  h.use_count = static_cast<uint8_t>(value[6]);
   return h;
 }
 
@@ -321,6 +323,7 @@ absl::Status RowTier::Impl::Put(uint32_t incarnation, uint32_t table, absl::Span
   for (const Row& row : rows) {
     std::memcpy(&value[0], &row.last_use, 4);
     std::memcpy(&value[4], &row.generation, 2);
+    value[6] = static_cast<char>(row.use_count);
     if (stored_bytes > 0) std::memcpy(&value[kHeaderBytes], row.stored, stored_bytes);
     rocksdb::Status s = batch.Put(EncodeKey(incarnation, table, row.id).slice(), value);
     if (!s.ok()) return Internal("put", s);
@@ -411,6 +414,7 @@ absl::Status RowTier::Impl::Get(uint32_t incarnation, uint32_t table,
     auto f = std::make_unique<Found>();
     f->last_use = h.last_use;
     f->generation = h.generation;
+    f->use_count = h.use_count;
     f->stored.assign(v.data() + kHeaderBytes, stored_bytes);
     (*found)[i] = std::move(f);
   }
@@ -521,6 +525,7 @@ class RowTier::Impl::ScannerImpl final : public RowTier::Scanner {
         Found& f = rows->emplace_back();
         f.last_use = h.last_use;
         f.generation = h.generation;
+        f.use_count = h.use_count;
         f.stored.assign(v.data() + kHeaderBytes, stored_bytes);
       }
       it_->Next();

@@ -112,6 +112,8 @@ class RowTier {
     uint64_t id = 0;
     uint32_t last_use = 0;
     uint16_t generation = 0;
+    // The row's use count for LFU (TableShard's 4-bit logarithmic count; 0-15).
+    uint8_t use_count = 0;
     const void* stored = nullptr;
   };
 
@@ -126,6 +128,7 @@ class RowTier {
   struct Found {
     uint32_t last_use = 0;
     uint16_t generation = 0;
+    uint8_t use_count = 0;
     std::string stored;  // stored_row_bytes[table] bytes
   };
 

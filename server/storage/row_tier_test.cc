@@ -53,6 +53,7 @@ int64_t DiskBytes(const std::string& dir) {
 struct Expected {
   uint32_t last_use;
   uint16_t generation;
+  uint8_t use_count;
   std::string stored;
 };
 
@@ -69,6 +70,7 @@ std::vector<RowTier::Row> RowsOf(const std::map<uint64_t, Expected>& rows) {
     r.id = id;
     r.last_use = e.last_use;
     r.generation = e.generation;
+    r.use_count = e.use_count;
     r.stored = e.stored.data();
     out.push_back(r);
   }
@@ -92,6 +94,7 @@ std::map<uint64_t, Expected> MakeRows(std::mt19937_64& rng, size_t n, uint32_t r
     Expected e;
     e.last_use = static_cast<uint32_t>(rng());
     e.generation = static_cast<uint16_t>(rng());
+    e.use_count = static_cast<uint8_t>(rng() % 16);
     e.stored = RandomBytes(rng, row_bytes);
     rows.emplace(rng(), std::move(e));
   }
@@ -118,6 +121,7 @@ void CheckFound(RowTier& tier, uint32_t incarnation, uint32_t table,
     const Expected& e = rows.at(ids[i]);
     CHECK(found[i]->last_use == e.last_use);
     CHECK(found[i]->generation == e.generation);
+    CHECK(found[i]->use_count == e.use_count);
     CHECK(found[i]->stored == e.stored);
   }
 }
@@ -219,7 +223,7 @@ TEST_CASE("incarnations are independent and Drop removes one", "[row_tier]") {
   const std::map<uint64_t, Expected> rows_a = MakeRows(rng, 200, kRowBytes0);
   std::map<uint64_t, Expected> rows_b;
   for (const auto& [id, e] : rows_a) {
-    rows_b[id] = Expected{e.last_use + 1, e.generation, RandomBytes(rng, kRowBytes0)};
+    rows_b[id] = Expected{e.last_use + 1, e.generation, e.use_count, RandomBytes(rng, kRowBytes0)};
   }
   const std::map<uint64_t, Expected> rows_b1 = MakeRows(rng, 50, kRowBytes1);
   REQUIRE(t.Put(a, 0, RowsOf(rows_a)).ok());
@@ -424,6 +428,7 @@ TEST_CASE("Scan reads rows in id order as of the Scan, in pieces", "[row_tier][s
       CHECK(ids[i] == expected->first);
       CHECK(found[i].last_use == expected->second.last_use);
       CHECK(found[i].generation == expected->second.generation);
+      CHECK(found[i].use_count == expected->second.use_count);
       CHECK(found[i].stored == expected->second.stored);
     }
   }
