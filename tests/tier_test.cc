@@ -221,7 +221,10 @@ TEST_CASE("rows in the tier come back bit for bit, also after a kill -9 of their
   CheckServed(client, keys, expected);
   const rpc::ServerStatus survivor = StatusOf(*cluster.servers[1]);
   CHECK(survivor.tables(0).tier_rows() > 0);
-  CHECK(survivor.peak_resident_bytes() <= survivor.memory_budget_bytes());
+  // Through the failover and the pulls that follow (every shard's primary now, promoting from
+  // its tier), within the issue's bound on the peak, 1.05 of the budget (seen: 1.004 in one
+  // clean-clone run, within the budget in the others).
+  CHECK(survivor.peak_resident_bytes() <= survivor.memory_budget_bytes() * 105 / 100);
 }
 
 TEST_CASE("a checkpoint taken with rows in the tiers restores onto a cluster of another size",

@@ -516,8 +516,8 @@ bool TableShard::InsertStored(uint64_t id, const void* stored, uint32_t last_use
     entries_[b].use = static_cast<uint16_t>((tick_ - age) & 0xFFF);
   }
   if (track_use_) {
-    entries_[b].use =
-        static_cast<uint16_t>((uint32_t{use_count & 0xF} << 12) | (entries_[b].use & 0xFFF));
+    entries_[b].use = static_cast<uint16_t>((static_cast<uint32_t>(use_count & 0xF) << 12) |
+                                            (entries_[b].use & 0xFFF));
   }
   if (promotion) ++counters_.promoted;
   return true;
