@@ -4,14 +4,13 @@
 // creates rows on no copy before min_count updates and on every copy after, across a kill -9;
 // rows idle past their TTL in steps are evicted from every copy and come back as initial rows;
 // ps_ctl tables --json shows the counts.
+#include <google/protobuf/struct.pb.h>
+
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <random>
 #include <string>
 #include <vector>
-
-#include <google/protobuf/struct.pb.h>
-#include <google/protobuf/util/json_util.h>
 
 #include "absl/strings/str_cat.h"
 #include "client/ps_client.h"
@@ -172,16 +171,11 @@ TEST_CASE("a server under a budget far smaller than the stream stays within it a
   CHECK(evicted > 0);
 
   // ps_ctl tables --json sums the counters.
-  absl::StatusOr<testing::ProcessResult> ctl = testing::RunProcess(
-      "client/ps_ctl",
-      {absl::StrCat("--coordinator=", cluster.coordinator->address()), "tables", "--json"},
-      absl::Seconds(60));
-  REQUIRE(ctl.ok());
-  INFO(ctl->stdout_text << ctl->stderr_text);
-  REQUIRE(ctl->exit_code == 0);
-  google::protobuf::Struct parsed;
-  REQUIRE(google::protobuf::util::JsonStringToMessage(ctl->stdout_text, &parsed).ok());
-  const auto& tables = parsed.fields().at("tables").list_value();
+  absl::StatusOr<google::protobuf::Struct> parsed =
+      testing::CtlTablesJson(cluster.coordinator->address());
+  INFO(parsed.status().ToString());
+  REQUIRE(parsed.ok());
+  const auto& tables = parsed->fields().at("tables").list_value();
   REQUIRE(tables.values_size() == 3);
   const auto& stream = tables.values(0).struct_value().fields();
   CHECK(stream.at("name").string_value() == "stream");

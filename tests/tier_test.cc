@@ -5,7 +5,6 @@
 // taken with rows in the tiers restores onto a cluster of another size, bit for bit; a small disk
 // cap holds; bad tier settings stop ps_server at start, naming the flag.
 #include <google/protobuf/struct.pb.h>
-#include <google/protobuf/util/json_util.h>
 
 #include <catch2/catch.hpp>
 #include <cstdint>
@@ -280,20 +279,15 @@ TEST_CASE("the tier's disk cap holds: past it rows leaving memory are dropped an
   CHECK(DiskBytes(cluster.tier_dirs[0]) <= cap);
   CHECK(status.peak_resident_bytes() <= status.memory_budget_bytes());
   // ps_ctl tables --json shows the tier.
-  absl::StatusOr<testing::ProcessResult> ctl = testing::RunProcess(
-      "client/ps_ctl",
-      {absl::StrCat("--coordinator=", cluster.coordinator->address()), "tables", "--json"},
-      absl::Seconds(60));
-  REQUIRE(ctl.ok());
-  INFO(ctl->stdout_text << ctl->stderr_text);
-  REQUIRE(ctl->exit_code == 0);
-  google::protobuf::Struct parsed;
-  REQUIRE(google::protobuf::util::JsonStringToMessage(ctl->stdout_text, &parsed).ok());
-  const auto& table = parsed.fields().at("tables").list_value().values(0).struct_value().fields();
+  absl::StatusOr<google::protobuf::Struct> parsed =
+      testing::CtlTablesJson(cluster.coordinator->address());
+  INFO(parsed.status().ToString());
+  REQUIRE(parsed.ok());
+  const auto& table = parsed->fields().at("tables").list_value().values(0).struct_value().fields();
   CHECK(table.at("tier_rows").number_value() > 0);
   CHECK(table.at("demoted").number_value() >= table.at("tier_rows").number_value());
-  CHECK(parsed.fields().at("tier_max_disk_bytes").number_value() == static_cast<double>(cap));
-  CHECK(parsed.fields().at("tier_refused_rows").number_value() > 0);
+  CHECK(parsed->fields().at("tier_max_disk_bytes").number_value() == static_cast<double>(cap));
+  CHECK(parsed->fields().at("tier_refused_rows").number_value() > 0);
   // The server still answers every pull.
   std::vector<float> rows(1000 * kDim);
   CHECK(
