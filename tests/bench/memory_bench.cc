@@ -502,13 +502,18 @@ int Main() {
     }
     baseline = empty->rss_before;
   }
+  // The budget whose table holds `share` of the stream's distinct keys, with `other_bytes` of
+  // the server's besides (the keeper keeps back its 10% reserve on top).
+  const auto budget_for = [&](double share, double other_bytes) {
+    const double rows = unbounded.distinct * share;
+    return static_cast<int64_t>((baseline + other_bytes + rows * bytes_per_row) / 0.9 / (1 << 20) +
+                                1);
+  };
   for (const auto& [name, share] : {std::pair<std::string, double>{"resident10", 0.10},
                                     std::pair<std::string, double>{"resident5", 0.05}}) {
     if (!wants(name)) continue;
     // The cap; the sweeper keeps the table at 90-98% of it.
-    const double rows = unbounded.distinct * share;
-    const int64_t budget_mb =
-        static_cast<int64_t>((baseline + rows * bytes_per_row) / 0.9 / (1 << 20) + 1);
+    const int64_t budget_mb = budget_for(share, 0);
     absl::StatusOr<RunResult> r = Run({name, budget_mb});
     const std::string policy = absl::GetFlag(FLAGS_policy);
     if (!r.ok()) {
@@ -543,10 +548,8 @@ int Main() {
   }
   if (wants("tier10")) {
     // resident10's table, and the tier's memory on top (the keeper keeps it back).
-    const double rows = unbounded.distinct * 0.10;
-    const int64_t budget_mb = static_cast<int64_t>(
-        (baseline + rows * bytes_per_row) / 0.9 / (1 << 20) +
-        server::RowTier::MemoryBytesFor(server::RowTier::Options()) / 0.9 / (1 << 20) + 1);
+    const int64_t budget_mb =
+        budget_for(0.10, server::RowTier::MemoryBytesFor(server::RowTier::Options()));
     RunConfig config{"tier10", budget_mb};
     config.tier = true;
     absl::StatusOr<RunResult> r = Run(config);
