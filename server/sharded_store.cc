@@ -68,7 +68,7 @@ absl::StatusOr<std::unique_ptr<ShardedStore>> ShardedStore::Create(const config:
     tiering.dir = options.tier_dir;
     tiering.max_disk_bytes = options.tier_max_disk_bytes;
     for (size_t t = 0; t < tables.size(); ++t) {
-      tiering.stored_row_bytes.push_back(tables[t]->row_words() * 4);
+      tiering.stored_row_bytes.push_back(static_cast<uint32_t>(tables[t]->stored_row_bytes()));
       tiering.ttl_ticks.push_back(keeper->TtlTicks(t));
     }
     tiering.use_ticks = keeper->use_ticks();

@@ -705,7 +705,9 @@ std::unique_ptr<RowTier> OpenTier(const std::string& dir, const Fixture& f,
   RowTier::Options options;
   options.dir = dir;
   options.max_disk_bytes = int64_t{1} << 30;
-  for (const auto& spec : f.tables) options.stored_row_bytes.push_back(spec->row_words() * 4);
+  for (const auto& spec : f.tables) {
+    options.stored_row_bytes.push_back(static_cast<uint32_t>(spec->stored_row_bytes()));
+  }
   options.use_ticks = ticks;
   options.write_buffer_bytes = 1 << 20;
   options.block_cache_bytes = 1 << 20;

@@ -83,6 +83,8 @@ struct TableSpec {
   uint32_t weight_words() const { return compact() ? (dim + 1) / 2 : dim; }
   // 4-byte words of a stored row: the weights, then the optimizer's state.
   uint32_t row_words() const { return weight_words() + optimizer->StateFloats(dim); }
+  // Bytes of a stored row (row_words() words): what the disk tier keeps, bit for bit.
+  size_t stored_row_bytes() const { return size_t{row_words()} * 4; }
 
   std::string name;
   uint32_t dim = 0;
@@ -227,7 +229,7 @@ class TableShard {
 
   // --- The disk tier (server/storage/row_tier.h) ---
 
-  // Bytes of a stored row (row_words() words): what the tier keeps, bit for bit.
+  // TableSpec::stored_row_bytes().
   size_t stored_row_bytes() const { return size_t{row_words_} * 4; }
 
   // Removes the rows of those `ids` that are here, appending them to `out` (a copy moving rows
