@@ -22,6 +22,7 @@ PACKAGES=(
   python3-grpcio python3-xxhash python3-protobuf python3-numpy  # the Python client (client/python)
   prometheus               # tests/metrics: a real Prometheus scrapes a cluster; promtool checks /metrics
   python3-matplotlib       # the training report's plots (deploy/report)
+  etcd-server etcd-client  # coordinators' state and leader election (server/coordinator, --etcd)
   openssl                  # certificates of common/grpc:tls_options_test
   clang-14 libclang-rt-14-dev lld  # libFuzzer targets with ASan and UBSan (tests/fuzz, --config=fuzz)
 )

@@ -10,7 +10,11 @@
 //    killed and restarted, and fills copies of every shard from snapshots: rows and MB per second
 //    from the first copy catching up to the last caught up.
 //  - "throughput": ps_bench at 100k keys x 16 (2 servers, 1 worker) with replication_factor 1, 2
-//    SYNC and 2 ASYNC, --runs rounds alternating; medians and push/pull ratios against 1.
+//    SYNC and 2 ASYNC, --runs rounds alternating; medians and push/pull ratios against 1. On one
+//    host the client calls an unreplicated server in shared memory while the replication stream
+//    crosses a socket, so replication_factor 1 also runs with --shared_memory=false (as a client
+//    on another host does), and each line gives its ratios against that baseline too
+//    (*_ratio_vs_rf1_sockets).
 //
 //   bazel build -c opt //tests/bench:failover_bench
 //   bazel-out/k8-opt/bin/tests/bench/failover_bench --bin_dir=bazel-out/k8-opt/bin
@@ -301,14 +305,16 @@ void Catchup() {
 }
 
 // ps_bench's push and pull M keys/s for one configuration.
-std::map<std::string, double> PsBench(int replication, const std::string& mode) {
+std::map<std::string, double> PsBench(int replication, const std::string& mode,
+                                     bool shared_memory) {
   const std::string bin = BinDir();
   testing::ProcessResult r =
       Must(testing::RunProcess(
                bin + "/tests/bench/ps_bench",
                {"--bin_dir=" + bin, "--servers=2", "--workers=1", "--keys=100000", "--dim=16",
                 absl::StrCat("--iters=", absl::GetFlag(FLAGS_iters)),
-                absl::StrCat("--replication_factor=", replication), "--replication_mode=" + mode},
+                absl::StrCat("--replication_factor=", replication), "--replication_mode=" + mode,
+                absl::StrCat("--shared_memory=", shared_memory ? "true" : "false")},
                absl::Minutes(5)),
            "ps_bench");
   if (r.exit_code != 0) Fail("ps_bench failed: " + r.stderr_text);
@@ -333,28 +339,38 @@ void Throughput() {
   struct Config {
     int replication;
     std::string mode;
+    bool shared_memory;
     std::vector<double> pull, push;
   };
-  std::vector<Config> configs = {{1, "SYNC", {}, {}}, {2, "SYNC", {}, {}}, {2, "ASYNC", {}, {}}};
+  std::vector<Config> configs = {{1, "SYNC", true, {}, {}},
+                                 {1, "SYNC", false, {}, {}},
+                                 {2, "SYNC", true, {}, {}},
+                                 {2, "ASYNC", true, {}, {}}};
   for (int run = 0; run < runs; ++run) {
     for (Config& c : configs) {
-      std::map<std::string, double> rate = PsBench(c.replication, c.mode);
+      std::map<std::string, double> rate = PsBench(c.replication, c.mode, c.shared_memory);
       c.pull.push_back(rate["pull"]);
       c.push.push_back(rate["push"]);
     }
   }
   const double pull1 = testing::Percentile(configs[0].pull, 0.5);
   const double push1 = testing::Percentile(configs[0].push, 0.5);
+  const double pull1_sockets = testing::Percentile(configs[1].pull, 0.5);
+  const double push1_sockets = testing::Percentile(configs[1].push, 0.5);
   for (const Config& c : configs) {
     const double pull = testing::Percentile(c.pull, 0.5);
     const double push = testing::Percentile(c.push, 0.5);
     absl::PrintF(
         "{\"bench\":\"throughput\",\"keys\":100000,\"dim\":16,\"servers\":2,\"workers\":1,"
-        "\"replication_factor\":%d,\"replication_mode\":\"%s\",\"runs\":%d,"
-        "\"pull_mkeys_per_s\":%.3f,\"push_mkeys_per_s\":%.3f,\"pull_ratio_vs_rf1\":%.3f,"
-        "\"push_ratio_vs_rf1\":%.3f,\"push_runs\":\"%s\"}\n",
-        c.replication, c.replication == 1 ? "none" : c.mode.c_str(), runs, pull, push, pull / pull1,
-        push / push1, absl::StrJoin(c.push, " ", [](std::string* out, double v) {
+        "\"replication_factor\":%d,\"replication_mode\":\"%s\",\"shared_memory\":%s,"
+        "\"runs\":%d,\"pull_mkeys_per_s\":%.3f,\"push_mkeys_per_s\":%.3f,"
+        "\"pull_ratio_vs_rf1\":%.3f,\"push_ratio_vs_rf1\":%.3f,"
+        "\"pull_ratio_vs_rf1_sockets\":%.3f,\"push_ratio_vs_rf1_sockets\":%.3f,"
+        "\"push_runs\":\"%s\"}\n",
+        c.replication, c.replication == 1 ? "none" : c.mode.c_str(),
+        c.shared_memory ? "true" : "false", runs, pull, push, pull / pull1, push / push1,
+        pull / pull1_sockets, push / push1_sockets,
+        absl::StrJoin(c.push, " ", [](std::string* out, double v) {
           absl::StrAppendFormat(out, "%.2f", v);
         }));
   }

@@ -1,0 +1,177 @@
+#!/usr/bin/env bash
+# The checks that need a lent GPU machine, as one prepared run. Two halves:
+#
+#   deploy/device_check.sh                 # here: builds the bundle into .device/bundle
+#   deploy/device_check.sh --on_device     # there, from the repository root, the bundle carried
+#
+# Here it builds (`bazel build -c opt`) the daemons, the benchmarks and the GPU tests, and packs
+# them with their shared libraries, the CUDA toolkit's left out (the device has CUDA installed),
+# into .device/bundle and .device/bundle.tar.gz (ignored by git; the tarball is under the device
+# tool's 64 MiB), then prints the call to make: the device tool's `run` with carry
+# [".device/bundle.tar.gz"], command `deploy/device_check.sh --on_device`, timeout_s 600.
+#
+# There it prints one JSON line per figure, in the order of what matters most, each step under a
+# time limit of its own so that the whole stays under 8 minutes (--budget_s); a step that fails or
+# runs out of time prints {"check":...,"ok":false,...} and the next one runs. Lines go to stdout
+# and, when $OUT is set (the device tool's folder of files to bring back), to
+# $OUT/device_check.jsonl, with every step's full output in $OUT/device_check.log.
+#
+#   machine      GPU, driver, cores
+#   gpu_test     the three GPU tests (kernels, the CUDA model against the CPU one, NCCL)
+#   train        train_bench, the quickstart's model on 1M rows, 2 epochs, 2 servers, 2 workers,
+#                SYNC, with --backend=gpu and --backend=cpu (--collective=gloo: the two workers
+#                share the one GPU, which NCCL does not allow), and their ratio (target >= 5x,
+#                AUC within 0.001; issue 38)
+#   tls          ps_bench --security=compare through the sockets with the levers that scale with
+#                cores (issue 16's target, 0.85x)
+#   failover     failover_bench: 3 kills, and the SYNC replication push ratio against the
+#                unreplicated server with and without shared memory (issue 11's target, 0.6x)
+#   checkpoint   checkpoint_bench's restore against the disk, 2M rows, one server
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+bundle=.device/bundle
+binaries=(
+  server/ps_server server/coordinator/ps_coordinator worker/ps_worker worker/tools/ps_datagen
+  tests/bench/train_bench tests/bench/ps_bench tests/bench/failover_bench
+  tests/bench/checkpoint_bench
+  cuda_kernels/kernels_gpu_test worker/model/dlrm_gpu_test
+  worker/collective/nccl_allreduce_gpu_test
+)
+
+if [[ "${1:-}" != "--on_device" ]]; then
+  set -e
+  ./deploy/bundle.sh -o="$bundle" --without_cuda_libs "${binaries[@]}"
+  # The tarball travels (about a third of the folder's size, which is over the tool's limit).
+  size_mb=$(du -sm "$bundle.tar.gz" | cut -f1)
+  if ((size_mb > 60)); then
+    echo "device_check: $bundle.tar.gz is $size_mb MiB, over what the device tool carries" >&2
+    exit 1
+  fi
+  echo "device_check: $bundle.tar.gz ($size_mb MiB) is ready. With the device tool:"
+  echo "  run(command=\"deploy/device_check.sh --on_device\", carry=[\"$bundle.tar.gz\"]," \
+    "timeout_s=600)"
+  exit 0
+fi
+shift
+budget_s=450
+for arg in "$@"; do
+  case "$arg" in
+    --budget_s=*) budget_s="${arg#--budget_s=}" ;;
+    *) echo "device_check: unknown option $arg" >&2; exit 2 ;;
+  esac
+done
+
+out="${OUT:-$(mktemp -d)}"
+jsonl="$out/device_check.jsonl"
+log="$out/device_check.log"
+: >"$jsonl"
+: >"$log"
+start=$(date +%s)
+root="$PWD"
+if [[ -d "$root/$bundle/bin" ]]; then
+  bundle="$root/$bundle"
+elif [[ -f "$root/$bundle.tar.gz" ]]; then
+  mkdir -p /tmp/device_check && tar -C /tmp/device_check -xzf "$root/$bundle.tar.gz"
+  bundle=/tmp/device_check/bundle
+fi
+export LD_LIBRARY_PATH="$bundle/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+
+emit() {  # a JSON line, to stdout and the file
+  echo "$1" | tee -a "$jsonl"
+}
+
+# Seconds left of the budget, at most $1.
+allow() {
+  local left=$((budget_s - ($(date +%s) - start)))
+  ((left < $1)) && echo "$left" || echo "$1"
+}
+
+# step NAME LIMIT_S COMMAND...: runs COMMAND from the bundle's bin/ under a time limit, its
+# output into the log; echoes JSON lines the command printed; a failure becomes a line of its own.
+step() {
+  local name="$1" limit
+  limit=$(allow "$2")
+  shift 2
+  if ((limit < 10)); then
+    emit "{\"check\":\"$name\",\"ok\":false,\"why\":\"no time left of the ${budget_s} s budget\"}"
+    return 1
+  fi
+  local t0 rc text
+  t0=$(date +%s.%N)
+  text=$(cd "$bundle/bin" && timeout -k 5 "$limit" "$@" 2>"$out/step.err")
+  rc=$?
+  {
+    echo "=== $name (rc $rc): $*"
+    echo "$text"
+    tail -c 20000 "$out/step.err"
+  } >>"$log"
+  rm -f "$out/step.err"
+  local seconds
+  seconds=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+  STEP_TEXT="$text"
+  while read -r line; do
+    [[ "$line" == "{"* ]] && emit "{\"check\":\"$name\",${line#\{}"
+  done <<<"$text"
+  if ((rc != 0)); then
+    local why="exit status $rc"
+    ((rc == 124 || rc == 137)) && why="ran past its ${limit} s"
+    emit "{\"check\":\"$name\",\"ok\":false,\"why\":\"$why\",\"seconds\":$seconds}"
+    return 1
+  fi
+  emit "{\"check\":\"$name\",\"ok\":true,\"seconds\":$seconds}"
+}
+
+# machine
+gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null |
+  head -1)
+emit "{\"check\":\"machine\",\"gpu\":\"${gpu:-none}\",\"cpus\":$(nproc),\"date\":\"$(date -u +%FT%TZ)\"}"
+if [[ ! -d "$bundle/bin" ]]; then
+  emit "{\"check\":\"bundle\",\"ok\":false,\"why\":\"no bundle: run deploy/device_check.sh here first and carry .device/bundle.tar.gz\"}"
+  exit 1
+fi
+
+# gpu_test: Catch2's summary line says how many assertions and test cases passed.
+for t in cuda_kernels/kernels_gpu_test worker/model/dlrm_gpu_test \
+  worker/collective/nccl_allreduce_gpu_test; do
+  STEP_TEXT=""
+  step "gpu_test" 120 "./$t"
+  summary=$(grep -E "^(All tests passed|test cases:)" <<<"$STEP_TEXT" | tail -1 | tr -d '"')
+  emit "{\"check\":\"gpu_test\",\"test\":\"$t\",\"summary\":\"$summary\"}"
+done
+
+# train: GPU, then CPU, then their ratio.
+declare -A sps auc
+for backend in gpu cpu; do
+  STEP_TEXT=""
+  step "train_$backend" 150 ./tests/bench/train_bench --bin_dir=. --setup=ps --servers=2 \
+    --workers=2 --rows=1000000 --epochs=2 --batch=512 --mode=sync --backend="$backend" \
+    --collective=gloo --job=deploy/jobs/quickstart.pbtxt
+  line=$(grep '"setup":"ps"' <<<"$STEP_TEXT" | head -1)
+  sps[$backend]=$(sed -n 's/.*"samples_per_s":\([0-9.e+-]*\).*/\1/p' <<<"$line")
+  auc[$backend]=$(sed -n 's/.*"heldout_auc":\([0-9.e+-]*\).*/\1/p' <<<"$line")
+done
+if [[ -n "${sps[gpu]}" && -n "${sps[cpu]}" ]]; then
+  emit "$(python3 -c "
+import json
+g, c, ag, ac = ${sps[gpu]}, ${sps[cpu]}, ${auc[gpu]:-0}, ${auc[cpu]:-0}
+print(json.dumps({'check': 'train_ratio', 'gpu_samples_per_s': g, 'cpu_samples_per_s': c,
+                  'gpu_over_cpu': round(g / c, 3), 'target': 5.0,
+                  'auc_gpu': ag, 'auc_cpu': ac, 'auc_diff': round(abs(ag - ac), 6)}))")"
+fi
+
+# tls: the levers that scale with cores (tests/bench/README.md, TLS).
+step "tls" 150 ./tests/bench/ps_bench --bin_dir=. --servers=1 --workers=1 --keys=100000 \
+  --iters=100 --security=compare --rounds=3 --shared_memory=false --send_threads=8 \
+  --channels=16 --max_keys_per_request=6250 \
+  --credentials_script="$root/deploy/make_credentials.sh"
+
+# failover: kills, then the throughput ratios with and without shared memory.
+step "failover" 150 ./tests/bench/failover_bench --bin_dir=. --kills=3 --catchup_rows=0 \
+  --runs=3
+
+# checkpoint: the restore ratio.
+step "checkpoint" 120 ./tests/bench/checkpoint_bench --bin_dir=. --servers=1 --runs=1 \
+  --rows=2000000 --dd_mb=1024 --dir=/tmp/checkpoint_bench
+
+emit "{\"check\":\"done\",\"seconds\":$(($(date +%s) - start))}"
