@@ -75,6 +75,7 @@ Coordinator::Coordinator(CoordinatorOptions options)
                       ? options.restore_manifest.step()
                       : 0),
       on_job_failed_(std::move(options.on_job_failed)),
+      on_store_failed_(std::move(options.on_store_failed)),
       membership_(job_.cluster().num_servers(), job_.cluster().num_workers(),
                   std::max<uint32_t>(1, options.restore_manifest.next_member_id()), start_step_,
                   options.dead_after),
@@ -85,10 +86,20 @@ Coordinator::Coordinator(CoordinatorOptions options)
 void Coordinator::StoreFailedLocked(const absl::Status& status) {
   if (status.ok() || store_failed_) return;
   store_failed_ = true;
+  if (on_store_failed_) {
+    on_store_failed_(status);
+    return;
+  }
   std::fprintf(stderr,
                "coordinator: cannot keep its state in its data_dir (a restart would lose the "
                "job): %s\n",
                status.ToString().c_str());
+}
+
+void Coordinator::SaveClockLocked(int32_t rank, int64_t clock) {
+  if (store_ != nullptr && store_->keeps_clocks()) {
+    StoreFailedLocked(store_->SaveClock(rank, clock));
+  }
 }
 
 void Coordinator::PersistLocked(bool force) {
@@ -304,7 +315,8 @@ void Coordinator::TouchLocked(Membership::Member* member, absl::Time now) {
 
 absl::StatusOr<uint64_t> Coordinator::Heartbeat(uint32_t member_id,
                                                 const std::vector<rpc::ShardProgress>& shards,
-                                                std::optional<rpc::JobFailure>* failure) {
+                                                std::optional<rpc::JobFailure>* failure,
+                                                std::optional<int64_t> clock) {
   Completions out;
   uint64_t version = 0;
   {
@@ -317,10 +329,17 @@ absl::StatusOr<uint64_t> Coordinator::Heartbeat(uint32_t member_id,
     }
     const bool was_alive = member->alive;
     TouchLocked(member, clock_->Now());
+    bool clock_advanced = false;
+    if (clock.has_value() && *clock >= 0 && member->role == rpc::WORKER) {
+      absl::StatusOr<Membership::ClockReport> report =
+          membership_.ReportClock(member_id, *clock, clock_->Now());
+      clock_advanced = report.ok() && report->advanced;
+      if (clock_advanced) SaveClockLocked(report->rank, *clock);
+    }
     const bool changed = member->role == rpc::SERVER &&
                          placement_.ApplyProgress(static_cast<uint32_t>(member->rank), shards);
     if (changed) MapChangedLocked();
-    if (!was_alive || changed) waits_.PollAll(&out);
+    if (!was_alive || changed || clock_advanced) waits_.PollAll(&out);
     membership_.MaybeFailJob();  // this worker is heard from after a report
     JobFailedLocked(&out);
     if (membership_.failure().has_value()) {
@@ -488,9 +507,7 @@ absl::StatusOr<rpc::ClockState> Coordinator::ReportClock(uint32_t member_id, int
     absl::MutexLock lock(&mu_);
     PS_ASSIGN_OR_RETURN(const Membership::ClockReport report,
                         membership_.ReportClock(member_id, clock, clock_->Now()));
-    if (report.advanced && store_ != nullptr) {
-      StoreFailedLocked(store_->SaveClock(report.rank, clock));
-    }
+    if (report.advanced) SaveClockLocked(report.rank, clock);
     waits_.PollAll(&out);
     state = ClocksLocked();
   }
@@ -520,6 +537,12 @@ absl::StatusOr<rpc::ClockState> Coordinator::WaitClock(int64_t clock, absl::Time
 
 absl::Status Coordinator::KvSet(std::string key, std::string value) {
   PS_RETURN_IF_ERROR(RendezvousStore::CheckEntry(key, value));
+  if (store_ != nullptr && value.size() > store_->max_value_bytes()) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("kv set: value of ", value.size(), " bytes for key '", key, "' is over the ",
+                     store_->max_value_bytes(), " bytes the coordinators' store (",
+                     store_->location(), ") takes"));
+  }
   Completions out;
   {
     absl::MutexLock lock(&mu_);

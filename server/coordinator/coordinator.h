@@ -83,6 +83,13 @@ struct CoordinatorOptions {
   // from memory.
   StateStore* store = nullptr;
 
+  // Called once when a write to `store` fails, with the error, under the coordinator's lock (it
+  // must not call the coordinator, nor block). A store shared by several coordinators (etcd)
+  // refuses a write once this coordinator no longer leads, or cannot reach a quorum: the caller
+  // then stops answering, since what the coordinator holds may not be durable. Default: the
+  // failure is reported once on stderr and the coordinator carries on from memory.
+  std::function<void(const absl::Status&)> on_store_failed;
+
   // Called once when the job fails (see "Workers' ends" below), without the coordinator's lock,
   // on the thread whose call or sweep failed it; it must not block. Default: none.
   std::function<void(const rpc::JobFailure&)> on_job_failed;
@@ -155,10 +162,13 @@ class Coordinator {
   // shard copy it holds: the applied sequences decide which replica a failover promotes, and a
   // copy catching up that its primary reports caught up (ReplicaLag.caught_up) becomes a replica
   // (a new map version). Once the job failed, sets `*failure` (when given) to why, and the member
-  // counts as told (AwaitFailureTold).
+  // counts as told (AwaitFailureTold). A worker's heartbeat may carry `clock`, the largest step
+  // it reported: it counts as ReportClock(member_id, clock) (clocks only grow), which is how a
+  // coordinator taking over from a store that keeps no clocks learns them again.
   absl::StatusOr<uint64_t> Heartbeat(uint32_t member_id,
                                      const std::vector<rpc::ShardProgress>& shards = {},
-                                     std::optional<rpc::JobFailure>* failure = nullptr);
+                                     std::optional<rpc::JobFailure>* failure = nullptr,
+                                     std::optional<int64_t> clock = std::nullopt);
 
   // --- Workers' ends ---
   //
@@ -251,7 +261,8 @@ class Coordinator {
   // --- Rendezvous store ---
 
   // Sets (or overwrites) `key`. INVALID_ARGUMENT for an empty key; RESOURCE_EXHAUSTED for a key
-  // over kMaxKeyBytes or a value over kMaxValueBytes.
+  // over kMaxKeyBytes or a value over kMaxValueBytes (or over what the store takes:
+  // StateStore::max_value_bytes).
   absl::Status KvSet(std::string key, std::string value);
 
   // The values of `keys`, in order. NOT_FOUND naming the first missing key; INVALID_ARGUMENT for
@@ -319,6 +330,8 @@ class Coordinator {
   // Writes the members, slots and map to the store (when they changed since the last write, or
   // when `force`).
   void PersistLocked(bool force = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Saves a worker rank's clock, when the store keeps clocks.
+  void SaveClockLocked(int32_t rank, int64_t clock) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Reports a store error (once).
   void StoreFailedLocked(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Queues on_job_failed in `out` when the job has failed since the last call.
@@ -333,6 +346,7 @@ class Coordinator {
   // Sync jobs restored from a checkpoint cut at step t: t; 0 otherwise.
   const int64_t start_step_;
   const std::function<void(const rpc::JobFailure&)> on_job_failed_;
+  const std::function<void(const absl::Status&)> on_store_failed_;
 
   mutable absl::Mutex mu_;
   absl::CondVar timer_cv_;  // signalled on shutdown and when a waiter with an earlier deadline

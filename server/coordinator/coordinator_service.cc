@@ -199,8 +199,9 @@ grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(grpc::CallbackServerCont
                                                         rpc::HeartbeatResponse* response) {
   const std::vector<rpc::ShardProgress> shards(request->shards().begin(), request->shards().end());
   std::optional<rpc::JobFailure> failure;
-  const absl::StatusOr<uint64_t> version =
-      coordinator_->Heartbeat(request->member_id(), shards, &failure);
+  const absl::StatusOr<uint64_t> version = coordinator_->Heartbeat(
+      request->member_id(), shards, &failure,
+      request->has_clock() ? std::optional<int64_t>(request->clock()) : std::nullopt);
   if (version.ok()) response->set_map_version(*version);
   if (failure.has_value()) *response->mutable_job_failure() = std::move(*failure);
   return Done(context, version.status());

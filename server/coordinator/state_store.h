@@ -25,6 +25,7 @@
 #ifndef PS_SERVER_COORDINATOR_STATE_STORE_H_
 #define PS_SERVER_COORDINATOR_STATE_STORE_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -75,6 +76,20 @@ class StateStore {
   // Removes every rendezvous key starting with `prefix` (all of them or none). Outcomes as
   // SaveState.
   virtual absl::Status EraseKvPrefix(absl::string_view prefix) = 0;
+
+  // Whether SaveClock keeps clocks. A store that does not (etcd: a write per step and worker
+  // would cost every sync step a consensus round) is not given them, and a coordinator taking
+  // over from it rebuilds the clocks from the workers' heartbeats (HeartbeatRequest.clock).
+  virtual bool keeps_clocks() const { return true; }
+
+  // The largest rendezvous value SaveKv takes; larger values are refused before anything
+  // changes (RESOURCE_EXHAUSTED from Coordinator::KvSet).
+  virtual size_t max_value_bytes() const { return SIZE_MAX; }
+
+  // Whether several coordinators share the store, one leading under a lease: a coordinator whose
+  // write fails must then stop answering at once (CoordinatorOptions::on_store_failed), since
+  // what it holds in memory may no longer be the job's state.
+  virtual bool shared() const { return false; }
 };
 
 // A StateStore in memory: it lives as long as the object, so a coordinator re-created on the same
