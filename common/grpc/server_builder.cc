@@ -25,7 +25,9 @@ absl::StatusOr<StartedServer> StartServer(ServerOptions options,
   if (options.listen_address.empty()) {
     return absl::InvalidArgumentError("no listen address for the gRPC server");
   }
-  if (services.empty()) return absl::InvalidArgumentError("a gRPC server needs a service");
+  if (services.empty() && options.generic_service == nullptr) {
+    return absl::InvalidArgumentError("a gRPC server needs a service");
+  }
   for (const auto& [field, value] :
        {std::pair<const char*, int64_t>{"max_concurrent_streams", options.max_concurrent_streams},
         {"memory_quota_bytes", options.memory_quota_bytes},
@@ -41,6 +43,9 @@ absl::StatusOr<StartedServer> StartServer(ServerOptions options,
       options.credentials != nullptr ? options.credentials : grpc::InsecureServerCredentials(),
       &started.port);
   for (grpc::Service* service : services) builder.RegisterService(service);
+  if (options.generic_service != nullptr) {
+    builder.RegisterCallbackGenericService(options.generic_service);
+  }
   if (options.max_receive_message_bytes >= 0) {
     builder.SetMaxReceiveMessageSize(options.max_receive_message_bytes);
   }

@@ -4,6 +4,7 @@
 #ifndef PS_COMMON_GRPC_SERVER_BUILDER_H_
 #define PS_COMMON_GRPC_SERVER_BUILDER_H_
 
+#include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server.h>
 #include <grpcpp/support/server_interceptor.h>
@@ -62,6 +63,10 @@ struct ServerOptions {
 
   // How the server authenticates. Default null: plaintext (insecure credentials).
   std::shared_ptr<grpc::ServerCredentials> credentials;
+
+  // Answers every call no service serves (a standby coordinator answers every method so). Not
+  // owned; must outlive the server. Default none: such calls get UNIMPLEMENTED.
+  grpc::CallbackGenericService* generic_service = nullptr;
 };
 
 // A started server and the port it listens on.
@@ -72,7 +77,7 @@ struct StartedServer {
 
 // Builds a server with `options` serving `services` (not owned; they must outlive the server) and
 // starts it. Returns the server and its bound port; INVALID_ARGUMENT for an empty listen address,
-// no service, or a bound out of its range (the message names the field); UNAVAILABLE ("cannot
+// no service (and no generic_service), or a bound out of its range (the message names the field); UNAVAILABLE ("cannot
 // listen on <address>") when the address cannot be bound.
 absl::StatusOr<StartedServer> StartServer(ServerOptions options,
                                           const std::vector<grpc::Service*>& services);

@@ -1,6 +1,7 @@
 #include "server/coordinator/coordinator_metrics.h"
 
 #include <array>
+#include <optional>
 #include <utility>
 
 namespace ps {
@@ -31,9 +32,11 @@ int StateIndex(const rpc::MemberStatus& member) {
 }  // namespace
 
 void AddCoordinatorCollector(metrics::Registry* registry,
-                             std::function<rpc::ClusterStatus()> status) {
+                             std::function<std::optional<rpc::ClusterStatus>()> status) {
   registry->AddCollector([status = std::move(status)](metrics::Sink& sink) {
-    const rpc::ClusterStatus cluster = status();
+    const std::optional<rpc::ClusterStatus> current = status();
+    if (!current.has_value()) return;
+    const rpc::ClusterStatus& cluster = *current;
     constexpr std::array<const char*, 3> kRoles = {"server", "worker", "client"};
     std::array<std::array<int, kStates.size()>, kRoles.size()> members{};
     for (const rpc::MemberStatus& member : cluster.members()) {

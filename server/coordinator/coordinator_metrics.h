@@ -3,6 +3,7 @@
 #define PS_SERVER_COORDINATOR_COORDINATOR_METRICS_H_
 
 #include <functional>
+#include <optional>
 
 #include "common/metrics/registry.h"
 #include "proto/coordinator.pb.h"
@@ -25,8 +26,9 @@ namespace coordinator {
 //   ps_coordinator_job_failed               1 once the job failed, else 0
 //
 // `status` runs on the metrics endpoint's thread; it must be thread-safe and outlive `registry`.
+// When it returns nullopt (a standby coordinator, which holds no state) nothing is emitted.
 void AddCoordinatorCollector(metrics::Registry* registry,
-                             std::function<rpc::ClusterStatus()> status);
+                             std::function<std::optional<rpc::ClusterStatus>()> status);
 
 }  // namespace coordinator
 }  // namespace ps

@@ -88,20 +88,20 @@ grpc::ServerUnaryReactor* CoordinatorService::Register(grpc::CallbackServerConte
   if (request->role() == rpc::SERVER) {
     if (absl::Status allowed = grpc_util::RequireAdmin(*context, "registering a server");
         !allowed.ok()) {
-      return Done(context, allowed);
+      return Done(context, Gate(allowed));
     }
   }
   absl::StatusOr<rpc::RegisterResponse> registered =
       coordinator_->Register(request->role(), request->address(), request->rank());
   if (registered.ok()) *response = std::move(*registered);
-  return Done(context, registered.status());
+  return Done(context, Gate(registered.status()));
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::GetMemberIds(grpc::CallbackServerContext* context,
                                                            const rpc::MemberIdsRequest* request,
                                                            rpc::MemberIds* response) {
   *response = coordinator_->MemberIds();
-  return Done(context, absl::OkStatus());
+  return Done(context, Gate(absl::OkStatus()));
 }
 
 namespace {
@@ -184,14 +184,14 @@ grpc::ServerUnaryReactor* CoordinatorService::ReportFailure(
     const absl::Status reported =
         coordinator_->ReportWorkerFailure(request->reporter(), request->reason());
     response->set_map_version(coordinator_->Status().shard_map().version());
-    return Done(context, reported);
+    return Done(context, Gate(reported));
   }
   {
     absl::MutexLock lock(&check_mu_);
     to_check_.insert(request->server_id());
   }
   response->set_map_version(coordinator_->Status().shard_map().version());
-  return Done(context, absl::OkStatus());
+  return Done(context, Gate(absl::OkStatus()));
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(grpc::CallbackServerContext* context,
@@ -204,13 +204,13 @@ grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(grpc::CallbackServerCont
       request->has_clock() ? std::optional<int64_t>(request->clock()) : std::nullopt);
   if (version.ok()) response->set_map_version(*version);
   if (failure.has_value()) *response->mutable_job_failure() = std::move(*failure);
-  return Done(context, version.status());
+  return Done(context, Gate(version.status()));
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::Leave(grpc::CallbackServerContext* context,
                                                     const rpc::LeaveRequest* request,
                                                     rpc::LeaveResponse* response) {
-  return Done(context, coordinator_->Leave(request->member_id()));
+  return Done(context, Gate(coordinator_->Leave(request->member_id())));
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::GetShardMap(grpc::CallbackServerContext* context,
@@ -219,9 +219,9 @@ grpc::ServerUnaryReactor* CoordinatorService::GetShardMap(grpc::CallbackServerCo
   auto* reactor = new WaitReactor(coordinator_);
   reactor->SetWaitId(coordinator_->AsyncGetShardMap(
       request->min_version(), WaitDeadline(*context, coordinator_->Now()),
-      [reactor, response](absl::StatusOr<rpc::ShardMap> map) {
+      [this, reactor, response](absl::StatusOr<rpc::ShardMap> map) {
         if (map.ok()) *response = std::move(*map);
-        reactor->Finish(ToGrpcStatus(map.status()));
+        reactor->Finish(ToGrpcStatus(Gate(map.status())));
       }));
   return reactor;
 }
@@ -232,7 +232,7 @@ grpc::ServerUnaryReactor* CoordinatorService::ReportClock(grpc::CallbackServerCo
   absl::StatusOr<rpc::ClockState> state =
       coordinator_->ReportClock(request->member_id(), request->clock());
   if (state.ok()) *response = std::move(*state);
-  return Done(context, state.status());
+  return Done(context, Gate(state.status()));
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::WaitClock(grpc::CallbackServerContext* context,
@@ -241,9 +241,9 @@ grpc::ServerUnaryReactor* CoordinatorService::WaitClock(grpc::CallbackServerCont
   auto* reactor = new WaitReactor(coordinator_);
   reactor->SetWaitId(
       coordinator_->AsyncWaitClock(request->clock(), WaitDeadline(*context, coordinator_->Now()),
-                                   [reactor, response](absl::StatusOr<rpc::ClockState> state) {
+                                   [this, reactor, response](absl::StatusOr<rpc::ClockState> state) {
                                      if (state.ok()) *response = std::move(*state);
-                                     reactor->Finish(ToGrpcStatus(state.status()));
+                                     reactor->Finish(ToGrpcStatus(Gate(state.status())));
                                    }));
   return reactor;
 }
@@ -251,7 +251,7 @@ grpc::ServerUnaryReactor* CoordinatorService::WaitClock(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* CoordinatorService::KvSet(grpc::CallbackServerContext* context,
                                                     const rpc::KvSetRequest* request,
                                                     rpc::KvSetResponse* response) {
-  return Done(context, coordinator_->KvSet(request->key(), request->value()));
+  return Done(context, Gate(coordinator_->KvSet(request->key(), request->value())));
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::KvGet(grpc::CallbackServerContext* context,
@@ -262,7 +262,7 @@ grpc::ServerUnaryReactor* CoordinatorService::KvGet(grpc::CallbackServerContext*
   if (values.ok()) {
     for (std::string& value : *values) response->add_values(std::move(value));
   }
-  return Done(context, values.status());
+  return Done(context, Gate(values.status()));
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::KvWait(grpc::CallbackServerContext* context,
@@ -274,11 +274,11 @@ grpc::ServerUnaryReactor* CoordinatorService::KvWait(grpc::CallbackServerContext
   reactor->SetWaitId(coordinator_->AsyncKvWait(
       std::vector<std::string>(request->keys().begin(), request->keys().end()),
       WaitDeadline(*context, coordinator_->Now(), limit),
-      [reactor, response](absl::StatusOr<std::vector<std::string>> values) {
+      [this, reactor, response](absl::StatusOr<std::vector<std::string>> values) {
         if (values.ok()) {
           for (std::string& value : *values) response->add_values(std::move(value));
         }
-        reactor->Finish(ToGrpcStatus(values.status()));
+        reactor->Finish(ToGrpcStatus(Gate(values.status())));
       }));
   return reactor;
 }
@@ -293,13 +293,13 @@ grpc::ServerUnaryReactor* CoordinatorService::StartCheckpoint(grpc::CallbackServ
             "a checkpoint (other than the end-of-training one of a job with "
             "checkpoint_at_end)");
         !allowed.ok()) {
-      return Done(context, allowed);
+      return Done(context, Gate(allowed));
     }
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  scheduler_.Request(*request, [response, reactor](absl::StatusOr<rpc::CheckpointResponse> taken) {
+  scheduler_.Request(*request, [this, response, reactor](absl::StatusOr<rpc::CheckpointResponse> taken) {
     if (taken.ok()) *response = *std::move(taken);
-    reactor->Finish(ToGrpcStatus(taken.status()));
+    reactor->Finish(ToGrpcStatus(Gate(taken.status())));
   });
   return reactor;
 }
@@ -308,7 +308,8 @@ grpc::ServerUnaryReactor* CoordinatorService::GetStatus(grpc::CallbackServerCont
                                                         const rpc::StatusRequest* request,
                                                         rpc::ClusterStatus* response) {
   *response = coordinator_->Status();
-  return Done(context, absl::OkStatus());
+  if (status_extra_) status_extra_(response);
+  return Done(context, Gate(absl::OkStatus()));
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::GetServerStatuses(
@@ -322,11 +323,11 @@ grpc::ServerUnaryReactor* CoordinatorService::GetServerStatuses(
   const absl::Status asked =
       fanout_.Gather(coordinator_->job(), coordinator_->Status().shard_map(), *request,
                      StatusFanout::Deadline(absl::Now(), caller_deadline),
-                     [response, reactor](rpc::ServerStatuses statuses) {
+                     [this, response, reactor](rpc::ServerStatuses statuses) {
                        *response = std::move(statuses);
-                       reactor->Finish(grpc::Status::OK);
+                       reactor->Finish(ToGrpcStatus(Gate(absl::OkStatus())));
                      });
-  if (!asked.ok()) reactor->Finish(ToGrpcStatus(asked));
+  if (!asked.ok()) reactor->Finish(ToGrpcStatus(Gate(asked)));
   return reactor;
 }
 

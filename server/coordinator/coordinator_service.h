@@ -116,12 +116,36 @@ class CoordinatorService final : public rpc::Coordinator::CallbackService {
   // Counts the checkpoints taken in `registry` (Checkpointer::SetMetrics). Before serving.
   void SetMetrics(metrics::Registry* registry) { checkpointer_.SetMetrics(registry); }
 
+  // Whether this coordinator may answer: with several coordinators (etcd), OK only while it
+  // surely leads (LeaderElection::CheckLeading). Checked as each call is answered, whatever the
+  // coordinator decided, so that a coordinator that stopped leading answers nothing more, not
+  // even a call it took before: that call gets this check's UNAVAILABLE. Before serving. Default
+  // none: every call is answered.
+  void SetLeadershipCheck(std::function<absl::Status()> check) { leading_ = std::move(check); }
+
+  // Adds to every GetStatus answer what `extra` fills in (the election's view: who leads, the
+  // standbys, etcd's health). Before serving; it must not block. Default none.
+  void SetStatusExtra(std::function<void(rpc::ClusterStatus*)> extra) {
+    status_extra_ = std::move(extra);
+  }
+
  private:
+  // `status`, or the leadership check's error when this coordinator may no longer answer.
+  absl::Status Gate(absl::Status status) const {
+    if (leading_) {
+      absl::Status leading = leading_();
+      if (!leading.ok()) return leading;
+    }
+    return status;
+  }
+
   // Checks the servers reported unreachable, one at a time, until the service is destroyed.
   void CheckLoop();
 
   Coordinator* const coordinator_;
   const ReachableFn reachable_;
+  std::function<absl::Status()> leading_;                  // set before serving
+  std::function<void(rpc::ClusterStatus*)> status_extra_;  // set before serving
 
   absl::Mutex check_mu_;
   bool stop_checks_ ABSL_GUARDED_BY(check_mu_) = false;
