@@ -241,6 +241,7 @@ std::vector<EtcdClient::EndpointHealth> EtcdClient::CheckEndpoints(absl::Duratio
       health.healthy = true;
       health.latency_ms = absl::ToDoubleMilliseconds(absl::Now() - start);
       health.is_raft_leader = status->leader() == status->header().member_id();
+      health.raft_index = status->raftindex();
     }
     out.push_back(std::move(health));
   }

@@ -83,6 +83,8 @@ class EtcdClient {
     double latency_ms = 0;
     std::string error;
     bool is_raft_leader = false;
+    // The member's raft index: every write the cluster committed counts one.
+    uint64_t raft_index = 0;
   };
   // Asks every endpoint, one after the other, with `timeout` each.
   std::vector<EndpointHealth> CheckEndpoints(absl::Duration timeout);

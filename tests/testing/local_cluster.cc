@@ -1,6 +1,9 @@
 #include "tests/testing/local_cluster.h"
 
+#include <grpcpp/grpcpp.h>
+
 #include <algorithm>
+#include <chrono>
 #include <fstream>
 #include <thread>
 #include <utility>
@@ -8,10 +11,12 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/job_config.h"
 #include "common/status_macros.h"
 #include "google/protobuf/text_format.h"
+#include "proto/coordinator.grpc.pb.h"
 
 namespace ps {
 namespace testing {
@@ -26,16 +31,23 @@ std::string BinaryPath(const std::string& bin_dir, absl::string_view binary) {
 
 absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
     const std::string& job_path, const LocalClusterOptions& options) {
+  if (options.coordinators < 1 || (options.coordinators > 1 && options.etcd.empty())) {
+    return absl::InvalidArgumentError("LocalCluster: coordinators must be 1, or more with etcd");
+  }
   std::vector<std::string> coordinator_args = {"--job=" + job_path};
+  if (!options.etcd.empty()) coordinator_args.push_back("--etcd=" + options.etcd);
   coordinator_args.insert(coordinator_args.end(), options.coordinator_args.begin(),
                           options.coordinator_args.end());
-  PS_ASSIGN_OR_RETURN(
-      std::unique_ptr<Daemon> coordinator,
-      Daemon::Start(BinaryPath(options.bin_dir, "server/coordinator/ps_coordinator"),
-                    coordinator_args));
-  std::unique_ptr<LocalCluster> cluster(
-      new LocalCluster(options.bin_dir, std::move(coordinator), coordinator_args));
-  std::vector<std::string> server_args = {"--coordinator=" + cluster->coordinator_->address()};
+  std::unique_ptr<LocalCluster> cluster(new LocalCluster(options.bin_dir, coordinator_args));
+  for (int i = 0; i < options.coordinators; ++i) {
+    PS_ASSIGN_OR_RETURN(
+        std::unique_ptr<Daemon> coordinator,
+        Daemon::Start(BinaryPath(options.bin_dir, "server/coordinator/ps_coordinator"),
+                      coordinator_args));
+    cluster->coordinator_ports_.push_back(coordinator->port());
+    cluster->coordinators_.push_back(std::move(coordinator));
+  }
+  std::vector<std::string> server_args = {"--coordinator=" + cluster->coordinator_addresses()};
   server_args.insert(server_args.end(), options.server_args.begin(), options.server_args.end());
   for (int i = 0; i < options.servers; ++i) {
     PS_ASSIGN_OR_RETURN(
@@ -46,13 +58,40 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
   return cluster;
 }
 
-absl::Status LocalCluster::RestartCoordinator() {
-  const int port = coordinator_->port();
-  coordinator_->Kill();
+absl::Status LocalCluster::RestartCoordinator() { return RestartCoordinator(0); }
+
+std::string LocalCluster::coordinator_addresses() const {
+  std::vector<std::string> addresses;
+  for (int port : coordinator_ports_) addresses.push_back(absl::StrCat("127.0.0.1:", port));
+  return absl::StrJoin(addresses, ",");
+}
+
+int LocalCluster::LeaderIndex() const {
+  for (size_t i = 0; i < coordinator_ports_.size(); ++i) {
+    if (coordinators_[i] == nullptr) continue;
+    auto stub = rpc::Coordinator::NewStub(grpc::CreateChannel(
+        absl::StrCat("127.0.0.1:", coordinator_ports_[i]), grpc::InsecureChannelCredentials()));
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
+    rpc::ClusterStatus status;
+    if (stub->GetStatus(&context, rpc::StatusRequest(), &status).ok()) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+void LocalCluster::KillCoordinator(int i) {
+  if (coordinators_[i] == nullptr) return;
+  coordinators_[i]->Kill();
+  coordinators_[i].reset();
+}
+
+absl::Status LocalCluster::RestartCoordinator(int i) {
+  KillCoordinator(i);
   std::vector<std::string> args = coordinator_args_;
-  args.push_back(absl::StrCat("--listen=127.0.0.1:", port));
+  args.push_back(absl::StrCat("--listen=127.0.0.1:", coordinator_ports_[i]));
   PS_ASSIGN_OR_RETURN(
-      coordinator_, Daemon::Start(BinaryPath(bin_dir_, "server/coordinator/ps_coordinator"), args));
+      coordinators_[i],
+      Daemon::Start(BinaryPath(bin_dir_, "server/coordinator/ps_coordinator"), args));
   return absl::OkStatus();
 }
 
@@ -69,7 +108,7 @@ absl::StatusOr<std::vector<ProcessResult>> LocalCluster::RunWorkers(
       // The workers share this machine: each gets its share of the cores for its matrix
       // products (worker_args may say otherwise: the last flag wins).
       std::vector<std::string> args = {
-          "--coordinator=" + coordinator_->address(), absl::StrCat("--rank=", rank),
+          "--coordinator=" + coordinator_addresses(), absl::StrCat("--rank=", rank),
           "--listen=127.0.0.1:0",
           absl::StrCat(
               "--compute_threads=",
@@ -97,7 +136,9 @@ absl::StatusOr<std::vector<ProcessResult>> LocalCluster::RunWorkers(
 absl::Status LocalCluster::Terminate(absl::Duration timeout) {
   absl::Status first;
   for (auto& server : servers_) first.Update(server->Terminate(timeout));
-  first.Update(coordinator_->Terminate(timeout));
+  for (auto& coordinator : coordinators_) {
+    if (coordinator != nullptr) first.Update(coordinator->Terminate(timeout));
+  }
   return first;
 }
 

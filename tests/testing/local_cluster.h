@@ -30,6 +30,12 @@ struct LocalClusterOptions {
   std::vector<std::string> server_args;
   // Flags the ps_coordinator gets after --job (e.g. {"--restore=DIR"}). Default none.
   std::vector<std::string> coordinator_args;
+  // ps_coordinator processes; >= 1. Default 1. More than one needs `etcd`: each then gets
+  // --etcd=`etcd` (one leads, the others stand by), and servers and workers are given every
+  // coordinator's address.
+  int coordinators = 1;
+  // etcd's endpoints (testing::EtcdCluster::endpoints()), with coordinators > 1 or alone.
+  std::string etcd;
 };
 
 // A LocalCluster is a ps_coordinator and its ps_server daemons, children of this process (see
@@ -46,7 +52,20 @@ class LocalCluster {
   LocalCluster(const LocalCluster&) = delete;
   LocalCluster& operator=(const LocalCluster&) = delete;
 
-  const Daemon& coordinator() const { return *coordinator_; }
+  // The first coordinator (the only one without etcd).
+  const Daemon& coordinator() const { return *coordinators_[0]; }
+  int num_coordinators() const { return static_cast<int>(coordinators_.size()); }
+  // Coordinator i; null while it is killed.
+  Daemon* coordinator(int i) const { return coordinators_[i].get(); }
+  // Every coordinator's address, comma-separated, as servers and workers are given them.
+  std::string coordinator_addresses() const;
+  // Which coordinator answers a status call now (the leader), or -1 when none does.
+  int LeaderIndex() const;
+  // SIGKILL of coordinator i, which stays down until RestartCoordinator(i).
+  void KillCoordinator(int i);
+  // Starts coordinator i again on its port, with its flags (a standby, with etcd). Daemon's
+  // errors.
+  absl::Status RestartCoordinator(int i);
   const std::vector<std::unique_ptr<Daemon>>& servers() const { return servers_; }
 
   // Runs worker_args.size() ps_worker processes at once, rank r with `--coordinator=<address>
@@ -68,15 +87,13 @@ class LocalCluster {
   absl::Status Terminate(absl::Duration timeout);
 
  private:
-  LocalCluster(std::string bin_dir, std::unique_ptr<Daemon> coordinator,
-               std::vector<std::string> coordinator_args)
-      : bin_dir_(std::move(bin_dir)),
-        coordinator_args_(std::move(coordinator_args)),
-        coordinator_(std::move(coordinator)) {}
+  LocalCluster(std::string bin_dir, std::vector<std::string> coordinator_args)
+      : bin_dir_(std::move(bin_dir)), coordinator_args_(std::move(coordinator_args)) {}
 
   const std::string bin_dir_;
   const std::vector<std::string> coordinator_args_;
-  std::unique_ptr<Daemon> coordinator_;
+  std::vector<std::unique_ptr<Daemon>> coordinators_;
+  std::vector<int> coordinator_ports_;
   std::vector<std::unique_ptr<Daemon>> servers_;
 };
 
