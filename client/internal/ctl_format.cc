@@ -355,10 +355,38 @@ std::string ClocksLine(const rpc::ClusterStatus& status) {
   return line;
 }
 
+std::string LeadershipText(const rpc::Leadership& leadership, absl::Time now) {
+  std::string out;
+  const absl::Duration in_office =
+      now - absl::FromUnixMillis(leadership.took_office_unix_ms());
+  absl::StrAppendFormat(&out, "coordinators: leader %s (term %d, took over %s ago, lease %d s)",
+                        leadership.leader(), leadership.terms(),
+                        absl::FormatDuration(absl::Trunc(in_office, absl::Seconds(1))),
+                        leadership.lease_ttl_s());
+  if (leadership.standbys_size() == 0) {
+    out += ", no standby\n";
+  } else {
+    absl::StrAppendFormat(&out, ", standbys %s\n", absl::StrJoin(leadership.standbys(), ", "));
+  }
+  std::vector<std::string> members;
+  for (const rpc::EtcdEndpoint& e : leadership.etcd()) {
+    if (e.healthy()) {
+      members.push_back(absl::StrFormat("%s healthy %.1f ms%s", e.endpoint(), e.latency_ms(),
+                                        e.is_raft_leader() ? " (raft leader)" : ""));
+    } else {
+      members.push_back(absl::StrFormat("%s DOWN (%s)", e.endpoint(), e.error()));
+    }
+  }
+  absl::StrAppendFormat(&out, "etcd, prefix %s: %s\n", leadership.prefix(),
+                        absl::StrJoin(members, "; "));
+  return out;
+}
+
 std::string StatusText(const std::string& coordinator, const rpc::ClusterStatus& status,
                        const rpc::ServerStatuses& servers) {
   std::string out;
   absl::StrAppendFormat(&out, "job \"%s\", coordinator %s\n", status.job_name(), coordinator);
+  if (status.has_leadership()) out += LeadershipText(status.leadership(), absl::Now());
   if (status.has_failure()) {
     absl::StrAppendFormat(&out, "JOB FAILED: %s\n", DescribeJobFailure(status.failure()));
   }

@@ -37,6 +37,11 @@ std::vector<std::string> ServerFailures(const rpc::ServerStatuses& servers);
 // `message` as one line of JSON (field names as in the .proto, default values included).
 std::string ToJson(const google::protobuf::Message& message);
 
+// The coordinators' lines of `ps_ctl status` with etcd: the leader, its term and when it took
+// over (as of `now`), the lease, the standbys; then every etcd endpoint, healthy with its round
+// trip (and which is raft's leader) or DOWN with why.
+std::string LeadershipText(const rpc::Leadership& leadership, absl::Time now);
+
 // `ps_ctl status`: members, the shard map with every shard's copies, clocks, the applied step, and
 // each server's figures (primary shards, applied step, late pushes, pull staleness; its memory
 // and disk tier when it has a memory budget or a tier; and per table its dim, optimizer, rows,

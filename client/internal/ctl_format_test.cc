@@ -454,3 +454,38 @@ TEST_CASE("JSON strings are escaped", "[ctl]") {
 }  // namespace
 }  // namespace client_internal
 }  // namespace ps
+
+namespace ps {
+namespace client_internal {
+namespace {
+
+TEST_CASE("ctl format: the coordinators' leadership and etcd's health", "[ctl_format]") {
+  rpc::Leadership leadership;
+  leadership.set_leader("10.0.0.1:7000");
+  leadership.add_standbys("10.0.0.2:7000");
+  leadership.add_standbys("10.0.0.3:7000");
+  leadership.set_lease_ttl_s(2);
+  leadership.set_terms(3);
+  const absl::Time now = absl::FromUnixSeconds(1000000);
+  leadership.set_took_office_unix_ms(absl::ToUnixMillis(now - absl::Seconds(95)));
+  leadership.set_prefix("/ps/job/");
+  rpc::EtcdEndpoint* up = leadership.add_etcd();
+  up->set_endpoint("10.0.0.1:2379");
+  up->set_healthy(true);
+  up->set_latency_ms(0.84);
+  up->set_is_raft_leader(true);
+  rpc::EtcdEndpoint* down = leadership.add_etcd();
+  down->set_endpoint("10.0.0.2:2379");
+  down->set_error("Connection");
+  CHECK(LeadershipText(leadership, now) ==
+        "coordinators: leader 10.0.0.1:7000 (term 3, took over 1m35s ago, lease 2 s), standbys "
+        "10.0.0.2:7000, 10.0.0.3:7000\n"
+        "etcd, prefix /ps/job/: 10.0.0.1:2379 healthy 0.8 ms (raft leader); 10.0.0.2:2379 DOWN "
+        "(Connection)\n");
+  leadership.clear_standbys();
+  CHECK_THAT(LeadershipText(leadership, now), Catch::Contains("lease 2 s), no standby\n"));
+}
+
+}  // namespace
+}  // namespace client_internal
+}  // namespace ps
