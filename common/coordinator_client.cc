@@ -85,6 +85,63 @@ std::string LeaderNamedIn(absl::string_view message) {
   return std::string(leader);
 }
 
+namespace {
+
+// The index of leader named in `message` in `addresses`, unless it is `at`.
+std::optional<size_t> NamedLeader(const std::vector<std::string>& addresses, size_t at,
+                                  absl::string_view message) {
+  const std::string leader = LeaderNamedIn(message);
+  if (leader.empty()) return std::nullopt;
+  for (size_t i = 0; i < addresses.size(); ++i) {
+    if (addresses[i] == leader && i != at) return i;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<size_t> NextCoordinator(const std::vector<std::string>& addresses, size_t at,
+                                      absl::string_view message, const std::vector<bool>& tried) {
+  if (const std::optional<size_t> named = NamedLeader(addresses, at, message);
+      named.has_value() && !tried[*named]) {
+    return named;
+  }
+  for (size_t step = 1; step < addresses.size(); ++step) {
+    const size_t i = (at + step) % addresses.size();
+    if (!tried[i]) return i;
+  }
+  return std::nullopt;
+}
+
+size_t SuggestedCoordinator(const std::vector<std::string>& addresses, size_t at,
+                            absl::string_view message) {
+  return NamedLeader(addresses, at, message).value_or((at + 1) % addresses.size());
+}
+
+std::optional<size_t> WaitForAnyConnected(
+    const std::vector<std::shared_ptr<grpc::Channel>>& channels, absl::Time deadline) {
+  if (channels.size() == 1) {
+    const auto until = deadline == absl::InfiniteFuture()
+                           ? std::chrono::system_clock::time_point::max()
+                           : absl::ToChronoTime(deadline);
+    if (channels[0]->WaitForConnected(until)) return 0;
+    return std::nullopt;
+  }
+  // Every channel tries to connect; the first one up (in list order when several are) wins.
+  for (size_t round = 0;; ++round) {
+    for (size_t i = 0; i < channels.size(); ++i) {
+      if (channels[i]->GetState(/*try_to_connect=*/true) == GRPC_CHANNEL_READY) return i;
+    }
+    const absl::Time now = absl::Now();
+    if (now >= deadline) return std::nullopt;
+    // Waits a little for a change of one of them, in turn.
+    const std::shared_ptr<grpc::Channel>& watched = channels[round % channels.size()];
+    watched->WaitForStateChange(
+        watched->GetState(false),
+        absl::ToChronoTime(std::min(deadline, now + absl::Milliseconds(10))));
+  }
+}
+
 absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
     const std::string& addresses, absl::Duration timeout,
     std::shared_ptr<grpc::ChannelCredentials> credentials) {
@@ -98,27 +155,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
   for (const std::string& address : list) {
     channels.push_back(grpc_util::NewChannel(address, options));
   }
-  const absl::Time deadline = DeadlineIn(timeout);
-  std::optional<size_t> up;
-  if (channels.size() == 1) {
-    const auto until = deadline == absl::InfiniteFuture()
-                           ? std::chrono::system_clock::time_point::max()
-                           : absl::ToChronoTime(deadline);
-    if (channels[0]->WaitForConnected(until)) up = 0;
-  } else {
-    // Every channel tries to connect; the first one up (in list order when several are) wins.
-    for (size_t round = 0; !up.has_value(); ++round) {
-      for (size_t i = 0; i < channels.size() && !up.has_value(); ++i) {
-        if (channels[i]->GetState(/*try_to_connect=*/true) == GRPC_CHANNEL_READY) up = i;
-      }
-      const absl::Time now = absl::Now();
-      if (up.has_value() || now >= deadline) break;
-      std::shared_ptr<grpc::Channel>& watched = channels[round % channels.size()];
-      watched->WaitForStateChange(
-          watched->GetState(false),
-          absl::ToChronoTime(std::min(deadline, now + absl::Milliseconds(10))));
-    }
-  }
+  const std::optional<size_t> up = WaitForAnyConnected(channels, DeadlineIn(timeout));
   if (!up.has_value()) {
     // A TLS handshake that fails looks the same from here as nobody listening: say which
     // security this side used, the likeliest mismatch.
@@ -149,22 +186,11 @@ bool CoordinatorClient::MovesOn(const absl::Status& status, bool heartbeat) {
 
 std::optional<size_t> CoordinatorClient::Next(size_t at, const absl::Status& status,
                                               const std::vector<bool>& tried) {
-  const size_t n = addresses_.size();
-  const std::string leader = LeaderNamedIn(status.message());
-  std::optional<size_t> named;
-  for (size_t i = 0; i < n && !leader.empty(); ++i) {
-    if (addresses_[i] == leader && i != at) named = i;
-  }
   {
     absl::MutexLock lock(&mu_);
-    if (current_ == at) current_ = named.value_or((at + 1) % n);
+    if (current_ == at) current_ = SuggestedCoordinator(addresses_, at, status.message());
   }
-  if (named.has_value() && !tried[*named]) return named;
-  for (size_t step = 1; step < n; ++step) {
-    const size_t i = (at + step) % n;
-    if (!tried[i]) return i;
-  }
-  return std::nullopt;
+  return NextCoordinator(addresses_, at, status.message(), tried);
 }
 
 void CoordinatorClient::Answered(size_t at) {

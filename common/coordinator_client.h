@@ -271,6 +271,23 @@ absl::StatusOr<std::vector<std::string>> ParseCoordinatorAddresses(absl::string_
 // ("coordinator H:P is a standby; the leader is LEADER"), or empty when it names none.
 std::string LeaderNamedIn(absl::string_view message);
 
+// Where a call to the coordinators `addresses` goes after addresses[at] answered UNAVAILABLE with
+// `message`: the leader the message names (LeaderNamedIn) when it is listed and not `tried`
+// (tried[i]: addresses[i] was tried by this call), else the next address after `at` in list
+// order that is not `tried`; nullopt when every one was tried.
+std::optional<size_t> NextCoordinator(const std::vector<std::string>& addresses, size_t at,
+                                      absl::string_view message, const std::vector<bool>& tried);
+
+// Where the next call to `addresses` starts after addresses[at] answered UNAVAILABLE with
+// `message`: the leader it names when listed (and not `at`), else the next address in order.
+size_t SuggestedCoordinator(const std::vector<std::string>& addresses, size_t at,
+                            absl::string_view message);
+
+// The index of the first of `channels` (in order) whose connection is up, trying to connect
+// each, by `deadline` (absl::InfiniteFuture(): none); nullopt when none is up by then.
+std::optional<size_t> WaitForAnyConnected(
+    const std::vector<std::shared_ptr<grpc::Channel>>& channels, absl::Time deadline);
+
 // "worker 1 (member 6): its heartbeats stopped: ..." and the other failures known then, for the
 // message of a member that exits because the job failed.
 std::string DescribeJobFailure(const rpc::JobFailure& failure);
