@@ -42,10 +42,12 @@ constexpr absl::Duration kLeaveTimeout = absl::Seconds(1);
 // retries); the way to each server is its ServerLink's, the dense calls are DenseCalls'.
 class ClientImpl final : public Client, SparseCall::Host, DenseCalls::Host {
  public:
-  ClientImpl(const ClientOptions& options, std::unique_ptr<CoordinatorClient> coordinator,
-             const rpc::RegisterResponse& registration)
+  // `coordinator` is owned_coordinator, or options.coordinator_client when that is null.
+  ClientImpl(const ClientOptions& options, std::unique_ptr<CoordinatorClient> owned_coordinator,
+             CoordinatorClient* coordinator, const rpc::RegisterResponse& registration)
       : options_(options),
-        coordinator_(std::move(coordinator)),
+        owned_coordinator_(std::move(owned_coordinator)),
+        coordinator_(coordinator),
         job_(registration.job()),
         worker_id_(registration.member_id()),
         rank_(registration.rank()),
@@ -76,8 +78,8 @@ class ClientImpl final : public Client, SparseCall::Host, DenseCalls::Host {
     // on their own).
     for (const auto& [id, link] : CurrentRouting()->servers) link->CloseRegion();
     // A worker that closes its client is done; one that falls silent without this has failed.
+    coordinator_->StopHeartbeats();  // a borrowed coordinator client lives on
     if (options_.role == rpc::WORKER) {
-      coordinator_->StopHeartbeats();
       coordinator_->Leave(worker_id_, kLeaveTimeout).IgnoreError();
     }
   }
@@ -456,7 +458,8 @@ class ClientImpl final : public Client, SparseCall::Host, DenseCalls::Host {
   }
 
   const ClientOptions options_;
-  const std::unique_ptr<CoordinatorClient> coordinator_;
+  const std::unique_ptr<CoordinatorClient> owned_coordinator_;  // null when borrowed
+  CoordinatorClient* const coordinator_;
   const config::Job job_;
   const uint32_t worker_id_;
   const int rank_;
@@ -487,7 +490,7 @@ class ClientImpl final : public Client, SparseCall::Host, DenseCalls::Host {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
-  if (options.coordinator.empty()) {
+  if (options.coordinator.empty() && options.coordinator_client == nullptr) {
     return absl::InvalidArgumentError("ClientOptions.coordinator is empty");
   }
   if (options.channels_per_server < 1 || options.max_keys_per_request < 1) {
@@ -497,9 +500,14 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
     return absl::InvalidArgumentError(absl::StrFormat(
         "send_threads must be -1 (automatic) or in [0, 64], got %d", options.send_threads));
   }
-  PS_ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorClient> coordinator,
-                      CoordinatorClient::Connect(options.coordinator, options.connect_timeout,
-                                                 options.credentials));
+  std::unique_ptr<CoordinatorClient> owned;
+  CoordinatorClient* coordinator = options.coordinator_client;
+  if (coordinator == nullptr) {
+    PS_ASSIGN_OR_RETURN(owned,
+                        CoordinatorClient::Connect(options.coordinator, options.connect_timeout,
+                                                   options.credentials));
+    coordinator = owned.get();
+  }
   PS_ASSIGN_OR_RETURN(rpc::RegisterResponse registration,
                       coordinator->Register(options.role, "", options.rank));
   if (options.on_coordinator_lost) {
@@ -508,7 +516,7 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
   if (options.on_job_failed) coordinator->SetOnJobFailed(options.on_job_failed);
   PS_RETURN_IF_ERROR(coordinator->StartHeartbeats(
       registration.member_id(), absl::Milliseconds(registration.heartbeat_interval_ms())));
-  auto client = std::make_unique<ClientImpl>(options, std::move(coordinator), registration);
+  auto client = std::make_unique<ClientImpl>(options, std::move(owned), coordinator, registration);
   PS_RETURN_IF_ERROR(client->Start());
   return std::unique_ptr<Client>(std::move(client));
 }

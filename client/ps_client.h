@@ -37,9 +37,19 @@
 
 namespace ps {
 
+class CoordinatorClient;  // common/coordinator_client.h
+
 struct ClientOptions {
-  // host:port of the coordinator. Required.
+  // host:port of the coordinator, or several comma-separated ("a:1,b:2,c:3"): the job's
+  // coordinators, of which the client follows the leader (CoordinatorClient). Required unless
+  // coordinator_client is set.
   std::string coordinator;
+  // A connection to the coordinators that the client uses instead of making its own from
+  // `coordinator`: it registers, heartbeats (so the clocks reported through it go with the
+  // heartbeats, CoordinatorClient::ReportClock) and asks for the shard map through it. Not owned:
+  // it must outlive the client, which stops its heartbeats when destroyed; none may run when
+  // Connect is called. Default null.
+  CoordinatorClient* coordinator_client = nullptr;
   // How every channel (to the coordinator and the servers) authenticates: TLS and a bearer
   // token, as grpc_util::Security::ChannelCredentials() makes them from --tls_ca, --tls_cert,
   // --tls_key and --token_file. Default null: plaintext.
@@ -105,8 +115,9 @@ class Client {
 
   // Connects to the coordinator, registers, and waits for a complete shard map.
   // UNAVAILABLE if the coordinator cannot be reached or the map is not ready within
-  // connect_timeout; INVALID_ARGUMENT for bad options; the coordinator's error if registration
-  // is refused.
+  // connect_timeout; INVALID_ARGUMENT for bad options (a bad coordinator list names the entry);
+  // FAILED_PRECONDITION when heartbeats already run on options.coordinator_client; the
+  // coordinator's error if registration is refused.
   static absl::StatusOr<std::unique_ptr<Client>> Connect(const ClientOptions& options);
 
   virtual ~Client() = default;

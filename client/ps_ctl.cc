@@ -27,7 +27,8 @@
 //   Each of these takes --json (one JSON object on stdout) and --timeout_ms (3000: how long to
 //   wait for the coordinator; its answer gathers the servers' within 2 s), and, for a cluster
 //   that serves TLS, --tls_ca (with --tls_cert and --tls_key where it requires client
-//   certificates) and --token_file (ps_ctl presents the file's admin token).
+//   certificates) and --token_file (ps_ctl presents the file's admin token). --coordinator may list
+//   the job's coordinators comma-separated (HOST:PORT,HOST:PORT,...): ps_ctl asks the leader.
 //   ps_ctl checkpoint list DIR      the complete checkpoints in a checkpoint_dir, full or on which
 //                                   base
 //   ps_ctl checkpoint show FOLDER   one checkpoint: its manifest, its chain if incremental, rows
@@ -59,12 +60,14 @@
 #include "client/internal/ctl_rpc.h"
 #include "common/checkpoint_catalog.h"
 #include "common/checkpoint_reader.h"
+#include "common/coordinator_client.h"
 #include "common/data_check.h"
 #include "common/grpc/security_flags.h"
 #include "common/job_config.h"
 
 ABSL_FLAG(std::string, coordinator, "",
-          "status, shards, tables, hotkeys, metrics, checkpoint: the coordinator's host:port.");
+          "status, shards, tables, hotkeys, metrics, checkpoint: host:port, or several "
+          "comma-separated: the job's coordinators.");
 ABSL_FLAG(bool, json, false,
           "status, shards, tables, hotkeys, metrics, checkpoint: print one JSON object instead of "
           "text.");
@@ -153,6 +156,13 @@ std::unique_ptr<ctl::CtlConnection> Connect(const char* command) {
   const std::string address = absl::GetFlag(FLAGS_coordinator);
   if (address.empty()) {
     std::fprintf(stderr, "ps_ctl %s: --coordinator=HOST:PORT is required\n", command);
+    return nullptr;
+  }
+  if (const absl::StatusOr<std::vector<std::string>> parsed =
+          ps::ParseCoordinatorAddresses(address);
+      !parsed.ok()) {
+    std::fprintf(stderr, "ps_ctl %s: --coordinator: %s\n", command,
+                 std::string(parsed.status().message()).c_str());
     return nullptr;
   }
   const absl::StatusOr<ps::grpc_util::Security> security =

@@ -1,7 +1,9 @@
 #include "common/coordinator_client.h"
 
+#include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <functional>
@@ -13,6 +15,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/notification.h"
 #include "common/job_config.h"
 #include "server/coordinator/coordinator.h"
@@ -26,6 +29,115 @@ using coordinator::Coordinator;
 using testing::InProcessCoordinator;
 
 using testing::Eventually;
+
+// A closed port: nothing listens there.
+std::string DeadAddress() {
+  InProcessCoordinator stopped(1, 1);
+  return stopped.address;
+}
+
+// A standby coordinator: answers every call of any method UNAVAILABLE "coordinator HOST:PORT is
+// a standby; the leader is LEADER" (without the leader when `leader` is empty), and counts them.
+class FakeStandby {
+ public:
+  explicit FakeStandby(const std::string& leader) : service_(this) {
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterCallbackGenericService(&service_);
+    server_ = builder.BuildAndStart();
+    REQUIRE(server_ != nullptr);
+    address = absl::StrCat("127.0.0.1:", port);
+    message_ = absl::StrCat("coordinator ", address, " is a standby");
+    if (!leader.empty()) absl::StrAppend(&message_, "; the leader is ", leader);
+  }
+  ~FakeStandby() { server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(5))); }
+
+  int calls() const { return calls_.load(); }
+
+  std::string address;
+
+ private:
+  class Reactor : public grpc::ServerGenericBidiReactor {
+   public:
+    explicit Reactor(const std::string& message) {
+      Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, message));
+    }
+    void OnDone() override { delete this; }
+  };
+  class Service : public grpc::CallbackGenericService {
+   public:
+    explicit Service(FakeStandby* standby) : standby_(standby) {}
+    grpc::ServerGenericBidiReactor* CreateReactor(grpc::GenericCallbackServerContext*) override {
+      ++standby_->calls_;
+      return new Reactor(standby_->message_);
+    }
+
+   private:
+    FakeStandby* const standby_;
+  };
+
+  std::atomic<int> calls_{0};
+  std::string message_;
+  Service service_;
+  std::unique_ptr<grpc::Server> server_;
+};
+
+// A coordinator that records the heartbeats and clock reports it is sent and answers them OK.
+class RecordingCoordinator final : public rpc::Coordinator::Service {
+ public:
+  RecordingCoordinator() {
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(this);
+    server_ = builder.BuildAndStart();
+    REQUIRE(server_ != nullptr);
+    address = absl::StrCat("127.0.0.1:", port);
+  }
+  ~RecordingCoordinator() override {
+    server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  }
+
+  grpc::Status Heartbeat(grpc::ServerContext*, const rpc::HeartbeatRequest* request,
+                         rpc::HeartbeatResponse*) override {
+    absl::MutexLock lock(&mu_);
+    heartbeats_.push_back(*request);
+    return grpc::Status::OK;
+  }
+  grpc::Status ReportClock(grpc::ServerContext*, const rpc::ReportClockRequest* request,
+                           rpc::ClockState*) override {
+    absl::MutexLock lock(&mu_);
+    reports_.push_back(*request);
+    return grpc::Status::OK;
+  }
+
+  std::vector<rpc::HeartbeatRequest> heartbeats() const {
+    absl::MutexLock lock(&mu_);
+    return heartbeats_;
+  }
+  size_t reports() const {
+    absl::MutexLock lock(&mu_);
+    return reports_.size();
+  }
+
+  std::string address;
+
+ private:
+  mutable absl::Mutex mu_;
+  std::vector<rpc::HeartbeatRequest> heartbeats_ ABSL_GUARDED_BY(mu_);
+  std::vector<rpc::ReportClockRequest> reports_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<grpc::Server> server_;
+};
+
+// Whether `member` is alive in `c`'s view.
+bool AliveIn(InProcessCoordinator& c, uint32_t member) {
+  const rpc::ClusterStatus status = c.coordinator->Status();
+  for (const auto& m : status.members()) {
+    if (m.member_id() == member) return m.alive();
+  }
+  return false;
+}
 
 TEST_CASE("connecting to a closed port is UNAVAILABLE naming the address", "[coordinator_client]") {
   std::string address;
@@ -338,6 +450,197 @@ TEST_CASE("a worker's failure report fails the job; heartbeats then say so, once
   CHECK(DescribeJobFailure(told[0]) ==
         absl::StrCat("worker 0 (member ", r0, "): NOT_FOUND: data/x.tsv: no such file"));
   CHECK(c.coordinator->AwaitFailureTold(absl::ZeroDuration()));
+}
+
+TEST_CASE("a list of coordinator addresses is checked entry by entry",
+          "[coordinator_client][leader]") {
+  CHECK(*ParseCoordinatorAddresses("a:1") == std::vector<std::string>{"a:1"});
+  CHECK(*ParseCoordinatorAddresses("a:1,10.0.0.2:7000,[::1]:3") ==
+        std::vector<std::string>{"a:1", "10.0.0.2:7000", "[::1]:3"});
+  for (const auto& [list, named] : std::vector<std::pair<std::string, std::string>>{
+           {"", "empty entry 1"},
+           {"a:1,,b:2", "empty entry 2"},
+           {"a:1,", "empty entry 2"},
+           {"a:1,b", "\"b\""},
+           {"a:1, b:2", "\" b:2\""},
+           {"a:1,b:0", "\"b:0\""},
+           {"a:1,b:2,a:1", "\"a:1\" is listed twice"}}) {
+    INFO(list);
+    const auto parsed = ParseCoordinatorAddresses(list);
+    CHECK(parsed.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK(absl::StrContains(parsed.status().message(), named));
+    CHECK(CoordinatorClient::Connect(list, absl::Seconds(1)).status() == parsed.status());
+  }
+  CHECK(LeaderNamedIn("coordinator h:1 is a standby; the leader is h:2") == "h:2");
+  CHECK(LeaderNamedIn("coordinator h:1 is a standby").empty());
+  CHECK(LeaderNamedIn("coordinator h:1 is no longer the leader").empty());
+}
+
+TEST_CASE("connecting to several coordinators takes the first one up",
+          "[coordinator_client][leader]") {
+  const std::string dead = DeadAddress();
+  const std::string also_dead = DeadAddress();
+  const auto none =
+      CoordinatorClient::Connect(absl::StrCat(dead, ",", also_dead), absl::Milliseconds(300));
+  CHECK(none.status().code() == absl::StatusCode::kUnavailable);
+  CHECK(absl::StrContains(none.status().message(), absl::StrCat(dead, ",", also_dead)));
+
+  InProcessCoordinator c(1, 1);
+  const auto client =
+      CoordinatorClient::Connect(absl::StrCat(dead, ",", c.address), absl::Seconds(10));
+  REQUIRE(client.ok());
+  CHECK((*client)->address() == c.address);
+  CHECK((*client)->addresses() == std::vector<std::string>{dead, c.address});
+  CHECK((*client)->Register(rpc::SERVER, "h:1", -1).ok());
+}
+
+// Every order of a list of four: nothing listening, a standby that names the leader, one that
+// does not, and the leader. Whichever is current first, every call reaches the leader, and once
+// one has, the next ones go there first (the standbys see no more calls).
+TEST_CASE("calls follow the leader whatever the order of the list",
+          "[coordinator_client][leader]") {
+  const int order = GENERATE(range(0, 24));
+  InProcessCoordinator c(1, 2);
+  FakeStandby standby(c.address);
+  FakeStandby blind("");
+  std::vector<std::string> list = {DeadAddress(), standby.address, blind.address, c.address};
+  std::sort(list.begin(), list.end());
+  for (int i = 0; i < order; ++i) std::next_permutation(list.begin(), list.end());
+  INFO(absl::StrJoin(list, ","));
+  auto client = CoordinatorClient::Connect(absl::StrJoin(list, ","), absl::Seconds(10));
+  REQUIRE(client.ok());
+  const auto registered = (*client)->Register(rpc::WORKER, "", -1);
+  REQUIRE(registered.ok());
+  const uint32_t w = registered->member_id();
+  CHECK((*client)->address() == c.address);
+  const int standby_calls = standby.calls() + blind.calls();
+
+  CHECK((*client)->Heartbeat(w).ok());
+  CHECK((*client)->KvSet("k", "v").ok());
+  CHECK(*(*client)->KvGet({"k"}) == std::vector<std::string>{"v"});
+  CHECK((*client)->GetStatus()->members_size() == 1);
+  CHECK((*client)->ReportClock(w, 2).ok());
+  (*client)->ReportClockAsync(w, 3);
+  CHECK(Eventually([&] { return c.coordinator->Clocks().max_clock() == 3; }));
+  absl::Notification answered;
+  absl::StatusOr<rpc::MemberIds> ids;
+  (*client)->GetMemberIdsAsync(absl::Seconds(10), [&](absl::StatusOr<rpc::MemberIds> got) {
+    ids = std::move(got);
+    answered.Notify();
+  });
+  REQUIRE(answered.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  CHECK(ids.ok());
+  CHECK((*client)->Leave(w, absl::Seconds(5)).ok());
+  CHECK(standby.calls() + blind.calls() == standby_calls);
+
+  // A fresh client whose first call is made without waiting follows too.
+  auto other = CoordinatorClient::Connect(absl::StrJoin(list, ","), absl::Seconds(10));
+  REQUIRE(other.ok());
+  absl::Notification other_answered;
+  (*other)->GetMemberIdsAsync(absl::Seconds(10), [&](absl::StatusOr<rpc::MemberIds> got) {
+    ids = std::move(got);
+    other_answered.Notify();
+  });
+  REQUIRE(other_answered.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  CHECK(ids.ok());
+  CHECK((*other)->address() == c.address);
+}
+
+TEST_CASE("the leader's own UNAVAILABLE (the map not ready) is not followed",
+          "[coordinator_client][leader]") {
+  InProcessCoordinator c(2, 1);
+  FakeStandby standby(c.address);
+  auto client =
+      CoordinatorClient::Connect(absl::StrCat(c.address, ",", standby.address), absl::Seconds(10));
+  REQUIRE(client.ok());
+  const auto early = (*client)->GetShardMap(1, absl::Milliseconds(300));
+  CHECK(early.status() == absl::UnavailableError("shard map not ready: 0 of 2 servers registered"));
+  CHECK((*client)->address() == c.address);
+  CHECK(standby.calls() == 0);
+}
+
+TEST_CASE("calls made while no coordinator leads fail UNAVAILABLE, or wait within the window",
+          "[coordinator_client][leader]") {
+  std::optional<InProcessCoordinator> c;
+  c.emplace(1, 1);
+  const std::string leader = c->address;
+  FakeStandby standby(leader);
+  auto client =
+      CoordinatorClient::Connect(absl::StrCat(standby.address, ",", leader), absl::Seconds(10));
+  REQUIRE(client.ok());
+  REQUIRE((*client)->KvSet("k", "v").ok());
+  c.reset();  // the leader is gone; the standby still names it
+  const auto failed = (*client)->KvGet({"k"});
+  CHECK(failed.status().code() == absl::StatusCode::kUnavailable);
+  // Both were tried: the standby answered at least once more.
+  const int before = standby.calls();
+  CHECK((*client)->GetStatus().status().code() == absl::StatusCode::kUnavailable);
+  CHECK(standby.calls() > before);
+}
+
+// A takeover: the leader a member heartbeats goes away and another one (that knows the member)
+// leads. The heartbeats are an hour apart: only a heartbeat that moves on at once within its
+// interval reaches the new leader before the test gives up.
+TEST_CASE("the heartbeat thread follows a new leader within the same interval",
+          "[coordinator_client][leader][heartbeat]") {
+  InProcessCoordinator a(1, 1, /*fake_clock=*/true);
+  InProcessCoordinator b(1, 1, /*fake_clock=*/true);
+  auto client =
+      CoordinatorClient::Connect(absl::StrCat(a.address, ",", b.address), absl::Seconds(10));
+  REQUIRE(client.ok());
+  REQUIRE((*client)->address() == a.address);
+  const auto registered = (*client)->Register(rpc::WORKER, "", -1);
+  REQUIRE(registered.ok());
+  const uint32_t w = registered->member_id();
+  // B knows the member (as a new leader does from the shared state), but hears nothing yet.
+  REQUIRE(b.coordinator->Register(rpc::WORKER, "", -1)->member_id() == w);
+  for (InProcessCoordinator* c : {&a, &b}) {
+    c->clock.Advance(absl::Seconds(4));
+    c->coordinator->Sweep();
+    REQUIRE_FALSE(AliveIn(*c, w));
+  }
+  REQUIRE((*client)->StartHeartbeats(w, absl::Hours(1)).ok());
+  // The first heartbeat revives the member on A, the leader.
+  REQUIRE(Eventually([&] { return AliveIn(a, w); }));
+  CHECK_FALSE(AliveIn(b, w));
+
+  a.Stop();
+  (*client)->HeartbeatSoon();
+  CHECK(Eventually([&] { return AliveIn(b, w); }));
+  CHECK((*client)->address() == b.address);
+  CHECK(Eventually([&] { return (*client)->last_heartbeat_status().ok(); }));
+}
+
+TEST_CASE("heartbeats carry the member's largest clock reported",
+          "[coordinator_client][heartbeat]") {
+  RecordingCoordinator c;
+  auto client = CoordinatorClient::Connect(c.address, absl::Seconds(10));
+  REQUIRE(client.ok());
+  // None before any report.
+  REQUIRE((*client)->Heartbeat(5).ok());
+  REQUIRE((*client)->Heartbeat(6).ok());
+  REQUIRE(c.heartbeats().size() == 2);
+  CHECK_FALSE(c.heartbeats()[0].has_clock());
+
+  REQUIRE((*client)->ReportClock(5, 4).ok());
+  (*client)->ReportClockAsync(5, 9);
+  (*client)->ReportClockAsync(5, 7);  // older: the largest stays
+  REQUIRE(Eventually([&] { return c.reports() == 3; }));
+  REQUIRE((*client)->Heartbeat(5).ok());
+  REQUIRE((*client)->Heartbeat(6).ok());
+  REQUIRE(c.heartbeats().size() == 4);
+  CHECK(c.heartbeats()[2].clock() == 9);
+  CHECK_FALSE(c.heartbeats()[3].has_clock());  // another member's
+
+  // The thread's heartbeats carry it too.
+  REQUIRE((*client)->StartHeartbeats(5, absl::Milliseconds(10)).ok());
+  REQUIRE(Eventually([&] { return c.heartbeats().size() >= 6; }));
+  (*client)->StopHeartbeats();
+  const std::vector<rpc::HeartbeatRequest> sent = c.heartbeats();
+  for (size_t i = 4; i < sent.size(); ++i) {
+    CHECK(sent[i].member_id() == 5);
+    CHECK(sent[i].clock() == 9);
+  }
 }
 
 TEST_CASE("DescribeJobFailure names the cause, then the other failures", "[coordinator_client]") {

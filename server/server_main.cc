@@ -1,7 +1,8 @@
 // ps_server: a parameter-server daemon.
 //
-//   ps_server --coordinator=HOST:PORT [--listen=0.0.0.0:0] [--advertise=HOST] [--port_file=PATH]
-//             [--metrics_listen=HOST:PORT] [--metrics_port_file=PATH] [--connect_timeout_s=45]
+//   ps_server --coordinator=HOST:PORT[,HOST:PORT...] [--listen=0.0.0.0:0] [--advertise=HOST]
+//             [--port_file=PATH] [--metrics_listen=HOST:PORT] [--metrics_port_file=PATH]
+//             [--connect_timeout_s=45]
 //             [--hot_keys_sample_every=128] [--lookup_threads=-1] [--tls_cert=PEM --tls_key=PEM]
 //             [--tls_ca=PEM] [--token_file=PATH] [--shared_memory_mb=1024]
 //             [--shared_memory_idle_s=600] [--memory_budget_mb=0]
@@ -75,7 +76,8 @@
 #include "server/shared_regions.h"
 #include "server/storage/row_tier.h"
 
-ABSL_FLAG(std::string, coordinator, "", "host:port of the coordinator (required)");
+ABSL_FLAG(std::string, coordinator, "",
+          "host:port, or several comma-separated: the job's coordinators (required)");
 ABSL_FLAG(std::string, port_file, "", "if set, the bound port is written to this file");
 ABSL_FLAG(bool, empty_handler, false,
           "answer requests without touching storage (to measure the transport; benchmarks only)");
@@ -279,7 +281,9 @@ int Main() {
     std::fprintf(stderr, "ps_server: --coordinator is required\n");
     return 2;
   }
-  if (const absl::StatusOr<HostPort> parsed = ParseHostPort(coordinator_address); !parsed.ok()) {
+  if (const absl::StatusOr<std::vector<std::string>> parsed =
+          ParseCoordinatorAddresses(coordinator_address);
+      !parsed.ok()) {
     std::fprintf(stderr, "ps_server: --coordinator: %s\n",
                  std::string(parsed.status().message()).c_str());
     return 2;
@@ -579,7 +583,7 @@ int main(int argc, char** argv) {
   ps::TuneProcess();
   ps::BlockShutdownSignals();
   absl::SetProgramUsageMessage(
-      "ps_server --coordinator=HOST:PORT [--listen=HOST:PORT] [--advertise=HOST] "
+      "ps_server --coordinator=HOST:PORT[,HOST:PORT...] [--listen=HOST:PORT] [--advertise=HOST] "
       "[--port_file=PATH] [--metrics_listen=HOST:PORT] [--metrics_port_file=PATH] "
       "[--connect_timeout_s=N] [--hot_keys_sample_every=N] [--lookup_threads=N] "
       "[--shared_memory_mb=N] [--shared_memory_idle_s=N] [--memory_budget_mb=N] "

@@ -1,7 +1,8 @@
 // ps_worker: trains the job's model as one worker of a cluster.
 //
-//   ps_worker --coordinator=HOST:PORT [--rank=-1] [--listen=0.0.0.0:0] [--advertise=HOST]
-//             [--metrics_file=PATH] [--progress_s=5] [--metrics_listen=HOST:PORT]
+//   ps_worker --coordinator=HOST:PORT[,HOST:PORT...] [--rank=-1] [--listen=0.0.0.0:0]
+//             [--advertise=HOST] [--metrics_file=PATH] [--progress_s=5]
+//             [--metrics_listen=HOST:PORT]
 //             [--metrics_port_file=PATH] [--metrics_final_scrape_s=0] [--connect_timeout_s=45]
 //             [--tls_ca=PEM] [--tls_cert=PEM --tls_key=PEM] [--token_file=PATH] [--dry_run]
 //
@@ -46,7 +47,8 @@
 #include "worker/model/dlrm.h"
 #include "worker/trainer.h"
 
-ABSL_FLAG(std::string, coordinator, "", "host:port of the coordinator (required)");
+ABSL_FLAG(std::string, coordinator, "",
+          "host:port, or several comma-separated: the job's coordinators (required)");
 ABSL_FLAG(int, rank, -1, "this worker's rank, or -1 for the next free one");
 ABSL_FLAG(std::string, metrics_file, "", "append JSON-lines progress metrics to this file");
 ABSL_FLAG(double, progress_s, 5, "seconds between progress lines");
@@ -166,6 +168,9 @@ int Run(const std::string& address, const std::string& collective_host,
   (*coordinator)->SetRetryWindow(timeout);
   ClientOptions options;
   options.coordinator = address;
+  // One connection: the clocks this worker reports through it go with its heartbeats, so that a
+  // coordinator that takes over rebuilds them.
+  options.coordinator_client = coordinator->get();
   options.credentials = credentials;
   options.connect_timeout = timeout;
   options.role = rpc::WORKER;
@@ -264,7 +269,8 @@ int Main() {
                  collective.c_str());
     return 2;
   }
-  if (const absl::StatusOr<HostPort> parsed = ParseHostPort(address); !parsed.ok()) {
+  if (const absl::StatusOr<std::vector<std::string>> parsed = ParseCoordinatorAddresses(address);
+      !parsed.ok()) {
     std::fprintf(stderr, "ps_worker: --coordinator: %s\n",
                  std::string(parsed.status().message()).c_str());
     return 2;
@@ -327,7 +333,8 @@ int Main() {
 int main(int argc, char** argv) {
   ps::TuneProcess();
   absl::SetProgramUsageMessage(
-      "ps_worker --coordinator=HOST:PORT [--rank=N] [--listen=HOST:0] [--advertise=HOST] "
+      "ps_worker --coordinator=HOST:PORT[,HOST:PORT...] [--rank=N] [--listen=HOST:0] "
+      "[--advertise=HOST] "
       "[--dry_run]");
   absl::ParseCommandLine(argc, argv);
   return ps::Main();

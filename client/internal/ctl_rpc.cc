@@ -5,6 +5,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/coordinator_client.h"
 #include "common/grpc/channel_factory.h"
 #include "common/grpc/security.h"
 #include "common/grpc_status.h"
@@ -20,47 +22,97 @@ std::shared_ptr<grpc::Channel> NewChannel(const std::string& address,
   return grpc_util::NewChannel(address, options);
 }
 
+absl::Time DeadlineIn(absl::Duration timeout) {
+  return timeout == absl::InfiniteDuration() ? absl::InfiniteFuture() : absl::Now() + timeout;
+}
+
+const absl::Status& StatusOf(const absl::Status& status) { return status; }
+template <typename T>
+const absl::Status& StatusOf(const absl::StatusOr<T>& result) {
+  return result.status();
+}
+
 }  // namespace
 
-CtlConnection::CtlConnection(std::string address, absl::Duration timeout,
+CtlConnection::CtlConnection(const std::string& addresses, absl::Duration timeout,
                              std::shared_ptr<grpc::ChannelCredentials> credentials, bool tls)
-    : address_(std::move(address)),
-      timeout_(timeout),
-      tls_(tls),
-      channel_(NewChannel(address_, std::move(credentials))),
-      stub_(rpc::Coordinator::NewStub(channel_)) {}
+    : addresses_(absl::StrSplit(addresses, ',', absl::SkipEmpty())), timeout_(timeout), tls_(tls) {
+  if (addresses_.empty()) addresses_.push_back(addresses);  // its calls fail, naming it
+  for (const std::string& address : addresses_) {
+    channels_.push_back(NewChannel(address, credentials));
+    stubs_.push_back(rpc::Coordinator::NewStub(channels_.back()));
+  }
+}
 
-absl::Status CtlConnection::Named(const absl::Status& status) const {
-  return absl::Status(
-      status.code(),
-      absl::StrCat("coordinator ", address_, ": ", absl::StatusCodeToString(status.code()), ": ",
-                   status.message(),
-                   absl::IsUnavailable(status)
-                       ? absl::StrCat(" (", grpc_util::UnreachableHint(tls_), ")")
-                       : ""));
+std::string CtlConnection::address() const {
+  absl::MutexLock lock(&mu_);
+  return addresses_[current_];
+}
+
+absl::Status CtlConnection::Named(size_t at, const absl::Status& status) const {
+  return absl::Status(status.code(),
+                      absl::StrCat("coordinator ", addresses_[at], ": ",
+                                   absl::StatusCodeToString(status.code()), ": ", status.message(),
+                                   absl::IsUnavailable(status)
+                                       ? absl::StrCat(" (", grpc_util::UnreachableHint(tls_), ")")
+                                       : ""));
+}
+
+template <typename Fn>
+auto CtlConnection::OnLeader(absl::Time deadline, Fn fn) -> decltype(fn(nullptr, nullptr)) {
+  std::vector<bool> tried(addresses_.size(), false);
+  size_t at;
+  {
+    absl::MutexLock lock(&mu_);
+    at = current_;
+  }
+  while (true) {
+    tried[at] = true;
+    grpc::ClientContext context;
+    if (deadline != absl::InfiniteFuture()) context.set_deadline(absl::ToChronoTime(deadline));
+    auto result = fn(stubs_[at].get(), &context);
+    const absl::Status status = StatusOf(result);
+    if (status.ok()) return result;
+    if (!absl::IsUnavailable(status)) {
+      absl::MutexLock lock(&mu_);
+      current_ = at;
+      return Named(at, status);
+    }
+    std::optional<size_t> next = NextCoordinator(addresses_, at, status.message(), tried);
+    {
+      absl::MutexLock lock(&mu_);
+      if (current_ == at) current_ = SuggestedCoordinator(addresses_, at, status.message());
+    }
+    if (!next.has_value() || absl::Now() >= deadline) return Named(at, status);
+    at = *next;
+  }
 }
 
 absl::StatusOr<rpc::ClusterStatus> CtlConnection::ClusterStatus() {
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
-  rpc::ClusterStatus response;
-  const absl::Status status =
-      FromGrpcStatus(stub_->GetStatus(&context, rpc::StatusRequest(), &response));
-  if (!status.ok()) return Named(status);
-  return response;
+  return OnLeader(DeadlineIn(timeout_),
+                  [](rpc::Coordinator::Stub* stub,
+                     grpc::ClientContext* context) -> absl::StatusOr<rpc::ClusterStatus> {
+                    rpc::ClusterStatus response;
+                    const absl::Status status =
+                        FromGrpcStatus(stub->GetStatus(context, rpc::StatusRequest(), &response));
+                    if (!status.ok()) return status;
+                    return response;
+                  });
 }
 
 absl::StatusOr<rpc::ServerStatuses> CtlConnection::ServerStatuses(
     const rpc::ServerStatusRequest& request) {
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
   rpc::ServerStatusesRequest wrapped;
   *wrapped.mutable_request() = request;
-  rpc::ServerStatuses response;
-  const absl::Status status =
-      FromGrpcStatus(stub_->GetServerStatuses(&context, wrapped, &response));
-  if (!status.ok()) return Named(status);
-  return response;
+  return OnLeader(DeadlineIn(timeout_),
+                  [&](rpc::Coordinator::Stub* stub,
+                      grpc::ClientContext* context) -> absl::StatusOr<rpc::ServerStatuses> {
+                    rpc::ServerStatuses response;
+                    const absl::Status status =
+                        FromGrpcStatus(stub->GetServerStatuses(context, wrapped, &response));
+                    if (!status.ok()) return status;
+                    return response;
+                  });
 }
 
 absl::StatusOr<ClusterSample> CtlConnection::Sample(const rpc::ServerStatusRequest& request) {
@@ -76,17 +128,28 @@ absl::StatusOr<ClusterSample> CtlConnection::Sample(const rpc::ServerStatusReque
 }
 
 absl::StatusOr<rpc::CheckpointResponse> CtlConnection::Checkpoint(int64_t step) {
-  if (!channel_->WaitForConnected(absl::ToChronoTime(absl::Now() + timeout_))) {
-    return Named(absl::UnavailableError(
-        absl::StrCat("not reachable within ", absl::FormatDuration(timeout_))));
+  const std::optional<size_t> up = WaitForAnyConnected(channels_, absl::Now() + timeout_);
+  if (!up.has_value()) {
+    absl::MutexLock lock(&mu_);
+    return Named(current_, absl::UnavailableError(absl::StrCat("not reachable within ",
+                                                               absl::FormatDuration(timeout_))));
   }
-  grpc::ClientContext context;
+  {
+    absl::MutexLock lock(&mu_);
+    // The current one, if it is up; else the first one up.
+    if (channels_[current_]->GetState(false) != GRPC_CHANNEL_READY) current_ = *up;
+  }
   rpc::CheckpointRequest request;
   request.set_step(step);
-  rpc::CheckpointResponse response;
-  const absl::Status status = FromGrpcStatus(stub_->StartCheckpoint(&context, request, &response));
-  if (!status.ok()) return Named(status);
-  return response;
+  return OnLeader(absl::InfiniteFuture(),
+                  [&](rpc::Coordinator::Stub* stub,
+                      grpc::ClientContext* context) -> absl::StatusOr<rpc::CheckpointResponse> {
+                    rpc::CheckpointResponse response;
+                    const absl::Status status =
+                        FromGrpcStatus(stub->StartCheckpoint(context, request, &response));
+                    if (!status.ok()) return status;
+                    return response;
+                  });
 }
 
 }  // namespace client_internal

@@ -1,11 +1,11 @@
 #include "client/internal/ctl_rpc.h"
 
-
 #include <catch2/catch.hpp>
 #include <string>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "tests/testing/in_process_coordinator.h"
 #include "tests/testing/ports.h"
 
 namespace ps {
@@ -31,6 +31,27 @@ TEST_CASE("a coordinator nobody answers for: UNAVAILABLE naming it, within the t
   CHECK_THAT(std::string(checkpoint.status().message()),
              Catch::StartsWith(prefix + "not reachable within 1.5s"));
   CHECK(absl::Now() - start < absl::Seconds(10));  // generous: a few calls and one 1.5 s wait
+}
+
+TEST_CASE("given several coordinators, calls go to one that answers", "[ctl]") {
+  testing::RefusingPort first;
+  testing::RefusingPort second;
+  {
+    CtlConnection connection(absl::StrCat(first.address(), ",", second.address()),
+                             absl::Milliseconds(1500));
+    const auto status = connection.ClusterStatus();
+    CHECK(status.status().code() == absl::StatusCode::kUnavailable);
+    // Both were tried: the last answer names the second.
+    CHECK_THAT(std::string(status.status().message()),
+               Catch::StartsWith(absl::StrCat("coordinator ", second.address(), ": UNAVAILABLE")));
+  }
+  testing::InProcessCoordinator c(1, 1);
+  CtlConnection connection(absl::StrCat(first.address(), ",", c.address), absl::Seconds(10));
+  const auto status = connection.ClusterStatus();
+  REQUIRE(status.ok());
+  CHECK(status->job_name() == "client-test");
+  CHECK(connection.address() == c.address);
+  CHECK(connection.Sample(rpc::ServerStatusRequest()).ok());
 }
 
 }  // namespace

@@ -63,7 +63,8 @@ ABSL_FLAG(std::string, bin_dir, "",
 ABSL_FLAG(int, timeout_s, 300, "limit for each phase, in seconds");
 // Internal: how the parent starts its ranks.
 ABSL_FLAG(std::string, role, "", "internal: 'rank'");
-ABSL_FLAG(std::string, coordinator, "", "internal: coordinator address");
+ABSL_FLAG(std::string, coordinator, "",
+          "internal: host:port, or several comma-separated: the job's coordinators");
 ABSL_FLAG(int, rank, 0, "internal: this process's rank");
 
 namespace ps {

@@ -104,7 +104,8 @@ ABSL_FLAG(int, rounds, 3, "--metrics=compare, --security=compare: runs of each c
 ABSL_FLAG(std::string, bin_dir, "", "folder holding server/ and server/coordinator/ binaries");
 // Internal: how the parent starts its workers.
 ABSL_FLAG(std::string, role, "", "internal: 'worker'");
-ABSL_FLAG(std::string, coordinator, "", "internal: coordinator address");
+ABSL_FLAG(std::string, coordinator, "",
+          "internal: host:port, or several comma-separated: the job's coordinators");
 ABSL_FLAG(int, rank, 0, "internal: worker rank");
 
 namespace ps {

@@ -103,7 +103,9 @@ def train(client, steps, batch_size, log_every, seed):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     where = parser.add_mutually_exclusive_group(required=True)
-    where.add_argument("--coordinator", help="host:port of a cluster running train_tiny.pbtxt")
+    where.add_argument("--coordinator",
+                       help="host:port, or several comma-separated: the coordinators of a "
+                       "cluster running train_tiny.pbtxt")
     where.add_argument("--bin_dir", help="start a local cluster from the binaries here "
                        "(server/ps_server, server/coordinator/ps_coordinator, as in bazel-bin)")
     parser.add_argument("--steps", type=int, default=400)

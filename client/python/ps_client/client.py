@@ -40,10 +40,11 @@ _RETRYABLE = frozenset([grpc.StatusCode.UNAVAILABLE,
 
 
 def connect(coordinator, **options):
-    """Connects to the coordinator at ``coordinator`` (host:port), registers, starts the
+    """Connects to the coordinator at ``coordinator`` (host:port, or several comma-separated: the
+    job's coordinators, of which the client follows the leader), registers, starts the
     heartbeat thread and waits for a complete shard map. ``options``: fields of ClientOptions.
 
-    Raises InvalidArgumentError for bad options, UnavailableError if the coordinator cannot be
+    Raises InvalidArgumentError for bad options (a bad coordinator list names the entry), UnavailableError if the coordinator cannot be
     reached or the map is not ready within connect_timeout, the coordinator's error if it refuses
     the registration. Returns a Client; close it (or use it as a context manager).
     """

@@ -27,7 +27,8 @@ a straggler's push to a step applied without it)."""
 @dataclasses.dataclass
 class ClientOptions:
     """How to connect; the fields and defaults of the C++ ps::ClientOptions."""
-    # host:port of the coordinator. Required.
+    # host:port of the coordinator, or several comma-separated ("a:1,b:2,c:3"): the job's
+    # coordinators, of which the client follows the leader (ps_client/coordinator.py). Required.
     coordinator: str
     # Seconds connect() waits for the coordinator and a complete shard map.
     connect_timeout: float = 60.0
@@ -64,7 +65,7 @@ class ClientOptions:
         def bad(what):
             raise errors.InvalidArgumentError("ClientOptions.%s" % what)
         if not isinstance(self.coordinator, str) or not self.coordinator:
-            bad("coordinator must be a non-empty host:port")
+            bad("coordinator must be a non-empty host:port, or several comma-separated")
         if self.channels_per_server < 1 or self.max_keys_per_request < 1:
             bad("channels_per_server and max_keys_per_request must be >= 1")
         if self.max_message_bytes < 0:

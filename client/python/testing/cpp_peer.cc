@@ -30,7 +30,8 @@
 #include "client/ps_client.h"
 #include "common/hash.h"
 
-ABSL_FLAG(std::string, coordinator, "", "host:port of the coordinator");
+ABSL_FLAG(std::string, coordinator, "",
+          "host:port, or several comma-separated: the job's coordinators");
 ABSL_FLAG(std::string, table, "", "table of pull, push and plan");
 ABSL_FLAG(std::string, keys, "", "file of uint64 keys");
 ABSL_FLAG(std::string, grads, "", "push: file of float32 gradients");

@@ -1,12 +1,16 @@
 """The Python client against a real cluster (ps_coordinator and ps_server processes on loopback):
 values both ways with the C++ client, bit for bit; the header fields; dense tensors; errors; a
-lost reply; threads; heartbeats; a server killed; sync steps."""
+lost reply; threads; heartbeats; a server killed; sync steps; several coordinators, of which the
+client follows the leader."""
 
 import os
+import socket
 import sys
 import threading
 import time
 import unittest
+
+from concurrent import futures
 
 import grpc
 import numpy as np
@@ -350,6 +354,144 @@ class SyncStepsTest(unittest.TestCase):
                     self.assertEqual(client.end_step(step), step)
                 client.set_clock(3)
                 np.testing.assert_array_equal(client.pull("t", keys)[:, 1], [-6, -3, -3, -6])
+
+
+def refusing_port():
+    """A bound socket that does not listen (connections to it are refused) and its address."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    return sock, "127.0.0.1:%d" % sock.getsockname()[1]
+
+
+class _Standby(grpc.GenericRpcHandler):
+    """Answers every call UNAVAILABLE as a standby coordinator does, naming ``leader`` if any."""
+
+    def __init__(self, address, leader):
+        self.message = "coordinator %s is a standby" % address
+        if leader:
+            self.message += "; the leader is " + leader
+        self.calls = 0
+
+    def service(self, handler_call_details):
+        self.calls += 1
+
+        def refuse(request, context):
+            context.abort(grpc.StatusCode.UNAVAILABLE, self.message)
+        return grpc.unary_unary_rpc_method_handler(refuse)
+
+
+def start_standby(leader):
+    """A gRPC server on loopback whose every method answers as a standby; (server, handler,
+    address)."""
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    port = server.add_insecure_port("127.0.0.1:0")
+    address = "127.0.0.1:%d" % port
+    handler = _Standby(address, leader)
+    server.add_generic_rpc_handlers((handler,))
+    server.start()
+    return server, handler, address
+
+
+class _Recording(grpc.GenericRpcHandler):
+    """A coordinator that answers heartbeats OK and counts them."""
+
+    def __init__(self):
+        self.heartbeats = 0
+
+    def service(self, handler_call_details):
+        if handler_call_details.method != "/ps.rpc.Coordinator/Heartbeat":
+            return None
+
+        def heartbeat(request, context):
+            self.heartbeats += 1
+            return coordinator_pb2.HeartbeatResponse()
+        return grpc.unary_unary_rpc_method_handler(
+            heartbeat, request_deserializer=coordinator_pb2.HeartbeatRequest.FromString,
+            response_serializer=coordinator_pb2.HeartbeatResponse.SerializeToString)
+
+
+def start_recording():
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    port = server.add_insecure_port("127.0.0.1:0")
+    handler = _Recording()
+    server.add_generic_rpc_handlers((handler,))
+    server.start()
+    return server, handler, "127.0.0.1:%d" % port
+
+
+class SeveralCoordinatorsTest(unittest.TestCase):
+    """A list of coordinators: calls and heartbeats reach the leader whatever the order."""
+
+    def test_a_bad_list_names_the_entry(self):
+        parse = ps_client.coordinator.parse_addresses
+        self.assertEqual(parse("a:1,[::1]:2"), ["a:1", "[::1]:2"])
+        for bad, named in [("", "empty entry 1"), ("a:1,,b:2", "empty entry 2"),
+                           ("a:1,b", "'b'"), ("a:1,b:0", "'b:0'"), ("a:1, b:2", "' b:2'"),
+                           ("a:1,a:1", "listed twice")]:
+            with self.assertRaises(ps_client.InvalidArgumentError) as raised:
+                ps_client.coordinator.CoordinatorConnection(bad, 1)
+            self.assertIn(named, str(raised.exception))
+        self.assertEqual(ps_client.coordinator.leader_named_in(
+            "coordinator h:1 is a standby; the leader is h:2"), "h:2")
+        self.assertEqual(ps_client.coordinator.leader_named_in("coordinator h:1 is a standby"), "")
+
+    def test_nothing_reachable_names_the_list(self):
+        first, dead = refusing_port()
+        second, also_dead = refusing_port()
+        with first, second:
+            with self.assertRaises(ps_client.UnavailableError) as raised:
+                ps_client.coordinator.CoordinatorConnection(dead + "," + also_dead, 0.3)
+            self.assertIn(dead + "," + also_dead, str(raised.exception))
+
+    def test_a_client_given_a_dead_coordinator_and_standbys_reaches_the_leader(self):
+        dead_socket, dead = refusing_port()
+        with dead_socket, cluster_case.start_cluster(JOB) as cluster:
+            leader = cluster.address
+            named_server, named, named_address = start_standby(leader)
+            blind_server, blind, blind_address = start_standby("")
+            try:
+                for order in ([dead, blind_address, named_address, leader],
+                              [named_address, dead, leader, blind_address],
+                              [blind_address, leader, dead, named_address]):
+                    with ps_client.connect(",".join(order), connect_timeout=30) as client:
+                        self.assertEqual(client._coordinator.address, leader)
+                        refused = named.calls + blind.calls
+                        keys = np.arange(10, dtype=np.uint64)
+                        client.push("sgd", keys, np.ones((10, 3), np.float32))
+                        self.assertEqual(client.pull("sgd", keys).shape, (10, 3))
+                        self.assertEqual(client._coordinator.status().job_name, "python_client")
+                        cluster_case.wait_until(
+                            lambda: client._coordinator.last_heartbeat_error is None, 10,
+                            "a heartbeat answered")
+                        # Once the leader answered, calls go there first.
+                        self.assertEqual(named.calls + blind.calls, refused)
+                # The C++ client, through cpp_peer, follows too.
+                peer = cluster_case.CppPeer(",".join([named_address, dead, leader]))
+                keys = np.arange(5, dtype=np.uint64)
+                with ps_client.connect(leader) as direct:
+                    np.testing.assert_array_equal(peer.pull("sgd", keys, 3),
+                                                  direct.pull("sgd", keys))
+            finally:
+                named_server.stop(None)
+                blind_server.stop(None)
+
+    def test_heartbeats_follow_a_new_leader_within_the_interval(self):
+        a_server, a, a_address = start_recording()
+        b_server, b, b_address = start_recording()
+        conn = ps_client.coordinator.CoordinatorConnection(a_address + "," + b_address, 10)
+        try:
+            self.assertEqual(conn.address, a_address)
+            # An hour apart: only a heartbeat that moves on within its interval reaches B.
+            conn.start_heartbeats(7, 3600)
+            cluster_case.wait_until(lambda: a.heartbeats == 1, 10, "a heartbeat to A")
+            a_server.stop(None).wait()
+            conn.heartbeat_soon()
+            cluster_case.wait_until(lambda: b.heartbeats == 1, 10, "a heartbeat to B")
+            self.assertEqual(conn.address, b_address)
+            self.assertEqual(a.heartbeats, 1)
+        finally:
+            conn.close()
+            b_server.stop(None)
 
 
 if __name__ == "__main__":
