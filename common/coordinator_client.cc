@@ -168,8 +168,10 @@ absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
   for (const std::shared_ptr<grpc::Channel>& channel : channels) {
     stubs.push_back(rpc::Coordinator::NewStub(channel));
   }
-  return std::unique_ptr<CoordinatorClient>(
+  auto client = std::unique_ptr<CoordinatorClient>(
       new CoordinatorClient(std::move(list), std::move(stubs), *up));
+  client->register_wait_ = timeout;
+  return client;
 }
 
 std::string CoordinatorClient::address() const { return addresses_[current()]; }
@@ -295,6 +297,11 @@ void CoordinatorClient::SetRetryWindow(absl::Duration window) {
   retry_window_ = window;
 }
 
+absl::Duration CoordinatorClient::retry_window() const {
+  absl::MutexLock lock(&mu_);
+  return retry_window_;
+}
+
 template <typename Fn>
 auto CoordinatorClient::Retrying(Fn fn) -> decltype(fn()) {
   absl::Duration window;
@@ -312,6 +319,22 @@ auto CoordinatorClient::Retrying(Fn fn) -> decltype(fn()) {
   }
 }
 
+namespace {
+
+// An answer that says the call never reached a leader, so that it changed nothing: a standby's or
+// a former leader's, or a connection that could not be made.
+bool NeverReachedALeader(const absl::Status& status) {
+  if (!absl::IsUnavailable(status)) return false;
+  const absl::string_view message = status.message();
+  return absl::StrContains(message, "is a standby") ||
+         absl::StrContains(message, "no longer the leader") ||
+         absl::StrContains(message, "coordinator is starting") ||
+         absl::StrContains(message, "failed to connect") ||
+         absl::StrContains(message, "Connection refused");
+}
+
+}  // namespace
+
 absl::StatusOr<rpc::RegisterResponse> CoordinatorClient::Register(rpc::Role role,
                                                                   const std::string& address,
                                                                   int32_t rank) {
@@ -319,13 +342,24 @@ absl::StatusOr<rpc::RegisterResponse> CoordinatorClient::Register(rpc::Role role
   request.set_role(role);
   request.set_address(address);
   request.set_rank(rank);
-  return OnLeader(
-      DeadlineIn(kRpcTimeout),
-      [&](Stub* stub, grpc::ClientContext* context) -> absl::StatusOr<rpc::RegisterResponse> {
-        rpc::RegisterResponse response;
-        PS_RETURN_IF_ERROR(FromGrpcStatus(stub->Register(context, request, &response)));
-        return response;
-      });
+  // While no coordinator leads (they are starting, or one is taking over) the registration is
+  // tried again: it reached none, so it cannot register twice. Any other answer is final.
+  const absl::Time until = absl::Now() + std::max(register_wait_, retry_window());
+  absl::Duration pause = absl::Milliseconds(20);
+  while (true) {
+    absl::StatusOr<rpc::RegisterResponse> registered = OnLeader(
+        DeadlineIn(kRpcTimeout),
+        [&](Stub* stub, grpc::ClientContext* context) -> absl::StatusOr<rpc::RegisterResponse> {
+          rpc::RegisterResponse response;
+          PS_RETURN_IF_ERROR(FromGrpcStatus(stub->Register(context, request, &response)));
+          return response;
+        });
+    if (!NeverReachedALeader(registered.status()) || absl::Now() + pause > until) {
+      return registered;
+    }
+    absl::SleepFor(pause);
+    pause = std::min(2 * pause, absl::Milliseconds(500));
+  }
 }
 
 void CoordinatorClient::GetMemberIdsAsync(
@@ -492,6 +526,12 @@ void CoordinatorClient::HeartbeatLoop(uint32_t member_id, absl::Duration interva
       tried[at] = true;
       grpc::ClientContext context;
       SetTimeout(&context, timeout);
+      // Waits for the channel within the deadline rather than failing at once while it is down:
+      // this call then drives the reconnection. Otherwise a coordinator back at its address is
+      // found only when gRPC's backup poller (every 5 s) happens to read the connection's events,
+      // and members could miss heartbeats for tens of seconds meanwhile (found with
+      // GRPC_TRACE=subchannel in coordinator_restart_test under load).
+      context.set_wait_for_ready(true);
       heartbeat_call_ = &context;
       response.Clear();
       mu_.Unlock();

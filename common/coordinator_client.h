@@ -75,7 +75,9 @@ class CoordinatorClient {
 
   // Registers a member: `address` is the host:port a server serves on (optional for others),
   // `rank` a worker's requested rank or -1. Returns the member_id, rank, job and heartbeat
-  // interval.
+  // interval. While no coordinator leads (every one answers that it stands by, or cannot be
+  // reached) it is tried again, for up to Connect's timeout or the retry window, whichever is
+  // longer: such a call reached no leader, so it registers once.
   absl::StatusOr<rpc::RegisterResponse> Register(rpc::Role role, const std::string& address,
                                                  int32_t rank);
 
@@ -198,6 +200,9 @@ class CoordinatorClient {
                     std::vector<std::unique_ptr<rpc::Coordinator::Stub>> stubs, size_t current)
       : addresses_(std::move(addresses)), stubs_(std::move(stubs)), current_(current) {}
 
+  // The retry window (SetRetryWindow).
+  absl::Duration retry_window() const;
+
   template <typename Response, typename Request>
   struct AsyncCall;
   using Stub = rpc::Coordinator::Stub;
@@ -237,6 +242,8 @@ class CoordinatorClient {
 
   // Constant after construction.
   const std::vector<std::string> addresses_;
+  // How long Register waits for a leader: Connect's timeout (set once, by Connect).
+  absl::Duration register_wait_ = absl::ZeroDuration();
   const std::vector<std::unique_ptr<Stub>> stubs_;  // one per address; thread-safe
 
   // Serialises starting and stopping the heartbeat thread; never taken under mu_.

@@ -18,6 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "proto/coordinator.grpc.pb.h"
 #include "proto/ps.grpc.pb.h"
@@ -32,7 +33,14 @@ namespace ps {
 namespace {
 
 constexpr int kBatch = 32;
-constexpr int kSteps = 160;
+constexpr int kSteps = 600;
+
+// Disruptions run on a thread of their own, where Catch's assertions must not be used: they
+// return what went wrong instead.
+#define EXPECT_OR_RETURN(condition, what)                                             \
+  do {                                                                                \
+    if (!(condition)) return absl::InternalError(absl::StrCat(what, ": " #condition)); \
+  } while (false)
 
 rpc::ServerStatus StatusOf(const std::string& address) {
   auto stub = rpc::ParameterServer::NewStub(
@@ -93,8 +101,9 @@ std::string Job(const std::string& name, const std::string& train) {
       name, train, kBatch, kSteps, testing::TempDir(), name);
 }
 
-// What happens to the cluster once training is halfway; it runs on a thread of its own.
-using Disruption = std::function<void(testing::LocalCluster*, testing::EtcdCluster*)>;
+// What happens to the cluster once training is a third done; it runs on a thread of its own.
+// Its error fails the test.
+using Disruption = std::function<absl::Status(testing::LocalCluster*, testing::EtcdCluster*)>;
 
 struct Run {
   testing::ModelParameters parameters;
@@ -114,45 +123,74 @@ Run Train(const std::string& name, const std::string& train, const std::vector<u
   options.servers = 3;
   options.coordinators = 3;
   options.etcd = (*etcd)->endpoints();
-  options.coordinator_args = {"--lease_ttl_s=1"};
+  // The default lease: a 1 s one is granted by these etcd members too, but on a loaded 2-core
+  // machine etcd's answers can take long enough to cost a leader its lease now and then.
+  options.coordinator_args = {"--lease_ttl_s=2"};
   absl::StatusOr<std::unique_ptr<testing::LocalCluster>> cluster =
       testing::LocalCluster::Start(job_path, options);
   INFO(cluster.status().ToString());
   REQUIRE(cluster.ok());
-  std::atomic<bool> disrupted{false};
+  absl::Status disrupted = absl::UnknownError("not disrupted");
+  absl::Notification release;
+  int64_t disrupted_at = -1, done_at = -1;
   std::thread disruptor;
   if (disrupt) {
     disruptor = std::thread([&] {
       const std::string server = (*cluster)->servers()[0]->address();
-      if (!testing::Eventually([&] { return StatusOf(server).applied_step() >= kSteps / 2; },
+      if (!testing::Eventually([&] { return StatusOf(server).applied_step() >= kSteps / 3; },
                                absl::Minutes(3), absl::Milliseconds(2))) {
         return;
       }
-      disrupt(cluster->get(), etcd->get());
-      disrupted = true;
+      disrupted_at = StatusOf(server).applied_step();
+      disrupted = disrupt(cluster->get(), etcd->get());
+      done_at = StatusOf(server).applied_step();
+      // What this thread started again dies with it (Daemon): it lives until the run is over.
+      release.WaitForNotification();
     });
   }
   absl::StatusOr<std::vector<testing::ProcessResult>> results = (*cluster)->RunWorkers(
       std::vector<std::vector<std::string>>(2, {"--progress_s=60"}), absl::Minutes(5));
-  if (disruptor.joinable()) disruptor.join();
   INFO(results.status().ToString());
-  REQUIRE(results.ok());
-  if (disrupt) CHECK(disrupted.load());
+  if (!results.ok()) {
+    release.Notify();
+    if (disruptor.joinable()) disruptor.join();
+    INFO(disrupted.ToString());
+    REQUIRE(results.ok());
+  }
+  if (disrupt) {
+    INFO(disrupted.ToString());
+    CHECK(disrupted.ok());
+    // The disruption happened while the workers trained.
+    std::printf("disrupted from step %lld to step %lld of %d\n",
+                static_cast<long long>(disrupted_at), static_cast<long long>(done_at), kSteps);
+    CHECK(done_at < kSteps - 1);
+  }
+  // A leader to ask for the parameters.
+  REQUIRE(testing::Eventually([&] { return (*cluster)->LeaderIndex() >= 0; }, absl::Seconds(30),
+                              absl::Milliseconds(20)));
   absl::StatusOr<testing::ModelParameters> parameters =
       testing::PullModelParameters((*cluster)->coordinator_addresses(), "emb", keys);
+  release.Notify();
+  if (disruptor.joinable()) disruptor.join();
   INFO(parameters.status().ToString());
   REQUIRE(parameters.ok());
   return {*parameters, *results};
 }
 
 // Kills the leading coordinator and waits until another leads; returns the one killed.
-int KillLeader(testing::LocalCluster* cluster) {
+absl::StatusOr<int> KillLeader(testing::LocalCluster* cluster) {
   const int leader = cluster->LeaderIndex();
-  REQUIRE(leader >= 0);
+  EXPECT_OR_RETURN(leader >= 0, "a leader before the kill");
   cluster->KillCoordinator(leader);
-  REQUIRE(testing::Eventually([&] { return cluster->LeaderIndex() >= 0; }, absl::Seconds(30),
-                              absl::Milliseconds(20)));
-  CHECK(cluster->LeaderIndex() != leader);
+  int now = -1;
+  EXPECT_OR_RETURN(testing::Eventually(
+                       [&] {
+                         now = cluster->LeaderIndex();
+                         return now >= 0;
+                       },
+                       absl::Seconds(30), absl::Milliseconds(20)),
+                   "a new leader within 30 s");
+  EXPECT_OR_RETURN(now != leader, "another leader");
   return leader;
 }
 
@@ -208,11 +246,13 @@ TEST_CASE("sync training through a kill -9 of the leading coordinator ends as wi
           "[integration][coordinator_failover]") {
   const Data& data = TrainingData();
   Run run = Train("leader_killed", data.train, data.keys,
-                  [](testing::LocalCluster* cluster, testing::EtcdCluster*) {
-                    const int killed = KillLeader(cluster);
+                  [](testing::LocalCluster* cluster, testing::EtcdCluster*) -> absl::Status {
+                    absl::StatusOr<int> killed = KillLeader(cluster);
+                    if (!killed.ok()) return killed.status();
                     // Back as a standby; then the new leader is killed too.
-                    REQUIRE(cluster->RestartCoordinator(killed).ok());
-                    KillLeader(cluster);
+                    absl::Status restarted = cluster->RestartCoordinator(*killed);
+                    if (!restarted.ok()) return restarted;
+                    return KillLeader(cluster).status();
                   });
   CheckSameAsReference(run.parameters);
 }
@@ -222,19 +262,22 @@ TEST_CASE("the leader and a server killed at once: the server fails over under t
   const Data& data = TrainingData();
   uint64_t failovers = 0;
   Run run = Train("leader_and_server_killed", data.train, data.keys,
-                  [&](testing::LocalCluster* cluster, testing::EtcdCluster*) {
+                  [&](testing::LocalCluster* cluster, testing::EtcdCluster*) -> absl::Status {
                     const int leader = cluster->LeaderIndex();
-                    REQUIRE(leader >= 0);
+                    EXPECT_OR_RETURN(leader >= 0, "a leader before the kill");
                     // Both gone before anyone notices either.
                     cluster->KillCoordinator(leader);
                     cluster->servers()[1]->Kill();
-                    REQUIRE(testing::Eventually(
-                        [&] {
-                          std::optional<rpc::ClusterStatus> s = ClusterStatusOf(*cluster);
-                          if (s.has_value()) failovers = s->failovers();
-                          return failovers > 0;
-                        },
-                        absl::Seconds(30), absl::Milliseconds(20)));
+                    EXPECT_OR_RETURN(testing::Eventually(
+                                         [&] {
+                                           std::optional<rpc::ClusterStatus> s =
+                                               ClusterStatusOf(*cluster);
+                                           if (s.has_value()) failovers = s->failovers();
+                                           return failovers > 0;
+                                         },
+                                         absl::Seconds(30), absl::Milliseconds(20)),
+                                     "the server failed over under a new leader");
+                    return absl::OkStatus();
                   });
   CHECK(failovers > 0);
   CheckSameAsReference(run.parameters, 1e-4);
@@ -244,23 +287,35 @@ TEST_CASE("etcd members killed: one changes nothing; two stop decisions until on
           "[integration][coordinator_failover]") {
   const Data& data = TrainingData();
   Run run = Train("etcd_members_killed", data.train, data.keys,
-                  [](testing::LocalCluster* cluster, testing::EtcdCluster* etcd) {
+                  [](testing::LocalCluster* cluster,
+                     testing::EtcdCluster* etcd) -> absl::Status {
                     const int leader = cluster->LeaderIndex();
-                    etcd->Kill(0);
-                    // A quorum is left: the leader keeps its lease and leads on.
-                    const absl::Time until = absl::Now() + absl::Seconds(3);
+                    EXPECT_OR_RETURN(leader >= 0, "a leader before the kills");
+                    // A member that is not raft's leader goes: the leader keeps its lease and
+                    // leads on.
+                    const int member = etcd->RaftFollower();
+                    EXPECT_OR_RETURN(member >= 0, "an etcd follower");
+                    etcd->Kill(member);
+                    const absl::Time until = absl::Now() + absl::Seconds(1);
                     while (absl::Now() < until) {
-                      REQUIRE(cluster->LeaderIndex() == leader);
+                      EXPECT_OR_RETURN(cluster->LeaderIndex() == leader,
+                                       "the same leader with one etcd member down");
                     }
                     // No quorum: no coordinator can be sure of a lease, so none answers (no
                     // split brain); the servers keep serving pulls and pushes meanwhile.
-                    etcd->Kill(1);
-                    REQUIRE(testing::Eventually([&] { return cluster->LeaderIndex() < 0; },
-                                                absl::Seconds(10), absl::Milliseconds(20)));
-                    REQUIRE(etcd->Restart(1).ok());
-                    REQUIRE(testing::Eventually([&] { return cluster->LeaderIndex() >= 0; },
-                                                absl::Seconds(30), absl::Milliseconds(20)));
-                    REQUIRE(etcd->Restart(0).ok());
+                    const int second = (member + 1) % 3;
+                    etcd->Kill(second);
+                    EXPECT_OR_RETURN(
+                        testing::Eventually([&] { return cluster->LeaderIndex() < 0; },
+                                            absl::Seconds(10), absl::Milliseconds(20)),
+                        "no leader without etcd's quorum");
+                    absl::Status back = etcd->Restart(second);
+                    if (!back.ok()) return back;
+                    EXPECT_OR_RETURN(
+                        testing::Eventually([&] { return cluster->LeaderIndex() >= 0; },
+                                            absl::Seconds(30), absl::Milliseconds(20)),
+                        "a leader once the quorum is back");
+                    return etcd->Restart(member);
                   });
   CheckSameAsReference(run.parameters);
 }
@@ -270,37 +325,43 @@ TEST_CASE("a deposed leader (paused past its lease) changes nothing and stands b
   const Data& data = TrainingData();
   Run run = Train(
       "leader_paused", data.train, data.keys,
-      [](testing::LocalCluster* cluster, testing::EtcdCluster*) {
+      [](testing::LocalCluster* cluster, testing::EtcdCluster*) -> absl::Status {
         const int leader = cluster->LeaderIndex();
-        REQUIRE(leader >= 0);
+        EXPECT_OR_RETURN(leader >= 0, "a leader before the pause");
         testing::Daemon* paused = cluster->coordinator(leader);
-        REQUIRE(kill(paused->pid(), SIGSTOP) == 0);
+        EXPECT_OR_RETURN(kill(paused->pid(), SIGSTOP) == 0, "SIGSTOP");
         // Another takes over while it is paused, and a server dies: the new leader fails it
         // over, a new map version.
-        REQUIRE(testing::Eventually(
-            [&] {
-              const int now = cluster->LeaderIndex();
-              return now >= 0 && now != leader;
-            },
-            absl::Seconds(30), absl::Milliseconds(20)));
+        EXPECT_OR_RETURN(testing::Eventually(
+                             [&] {
+                               const int now = cluster->LeaderIndex();
+                               return now >= 0 && now != leader;
+                             },
+                             absl::Seconds(30), absl::Milliseconds(20)),
+                         "another leader while the first is paused");
         cluster->servers()[2]->Kill();
         std::optional<rpc::ClusterStatus> after;
-        REQUIRE(testing::Eventually(
-            [&] {
-              after = ClusterStatusOf(*cluster);
-              return after.has_value() && after->failovers() > 0;
-            },
-            absl::Seconds(30), absl::Milliseconds(20)));
+        EXPECT_OR_RETURN(testing::Eventually(
+                             [&] {
+                               after = ClusterStatusOf(*cluster);
+                               return after.has_value() && after->failovers() > 0;
+                             },
+                             absl::Seconds(30), absl::Milliseconds(20)),
+                         "the server failed over by the new leader");
         // Woken, the old leader finds its lease gone: it answers nothing as a leader, writes
         // nothing, and stands by.
-        REQUIRE(kill(paused->pid(), SIGCONT) == 0);
-        REQUIRE(testing::Eventually(
-            [&] { return paused->ReadLog().find("standing by again") != std::string::npos; },
-            absl::Seconds(10), absl::Milliseconds(20)));
-        CHECK(cluster->LeaderIndex() != leader);
+        EXPECT_OR_RETURN(kill(paused->pid(), SIGCONT) == 0, "SIGCONT");
+        EXPECT_OR_RETURN(
+            testing::Eventually(
+                [&] { return paused->ReadLog().find("standing by again") != std::string::npos; },
+                absl::Seconds(10), absl::Milliseconds(20)),
+            "the deposed leader stands by");
+        EXPECT_OR_RETURN(cluster->LeaderIndex() != leader, "the deposed leader does not lead");
         std::optional<rpc::ClusterStatus> later = ClusterStatusOf(*cluster);
-        REQUIRE(later.has_value());
-        CHECK(later->shard_map().version() >= after->shard_map().version());
+        EXPECT_OR_RETURN(later.has_value(), "a leader's status");
+        EXPECT_OR_RETURN(later->shard_map().version() >= after->shard_map().version(),
+                         "the map never went back");
+        return absl::OkStatus();
       });
   CheckSameAsReference(run.parameters, 1e-4);
 }

@@ -190,6 +190,20 @@ void Coordinator::StartServing() {
 }
 
 void Coordinator::SweepLocked(absl::Time now, Completions* out) {
+  // The coordinator itself stalled (its store's write held the lock, its process was paused):
+  // members could not be heard meanwhile, and are judged from now, as after a restart.
+  // Measured in real time: the timer thread sweeps every heartbeat interval (tests on a fake
+  // clock call Sweep themselves after moving it).
+  const absl::Time real_now = absl::Now();
+  if (last_sweep_ != absl::InfinitePast() &&
+      real_now - last_sweep_ > 2 * heartbeat_interval_ + absl::Milliseconds(500)) {
+    std::fprintf(stderr,
+                 "coordinator: it could not look at its members for %s: they are judged from "
+                 "now\n",
+                 absl::FormatDuration(real_now - last_sweep_).c_str());
+    membership_.ExcuseSilence(now);
+  }
+  last_sweep_ = real_now;
   const Membership::SweepResult swept =
       membership_.Sweep(now, [this](const Membership::Member& server) {
         mu_.AssertHeld();

@@ -361,6 +361,8 @@ class Coordinator {
   uint64_t persisted_version_ ABSL_GUARDED_BY(mu_) = 0;
   uint32_t persisted_next_id_ ABSL_GUARDED_BY(mu_) = 0;
   bool store_failed_ ABSL_GUARDED_BY(mu_) = false;
+  // When the sweep last ran, in real time (InfinitePast before the first).
+  absl::Time last_sweep_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   // A member's `left` changed since the last write to the store.
   bool members_changed_ ABSL_GUARDED_BY(mu_) = false;
   WaitList waits_ ABSL_GUARDED_BY(mu_);

@@ -36,6 +36,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -547,6 +548,10 @@ Served Serve(const Setup& setup, ps::coordinator::StateStore* store,
       }
       job_failed = g_wakeup.job_failed;
       served.lost_lead = !g_wakeup.stop && !g_wakeup.job_failed;
+      if (served.lost_lead && g_wakeup.store_failed) {
+        std::fprintf(stderr, "ps_coordinator: a write to etcd failed: %s\n",
+                     g_wakeup.store_error.ToString().c_str());
+      }
       g_wakeup.job_failed = false;
       g_wakeup.store_failed = false;
     }
@@ -571,8 +576,10 @@ Served Serve(const Setup& setup, ps::coordinator::StateStore* store,
     std::fprintf(stderr, "ps_coordinator: %s\n", written.ToString().c_str());
     served.exit_code = 1;
   }
-  // A coordinator that lost the lead answers nothing more: its calls in flight end at once.
-  if (served.lost_lead) shutdown_grace = absl::ZeroDuration();
+  // A coordinator that lost the lead answers nothing more (the leadership check answers its calls
+  // in flight UNAVAILABLE, which members take as a cue to find the leader); they get a second to
+  // be answered so, rather than be cancelled.
+  if (served.lost_lead) shutdown_grace = kFailedShutdownGrace;
 
   stop_verifying = true;
   if (verifier.joinable()) verifier.join();
@@ -721,8 +728,12 @@ int main(int argc, char** argv) {
   }
 
   // Several coordinators: stand by until this one leads, lead until it no longer does, again.
+  // A renewal that hangs on one member must leave time for the others within the lease.
+  ps::coordinator::EtcdClientOptions etcd_options;
+  etcd_options.request_timeout =
+      std::min(absl::Seconds(1), absl::Seconds(absl::GetFlag(FLAGS_lease_ttl_s)) / 4);
   absl::StatusOr<std::unique_ptr<ps::coordinator::EtcdClient>> etcd =
-      ps::coordinator::EtcdClient::Create(etcd_endpoints);
+      ps::coordinator::EtcdClient::Create(etcd_endpoints, etcd_options);
   if (!etcd.ok()) {
     std::fprintf(stderr, "ps_coordinator: --etcd: %s\n", etcd.status().ToString().c_str());
     return 2;
@@ -774,7 +785,8 @@ int main(int argc, char** argv) {
                  static_cast<long long>(term->number));
     view.TookOffice(*term);
     ps::coordinator::EtcdStateStore store(etcd->get(), prefix, prefix + "leader",
-                                          term->leader_revision);
+                                          term->leader_revision,
+                                          absl::Seconds(absl::GetFlag(FLAGS_lease_ttl_s)));
     const Served served = Serve(setup, &store, election->get(), &registry, &current, &listener,
                                 &view);
     view.LeftOffice();
@@ -782,7 +794,7 @@ int main(int argc, char** argv) {
       exit_code = served.exit_code;
       break;
     }
-    (*election)->Resign(absl::UnavailableError("lost the lead"));
+    (*election)->Resign((*election)->CheckLeading());
     std::fprintf(stderr, "ps_coordinator: %s no longer leads; standing by again\n", self.c_str());
     started = StartStandby(setup, why_standby, &listener, &standby_server, &standby);
     if (!started.ok()) {

@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -142,7 +143,12 @@ absl::StatusOr<std::string> EtcdClient::PostTo(const std::string& endpoint, absl
   return absl::UnavailableError(absl::StrCat(endpoint, ": ", message));
 }
 
-absl::StatusOr<std::string> EtcdClient::Post(absl::string_view path, const std::string& body) {
+absl::StatusOr<std::string> EtcdClient::Post(absl::string_view path, const std::string& body,
+                                             absl::Duration timeout) {
+  // Each endpoint gets request_timeout; a call given a longer `timeout` gets that in all, each
+  // endpoint what is left of it.
+  const bool budget = timeout > options_.request_timeout;
+  const absl::Time deadline = absl::Now() + timeout;
   size_t first;
   {
     absl::MutexLock lock(&mu_);
@@ -152,9 +158,11 @@ absl::StatusOr<std::string> EtcdClient::Post(absl::string_view path, const std::
   for (size_t i = 0; i < endpoints_.size(); ++i) {
     const size_t at = (first + i) % endpoints_.size();
     const absl::Time start = absl::Now();
+    const absl::Duration allowed = budget ? deadline - start : options_.request_timeout;
+    if (allowed <= absl::ZeroDuration()) break;
     bool retry_elsewhere = false;
     absl::StatusOr<std::string> answer =
-        PostTo(endpoints_[at], path, body, options_.request_timeout, &retry_elsewhere);
+        PostTo(endpoints_[at], path, body, allowed, &retry_elsewhere);
     if (answer.ok() || !retry_elsewhere) {
       absl::MutexLock lock(&mu_);
       current_ = at;
@@ -180,12 +188,13 @@ absl::StatusOr<etcd::RangeResponse> EtcdClient::RangePrefix(absl::string_view pr
   return Range(prefix, PrefixEnd(prefix));
 }
 
-absl::StatusOr<etcd::TxnResponse> EtcdClient::Txn(const etcd::TxnRequest& request) {
+absl::StatusOr<etcd::TxnResponse> EtcdClient::Txn(const etcd::TxnRequest& request,
+                                                  absl::Duration timeout) {
   bool write = false;
   for (const etcd::RequestOp& op : request.success()) write = write || IsWrite(op);
   for (const etcd::RequestOp& op : request.failure()) write = write || IsWrite(op);
   if (write) writes_.fetch_add(1, std::memory_order_relaxed);
-  PS_ASSIGN_OR_RETURN(const std::string answer, Post("/v3/kv/txn", ToJson(request)));
+  PS_ASSIGN_OR_RETURN(const std::string answer, Post("/v3/kv/txn", ToJson(request), timeout));
   return FromJson<etcd::TxnResponse>(answer, "txn");
 }
 

@@ -67,7 +67,11 @@ class EtcdClient {
   absl::StatusOr<etcd::RangeResponse> RangePrefix(absl::string_view prefix);
 
   // A transaction (see etcd_gateway.proto). Counted as a write when it holds a put or a delete.
-  absl::StatusOr<etcd::TxnResponse> Txn(const etcd::TxnRequest& request);
+  // `timeout`, when longer than options' request_timeout: the time the call may take in all,
+  // endpoints tried included (a write that must not fail because etcd is slow to sync it, nor
+  // hold its caller longer than this).
+  absl::StatusOr<etcd::TxnResponse> Txn(const etcd::TxnRequest& request,
+                                        absl::Duration timeout = absl::ZeroDuration());
 
   // A lease of `ttl_s` seconds (etcd may grant a longer one: the answer's TTL).
   absl::StatusOr<etcd::LeaseGrantResponse> LeaseGrant(int64_t ttl_s);
@@ -105,7 +109,8 @@ class EtcdClient {
       : endpoints_(std::move(endpoints)), options_(options) {}
 
   // POSTs `body` to `path` on the endpoints as described above; the answer's body.
-  absl::StatusOr<std::string> Post(absl::string_view path, const std::string& body);
+  absl::StatusOr<std::string> Post(absl::string_view path, const std::string& body,
+                                   absl::Duration timeout = absl::ZeroDuration());
   // One POST to one endpoint: the body, or the failure (`retry_elsewhere` says whether another
   // endpoint may do better).
   absl::StatusOr<std::string> PostTo(const std::string& endpoint, absl::string_view path,

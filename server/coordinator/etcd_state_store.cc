@@ -18,11 +18,12 @@ constexpr char kKv[] = "kv/";
 }  // namespace
 
 EtcdStateStore::EtcdStateStore(EtcdClient* etcd, std::string prefix, std::string leader_key,
-                               int64_t leader_revision)
+                               int64_t leader_revision, absl::Duration write_timeout)
     : etcd_(etcd),
       prefix_(std::move(prefix)),
       leader_key_(std::move(leader_key)),
-      leader_revision_(leader_revision) {}
+      leader_revision_(leader_revision),
+      write_timeout_(write_timeout) {}
 
 std::string EtcdStateStore::location() const {
   return absl::StrCat("etcd ", absl::StrJoin(etcd_->endpoints(), ","), ", prefix ", prefix_);
@@ -55,7 +56,9 @@ absl::Status EtcdStateStore::WriteIfLeader(etcd::TxnRequest txn) {
   leader->set_target(etcd::Compare::CREATE);
   leader->set_result(etcd::Compare::EQUAL);
   leader->set_create_revision(leader_revision_);
-  PS_ASSIGN_OR_RETURN(const etcd::TxnResponse response, etcd_->Txn(txn));
+  // A write that failed costs this coordinator the lead: etcd gets time to sync it (a timed-out
+  // write is sent to the next member; it is the same write, and puts are idempotent).
+  PS_ASSIGN_OR_RETURN(const etcd::TxnResponse response, etcd_->Txn(txn, write_timeout_));
   if (!response.succeeded()) {
     return absl::FailedPreconditionError(
         absl::StrCat("no longer leader: ", leader_key_, " is not the key this coordinator created "

@@ -35,8 +35,11 @@ class EtcdStateStore final : public StateStore {
   static constexpr size_t kMaxValueBytes = 1 << 20;
 
   // `etcd` is not owned and must outlive the store.
+  // A write may take up to `write_timeout` in all (it holds the coordinator's lock meanwhile);
+  // the lease's TTL is a good bound: a leader that cannot write for that long cannot renew its
+  // lease either.
   EtcdStateStore(EtcdClient* etcd, std::string prefix, std::string leader_key,
-                 int64_t leader_revision);
+                 int64_t leader_revision, absl::Duration write_timeout = absl::Seconds(2));
 
   // "etcd ENDPOINTS, prefix P".
   std::string location() const override;
@@ -64,6 +67,7 @@ class EtcdStateStore final : public StateStore {
   const std::string prefix_;
   const std::string leader_key_;
   const int64_t leader_revision_;
+  const absl::Duration write_timeout_;
 };
 
 }  // namespace coordinator

@@ -102,6 +102,8 @@ void LeaderElection::RenewLoop() {
     const absl::StatusOr<int64_t> renewed = etcd_->LeaseKeepAlive(id);
     mu_.Lock();
     if (lease_id_ != id) continue;  // resigned meanwhile
+    last_renewal_ = renewed.ok() ? absl::OkStatus() : renewed.status();
+    last_renewal_took_ = absl::Now() - sent;
     if (renewed.ok()) {
       lease_valid_until_ = std::max(lease_valid_until_,
                                     sent + absl::Seconds(*renewed) - Margin(*renewed));
@@ -167,9 +169,10 @@ absl::Status LeaderElection::CheckLeading() const {
   absl::MutexLock lock(&mu_);
   if (leading_ && absl::Now() < lease_valid_until_) return absl::OkStatus();
   if (leading_) {
-    return absl::UnavailableError(absl::StrCat("coordinator ", options_.address,
-                                               " is no longer the leader (its etcd lease may "
-                                               "have ended)"));
+    return absl::UnavailableError(absl::StrCat(
+        "coordinator ", options_.address,
+        " is no longer the leader (its etcd lease may have ended; the last renewal took ",
+        absl::FormatDuration(last_renewal_took_), ": ", last_renewal_.ToString(), ")"));
   }
   if (leader_.empty() || leader_ == options_.address) {
     return absl::UnavailableError(absl::StrCat("coordinator ", options_.address,

@@ -110,6 +110,8 @@ class LeaderElection {
   // The lease surely lives until then, by this process's clock.
   absl::Time lease_valid_until_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   bool leading_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status last_renewal_ ABSL_GUARDED_BY(mu_);  // for messages
+  absl::Duration last_renewal_took_ ABSL_GUARDED_BY(mu_);
   std::string leader_ ABSL_GUARDED_BY(mu_);
   std::thread renewer_;
 };

@@ -364,6 +364,12 @@ void Membership::StartJudging(absl::Time now) {
   }
 }
 
+void Membership::ExcuseSilence(absl::Time now) {
+  for (auto& [id, member] : members_) {
+    if (member.alive) member.last_seen = std::max(member.last_seen, now);
+  }
+}
+
 void Membership::TakeUp(const rpc::CoordinatorState& st, const std::map<int32_t, int64_t>& clocks,
                         absl::Time now) {
   judging_ = false;

@@ -156,6 +156,9 @@ class Membership {
   // After TakeUp: every alive member counts as heard from at `now`, and Sweep judges them from
   // then on. Does nothing otherwise.
   void StartJudging(absl::Time now);
+  // The coordinator could not hear anyone for a while (it stalled): every alive member counts as
+  // heard from at `now`.
+  void ExcuseSilence(absl::Time now);
   // Adds every member (liveness and last seen as of `now`; workers with their ends and clocks)
   // and the job's failure to `status`.
   void FillStatus(absl::Time now, rpc::ClusterStatus* status) const;

@@ -42,6 +42,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "proto/coordinator.grpc.pb.h"
 #include "server/coordinator/etcd_client.h"
@@ -171,6 +172,7 @@ RunResult RunJob(const std::string& setup, const std::string& train,
 
   RunResult result;
   std::atomic<bool> done{false};
+  absl::Notification release;
   std::vector<double>& takeover = result.takeover_ms;
   std::thread killer;
   if (kills > 0) {
@@ -197,6 +199,8 @@ RunResult RunJob(const std::string& setup, const std::string& train,
         }
         if (!cluster->RestartCoordinator(leader).ok()) Fail("restarting a coordinator");
       }
+      // The coordinators started again die with this thread (Daemon): it lives until the end.
+      release.WaitForNotification();
     });
   }
   const absl::Time start = absl::Now();
@@ -205,7 +209,6 @@ RunResult RunJob(const std::string& setup, const std::string& train,
                                           absl::Minutes(20)),
                       "workers");
   done = true;
-  if (killer.joinable()) killer.join();
   result.seconds = absl::ToDoubleSeconds(absl::Now() - start);
   const std::string rank0 = testing::ResultJson(workers[0].stdout_text);
   const double steps = testing::JsonField(rank0, "steps");
@@ -215,6 +218,8 @@ RunResult RunJob(const std::string& setup, const std::string& train,
   result.parameters =
       Must(testing::PullModelParameters(cluster->coordinator_addresses(), "emb", keys),
            "pulling the parameters");
+  release.Notify();
+  if (killer.joinable()) killer.join();
   absl::PrintF(
       "{\"bench\":\"coordinator_failover\",\"run\":\"%s\",\"steps\":%d,\"seconds\":%.2f,"
       "\"steps_per_s\":%.1f,\"etcd_writes\":%d,\"kills\":%d}\n",

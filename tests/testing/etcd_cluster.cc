@@ -105,6 +105,18 @@ absl::Status EtcdCluster::WaitReady(int i, absl::Duration timeout) {
                    log.substr(log.size() > 4000 ? log.size() - 4000 : 0)));
 }
 
+int EtcdCluster::RaftFollower() const {
+  for (int i = 0; i < size(); ++i) {
+    if (members_[i].process == nullptr) continue;
+    absl::StatusOr<std::unique_ptr<coordinator::EtcdClient>> client =
+        coordinator::EtcdClient::Create(endpoint(i));
+    if (!client.ok()) continue;
+    const auto health = (*client)->CheckEndpoints(absl::Seconds(1));
+    if (health[0].healthy && !health[0].is_raft_leader) return i;
+  }
+  return -1;
+}
+
 void EtcdCluster::Kill(int i) {
   if (members_[i].process == nullptr) return;
   members_[i].process->Kill();

@@ -43,6 +43,8 @@ class EtcdCluster {
   // Starts member `i` again on its data folder and ports, and waits up to `timeout` until it
   // answers with a raft leader (which needs a quorum of members up). Errors as Start's.
   absl::Status Restart(int i, absl::Duration timeout = absl::Seconds(30));
+  // A running member that is not raft's leader, or -1 when none answers so.
+  int RaftFollower() const;
   // Member i's process id (0 once killed).
   int pid(int i) const;
 
