@@ -65,8 +65,25 @@ Daemon PlanCoordinator(const ClusterSpec& cluster, const config::Job& job,
     d.flags = {absl::StrCat("--job=", remote_dir, "/job.pbtxt"),
                absl::StrCat("--listen=", ListenHost(cluster), ":", cluster.coordinator_port())};
     Append(&d.flags, AdvertiseFlag(cluster, host));
+    d.flags.push_back(absl::StrCat("--data_dir=", CoordinatorDataDir(remote_dir)));
     d.flags.insert(d.flags.end(), cluster.coordinator_flags().begin(),
                    cluster.coordinator_flags().end());
+  }
+  return d;
+}
+
+std::string CoordinatorDataDir(const std::string& remote_dir) {
+  return absl::StrCat(remote_dir, "/coordinator_data");
+}
+
+Daemon RestartedCoordinator(const Daemon& coordinator, int port) {
+  Daemon d = coordinator;
+  for (std::string& flag : d.flags) {
+    if (!absl::StartsWith(flag, "--listen=")) continue;
+    // The first --listen is the plan's, HOST:PORT with a host without colons.
+    const size_t colon = flag.rfind(':');
+    if (colon != std::string::npos) flag = absl::StrCat(flag.substr(0, colon + 1), port);
+    break;
   }
   return d;
 }
@@ -192,6 +209,9 @@ std::string PreflightScript(const ClusterSpec& cluster, const config::Job& job,
   bool workers = false;
   for (const Daemon& d : daemons) {
     workers = workers || d.role == "worker";
+    if (d.role == "coordinator") {
+      absl::StrAppend(&script, "rm -rf ", ShellQuote(CoordinatorDataDir(remote_dir)), "\n");
+    }
     const std::string binary = BinaryPath(cluster, d);
     absl::StrAppend(&script, "if [ ! -x ", ShellQuote(binary), " ]; then echo \"PROBLEM ", d.Name(),
                     ": no binary ", binary, " (bin_dir ", cluster.bin_dir(), ")\"\n");
