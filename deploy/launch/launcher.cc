@@ -150,17 +150,21 @@ class CoordinatorKeeper {
       : cluster_(cluster), restarted_(std::move(restarted)), limit_(limit) {}
 
   // Looks at the coordinator `s`. OK when it runs, ended normally (exit 0 or the job failed: not
-  // restarted, ReportExits says it), died and was started again, or died with restarts off (left
-  // to the members, which give up on it). RESOURCE_EXHAUSTED, with the message to print, when it
-  // died and the limit allows no more restarts; INTERNAL when it cannot be started again.
+  // restarted, ReportExits says it), died and was started again, or died with restarts off
+  // (limit 0, or not a SingleCoordinator: left to the members, which give up on it).
+  // RESOURCE_EXHAUSTED, with the message to print, when it died and the limit allows no more
+  // restarts; INTERNAL when it cannot be started again.
   absl::Status Keep(Started& s) {
     const std::optional<int> status = s.child->Poll();
     if (!status.has_value() || s.reported || CoordinatorEndedNormally(*status)) {
       return absl::OkStatus();
     }
     const std::string how = ScriptExitDescription(*status);
-    if (limit_.max_restarts == 0) {
-      AppendLine(s.log, absl::StrCat("ps_launch: not restarted (--coordinator_restarts=0)"));
+    if (limit_.max_restarts == 0 || !SingleCoordinator(cluster_)) {
+      AppendLine(s.log, absl::StrCat("ps_launch: not restarted (",
+                                     limit_.max_restarts == 0 ? "--coordinator_restarts=0"
+                                                              : "coordinator_flags has --etcd",
+                                     ")"));
       return absl::OkStatus();  // ReportExits says how it ended
     }
     const std::string limit = absl::StrFormat("at most %d in %.0f s", limit_.max_restarts,

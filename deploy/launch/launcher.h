@@ -55,10 +55,11 @@ Problems Preflight(const ClusterSpec& cluster, const config::Job& job, const std
 // line last. Returns the process's exit status: 0 when every worker succeeded, 1 otherwise, 2
 // for bad files.
 //
-// LOCAL and SSH: the coordinator keeps its state in a --data_dir in the run's folder on its host
-// (plan.h). When its process dies once it has listened (any end but exit 0, a stop, or 3, the job
-// failed: a crash, SIGKILL, a lost ssh connection), it is started again on the same host with the
-// same flags and port, and carries the job on; the launcher says
+// LOCAL and SSH, a coordinator without --etcd (plan.h's SingleCoordinator): the coordinator
+// keeps its state in a --data_dir in the run's folder on its host (plan.h). When its process dies
+// once it has listened (any end but exit 0, a stop, or 3, the job failed: a crash, SIGKILL, a lost
+// ssh connection), it is started again on the same host with the same flags and port, and carries
+// the job on; the launcher says
 //   ps_launch: coordinator on HOST exited with status 137 (killed by signal 9): restarting it ...
 //   (restart N; at most M in S s)
 // and records it in the coordinator's log. A restart beyond options.coordinator_restarts stops

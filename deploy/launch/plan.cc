@@ -4,6 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/strip.h"
 
 namespace ps {
 namespace launch {
@@ -34,7 +35,20 @@ std::string DataWord(const std::string& path) {
   return ShellQuote(path);
 }
 
+// Whether `flags` set the absl flag `name` (--name=V, --name V, -name...).
+bool HasFlag(const google::protobuf::RepeatedPtrField<std::string>& flags, absl::string_view name) {
+  for (absl::string_view flag : flags) {
+    if (!absl::ConsumePrefix(&flag, "--")) absl::ConsumePrefix(&flag, "-");
+    if (flag == name || absl::StartsWith(flag, absl::StrCat(name, "="))) return true;
+  }
+  return false;
+}
+
 }  // namespace
+
+bool SingleCoordinator(const ClusterSpec& cluster) {
+  return !HasFlag(cluster.coordinator_flags(), "etcd");
+}
 
 std::string Daemon::Name() const {
   return role == "coordinator" ? role : absl::StrCat(role, " ", index);
@@ -65,7 +79,9 @@ Daemon PlanCoordinator(const ClusterSpec& cluster, const config::Job& job,
     d.flags = {absl::StrCat("--job=", remote_dir, "/job.pbtxt"),
                absl::StrCat("--listen=", ListenHost(cluster), ":", cluster.coordinator_port())};
     Append(&d.flags, AdvertiseFlag(cluster, host));
-    d.flags.push_back(absl::StrCat("--data_dir=", CoordinatorDataDir(remote_dir)));
+    if (SingleCoordinator(cluster) && !HasFlag(cluster.coordinator_flags(), "data_dir")) {
+      d.flags.push_back(absl::StrCat("--data_dir=", CoordinatorDataDir(remote_dir)));
+    }
     d.flags.insert(d.flags.end(), cluster.coordinator_flags().begin(),
                    cluster.coordinator_flags().end());
   }

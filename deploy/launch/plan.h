@@ -38,9 +38,15 @@ struct Daemon {
 // coordinator and every server and worker of the job.
 std::vector<Host> RunHosts(const ClusterSpec& cluster, const config::Job& job);
 
+// Whether the coordinator runs alone, keeping its state on its host: coordinator_flags have no
+// --etcd (with --etcd its state is in etcd, and ps_coordinator refuses a --data_dir beside it).
+// Only a lone coordinator gets a CoordinatorDataDir and is restarted by the launcher.
+bool SingleCoordinator(const ClusterSpec& cluster);
+
 // The coordinator, to be started first. `remote_dir` is the run's folder on the hosts (where the
-// job file was copied: remote_dir/job.pbtxt). It keeps its state in CoordinatorDataDir on its
-// host, so that a coordinator restarted there carries the job on (RestartedCoordinator).
+// job file was copied: remote_dir/job.pbtxt). A SingleCoordinator keeps its state in
+// CoordinatorDataDir on its host (unless coordinator_flags give it another --data_dir), so that a
+// coordinator restarted there carries the job on (RestartedCoordinator).
 Daemon PlanCoordinator(const ClusterSpec& cluster, const config::Job& job,
                        const std::string& remote_dir);
 

@@ -132,6 +132,28 @@ TEST_CASE("a restarted coordinator keeps its flags and data_dir on the port it b
   const Daemon here = RestartedCoordinator(PlanCoordinator(local, Job(2, 2), "/r"), 5000);
   CHECK(Has(here.flags, "--listen=127.0.0.1:5000"));
   CHECK(Has(here.flags, "--data_dir=/r/coordinator_data"));
+  CHECK(SingleCoordinator(local));
+  // Its own --data_dir: the description's, not the run folder's.
+  local.add_coordinator_flags("--data_dir=/var/ps");
+  const std::vector<std::string> own = PlanCoordinator(local, Job(2, 2), "/r").flags;
+  CHECK_FALSE(Has(own, "--data_dir=/r/coordinator_data"));
+  CHECK(Has(own, "--data_dir=/var/ps"));
+}
+
+TEST_CASE("coordinators with etcd get no data_dir: their state is in etcd", "[plan][restart]") {
+  for (const char* flag : {"--etcd=10.0.0.1:2379", "-etcd=e:2379", "--etcd"}) {
+    ClusterSpec c;
+    c.set_bin_dir("bin");
+    c.add_coordinator_flags(flag);
+    INFO(flag);
+    CHECK_FALSE(SingleCoordinator(c));
+    for (const std::string& f : PlanCoordinator(c, Job(2, 2), "/r").flags) {
+      CHECK_FALSE(absl::StartsWith(f, "--data_dir="));
+    }
+  }
+  ClusterSpec other;
+  other.add_coordinator_flags("--etcd_prefix=/x/");
+  CHECK(SingleCoordinator(other));
 }
 
 TEST_CASE("ssh commands use BatchMode and the description's settings", "[plan]") {
