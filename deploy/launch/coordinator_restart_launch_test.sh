@@ -131,6 +131,8 @@ for f in steps samples heldout_auc heldout_logloss heldout_samples best_heldout_
     fail "$f: $(field "$f" "$restarted") after the restarts, $(field "$f" "$plain") undisturbed"
 done
 echo "ok: the same result as the undisturbed run"
+"$launch" status "$work/restarted" | grep -q '^coordinator .*restarted 2 time(s)' ||
+  fail "ps_launch status does not count the coordinator's 2 restarts"
 
 # --- One restart allowed: the second death fails the run, saying why.
 run limited --coordinator_restarts=1
