@@ -2,11 +2,13 @@
 
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -38,6 +40,9 @@ constexpr char kRunFile[] = "run.pbtxt";
 constexpr char kExitMark[] = "ps_launch: exit: ";
 constexpr char kPidMark[] = "ps_launch: pid ";
 constexpr char kListening[] = "ps_coordinator listening on ";
+constexpr char kRestartMark[] = "ps_launch: restart ";
+// ps_coordinator's exit status when the job failed (its members were told).
+constexpr int kJobFailedExit = 3;
 
 void AppendLine(const std::string& path, const std::string& line) {
   std::ofstream(path, std::ios::app) << line << "\n";
@@ -123,8 +128,109 @@ void ReportExits(std::vector<Started>& started) {
   }
 }
 
+// How a daemon's script (or ssh) ended, with the signal that killed the daemon when its status
+// says so (the script exits with the shell's 128 + signal): "exited with status 137 (killed by
+// signal 9)".
+std::string ScriptExitDescription(int wait_status) {
+  std::string how = ExitDescription(wait_status);
+  if (WIFEXITED(wait_status)) {
+    const int code = WEXITSTATUS(wait_status);
+    if (code > 128 && code < 128 + 65)
+      absl::StrAppend(&how, " (killed by signal ", code - 128, ")");
+  }
+  return how;
+}
+
+// Keeps the coordinator running: when its process dies before the end of the job, starts it
+// again on its host with the same flags and port (RestartedCoordinator), within a RestartLimit.
+// Thread-compatible.
+class CoordinatorKeeper {
+ public:
+  CoordinatorKeeper(const ClusterSpec& cluster, Daemon restarted, RestartLimit limit)
+      : cluster_(cluster), restarted_(std::move(restarted)), limit_(limit) {}
+
+  // Looks at the coordinator `s`. OK when it runs, ended normally (exit 0 or the job failed: not
+  // restarted, ReportExits says it), died and was started again, or died with restarts off
+  // (limit 0, or not a SingleCoordinator: left to the members, which give up on it).
+  // RESOURCE_EXHAUSTED, with the message to print, when it died and the limit allows no more
+  // restarts; INTERNAL when it cannot be started again.
+  absl::Status Keep(Started& s) {
+    const std::optional<int> status = s.child->Poll();
+    if (!status.has_value() || s.reported || CoordinatorEndedNormally(*status)) {
+      return absl::OkStatus();
+    }
+    const std::string how = ScriptExitDescription(*status);
+    if (limit_.max_restarts == 0 || !SingleCoordinator(cluster_)) {
+      AppendLine(s.log, absl::StrCat("ps_launch: not restarted (",
+                                     limit_.max_restarts == 0 ? "--coordinator_restarts=0"
+                                                              : "coordinator_flags has --etcd",
+                                     ")"));
+      return absl::OkStatus();  // ReportExits says how it ended
+    }
+    const std::string limit = absl::StrFormat("at most %d in %.0f s", limit_.max_restarts,
+                                              absl::ToDoubleSeconds(limit_.window));
+    const absl::Time now = absl::Now();
+    while (!recent_.empty() && now - recent_.front() >= limit_.window) recent_.pop_front();
+    if (recent_.size() >= static_cast<size_t>(limit_.max_restarts)) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the coordinator on ", s.daemon.host, " ", how, " after ", recent_.size(),
+          " restart(s) in the last ",
+          absl::StrFormat("%.1f s", absl::ToDoubleSeconds(now - recent_.front())), " (", limit,
+          ": --coordinator_restarts, --coordinator_restart_window_s): not restarting it; "
+          "stopping the job. Its log ends:\n",
+          Tail(ReadFile(s.log), 10)));
+    }
+    // The script or ssh reports the daemon's own end, unless it was killed itself or ssh lost
+    // its connection (255): then the daemon may still run on its host and hold the port.
+    const bool script_lost =
+        WIFSIGNALED(*status) || (WIFEXITED(*status) && WEXITSTATUS(*status) == 255);
+    if (script_lost) {
+      if (std::optional<long> pid = RemotePid(s.log)) {
+        SignalRemote(cluster_, s.daemon.host, *pid, "KILL");
+      }
+    }
+    recent_.push_back(now);
+    ++restarts_;
+    const std::string line = absl::StrCat("coordinator on ", s.daemon.host, " ", how,
+                                          ": restarting it with the same flags, port and data_dir "
+                                          "(restart ",
+                                          restarts_, "; ", limit, ")");
+    AppendLine(s.log, absl::StrCat(kRestartMark, restarts_, ": ", line));
+    Say(line);
+    absl::StatusOr<std::unique_ptr<Child>> child = Child::Start(
+        HostCommand(cluster_, s.daemon.host, DaemonScript(cluster_, restarted_)), s.log);
+    if (!child.ok()) {
+      return absl::InternalError(absl::StrCat("cannot restart the coordinator on ", s.daemon.host,
+                                              ": ", child.status().ToString()));
+    }
+    s.child = *std::move(child);
+    return absl::OkStatus();
+  }
+
+ private:
+  static bool CoordinatorEndedNormally(int status) {
+    return WIFEXITED(status) && (WEXITSTATUS(status) == 0 || WEXITSTATUS(status) == kJobFailedExit);
+  }
+
+  // Constant after construction.
+  const ClusterSpec& cluster_;
+  const Daemon restarted_;
+  const RestartLimit limit_;
+
+  std::deque<absl::Time> recent_;  // the restarts within the last window, oldest first
+  int restarts_ = 0;
+};
+
+// The port of a host:port address ([v6]:port too); 0 when there is none.
+int PortOf(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  int port = 0;
+  if (colon == std::string::npos || !absl::SimpleAtoi(address.substr(colon + 1), &port)) return 0;
+  return port;
+}
+
 int RunSshOrLocal(const ClusterSpec& cluster, const config::Job& job, const std::string& job_text,
-                  const std::string& run_dir, LaunchedRun run) {
+                  const std::string& run_dir, const RestartLimit& restart_limit, LaunchedRun run) {
   const std::string logs = absl::StrCat(run_dir, "/logs");
   const std::string remote_dir =
       cluster.backend() == ClusterSpec::LOCAL
@@ -191,6 +297,8 @@ int RunSshOrLocal(const ClusterSpec& cluster, const config::Job& job, const std:
   }
   run.set_coordinator(address);
   Say(absl::StrCat("coordinator on ", coordinator.host, " listening on ", address));
+  CoordinatorKeeper keeper(cluster, RestartedCoordinator(coordinator, PortOf(address)),
+                           restart_limit);
   const std::vector<Daemon> members = PlanMembers(cluster, job, address, remote_dir);
   for (const Daemon& d : members) {
     if (absl::Status s = start(d); !s.ok()) return fail(s.ToString());
@@ -205,6 +313,12 @@ int RunSshOrLocal(const ClusterSpec& cluster, const config::Job& job, const std:
     if (const int signal = TakeSignal(absl::Milliseconds(100)); signal != 0) {
       Say(absl::StrCat("signal ", signal, ": stopping every daemon"));
       exit_code = 128 + signal;
+      break;
+    }
+    // Before ReportExits, which would take a dead coordinator's end as final.
+    if (absl::Status kept = keeper.Keep(started[0]); !kept.ok()) {
+      Say(std::string(kept.message()));
+      exit_code = 1;
       break;
     }
     ReportExits(started);
@@ -335,7 +449,8 @@ int RunJob(const RunOptions& options) {
   if (cluster->backend() == ClusterSpec::SLURM) {
     return RunSlurm(*cluster, *job, run_dir, std::move(run));
   }
-  return RunSshOrLocal(*cluster, *job, job_text, run_dir, std::move(run));
+  return RunSshOrLocal(*cluster, *job, job_text, run_dir, options.coordinator_restarts,
+                       std::move(run));
 }
 
 absl::Status WriteRun(const std::string& run_dir, const LaunchedRun& run) {
@@ -439,6 +554,13 @@ int ShowStatus(const std::string& run_dir) {
       state = "running";
     } else {
       state = "unknown (ps_launch has ended without recording its exit)";
+    }
+    if (d.role() == "coordinator") {
+      int restarts = 0;
+      for (absl::string_view line : absl::StrSplit(log, '\n')) {
+        restarts += absl::StartsWith(line, kRestartMark) ? 1 : 0;
+      }
+      if (restarts > 0) absl::StrAppend(&state, "; restarted ", restarts, " time(s)");
     }
     if (d.role() == "worker") {
       if (std::optional<std::string> progress =

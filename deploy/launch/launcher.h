@@ -19,12 +19,24 @@
 namespace ps {
 namespace launch {
 
+// How often ps_launch restarts a coordinator whose process died (LOCAL and SSH; see RunJob), as
+// systemd's StartLimitBurst and StartLimitIntervalSec: at most `max_restarts` within any `window`.
+struct RestartLimit {
+  // Restarts allowed within `window`, >= 0. 0: a coordinator that dies is left dead, and the
+  // members give up on it after their connect_timeout_s. Default 5.
+  int max_restarts = 5;
+  // The window the restarts are counted over, > 0. Default 300 s.
+  absl::Duration window = absl::Seconds(300);
+};
+
 struct RunOptions {
   // The job and cluster files. Required.
   std::string job_path;
   std::string cluster_path;
   // The run's folder; empty: out/runs/<job name>-<date>-<time>.
   std::string run_dir;
+  // Restarts of a coordinator that dies (LOCAL and SSH; SLURM ignores it).
+  RestartLimit coordinator_restarts;
 };
 
 // One problem a pre-flight check found: "host node-b: data file /data/x.tsv: not found".
@@ -42,6 +54,16 @@ Problems Preflight(const ClusterSpec& cluster, const config::Job& job, const std
 // every daemon (SIGTERM, then SIGKILL after the cluster's stop_grace_s). Prints worker 0's RESULT
 // line last. Returns the process's exit status: 0 when every worker succeeded, 1 otherwise, 2
 // for bad files.
+//
+// LOCAL and SSH, a coordinator without --etcd (plan.h's SingleCoordinator): the coordinator
+// keeps its state in a --data_dir in the run's folder on its host (plan.h). When its process dies
+// once it has listened (any end but exit 0, a stop, or 3, the job failed: a crash, SIGKILL, a lost
+// ssh connection), it is started again on the same host with the same flags and port, and carries
+// the job on; the launcher says
+//   ps_launch: coordinator on HOST exited with status 137 (killed by signal 9): restarting it ...
+//   (restart N; at most M in S s)
+// and records it in the coordinator's log. A restart beyond options.coordinator_restarts stops
+// every daemon and fails the run (1), saying so.
 int RunJob(const RunOptions& options);
 
 // Prints each daemon of the run in `run_dir` with its host and state, and the job's progress (the

@@ -4,6 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/strip.h"
 
 namespace ps {
 namespace launch {
@@ -34,7 +35,20 @@ std::string DataWord(const std::string& path) {
   return ShellQuote(path);
 }
 
+// Whether `flags` set the absl flag `name` (--name=V, --name V, -name...).
+bool HasFlag(const google::protobuf::RepeatedPtrField<std::string>& flags, absl::string_view name) {
+  for (absl::string_view flag : flags) {
+    if (!absl::ConsumePrefix(&flag, "--")) absl::ConsumePrefix(&flag, "-");
+    if (flag == name || absl::StartsWith(flag, absl::StrCat(name, "="))) return true;
+  }
+  return false;
+}
+
 }  // namespace
+
+bool SingleCoordinator(const ClusterSpec& cluster) {
+  return !HasFlag(cluster.coordinator_flags(), "etcd");
+}
 
 std::string Daemon::Name() const {
   return role == "coordinator" ? role : absl::StrCat(role, " ", index);
@@ -65,8 +79,27 @@ Daemon PlanCoordinator(const ClusterSpec& cluster, const config::Job& job,
     d.flags = {absl::StrCat("--job=", remote_dir, "/job.pbtxt"),
                absl::StrCat("--listen=", ListenHost(cluster), ":", cluster.coordinator_port())};
     Append(&d.flags, AdvertiseFlag(cluster, host));
+    if (SingleCoordinator(cluster) && !HasFlag(cluster.coordinator_flags(), "data_dir")) {
+      d.flags.push_back(absl::StrCat("--data_dir=", CoordinatorDataDir(remote_dir)));
+    }
     d.flags.insert(d.flags.end(), cluster.coordinator_flags().begin(),
                    cluster.coordinator_flags().end());
+  }
+  return d;
+}
+
+std::string CoordinatorDataDir(const std::string& remote_dir) {
+  return absl::StrCat(remote_dir, "/coordinator_data");
+}
+
+Daemon RestartedCoordinator(const Daemon& coordinator, int port) {
+  Daemon d = coordinator;
+  for (std::string& flag : d.flags) {
+    if (!absl::StartsWith(flag, "--listen=")) continue;
+    // The first --listen is the plan's, HOST:PORT with a host without colons.
+    const size_t colon = flag.rfind(':');
+    if (colon != std::string::npos) flag = absl::StrCat(flag.substr(0, colon + 1), port);
+    break;
   }
   return d;
 }
@@ -192,6 +225,9 @@ std::string PreflightScript(const ClusterSpec& cluster, const config::Job& job,
   bool workers = false;
   for (const Daemon& d : daemons) {
     workers = workers || d.role == "worker";
+    if (d.role == "coordinator") {
+      absl::StrAppend(&script, "rm -rf ", ShellQuote(CoordinatorDataDir(remote_dir)), "\n");
+    }
     const std::string binary = BinaryPath(cluster, d);
     absl::StrAppend(&script, "if [ ! -x ", ShellQuote(binary), " ]; then echo \"PROBLEM ", d.Name(),
                     ": no binary ", binary, " (bin_dir ", cluster.bin_dir(), ")\"\n");

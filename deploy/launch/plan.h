@@ -38,10 +38,25 @@ struct Daemon {
 // coordinator and every server and worker of the job.
 std::vector<Host> RunHosts(const ClusterSpec& cluster, const config::Job& job);
 
+// Whether the coordinator runs alone, keeping its state on its host: coordinator_flags have no
+// --etcd (with --etcd its state is in etcd, and ps_coordinator refuses a --data_dir beside it).
+// Only a lone coordinator gets a CoordinatorDataDir and is restarted by the launcher.
+bool SingleCoordinator(const ClusterSpec& cluster);
+
 // The coordinator, to be started first. `remote_dir` is the run's folder on the hosts (where the
-// job file was copied: remote_dir/job.pbtxt).
+// job file was copied: remote_dir/job.pbtxt). A SingleCoordinator keeps its state in
+// CoordinatorDataDir on its host (unless coordinator_flags give it another --data_dir), so that a
+// coordinator restarted there carries the job on (RestartedCoordinator).
 Daemon PlanCoordinator(const ClusterSpec& cluster, const config::Job& job,
                        const std::string& remote_dir);
+
+// The coordinator's --data_dir on its host: remote_dir/coordinator_data.
+std::string CoordinatorDataDir(const std::string& remote_dir);
+
+// The coordinator planned by PlanCoordinator, to be started again after its process died: the
+// same flags, but its --listen pinned to `port`, the one the first process bound (the members
+// dial that address). A --listen of coordinator_flags, which comes later, still wins.
+Daemon RestartedCoordinator(const Daemon& coordinator, int port);
 
 // The servers, then the workers (ranks in host order), dialling the coordinator at
 // `coordinator` (host:port). Each listens on every address (LOCAL: 127.0.0.1) and advertises its
@@ -60,10 +75,12 @@ std::string ShellQuote(absl::string_view text);
 std::string DaemonScript(const ClusterSpec& cluster, const Daemon& daemon);
 
 // The script that checks a host before anything starts: it creates `remote_dir` and writes the
-// job there (`job_text`), then for each daemon of the host checks that its binary exists and
-// accepts its flags (the binary's --dry_run, which also binds its --listen address: a port in
-// use is found), and on a host with workers that every data file of the job can be read. It
-// prints one line `PROBLEM <what>` per problem and `PREFLIGHT DONE` last.
+// job there (`job_text`); on the coordinator's host it removes a CoordinatorDataDir left there by
+// an earlier run of the same folder name (a coordinator would take its job up); then for each
+// daemon of the host checks that its binary exists and accepts its flags (the binary's --dry_run,
+// which also binds its --listen address: a port in use is found), and on a host with workers that
+// every data file of the job can be read. It prints one line `PROBLEM <what>` per problem and
+// `PREFLIGHT DONE` last.
 std::string PreflightScript(const ClusterSpec& cluster, const config::Job& job,
                             const std::string& job_text, const std::string& remote_dir,
                             const std::vector<Daemon>& daemons);

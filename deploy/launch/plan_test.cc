@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -69,7 +70,8 @@ TEST_CASE("ssh: every daemon listens on every address and advertises its host", 
   CHECK(coordinator.host == "node-a");
   CHECK(coordinator.binary == "server/coordinator/ps_coordinator");
   CHECK(coordinator.flags == std::vector<std::string>{"--job=/tmp/run/job.pbtxt",
-                                                      "--listen=0.0.0.0:0", "--advertise=node-a"});
+                                                      "--listen=0.0.0.0:0", "--advertise=node-a",
+                                                      "--data_dir=/tmp/run/coordinator_data"});
   const std::vector<Daemon> members = PlanMembers(c, Job(2, 4), "node-a:7000", "/tmp/run");
   REQUIRE(members.size() == 6);
   CHECK(members[0].Name() == "server 0");
@@ -110,6 +112,48 @@ TEST_CASE("local: everything on loopback on this machine", "[plan]") {
     CHECK_FALSE(Has(d.flags, "--backend=cpu"));
   }
   CHECK(HostCommand(c, "localhost", "true") == std::vector<std::string>{"/bin/sh", "-c", "true"});
+}
+
+TEST_CASE("a restarted coordinator keeps its flags and data_dir on the port it bound",
+          "[plan][restart]") {
+  ClusterSpec c = Ssh();
+  c.add_coordinator_flags("--heartbeat_ms=200");
+  const Daemon first = PlanCoordinator(c, Job(2, 4), "/tmp/run");
+  const Daemon again = RestartedCoordinator(first, 41234);
+  CHECK(again.host == "node-a");
+  CHECK(again.binary == first.binary);
+  CHECK(again.flags == std::vector<std::string>{"--job=/tmp/run/job.pbtxt",
+                                                "--listen=0.0.0.0:41234", "--advertise=node-a",
+                                                "--data_dir=/tmp/run/coordinator_data",
+                                                "--heartbeat_ms=200"});
+  // LOCAL: loopback, the run folder's data_dir.
+  ClusterSpec local;
+  local.set_bin_dir("bin");
+  const Daemon here = RestartedCoordinator(PlanCoordinator(local, Job(2, 2), "/r"), 5000);
+  CHECK(Has(here.flags, "--listen=127.0.0.1:5000"));
+  CHECK(Has(here.flags, "--data_dir=/r/coordinator_data"));
+  CHECK(SingleCoordinator(local));
+  // Its own --data_dir: the description's, not the run folder's.
+  local.add_coordinator_flags("--data_dir=/var/ps");
+  const std::vector<std::string> own = PlanCoordinator(local, Job(2, 2), "/r").flags;
+  CHECK_FALSE(Has(own, "--data_dir=/r/coordinator_data"));
+  CHECK(Has(own, "--data_dir=/var/ps"));
+}
+
+TEST_CASE("coordinators with etcd get no data_dir: their state is in etcd", "[plan][restart]") {
+  for (const char* flag : {"--etcd=10.0.0.1:2379", "-etcd=e:2379", "--etcd"}) {
+    ClusterSpec c;
+    c.set_bin_dir("bin");
+    c.add_coordinator_flags(flag);
+    INFO(flag);
+    CHECK_FALSE(SingleCoordinator(c));
+    for (const std::string& f : PlanCoordinator(c, Job(2, 2), "/r").flags) {
+      CHECK_FALSE(absl::StartsWith(f, "--data_dir="));
+    }
+  }
+  ClusterSpec other;
+  other.add_coordinator_flags("--etcd_prefix=/x/");
+  CHECK(SingleCoordinator(other));
 }
 
 TEST_CASE("ssh commands use BatchMode and the description's settings", "[plan]") {
@@ -169,6 +213,10 @@ TEST_CASE("pre-flight finds missing binaries, bad flags and unreadable data", "[
   job.mutable_data()->add_eval_paths(present);
   const std::string job_text = "name: \"j\"\ntables { name: \"t\" dim: 4 }\n";
   const std::string remote_dir = TempPath("plan_test_run");
+  // An earlier run's coordinator state, which a coordinator of this run must not take up.
+  const std::string stale = CoordinatorDataDir(remote_dir);
+  std::filesystem::create_directories(stale);
+  std::ofstream(stale + "/CURRENT") << "stale\n";
 
   std::vector<Daemon> daemons = PlanMembers(c, job, "127.0.0.1:1", remote_dir);
   Daemon missing = daemons[0];
@@ -179,6 +227,7 @@ TEST_CASE("pre-flight finds missing binaries, bad flags and unreadable data", "[
   bad_flag.index = 9;
   bad_flag.flags.push_back("--listen=1.2.3.4:5:6");
   daemons.push_back(bad_flag);
+  daemons.push_back(PlanCoordinator(c, job, remote_dir));
 
   absl::StatusOr<Captured> out = RunCaptured(
       HostCommand(c, "localhost", PreflightScript(c, job, job_text, remote_dir, daemons)),
@@ -194,8 +243,9 @@ TEST_CASE("pre-flight finds missing binaries, bad flags and unreadable data", "[
   // The real server and worker accept their planned flags.
   CHECK_FALSE(absl::StrContains(out->output, "PROBLEM server 0"));
   CHECK_FALSE(absl::StrContains(out->output, "PROBLEM worker 0"));
-  // The job was written where the coordinator will read it.
+  // The job was written where the coordinator will read it; the stale state is gone.
   CHECK(ReadFile(remote_dir + "/job.pbtxt") == job_text);
+  CHECK_FALSE(std::filesystem::exists(stale));
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // ps_launch: runs a training job on a cluster from a job file and a cluster description.
 //
 //   ps_launch run --job=JOB --cluster=CLUSTER [--run_dir=DIR]   start, watch, stop at the end
+//                 [--coordinator_restarts=5] [--coordinator_restart_window_s=300]
 //   ps_launch check --job=JOB --cluster=CLUSTER                 the pre-flight checks only
 //   ps_launch status RUN_DIR                                    every daemon, its host and state
 //   ps_launch stop RUN_DIR                                      SIGTERM, then SIGKILL
@@ -23,10 +24,18 @@ ABSL_FLAG(std::string, cluster, "", "the cluster description (protobuf text, pro
 ABSL_FLAG(std::string, run_dir, "",
           "run: the run's folder on this machine (default out/runs/<job>-<date>-<time>)");
 
+ABSL_FLAG(int, coordinator_restarts, 5,
+          "run (LOCAL, SSH): how many times a coordinator whose process dies is started again "
+          "(same host, flags, port and data_dir) within --coordinator_restart_window_s; one more "
+          "death fails the run. 0: not restarted (the members give up on it)");
+ABSL_FLAG(int, coordinator_restart_window_s, 300,
+          "run: the window, in seconds (> 0), over which --coordinator_restarts are counted");
+
 namespace {
 
 constexpr char kUsage[] =
-    "ps_launch run --job=JOB --cluster=CLUSTER [--run_dir=DIR]\n"
+    "ps_launch run --job=JOB --cluster=CLUSTER [--run_dir=DIR] [--coordinator_restarts=N]\n"
+    "                [--coordinator_restart_window_s=S]\n"
     "  ps_launch check --job=JOB --cluster=CLUSTER\n"
     "  ps_launch status RUN_DIR\n"
     "  ps_launch stop RUN_DIR";
@@ -79,6 +88,15 @@ int main(int argc, char** argv) {
     options.job_path = absl::GetFlag(FLAGS_job);
     options.cluster_path = absl::GetFlag(FLAGS_cluster);
     options.run_dir = absl::GetFlag(FLAGS_run_dir);
+    options.coordinator_restarts.max_restarts = absl::GetFlag(FLAGS_coordinator_restarts);
+    const int window_s = absl::GetFlag(FLAGS_coordinator_restart_window_s);
+    if (options.coordinator_restarts.max_restarts < 0 || window_s <= 0) {
+      std::fprintf(stderr,
+                   "ps_launch: --coordinator_restarts must be >= 0 and "
+                   "--coordinator_restart_window_s > 0\n");
+      return 2;
+    }
+    options.coordinator_restarts.window = absl::Seconds(window_s);
     return ps::launch::RunJob(options);
   }
   if (command == "status" || command == "stop") {

@@ -3,6 +3,12 @@
 // workers with their rank from SLURM_PROCID). The run folder must be on a file system every node
 // sees (as Slurm's own --output files are): the job file, the logs and the coordinator's port
 // file go there.
+//
+// Unlike LOCAL and SSH (launcher.h), a coordinator that dies is not restarted: it is an srun step
+// the batch script owns, not a process of ps_launch; restarting it would take a loop in the script
+// around that step (with its own limit, and a stop that reaches the step rather than the loop),
+// the bound port carried from the first step to the next, and a data_dir on the nodes' shared
+// file system, which RocksDB's locking does not promise to work on.
 #ifndef PS_DEPLOY_LAUNCH_SLURM_H_
 #define PS_DEPLOY_LAUNCH_SLURM_H_
 

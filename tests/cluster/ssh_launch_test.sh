@@ -4,8 +4,8 @@
 # coordinator and a server on host 1, a server and a worker on host 2, a worker on host 3, and the
 # quickstart's job trains to its usual AUC. Then the failures that must stop a launch before
 # anything starts (a host that does not answer, a missing binary, a missing data file), `status`
-# and `stop` of a running job, and a worker whose coordinator is killed exiting within its
-# deadline. Runs as root, outside Bazel's sandbox (tags local, exclusive), from the runfiles root.
+# and `stop` of a running job, a coordinator killed mid-training and restarted on its host, and
+# (restarts off) a worker whose coordinator is killed exiting within its deadline. Runs as root, outside Bazel's sandbox (tags local, exclusive), from the runfiles root.
 set -euo pipefail
 
 root=$PWD
@@ -133,10 +133,34 @@ for a in "${addr[@]}"; do
   fi
 done
 
-# --- A worker whose coordinator is killed exits within its deadline (connect_timeout_s 5).
+# --- A coordinator killed mid-training is started again on its host, on its port and with its
+# data_dir there, by the same ssh command; it carries the job on to its usual end.
+"$launch" run --job="$work/job.pbtxt" --cluster="$work/cluster.pbtxt" \
+  --run_dir="$work/run_restart" >"$work/restart.out" 2>"$work/restart.err" &
+launcher=$!
+for _ in $(seq 1 600); do
+  "$launch" status "$work/run_restart" 2>/dev/null | grep -q "worker .*running; step" && break
+  sleep 0.1
+done
+pid=$(sed -n 's/^ps_launch: pid //p' "$work/run_restart/logs/coordinator.log" | tail -n 1)
+ssh -F "$state/ssh_config" "root@${addr[0]}" "kill -9 $pid"
+wait "$launcher" && rc=0 || rc=$?
+grep '^ps_launch: ' "$work/restart.err" | tail -n 12
+check "the job survives its coordinator's SIGKILL (status $rc)" test "$rc" = 0
+check "the launcher restarted the coordinator on host 1" \
+  grep -q "coordinator on ${addr[0]} exited with status 137 (killed by signal 9): restarting it" \
+  "$work/restart.err"
+check "the restarted coordinator carried the job on" \
+  grep -q "carrying on job" "$work/run_restart/logs/coordinator.log"
+check "its data_dir is in the run's folder on host 1" \
+  ssh -F "$state/ssh_config" "root@${addr[0]}" "test -d /tmp/ps_launch/run_restart/coordinator_data"
+check "the restarted run printed worker 0's result" grep -q '^RESULT ' "$work/restart.out"
+
+# --- A worker whose coordinator is killed (and not restarted) exits within its deadline
+# (connect_timeout_s 5).
 cluster "$work/short.pbtxt" "$root" 5
 "$launch" run --job="$work/long.job.pbtxt" --cluster="$work/short.pbtxt" \
-  --run_dir="$work/run_kill" >"$work/kill.out" 2>"$work/kill.err" &
+  --run_dir="$work/run_kill" --coordinator_restarts=0 >"$work/kill.out" 2>"$work/kill.err" &
 launcher=$!
 for _ in $(seq 1 600); do
   "$launch" status "$work/run_kill" 2>/dev/null | grep -q "worker .*running; step" && break
