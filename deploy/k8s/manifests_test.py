@@ -61,6 +61,12 @@ What is checked, for every YAML file under --manifests (default: this script's f
     listens there) and in the pod POD_IP is the pod's own; the completion index is --rank;
     resource fields come from the container's resources), with every mounted path mapped to a
     temporary folder (ConfigMaps written there), run with --dry_run;
+  - where etcd is installed (Debian's etcd-server, as the tests' etcd clusters use): every flag
+    of the etcd containers is one it knows, and the coordinators' command line and readiness
+    probe on real processes: a one-member etcd on loopback, two coordinators with the
+    container's flags (--listen, --advertise, --etcd, --job made local), the probe passing on
+    exactly one and failing on the other as a standby, and, once the leader is SIGKILLed, passing
+    on the other within the lease TTL + 8 s;
   - the Dockerfile: the programs the pods start are on its PATH, its bundle command packs them,
     and its user is the pods' runAsUser.
 
@@ -78,6 +84,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 
 try:
     import yaml
@@ -810,6 +817,7 @@ def check_rendered(r, files, opts, report, rel, tmp_root, jobs_seen):
                             f"--job={job_path} is a file of a mounted ConfigMap"):
             continue
         jobs_seen.append(text)
+        ct.job_text = text
         check_job(text, ct, by_program, report, opts, tmp_root)
 
     # ps_datagen writes where the job reads.
@@ -1094,6 +1102,7 @@ def known_flags(binary):
 
 
 def run_binaries(containers, opts, report, tmp_root):
+    check_etcd_flags([ct for ct in containers if ct.program == "etcd"], report)
     for ct in containers:
         for probe_name in ("readinessProbe", "livenessProbe", "startupProbe"):
             cmd = probe_exec(ct.spec, probe_name)
@@ -1131,6 +1140,8 @@ def run_binaries(containers, opts, report, tmp_root):
                          "unknown: " + ", ".join("--" + f for f in unknown))
         if ct.program in DAEMONS:
             dry_run(ct, binary, report, tmp_root)
+        if ct.program == "ps_coordinator" and "etcd" in ct.flags and getattr(ct, "job_text", None):
+            check_failover_live(ct, ct.job_text, opts, report, tmp_root)
 
 
 def dry_run(ct, binary, report, tmp_root):
@@ -1181,6 +1192,136 @@ def dry_run(ct, binary, report, tmp_root):
         report.check(rc == 0 and re.search(r"^ok\b", text, re.M), ct.where,
                      f"{ct.program} {shown}", f"exit {rc}: " + text.replace("\n", " | "))
         return
+
+
+# ---------------------------------------------------------------------------------------------
+# etcd, where it is installed (Debian's etcd-server: /usr/bin/etcd), and the coordinators on it.
+
+
+def etcd_binary():
+    return shutil.which("etcd") or next(
+        (p for p in ("/usr/bin/etcd", "/usr/local/bin/etcd") if os.access(p, os.X_OK)), None)
+
+
+def check_etcd_flags(members, report):
+    """Every flag of the etcd containers is one etcd knows (etcd --help)."""
+    binary = etcd_binary()
+    for ct in members:
+        if binary is None:
+            report.skip(ct.where, "etcd knows every flag given", "no etcd installed here")
+            continue
+        out = subprocess.run([binary, "--help"], capture_output=True, text=True,
+                             timeout=DRY_RUN_TIMEOUT_S)
+        version = subprocess.run([binary, "--version"], capture_output=True, text=True,
+                                 timeout=DRY_RUN_TIMEOUT_S).stdout.split("\n")[0]
+        known = set(re.findall(r"^\s+--([a-z0-9-]+)", out.stdout + out.stderr, re.M))
+        unknown = sorted(f for f in ct.flags if f not in known)
+        report.check(known and not unknown, ct.where,
+                     f"etcd knows every flag given (the etcd here: {version})",
+                     "unknown: " + ", ".join("--" + f for f in unknown))
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(predicate, timeout_s, interval_s=0.2):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(interval_s)
+
+
+def check_failover_live(ct, job_text, opts, report, tmp_root):
+    """The coordinators' command line and readiness probe on real processes: a one-member etcd on
+    loopback, two coordinators with the container's flags (--listen, --advertise, --etcd and --job
+    made local), the probe passing on the leader alone and failing on the standby, and the
+    standby passing it within the lease TTL and a few seconds after the leader is SIGKILLed."""
+    what = "readinessProbe on real coordinators: exactly one passes, the other fails as a standby"
+    etcd, coordinator, ps_ctl = etcd_binary(), opts.binary("ps_coordinator"), opts.binary("ps_ctl")
+    probe = probe_exec(ct.spec, "readinessProbe") or []
+    if etcd is None or coordinator is None or ps_ctl is None or not probe:
+        report.skip(ct.where, what, "needs etcd installed here, the built ps_coordinator and "
+                    "ps_ctl, and an exec readiness probe")
+        return
+    coordinator, ps_ctl = os.path.abspath(coordinator), os.path.abspath(ps_ctl)
+    root = tempfile.mkdtemp(dir=tmp_root, prefix="failover-")
+    job = os.path.join(root, "job.pbtxt")
+    with open(job, "w") as f:
+        f.write(job_text)
+    procs = []
+
+    def start(argv, log):
+        with open(os.path.join(root, log), "w") as out:
+            procs.append(subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
+                                          cwd=root))
+        return procs[-1]
+
+    def run_probe(port):
+        argv = [ps_ctl] + [f"--coordinator=localhost:{port}" if a.startswith("--coordinator=")
+                           else a for a in probe[1:]]
+        try:
+            out = subprocess.run(argv, capture_output=True, text=True, timeout=10)
+            return out.returncode, (out.stdout + out.stderr).strip()
+        except subprocess.TimeoutExpired:
+            return None, "timed out"
+
+    try:
+        client, peer = free_port(), free_port()
+        start([etcd, "--name=m0", f"--data-dir={root}/etcd",
+               f"--listen-client-urls=http://127.0.0.1:{client}",
+               f"--advertise-client-urls=http://127.0.0.1:{client}",
+               f"--listen-peer-urls=http://127.0.0.1:{peer}",
+               f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
+               f"--initial-cluster=m0=http://127.0.0.1:{peer}"], "etcd.log")
+        replaced = {"listen": "127.0.0.1:0", "advertise": "127.0.0.1",
+                    "etcd": f"127.0.0.1:{client}", "job": job}
+        coordinators = []
+        for i in range(2):
+            args = [a for a in ct.argv[1:] if parse_flags([a]).keys().isdisjoint(replaced)]
+            args += [f"--{k}={v}" for k, v in replaced.items()]
+            args += [f"--port_file={root}/port{i}", "--check_data=false"]
+            coordinators.append(start([coordinator] + args, f"coordinator{i}.log"))
+
+        def ports():
+            try:
+                return [int(open(f"{root}/port{i}").read().strip()) for i in range(2)]
+            except (OSError, ValueError):
+                return None
+        port = wait_for(ports, 20)
+        if not report.check(port, ct.where, "two coordinators start with its flags on a local "
+                            "etcd", "they did not: " + " | ".join(
+                open(os.path.join(root, f"coordinator{i}.log")).read()[-300:] for i in range(2))):
+            return
+
+        def one_leader():
+            results = [run_probe(p) for p in port]
+            passed = [i for i, r in enumerate(results) if r[0] == 0]
+            return (passed[0], results) if len(passed) == 1 and "standby" in results[
+                1 - passed[0]][1] else None
+        found = wait_for(one_leader, 20)
+        if not report.check(found, ct.where, what, "no moment with one coordinator passing and "
+                            "the other failing as a standby"):
+            return
+        leader, results = found
+        report.ok(ct.where,
+                  f"readinessProbe: the standby's answer: {results[1 - leader][1][:120]}...")
+        coordinators[leader].kill()
+        start_s = time.monotonic()
+        lease_s = int(ct.flags.get("lease_ttl_s", 2))
+        took = wait_for(lambda: run_probe(port[1 - leader])[0] == 0, lease_s + 8)
+        report.check(took, ct.where, f"readinessProbe: after the leader's SIGKILL the standby "
+                     f"passes within {time.monotonic() - start_s:.1f} s (lease {lease_s} s)",
+                     "it did not within the lease + 8 s")
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
 
 
 # ---------------------------------------------------------------------------------------------
