@@ -17,19 +17,37 @@ Without it the checks that run binaries are skipped.
 What is checked, for every YAML file under --manifests (default: this script's folder):
   - every document parses and has apiVersion, kind and metadata.name;
   - every kustomization.yaml lists files that exist, and every YAML file beside it is listed
-    (as a resource or a patch); each kustomization is rendered (resources, then strategic-merge
-    patches) and the checks below run on what it renders;
+    (as a resource or a patch); it names files in or below its folder only and no folder that
+    holds it (kustomize refuses both); each kustomization is rendered (resources, then
+    strategic-merge patches, `$patch: delete` removing an object) and the checks below run on
+    what it renders; where kubectl is on PATH, `kubectl kustomize` must render each one too, to
+    the same objects (the order of items in lists merged by key aside);
   - cross-references: Services select pods that carry their labels and target their ports,
     a StatefulSet's serviceName is a Service (headless when it has more than one replica),
     workload selectors match their pod templates, ConfigMaps (and their keys) and
     PersistentVolumeClaims named by volumes exist (a claim may come from another kustomization
     of the folder, applied first: it is then reported as external), volume mounts name volumes,
-    probes name container ports, $(VAR) references name env entries;
+    probes name container ports, $(VAR) references name env entries, configMapKeyRef entries
+    name keys that exist; containers of the image start its programs (exec probes too), other
+    images (etcd) name a version;
   - the daemons' flags: the --listen port is a container port (and every container port is a
     --listen port), a worker listens on port 0 and takes its rank from its completion index,
     servers and workers advertise their pod IP, --coordinator names the coordinator's Service
     and a port of it that leads to the coordinator's --listen port, the coordinator's --job is a
-    file of a mounted ConfigMap, and every flag is one the binary knows (--helpfull);
+    file of a mounted ConfigMap, and every flag is one the binary knows (--helpfull; exec
+    probes' too);
+  - the coordinator: one replica, or several only with --etcd; with --etcd: no --data_dir, the
+    endpoints from one ConfigMap key (--etcd=$(VAR)), each a member of the etcd StatefulSet at
+    its client port (or any HOST:PORT when the kustomization has no etcd), its pod IP
+    advertised, a readiness probe `ps_ctl status --coordinator=localhost:<--listen port>` (only
+    the leader passes it, so the Service routes to the leader) with a timeout above ps_ctl's, a
+    liveness probe that does not run ps_ctl, a Service that publishes ready pods only, and a
+    Deployment strategy that can replace them all (a rolling update waits for a standby to be
+    ready, which never comes);
+  - an etcd StatefulSet: an odd number >= 3 of members started in parallel, a headless
+    serviceName publishing pods before they are ready, --name the pod's name, --initial-cluster
+    naming exactly its pods <name>-0 ... <name>-(replicas-1) at <pod>.<service>:<peer port>,
+    each pod advertising that peer URL and its client URL, --data-dir on a claim template;
   - the job file: cluster.num_servers = the servers' StatefulSet replicas, cluster.num_workers =
     the workers' Job completions = parallelism, the data paths lie on a volume the workers mount,
     the checkpoint_dir on one the coordinator and servers mount read-write, ps_datagen writes
@@ -43,6 +61,12 @@ What is checked, for every YAML file under --manifests (default: this script's f
     listens there) and in the pod POD_IP is the pod's own; the completion index is --rank;
     resource fields come from the container's resources), with every mounted path mapped to a
     temporary folder (ConfigMaps written there), run with --dry_run;
+  - where etcd is installed (Debian's etcd-server, as the tests' etcd clusters use): every flag
+    of the etcd containers is one it knows, and the coordinators' command line and readiness
+    probe on real processes: a one-member etcd on loopback, two coordinators with the
+    container's flags (--listen, --advertise, --etcd, --job made local), the probe passing on
+    exactly one and failing on the other as a standby, and, once the leader is SIGKILLed, passing
+    on the other within the lease TTL + 8 s;
   - the Dockerfile: the programs the pods start are on its PATH, its bundle command packs them,
     and its user is the pods' runAsUser.
 
@@ -60,6 +84,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 
 try:
     import yaml
@@ -345,11 +370,22 @@ def render(kdir, files, report, rel, seen=()):
     for res in k.get("resources") or []:
         path = os.path.normpath(os.path.join(kdir, res))
         if os.path.isdir(path):
+            # kustomize refuses a base that holds a kustomization on the way to it.
+            inside = [d for d in seen + (kdir,) if under(d, path)]
+            if not report.check(not inside, rel(kpath),
+                                f"resource {res} is not a folder that holds it (kustomize "
+                                "refuses that: cycle detected)",
+                                f"it holds {rel(inside[0]) if inside else ''}"):
+                return None
             sub = render(path, files, report, rel, seen + (kdir,))
             if sub is None:
                 return None
             docs += sub.docs
         elif path in files:
+            # kustomize loads files in or below the kustomization's folder only.
+            if not report.check(under(path, kdir), rel(kpath),
+                                f"resource {res} lies in or below {rel(kdir)}"):
+                return None
             docs += [copy.deepcopy(d) for d in files[path]]
         else:
             report.fail(rel(kpath), f"resource {res} exists")
@@ -360,15 +396,25 @@ def render(kdir, files, report, rel, seen=()):
         if path not in files:
             report.fail(rel(kpath), f"patch {p} exists")
             return None
+        if not report.check(under(path, kdir), rel(kpath), f"patch {p} lies in or below "
+                            f"{rel(kdir)}"):
+            return None
         patches += files[path]
+    deleted = 0
     for p in patches:
         target = next((d for d in docs if d.kind == p.kind and d.name == p.name), None)
         if not report.check(target is not None, rel(p.path),
                             f"patch of {p.kind}/{p.name} has a target in {rel(kdir)}",
                             "no such object among the resources"):
             return None
+        if p.obj.get("$patch") == "delete":
+            # A strategic-merge patch that deletes the whole object.
+            docs = [d for d in docs if d is not target]
+            deleted += 1
+            continue
         target.obj = strategic_merge(target.obj, p.obj)
-    report.ok(rel(kpath), f"renders {len(docs)} objects ({len(patches)} patched)")
+    report.ok(rel(kpath), f"renders {len(docs)} objects ({len(patches) - deleted} patched, "
+              f"{deleted} deleted)")
     return Rendered(rel(kdir), docs)
 
 
@@ -405,11 +451,13 @@ class Container:
         self.raw_argv = [str(a) for a in raw]
         self.argv = [expand(a, self.env) for a in self.raw_argv]
         self.program = os.path.basename(self.argv[0]) if self.argv else ""
-        self.flags = {}
-        for a in self.argv[1:]:
-            m = re.fullmatch(r"--?([A-Za-z0-9_]+)(?:=(.*))?", a, re.S)
-            if m:
-                self.flags[m.group(1)] = m.group(2) if m.group(2) is not None else ""
+        self.image = str(spec.get("image", ""))
+        self.flags = parse_flags(self.argv[1:])
+
+    @property
+    def ps_image(self):
+        """Whether the container runs the project's image (ps, or REGISTRY/ps, any tag)."""
+        return image_repository(self.image).rsplit("/", 1)[-1] == "ps"
 
     def _env(self, opts, configmaps):
         env, errors = {}, []
@@ -496,6 +544,37 @@ class Container:
             if port == number or (name is not None and port == name):
                 return number
         return None
+
+
+def parse_flags(args):
+    """{name: value} of --name=value and --name (value "") arguments (names with - or _)."""
+    flags = {}
+    for a in args:
+        m = re.fullmatch(r"--?([A-Za-z0-9_-]+)(?:=(.*))?", a, re.S)
+        if m:
+            flags[m.group(1)] = m.group(2) if m.group(2) is not None else ""
+    return flags
+
+
+def image_repository(image):
+    """An image reference without its tag or digest: quay.io/coreos/etcd:v3.4.23 ->
+    quay.io/coreos/etcd (a registry's :port is kept)."""
+    name = image.split("@", 1)[0]
+    last = name.rsplit("/", 1)
+    if ":" in last[-1]:
+        name = name[:len(name) - len(last[-1])] + last[-1].split(":", 1)[0]
+    return name
+
+
+def image_tag(image):
+    name = image.split("@", 1)[0].rsplit("/", 1)[-1]
+    return name.split(":", 1)[1] if ":" in name else None
+
+
+def probe_exec(spec, probe_name):
+    """The command of an exec probe of the container spec, or None."""
+    return [str(a) for a in ((spec.get(probe_name) or {}).get("exec") or {}).get("command") or []
+            ] or None
 
 
 def pod_template(doc):
@@ -590,6 +669,12 @@ def check_rendered(r, files, opts, report, rel, tmp_root, jobs_seen):
                              f"mount {m.get('mountPath')} names a volume ({m.get('name')})")
             report.check(not ct.env_errors, ct.where, "every env entry has a value",
                          "; ".join(ct.env_errors))
+            for e in c.get("env") or []:
+                ref = (e.get("valueFrom") or {}).get("configMapKeyRef")
+                if ref is not None and not ref.get("optional"):
+                    report.check(ref.get("key") in configmaps.get(ref.get("name"), {}), ct.where,
+                                 f"env {e.get('name')}: key {ref.get('key')} of ConfigMap "
+                                 f"{ref.get('name')} exists")
             undefined = sorted({v for a in ct.raw_argv for v in references(a)} - set(ct.env))
             report.check(not undefined, ct.where,
                          "every $(VAR) of command and args is an env entry",
@@ -619,9 +704,19 @@ def check_rendered(r, files, opts, report, rel, tmp_root, jobs_seen):
                 if port is not None:
                     report.check(ct.resolve_port(port) is not None, ct.where,
                                  f"{probe_name} port {port} is a container port")
-            report.check(ct.program in PROGRAMS, ct.where,
-                         f"starts a program of the image ({ct.program or 'none'})",
-                         "not one of " + ", ".join(PROGRAMS))
+            if ct.ps_image:
+                report.check(ct.program in PROGRAMS, ct.where,
+                             f"starts a program of the image ({ct.program or 'none'})",
+                             "not one of " + ", ".join(PROGRAMS))
+                exec_cmd = probe_exec(c, "readinessProbe") or probe_exec(c, "livenessProbe")
+                if exec_cmd:
+                    report.check(os.path.basename(exec_cmd[0]) in PROGRAMS, ct.where,
+                                 f"its exec probe runs a program of the image ({exec_cmd[0]})")
+            else:
+                # Another image (etcd): pinned to a version, so that a restart gets the same.
+                tag = image_tag(ct.image)
+                report.check(tag not in (None, "latest") or "@" in ct.image, ct.where,
+                             f"image {ct.image} names a version", "no tag, or :latest")
 
     # Services: their selectors and target ports.
     for name, svc in services.items():
@@ -665,7 +760,8 @@ def check_rendered(r, files, opts, report, rel, tmp_root, jobs_seen):
                          f"container port {number} is the --listen port")
         adv = ct.flags.get("advertise")
         raw_adv = next((a for a in ct.raw_argv if a.startswith("--advertise=")), "")
-        if ct.program in ("ps_server", "ps_worker"):
+        if ct.program in ("ps_server", "ps_worker") or "etcd" in ct.flags:
+            # With --etcd each coordinator names itself in the election: its own address.
             var = references(raw_adv)
             ok = raw_adv != "" and len(var) == 1 and any(
                 e.get("name") == var[0] and ((e.get("valueFrom") or {}).get("fieldRef") or {}).get(
@@ -695,10 +791,18 @@ def check_rendered(r, files, opts, report, rel, tmp_root, jobs_seen):
     if any(ct.program in DAEMONS for ct in containers):
         report.check(len(coordinators) == 1, label, "one coordinator container",
                      f"found {len(coordinators)}")
+    etcd = check_etcd(by_program.get("etcd", []), services, report)
     for ct in coordinators:
         replicas = (ct.doc.obj.get("spec") or {}).get("replicas", 1)
-        report.check(ct.doc.kind in ("StatefulSet", "Deployment") and replicas == 1, ct.where,
-                     f"the coordinator is a StatefulSet or Deployment of 1 replica ({replicas})")
+        if "etcd" in ct.flags:
+            report.check(ct.doc.kind in ("StatefulSet", "Deployment") and replicas >= 1,
+                         ct.where, f"the coordinators are a StatefulSet or Deployment of "
+                         f"{replicas} replicas, failing over through etcd (--etcd)")
+            check_coordinators_with_etcd(ct, replicas, services, containers, etcd, report)
+        else:
+            report.check(ct.doc.kind in ("StatefulSet", "Deployment") and replicas == 1,
+                         ct.where, f"the coordinator is a StatefulSet or Deployment of 1 replica "
+                         f"({replicas}): several only with --etcd")
         job_path = ct.flags.get("job", "")
         mount = ct.mount_of(job_path)
         text = None
@@ -713,6 +817,7 @@ def check_rendered(r, files, opts, report, rel, tmp_root, jobs_seen):
                             f"--job={job_path} is a file of a mounted ConfigMap"):
             continue
         jobs_seen.append(text)
+        ct.job_text = text
         check_job(text, ct, by_program, report, opts, tmp_root)
 
     # ps_datagen writes where the job reads.
@@ -762,6 +867,169 @@ def check_coordinator_address(ct, services, containers, report):
                      f"listens on {listen_port}")
         return
     report.fail(ct.where, what, f"Service {svc.name} selects no ps_coordinator pod")
+
+
+def url_host_port(url):
+    """(host, port) of http://HOST:PORT[/...], or (None, None)."""
+    m = re.fullmatch(r"https?://\[?([^\]/]*?)\]?:(\d+)/?", url or "")
+    return (m.group(1), int(m.group(2))) if m else (None, None)
+
+
+def check_etcd(members, services, report):
+    """The etcd StatefulSet: its --initial-cluster names its own pods (<name>-0 ... <name>-(N-1))
+    at their stable DNS names under its headless Service and its peer port, as each member
+    advertises itself; its data on a claim. Returns {"sts", "service", "replicas",
+    "client_port", "labels"} of the (first) one, or None when the kustomization has none."""
+    info = None
+    for ct in members:
+        doc = ct.doc
+        spec = doc.obj.get("spec") or {}
+        replicas = spec.get("replicas", 1)
+        svc_name = spec.get("serviceName")
+        svc = services.get(svc_name)
+        report.check(doc.kind == "StatefulSet", ct.where, "etcd runs as a StatefulSet (stable "
+                     "member names and a claim each)", f"it is a {doc.kind}")
+        report.check(replicas >= 3 and replicas % 2 == 1, ct.where,
+                     f"{replicas} members: odd, and at least 3 (one may be lost)")
+        svc_spec = (svc.obj.get("spec") or {}) if svc else {}
+        report.check(svc is not None and svc_spec.get("clusterIP") == "None" and
+                     svc_spec.get("publishNotReadyAddresses") is True, ct.where,
+                     f"serviceName {svc_name} is headless and publishes members before they "
+                     "are ready (they must find each other to become ready)")
+        report.check(spec.get("podManagementPolicy") == "Parallel", ct.where,
+                     "podManagementPolicy Parallel (no member is ready before a quorum is up)")
+        name_var = references(next((a for a in ct.raw_argv if a.startswith("--name=")), ""))
+        ok = len(name_var) == 1 and any(
+            e.get("name") == name_var[0] and ((e.get("valueFrom") or {}).get("fieldRef") or {}).get(
+                "fieldPath") == "metadata.name" for e in ct.spec.get("env") or [])
+        report.check(ok, ct.where, "--name is the pod's name (fieldRef metadata.name)")
+        _, peer_port = url_host_port(ct.flags.get("listen-peer-urls"))
+        _, client_port = url_host_port(ct.flags.get("listen-client-urls"))
+        for flag, port in (("listen-peer-urls", peer_port), ("listen-client-urls", client_port)):
+            report.check(port is not None and port in ct.port_numbers(), ct.where,
+                         f"--{flag} port {port} is a container port")
+        cluster = {}
+        for entry in (ct.flags.get("initial-cluster") or "").split(","):
+            name, _, url = entry.partition("=")
+            cluster[name] = url
+        want = [f"{doc.name}-{i}" for i in range(replicas)]
+        report.check(sorted(cluster) == sorted(want), ct.where,
+                     f"--initial-cluster names the {replicas} pods {', '.join(want)}",
+                     f"it names {', '.join(sorted(cluster))}")
+        raw_adv = next((a for a in ct.raw_argv if a.startswith("--initial-advertise-peer-urls=")),
+                       "")
+        for name in want:
+            host, port = url_host_port(cluster.get(name))
+            labels = (host or "").split(".")
+            report.check(labels[:2] == [name, svc_name] and port == peer_port, ct.where,
+                         f"--initial-cluster: {name} at {cluster.get(name)}, its DNS name under "
+                         f"{svc_name} and the peer port {peer_port}")
+            env = dict(ct.env)
+            if name_var:
+                env[name_var[0]] = name
+            adv = expand(raw_adv.partition("=")[2], env)
+            report.check(adv == cluster.get(name), ct.where,
+                         f"{name} advertises the peer URL --initial-cluster gives it ({adv})")
+            adv_client = expand(next((a for a in ct.raw_argv
+                                      if a.startswith("--advertise-client-urls=")), "=").partition(
+                                          "=")[2], env)
+            report.check(url_host_port(adv_client) == (f"{name}.{svc_name}", client_port),
+                         ct.where, f"{name} advertises its client URL {adv_client}")
+        m = ct.mount_of(ct.flags.get("data-dir", ""))
+        report.check(m is not None and (m[1] or {}).get("persistentVolumeClaim", {}).get(
+            "template") and not m[2], ct.where,
+            f"--data-dir={ct.flags.get('data-dir')} lies on a claim of the member's own "
+            "(volumeClaimTemplates)")
+        if info is None:
+            info = {"sts": doc.name, "service": svc_name, "replicas": replicas,
+                    "client_port": client_port, "labels": pod_template(doc)[1], "ct": ct}
+    report.check(len(members) <= 1, "etcd", "one etcd StatefulSet", f"found {len(members)}")
+    return info
+
+
+def check_coordinators_with_etcd(ct, replicas, services, containers, etcd, report):
+    """Coordinators that fail over through etcd: no --data_dir, --etcd from one ConfigMap key,
+    naming the members of the etcd in the kustomization (when there is one), a readiness probe
+    that only the leader passes (so that the coordinator's Service routes to it alone), a
+    liveness probe that standbys pass, and an update strategy that can replace them."""
+    report.check("data_dir" not in ct.flags, ct.where,
+                 "no --data_dir with --etcd (the state lives in etcd)")
+    raw = next((a for a in ct.raw_argv if a.startswith("--etcd=")), "")
+    var = references(raw)
+    ok = raw == f"--etcd=$({var[0]})" if len(var) == 1 else False
+    ok = ok and any(e.get("name") == var[0] and "configMapKeyRef" in (e.get("valueFrom") or {})
+                    for e in ct.spec.get("env") or [])
+    report.check(ok, ct.where, f"--etcd comes from one ConfigMap key ({raw})",
+                 "want --etcd=$(VAR), VAR from a configMapKeyRef: the one place naming etcd")
+    endpoints = [e for e in (ct.flags.get("etcd") or "").split(",")]
+    for e in endpoints:
+        host, port = host_port(e)
+        if not report.check(host and port, ct.where, f"etcd endpoint {e!r} is HOST:PORT"):
+            continue
+        if etcd is None:
+            report.ok(ct.where, f"etcd endpoint {e} is an etcd of the operator's own (no etcd "
+                      "StatefulSet here)")
+            continue
+        labels = host.split(".")
+        member = re.fullmatch(re.escape(etcd["sts"]) + r"-(\d+)", labels[0])
+        if member and len(labels) > 1 and labels[1] == etcd["service"]:
+            ok = int(member.group(1)) < etcd["replicas"] and port == etcd["client_port"]
+        else:
+            svc = services.get(labels[0])
+            sel = ((svc.obj.get("spec") or {}).get("selector") or {}) if svc else {}
+            sport = next((p for p in ((svc.obj.get("spec") or {}).get("ports") or [])
+                          if p.get("port") == port), None) if svc else None
+            ok = (bool(sel) and all(etcd["labels"].get(k) == v for k, v in sel.items()) and
+                  sport is not None and etcd["ct"].resolve_port(
+                      sport.get("targetPort", port)) == etcd["client_port"])
+        report.check(ok, ct.where, f"etcd endpoint {e} is a member of StatefulSet "
+                     f"{etcd['sts']} (or a Service of them) at its client port "
+                     f"{etcd['client_port']}")
+    if etcd is not None:
+        report.check(len(set(endpoints)) >= min(2, etcd["replicas"]), ct.where,
+                     f"--etcd names several members ({len(set(endpoints))}), so that one lost "
+                     "is no matter")
+
+    # Readiness: ps_ctl status against its own --listen port, which a standby fails.
+    listen_port = host_port(ct.flags.get("listen"))[1]
+    probe = ct.spec.get("readinessProbe") or {}
+    cmd = probe_exec(ct.spec, "readinessProbe") or []
+    flags = parse_flags(cmd[2:])
+    host, port = host_port(flags.get("coordinator"))
+    ok = (len(cmd) >= 2 and os.path.basename(cmd[0]) == "ps_ctl" and cmd[1] == "status" and
+          host in ("localhost", "127.0.0.1", "[::1]", "::1") and port == listen_port)
+    report.check(ok, ct.where, f"readinessProbe runs ps_ctl status against its own --listen port "
+                 f"{listen_port} ({' '.join(cmd) or 'no exec probe'}): only the leader is ready")
+    timeout_ms = int(flags.get("timeout_ms", 3000))
+    report.check(probe.get("timeoutSeconds", 1) * 1000 > timeout_ms, ct.where,
+                 f"readinessProbe timeoutSeconds {probe.get('timeoutSeconds', 1)} exceeds "
+                 f"ps_ctl's --timeout_ms {timeout_ms}")
+    live = ct.spec.get("livenessProbe")
+    live_cmd = probe_exec(ct.spec, "livenessProbe") or []
+    report.check(live is not None and not any("ps_ctl" in a for a in live_cmd), ct.where,
+                 "livenessProbe does not depend on leadership (standbys are not restarted)",
+                 "none" if live is None else "it runs ps_ctl")
+
+    # The Service the members dial routes to ready pods only: the leader.
+    for svc in services.values():
+        spec = svc.obj.get("spec") or {}
+        sel = spec.get("selector") or {}
+        if sel and all(pod_template(ct.doc)[1].get(k) == v for k, v in sel.items()):
+            report.check(not spec.get("publishNotReadyAddresses") and
+                         spec.get("clusterIP") != "None", ct.where,
+                         f"Service {svc.name} routes to the ready coordinator alone (ClusterIP, "
+                         "not publishing pods that are not ready)")
+
+    # A Deployment's rolling update waits for new pods to be ready; a new coordinator stands by.
+    if ct.doc.kind == "Deployment" and replicas > 1:
+        strategy = (ct.doc.obj.get("spec") or {}).get("strategy") or {}
+        unavailable = str((strategy.get("rollingUpdate") or {}).get("maxUnavailable", "25%"))
+        ok = strategy.get("type") == "Recreate" or (
+            strategy.get("type", "RollingUpdate") == "RollingUpdate" and (
+                unavailable == "100%" or (unavailable.isdigit() and int(unavailable) >= replicas)))
+        report.check(ok, ct.where, "its update strategy can replace every coordinator "
+                     "(Recreate, or maxUnavailable 100%): one ready pod at a time never comes",
+                     f"strategy {strategy or 'default (maxUnavailable 25%)'}")
 
 
 def check_job(text, coordinator, by_program, report, opts, tmp_root):
@@ -834,7 +1102,23 @@ def known_flags(binary):
 
 
 def run_binaries(containers, opts, report, tmp_root):
+    check_etcd_flags([ct for ct in containers if ct.program == "etcd"], report)
     for ct in containers:
+        for probe_name in ("readinessProbe", "livenessProbe", "startupProbe"):
+            cmd = probe_exec(ct.spec, probe_name)
+            program = os.path.basename(cmd[0]) if cmd else ""
+            if program not in PROGRAMS:
+                continue
+            binary = opts.binary(program)
+            flags = known_flags(binary) if binary else None
+            if flags is None:
+                report.skip(ct.where, f"{probe_name}: {program} knows every flag given",
+                            f"no {PROGRAMS[program]} in the bin dir")
+                continue
+            unknown = sorted(f for f in parse_flags(cmd[1:]) if f not in flags)
+            report.check(not unknown, ct.where, f"{probe_name}: {program} knows every flag given "
+                         f"({' '.join(cmd[1:])})",
+                         "unknown: " + ", ".join("--" + f for f in unknown))
         if ct.program not in PROGRAMS:
             continue
         binary = opts.binary(ct.program)
@@ -856,6 +1140,8 @@ def run_binaries(containers, opts, report, tmp_root):
                          "unknown: " + ", ".join("--" + f for f in unknown))
         if ct.program in DAEMONS:
             dry_run(ct, binary, report, tmp_root)
+        if ct.program == "ps_coordinator" and "etcd" in ct.flags and getattr(ct, "job_text", None):
+            check_failover_live(ct, ct.job_text, opts, report, tmp_root)
 
 
 def dry_run(ct, binary, report, tmp_root):
@@ -909,6 +1195,195 @@ def dry_run(ct, binary, report, tmp_root):
 
 
 # ---------------------------------------------------------------------------------------------
+# etcd, where it is installed (Debian's etcd-server: /usr/bin/etcd), and the coordinators on it.
+
+
+def etcd_binary():
+    return shutil.which("etcd") or next(
+        (p for p in ("/usr/bin/etcd", "/usr/local/bin/etcd") if os.access(p, os.X_OK)), None)
+
+
+def check_etcd_flags(members, report):
+    """Every flag of the etcd containers is one etcd knows (etcd --help)."""
+    binary = etcd_binary()
+    for ct in members:
+        if binary is None:
+            report.skip(ct.where, "etcd knows every flag given", "no etcd installed here")
+            continue
+        out = subprocess.run([binary, "--help"], capture_output=True, text=True,
+                             timeout=DRY_RUN_TIMEOUT_S)
+        version = subprocess.run([binary, "--version"], capture_output=True, text=True,
+                                 timeout=DRY_RUN_TIMEOUT_S).stdout.split("\n")[0]
+        known = set(re.findall(r"^\s+--([a-z0-9-]+)", out.stdout + out.stderr, re.M))
+        unknown = sorted(f for f in ct.flags if f not in known)
+        report.check(known and not unknown, ct.where,
+                     f"etcd knows every flag given (the etcd here: {version})",
+                     "unknown: " + ", ".join("--" + f for f in unknown))
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(predicate, timeout_s, interval_s=0.2):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(interval_s)
+
+
+def check_failover_live(ct, job_text, opts, report, tmp_root):
+    """The coordinators' command line and readiness probe on real processes: a one-member etcd on
+    loopback, two coordinators with the container's flags (--listen, --advertise, --etcd and --job
+    made local), the probe passing on the leader alone and failing on the standby, and the
+    standby passing it within the lease TTL and a few seconds after the leader is SIGKILLed."""
+    what = "readinessProbe on real coordinators: exactly one passes, the other fails as a standby"
+    etcd, coordinator, ps_ctl = etcd_binary(), opts.binary("ps_coordinator"), opts.binary("ps_ctl")
+    probe = probe_exec(ct.spec, "readinessProbe") or []
+    if etcd is None or coordinator is None or ps_ctl is None or not probe:
+        report.skip(ct.where, what, "needs etcd installed here, the built ps_coordinator and "
+                    "ps_ctl, and an exec readiness probe")
+        return
+    coordinator, ps_ctl = os.path.abspath(coordinator), os.path.abspath(ps_ctl)
+    root = tempfile.mkdtemp(dir=tmp_root, prefix="failover-")
+    job = os.path.join(root, "job.pbtxt")
+    with open(job, "w") as f:
+        f.write(job_text)
+    procs = []
+
+    def start(argv, log):
+        with open(os.path.join(root, log), "w") as out:
+            procs.append(subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
+                                          cwd=root))
+        return procs[-1]
+
+    def run_probe(port):
+        argv = [ps_ctl] + [f"--coordinator=localhost:{port}" if a.startswith("--coordinator=")
+                           else a for a in probe[1:]]
+        try:
+            out = subprocess.run(argv, capture_output=True, text=True, timeout=10)
+            return out.returncode, (out.stdout + out.stderr).strip()
+        except subprocess.TimeoutExpired:
+            return None, "timed out"
+
+    try:
+        client, peer = free_port(), free_port()
+        start([etcd, "--name=m0", f"--data-dir={root}/etcd",
+               f"--listen-client-urls=http://127.0.0.1:{client}",
+               f"--advertise-client-urls=http://127.0.0.1:{client}",
+               f"--listen-peer-urls=http://127.0.0.1:{peer}",
+               f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
+               f"--initial-cluster=m0=http://127.0.0.1:{peer}"], "etcd.log")
+        replaced = {"listen": "127.0.0.1:0", "advertise": "127.0.0.1",
+                    "etcd": f"127.0.0.1:{client}", "job": job}
+        coordinators = []
+        for i in range(2):
+            args = [a for a in ct.argv[1:] if parse_flags([a]).keys().isdisjoint(replaced)]
+            args += [f"--{k}={v}" for k, v in replaced.items()]
+            args += [f"--port_file={root}/port{i}", "--check_data=false"]
+            coordinators.append(start([coordinator] + args, f"coordinator{i}.log"))
+
+        def ports():
+            try:
+                return [int(open(f"{root}/port{i}").read().strip()) for i in range(2)]
+            except (OSError, ValueError):
+                return None
+        port = wait_for(ports, 20)
+        if not report.check(port, ct.where, "two coordinators start with its flags on a local "
+                            "etcd", "they did not: " + " | ".join(
+                open(os.path.join(root, f"coordinator{i}.log")).read()[-300:] for i in range(2))):
+            return
+
+        def one_leader():
+            results = [run_probe(p) for p in port]
+            passed = [i for i, r in enumerate(results) if r[0] == 0]
+            return (passed[0], results) if len(passed) == 1 and "standby" in results[
+                1 - passed[0]][1] else None
+        found = wait_for(one_leader, 20)
+        if not report.check(found, ct.where, what, "no moment with one coordinator passing and "
+                            "the other failing as a standby"):
+            return
+        leader, results = found
+        report.ok(ct.where,
+                  f"readinessProbe: the standby's answer: {results[1 - leader][1][:120]}...")
+        coordinators[leader].kill()
+        start_s = time.monotonic()
+        lease_s = int(ct.flags.get("lease_ttl_s", 2))
+        took = wait_for(lambda: run_probe(port[1 - leader])[0] == 0, lease_s + 8)
+        report.check(took, ct.where, f"readinessProbe: after the leader's SIGKILL the standby "
+                     f"passes within {time.monotonic() - start_s:.1f} s (lease {lease_s} s)",
+                     "it did not within the lease + 8 s")
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+
+
+# ---------------------------------------------------------------------------------------------
+# kustomize itself, where kubectl is there.
+
+
+def merge_order_free(obj, field=""):
+    """The object with each list that strategic merges key (MERGE_KEYS) sorted by its key: the
+    order in which a merge leaves their items means nothing to Kubernetes."""
+    if isinstance(obj, dict):
+        return {k: merge_order_free(v, k) for k, v in obj.items()}
+    if isinstance(obj, list):
+        items = [merge_order_free(x) for x in obj]
+        key = MERGE_KEYS.get(field)
+        if key:
+            items.sort(key=lambda x: str(_merge_key_value(x, key)))
+        return items
+    return obj
+
+
+def check_with_kubectl(manifests, renders, report, rel, tmp_root):
+    """`kubectl kustomize` (kustomize itself, which may refuse what the renderer above allows)
+    renders each kustomization, and renders the same objects as the renderer above. Skipped
+    without kubectl; needs no cluster."""
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        report.skip(rel(manifests), "kubectl kustomize renders every kustomization as this test",
+                    "no kubectl on PATH")
+        return
+    # A copy with the links resolved: Bazel's runfiles are links, which kustomize's rule of
+    # files in or below the kustomization's folder would follow out of the tree.
+    root = os.path.join(tmp_root, "kustomize")
+    shutil.copytree(manifests, root)
+    env = dict(os.environ, HOME=tmp_root, KUBECONFIG=os.devnull)
+    for kdir, ours in renders:
+        where = rel(os.path.join(kdir, "kustomization.yaml"))
+        try:
+            out = subprocess.run([kubectl, "kustomize", os.path.join(root, os.path.relpath(
+                kdir, manifests))], capture_output=True, text=True, timeout=DRY_RUN_TIMEOUT_S,
+                env=env)
+            rc, text = out.returncode, out.stderr.strip()
+        except (OSError, subprocess.TimeoutExpired) as e:
+            rc, text = None, str(e)
+        if not report.check(rc == 0, where, "kubectl kustomize renders it",
+                            f"exit {rc}: " + text.replace(root + "/", "").replace("\n", " | ")):
+            continue
+        if ours is None:
+            continue
+        theirs = {(o.get("kind"), (o.get("metadata") or {}).get("name")): o
+                  for o in yaml.safe_load_all(out.stdout) if o}
+        mine = {(d.kind, d.name): d.obj for d in ours.docs}
+        only_theirs = sorted(f"{k}/{n}" for k, n in set(theirs) - set(mine))
+        only_mine = sorted(f"{k}/{n}" for k, n in set(mine) - set(theirs))
+        report.check(not only_theirs and not only_mine, where,
+                     f"kubectl kustomize renders the same {len(mine)} objects as this test",
+                     f"only kustomize: {only_theirs}, only this test: {only_mine}")
+        differ = sorted(f"{k}/{n}" for k, n in set(theirs) & set(mine)
+                        if merge_order_free(theirs[(k, n)]) != merge_order_free(mine[(k, n)]))
+        report.check(not differ, where, "and the same content", "differs: " + ", ".join(differ))
+
+
+# ---------------------------------------------------------------------------------------------
 # The Dockerfile.
 
 
@@ -936,14 +1411,21 @@ def check_dockerfile(path, containers, report, rel):
     report.check(uid is not None and uid not in ("root", "0"), where,
                  f"runs as a user other than root ({uid})")
     comments = "\n".join(l for l in text.splitlines() if l.startswith("#"))
-    for program in sorted({ct.program for ct in containers if ct.program in PROGRAMS}):
+    programs = {ct.program for ct in containers if ct.ps_image}
+    for ct in containers:
+        if ct.ps_image:
+            for probe_name in ("readinessProbe", "livenessProbe", "startupProbe"):
+                cmd = probe_exec(ct.spec, probe_name)
+                if cmd:
+                    programs.add(os.path.basename(cmd[0]))
+    for program in sorted(programs & set(PROGRAMS)):
         rel_path = PROGRAMS[program]
         report.check(rel_path in comments, where,
                      f"its bundle command packs {rel_path}")
         ok = env_path is not None and any(p.rstrip("/").endswith("/bin/" + os.path.dirname(
             rel_path)) for p in env_path)
         report.check(ok, where, f"{program} is on PATH (bin/{os.path.dirname(rel_path)})")
-    for ct in containers:
+    for ct in (ct for ct in containers if ct.ps_image):
         pod_uid = (ct.pod.get("securityContext") or {}).get("runAsUser")
         pod_uid = (ct.spec.get("securityContext") or {}).get("runAsUser", pod_uid)
         if pod_uid is not None:
@@ -1010,10 +1492,12 @@ def main():
         report.check(manifests in kdirs, rel(manifests), "has a kustomization.yaml")
         all_containers = []
         jobs_seen = []
+        renders = []
         # The base first, so that the job file is known when sample-data's checks need it.
         for kdir in sorted(kdirs, key=lambda k: (k != manifests, k)):
             check_kustomization_files(kdir, files, report, rel)
             rendered = render(kdir, files, report, rel)
+            renders.append((kdir, rendered))
             if rendered is None:
                 continue
             containers = check_rendered(rendered, files, opts, report, rel, tmp_root, jobs_seen)
@@ -1021,6 +1505,7 @@ def main():
                 ct.doc_rendered = rendered
             run_binaries(containers, opts, report, tmp_root)
             all_containers += containers
+        check_with_kubectl(manifests, renders, report, rel, tmp_root)
         check_dockerfile(dockerfile, all_containers, report, rel)
     finally:
         shutil.rmtree(tmp_root, ignore_errors=True)
