@@ -215,6 +215,13 @@ auto CoordinatorClient::OnLeader(absl::Time deadline, Fn fn) -> decltype(fn(null
     grpc::ClientContext context;
     SetDeadline(&context, deadline);
     auto result = fn(stubs_[at].get(), &context);
+    if (absl::IsCancelled(StatusOf(result))) {
+      // This client cancels none of these calls: the coordinator did, as it stopped serving (it
+      // shut down, or stopped leading). Another coordinator, or this one later, may answer.
+      result = absl::UnavailableError(absl::StrCat("coordinator ", addresses_[at],
+                                                   " stopped serving during the call (",
+                                                   StatusOf(result).message(), ")"));
+    }
     if (!MovesOn(StatusOf(result))) {
       if (addresses_.size() > 1) Answered(at);
       return result;
@@ -536,6 +543,16 @@ void CoordinatorClient::HeartbeatLoop(uint32_t member_id, absl::Duration interva
       response.Clear();
       mu_.Unlock();
       status = stubs_[at]->Heartbeat(&context, request, &response);
+      if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+        // Waiting for the channel, the heartbeat ends at its deadline when no coordinator is
+        // there to connect to: that is the coordinator being unavailable.
+        status = grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                              absl::StrCat("coordinator ", addresses_[at],
+                                           " did not answer a heartbeat within ",
+                                           absl::FormatDuration(timeout),
+                                           " (no connection, or too busy): ",
+                                           status.error_message()));
+      }
       mu_.Lock();
       heartbeat_call_ = nullptr;
       if (stop_heartbeats_ || addresses_.size() == 1) break;

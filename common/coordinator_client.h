@@ -38,7 +38,9 @@ namespace ps {
 // order that it has not tried; it fails with the last answer once every address was tried (or its
 // deadline passed). The current address follows: it becomes the one that answered other than
 // UNAVAILABLE, and after a failure the one suggested (the leader named, else the next in order), so
-// that the next call starts there. A single address is a list of one: nothing moves.
+// that the next call starts there. A single address is a list of one: nothing moves. A call the
+// coordinator cancelled (it stopped serving: it shut down or stopped leading) counts as
+// UNAVAILABLE, since this client cancels none.
 //
 // Every call has a deadline: `timeout` for the calls that wait (absl::InfiniteDuration() waits
 // without one), kRpcTimeout for the others, shared by its attempts on the several addresses.
