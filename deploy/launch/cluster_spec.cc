@@ -8,7 +8,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "common/job_config.h"
+#include "common/net_address.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
 
@@ -77,6 +80,104 @@ class Errors {
   const TextFormat::ParseInfoTree* const root_;
 };
 
+// Whether `flags` set the absl flag `name` (--name=V, --name V, -name...).
+bool HasFlag(const google::protobuf::RepeatedPtrField<std::string>& flags, absl::string_view name) {
+  for (absl::string_view flag : flags) {
+    if (!absl::ConsumePrefix(&flag, "--")) absl::ConsumePrefix(&flag, "-");
+    if (flag == name || absl::StartsWith(flag, absl::StrCat(name, "="))) return true;
+  }
+  return false;
+}
+
+// The checks of `coordinators` and the etcd fields (the SSH placement is checked with the hosts).
+absl::Status CheckCoordinators(const ClusterSpec& cluster, const Errors& errors) {
+  const uint32_t n = cluster.coordinators();
+  if (n < 1 || n > 3) {
+    return errors.At("coordinators", 0, -1, "coordinators",
+                     absl::StrCat("must be 1 to 3, got ", n,
+                                  " (1: one coordinator with its data_dir; 2 or 3: with etcd)"));
+  }
+  const bool launched_etcd_fields = cluster.etcd_client_port() != 0 ||
+                                    cluster.etcd_peer_port() != 0 ||
+                                    cluster.etcd_flags_size() > 0 || cluster.has_etcd_binary();
+  if (n == 1) {
+    if (cluster.has_etcd_endpoints()) {
+      return errors.At("etcd_endpoints", 0, -1, "etcd_endpoints",
+                       "is for coordinators: 2 or 3 (one coordinator keeps its state in a "
+                       "data_dir; or give it --etcd in coordinator_flags)");
+    }
+    if (launched_etcd_fields) {
+      const char* field = cluster.etcd_client_port() != 0 ? "etcd_client_port"
+                          : cluster.etcd_peer_port() != 0 ? "etcd_peer_port"
+                          : cluster.etcd_flags_size() > 0 ? "etcd_flags"
+                                                          : "etcd_binary";
+      return errors.At(field, 0, -1, field,
+                       "is for the etcd ps_launch starts with coordinators: 2 or 3");
+    }
+    return absl::OkStatus();
+  }
+  if (cluster.backend() == ClusterSpec::SLURM) {
+    return errors.At("coordinators", 0, -1, "coordinators",
+                     absl::StrCat(n,
+                                  ": the SLURM backend runs one coordinator (an srun step on the "
+                                  "first node, with no etcd cluster to keep several "
+                                  "coordinators' state): use coordinators: 1, or the SSH backend "
+                                  "on the allocation's nodes"));
+  }
+  for (const char* flag : {"etcd", "etcd_prefix", "data_dir"}) {
+    if (HasFlag(cluster.coordinator_flags(), flag)) {
+      return errors.At("coordinator_flags", 0, -1, "coordinator_flags",
+                       absl::StrCat("--", flag,
+                                    " with coordinators > 1: ps_launch gives every coordinator "
+                                    "--etcd (etcd_endpoints, or the etcd it starts) and "
+                                    "--etcd_prefix, and no --data_dir"));
+    }
+  }
+  if (cluster.has_etcd_endpoints()) {
+    if (launched_etcd_fields) {
+      return errors.At("etcd_endpoints", 0, -1, "etcd_endpoints",
+                       "names an existing etcd: etcd_client_port, etcd_peer_port, etcd_flags and "
+                       "etcd_binary are for the one ps_launch starts when etcd_endpoints is empty");
+    }
+    if (cluster.etcd_endpoints().empty()) {
+      return errors.At("etcd_endpoints", 0, -1, "etcd_endpoints",
+                       "is empty: give host:port,... of an etcd cluster, or leave the field out "
+                       "for ps_launch to start one");
+    }
+    for (absl::string_view endpoint : absl::StrSplit(cluster.etcd_endpoints(), ',')) {
+      absl::string_view address = absl::StripAsciiWhitespace(endpoint);
+      if (absl::StartsWith(address, "https://")) {
+        return errors.At("etcd_endpoints", 0, -1, "etcd_endpoints",
+                         absl::StrCat("\"", address, "\": TLS to etcd is not supported"));
+      }
+      absl::ConsumePrefix(&address, "http://");
+      const absl::StatusOr<HostPort> parsed = ParseHostPort(address, AddressUse::kDial);
+      if (!parsed.ok()) {
+        return errors.At(
+            "etcd_endpoints", 0, -1, "etcd_endpoints",
+            absl::StrCat("\"", endpoint, "\" is not host:port: ", parsed.status().message()));
+      }
+    }
+    return absl::OkStatus();
+  }
+  for (const char* field : {"etcd_client_port", "etcd_peer_port"}) {
+    const uint32_t port = std::string(field) == "etcd_client_port" ? cluster.etcd_client_port()
+                                                                   : cluster.etcd_peer_port();
+    if (port > 65535) {
+      return errors.At(field, 0, -1, field, absl::StrCat("must be at most 65535, got ", port));
+    }
+  }
+  if (cluster.etcd_client_port() != 0 && cluster.etcd_client_port() == cluster.etcd_peer_port()) {
+    return errors.At("etcd_peer_port", 0, -1, "etcd_peer_port",
+                     absl::StrCat("is etcd_client_port too (", cluster.etcd_client_port(),
+                                  "): each member needs two ports"));
+  }
+  if (cluster.etcd_binary().empty()) {
+    return errors.At("etcd_binary", 0, -1, "etcd_binary", "is empty");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Check(const ClusterSpec& cluster, const config::Job& job, const Errors& errors) {
   if (cluster.bin_dir().empty()) {
     return errors.At(nullptr, 0, -1, "bin_dir",
@@ -107,10 +208,26 @@ absl::Status Check(const ClusterSpec& cluster, const config::Job& job, const Err
   if (cluster.backend() == ClusterSpec::SLURM && cluster.slurm().nodes() == 0) {
     return errors.At("slurm", 0, -1, "slurm.nodes", "must be >= 1");
   }
+  if (absl::Status checked = CheckCoordinators(cluster, errors); !checked.ok()) return checked;
+  if (cluster.backend() == ClusterSpec::LOCAL && cluster.coordinator_port() != 0 &&
+      cluster.coordinator_port() + cluster.coordinators() - 1 > 65535) {
+    return errors.At(
+        "coordinator_port", 0, -1, "coordinator_port",
+        absl::StrCat("the LOCAL coordinators listen on coordinator_port, +1, +2: ",
+                     cluster.coordinator_port(), " leaves no room for ", cluster.coordinators()));
+  }
   if (cluster.backend() != ClusterSpec::SSH) return absl::OkStatus();
 
   if (cluster.hosts_size() == 0) {
     return errors.At("backend", 0, -1, "hosts", "the SSH backend needs at least one host");
+  }
+  const int wanted = static_cast<int>(cluster.coordinators());
+  if (wanted > cluster.hosts_size()) {
+    return errors.At("coordinators", 0, -1, "coordinators",
+                     absl::StrCat(wanted, " coordinators need ", wanted,
+                                  " hosts: each runs on a host of its own (coordinator: true), "
+                                  "and the description has ",
+                                  cluster.hosts_size()));
   }
   if (cluster.ssh().connect_timeout_s() == 0) {
     return errors.At("ssh", 0, -1, "ssh.connect_timeout_s", "must be > 0");
@@ -128,9 +245,13 @@ absl::Status Check(const ClusterSpec& cluster, const config::Job& job, const Err
                        "is named twice: give each host one entry with all its daemons");
     }
     if (host.coordinator()) ++coordinators;
-    if (coordinators > 1) {
-      return errors.At("coordinator", 0, i, subject,
-                       "a second coordinator: exactly one host runs it");
+    if (coordinators > wanted) {
+      return errors.At(
+          "coordinator", 0, i, subject,
+          wanted == 1 ? std::string("a second coordinator: exactly one host runs it (or set "
+                                    "coordinators: 2 or 3, to run them with etcd)")
+                      : absl::StrCat("coordinator ", coordinators, " of coordinators: ", wanted,
+                                     ": that many hosts run one (one a host)"));
     }
     if (!host.coordinator() && host.servers() == 0 && host.workers() == 0) {
       return errors.At("name", 0, i, subject, "runs nothing (no coordinator, servers or workers)");
@@ -140,6 +261,12 @@ absl::Status Check(const ClusterSpec& cluster, const config::Job& job, const Err
   }
   if (coordinators == 0) {
     return errors.At("hosts", 0, -1, "hosts", "no host runs the coordinator (coordinator: true)");
+  }
+  if (coordinators < wanted) {
+    return errors.At("coordinators", 0, -1, "coordinators",
+                     absl::StrCat(wanted, " coordinators, but ", coordinators,
+                                  " host(s) have coordinator: true: mark ", wanted,
+                                  " hosts (each coordinator runs on a host of its own)"));
   }
   if (servers != job.cluster().num_servers()) {
     return errors.At("hosts", 0, -1, "hosts",

@@ -54,8 +54,42 @@ TEST_CASE("mistakes are named with file, line and what is wrong", "[cluster_spec
   const std::string hosts = R"(hosts { name: "a" coordinator: true servers: 1 workers: 1 }
 hosts { name: "b" servers: 1 workers: 1 }
 )";
+  const std::string three = R"(hosts { name: "a" coordinator: true servers: 1 workers: 1 }
+hosts { name: "b" coordinator: true servers: 1 workers: 1 }
+hosts { name: "c" coordinator: true }
+)";
   const Case cases[] = {
       {"backend: SSH\n" + hosts, "c.pbtxt:1:1: bin_dir: is required"},
+      {"bin_dir: \"b\"\ncoordinators: 4\n", "c.pbtxt:2:1: coordinators: must be 1 to 3, got 4"},
+      {"bin_dir: \"b\"\ncoordinators: 0\n", "c.pbtxt:2:1: coordinators: must be 1 to 3, got 0"},
+      {"bin_dir: \"b\"\nbackend: SSH\ncoordinators: 3\n" + hosts,
+       "c.pbtxt:3:1: coordinators: 3 coordinators need 3 hosts: each runs on a host of its own"},
+      {"bin_dir: \"b\"\nbackend: SSH\ncoordinators: 2\n" + hosts,
+       "c.pbtxt:3:1: coordinators: 2 coordinators, but 1 host(s) have coordinator: true"},
+      {"bin_dir: \"b\"\nbackend: SSH\ncoordinators: 2\n" + three,
+       "c.pbtxt:6:19: hosts[2] \"c\": coordinator 3 of coordinators: 2"},
+      {"bin_dir: \"b\"\nbackend: SLURM\ncoordinators: 3\n",
+       "c.pbtxt:3:1: coordinators: 3: the SLURM backend runs one coordinator"},
+      {"bin_dir: \"b\"\ncoordinators: 3\netcd_endpoints: \"h1:2379,h2\"\n",
+       "c.pbtxt:3:1: etcd_endpoints: \"h2\" is not host:port"},
+      {"bin_dir: \"b\"\ncoordinators: 3\netcd_endpoints: \"\"\n",
+       "c.pbtxt:3:1: etcd_endpoints: is empty"},
+      {"bin_dir: \"b\"\ncoordinators: 3\netcd_endpoints: \"https://h1:2379\"\n",
+       "c.pbtxt:3:1: etcd_endpoints: \"https://h1:2379\": TLS to etcd is not supported"},
+      {"bin_dir: \"b\"\ncoordinators: 3\netcd_endpoints: \"h1:2379\"\netcd_flags: \"-x\"\n",
+       "c.pbtxt:3:1: etcd_endpoints: names an existing etcd"},
+      {"bin_dir: \"b\"\netcd_endpoints: \"h1:2379\"\n",
+       "c.pbtxt:2:1: etcd_endpoints: is for coordinators: 2 or 3"},
+      {"bin_dir: \"b\"\netcd_client_port: 2379\n",
+       "c.pbtxt:2:1: etcd_client_port: is for the etcd ps_launch starts"},
+      {"bin_dir: \"b\"\ncoordinators: 2\ncoordinator_flags: \"--data_dir=/x\"\n",
+       "c.pbtxt:3:1: coordinator_flags: --data_dir with coordinators > 1"},
+      {"bin_dir: \"b\"\ncoordinators: 2\netcd_client_port: 70000\n",
+       "c.pbtxt:3:1: etcd_client_port: must be at most 65535"},
+      {"bin_dir: \"b\"\ncoordinators: 2\netcd_client_port: 5000\netcd_peer_port: 5000\n",
+       "c.pbtxt:4:1: etcd_peer_port: is etcd_client_port too"},
+      {"bin_dir: \"b\"\ncoordinators: 3\ncoordinator_port: 65534\n",
+       "c.pbtxt:3:1: coordinator_port: the LOCAL coordinators listen on"},
       {"bin_dir: \"b\"\nbackend: SSH\nhosts { name: \"a\" coordinator: true servers: 2 }\n"
        "hosts { name: \"b\" servers: 1 workers: 2 }\n",
        "c.pbtxt:3:1: hosts: servers over all hosts add up to 3, the job's cluster.num_servers is "
@@ -91,6 +125,22 @@ hosts { name: "b" servers: 1 workers: 1 }
     REQUIRE(parsed.status().code() == absl::StatusCode::kInvalidArgument);
     CHECK_THAT(std::string(parsed.status().message()), Catch::StartsWith(c.message));
   }
+}
+
+TEST_CASE("several coordinators load, with or without an etcd of their own", "[cluster_spec]") {
+  absl::StatusOr<ClusterSpec> local =
+      ParseCluster("bin_dir: \"b\"\ncoordinators: 3\n", "c.pbtxt", TwoByTwo());
+  INFO(local.status().ToString());
+  REQUIRE(local.ok());
+  CHECK(local->coordinators() == 3);
+  CHECK(local->etcd_binary() == "etcd");
+  absl::StatusOr<ClusterSpec> ssh = ParseCluster(
+      R"(bin_dir: "b" backend: SSH coordinators: 2 etcd_endpoints: "e1:2379, http://e2:2379"
+         hosts { name: "a" coordinator: true servers: 2 }
+         hosts { name: "b" coordinator: true workers: 2 })",
+      "c.pbtxt", TwoByTwo());
+  INFO(ssh.status().ToString());
+  CHECK(ssh.ok());
 }
 
 TEST_CASE("a missing cluster file is NOT_FOUND naming it", "[cluster_spec]") {

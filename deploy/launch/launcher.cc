@@ -1,6 +1,9 @@
 #include "deploy/launch/launcher.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -11,6 +14,7 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -41,6 +45,10 @@ constexpr char kExitMark[] = "ps_launch: exit: ";
 constexpr char kPidMark[] = "ps_launch: pid ";
 constexpr char kListening[] = "ps_coordinator listening on ";
 constexpr char kRestartMark[] = "ps_launch: restart ";
+// What an etcd member logs once it serves its clients (it has joined the cluster).
+constexpr char kEtcdReady[] = "ready to serve client requests";
+// What ps_coordinator logs as it wins the election: "ps_coordinator: ADDR leads (term N ...)".
+constexpr char kLeads[] = " leads (term ";
 // ps_coordinator's exit status when the job failed (its members were told).
 constexpr int kJobFailedExit = 3;
 
@@ -96,15 +104,29 @@ void SignalRemote(const ClusterSpec& cluster, const std::string& host, long pid,
     Say(absl::StrCat("cannot signal pid ", pid, " on ", host, ": ", done.status().ToString()));
 }
 
+void StopPhase(const ClusterSpec& cluster, std::vector<Started>& started, bool etcd);
+
 // Stops the daemons that still run: the end of their stdin (their script sends SIGTERM), then
-// after the grace period SIGKILL on their hosts.
+// after the grace period SIGKILL on their hosts. Etcd members last, once everything else has
+// stopped (a leading coordinator resigns through etcd as it stops).
 void StopAll(const ClusterSpec& cluster, std::vector<Started>& started) {
-  // Workers first, then servers, the coordinator last, so that nothing is left waiting for it.
-  for (auto it = started.rbegin(); it != started.rend(); ++it) it->child->CloseStdin();
+  StopPhase(cluster, started, /*etcd=*/false);
+  StopPhase(cluster, started, /*etcd=*/true);
+}
+
+// Stops the daemons that are etcd members (`etcd`) or those that are not.
+void StopPhase(const ClusterSpec& cluster, std::vector<Started>& started, bool etcd) {
+  auto in_phase = [etcd](const Started& s) { return (s.daemon.role == "etcd") == etcd; };
+  // Workers first, then servers, the coordinators last, so that nothing is left waiting for them.
+  for (auto it = started.rbegin(); it != started.rend(); ++it) {
+    if (in_phase(*it)) it->child->CloseStdin();
+  }
   const absl::Time deadline = absl::Now() + absl::Seconds(cluster.stop_grace_s());
-  for (Started& s : started) s.child->WaitUntil(deadline);
   for (Started& s : started) {
-    if (s.child->Poll().has_value()) continue;
+    if (in_phase(s)) s.child->WaitUntil(deadline);
+  }
+  for (Started& s : started) {
+    if (!in_phase(s) || s.child->Poll().has_value()) continue;
     Say(absl::StrCat(s.daemon.Name(), " on ", s.daemon.host, " did not stop within ",
                      cluster.stop_grace_s(), " s of SIGTERM: SIGKILL"));
     if (std::optional<long> pid = RemotePid(s.log)) {
@@ -141,40 +163,41 @@ std::string ScriptExitDescription(int wait_status) {
   return how;
 }
 
-// Keeps the coordinator running: when its process dies before the end of the job, starts it
-// again on its host with the same flags and port (RestartedCoordinator), within a RestartLimit.
+// Keeps the coordinators running: when one's process dies before the end of the job, starts it
+// again on its host with the same flags and port (RestartedCoordinator): a lone coordinator on its
+// data_dir, one of several as a standby. All restarts count against one RestartLimit.
 // Thread-compatible.
 class CoordinatorKeeper {
  public:
-  CoordinatorKeeper(const ClusterSpec& cluster, Daemon restarted, RestartLimit limit)
-      : cluster_(cluster), restarted_(std::move(restarted)), limit_(limit) {}
+  CoordinatorKeeper(const ClusterSpec& cluster, RestartLimit limit)
+      : cluster_(cluster), limit_(limit) {}
 
-  // Looks at the coordinator `s`. OK when it runs, ended normally (exit 0 or the job failed: not
-  // restarted, ReportExits says it), died and was started again, or died with restarts off
-  // (limit 0, or not a SingleCoordinator: left to the members, which give up on it).
-  // RESOURCE_EXHAUSTED, with the message to print, when it died and the limit allows no more
-  // restarts; INTERNAL when it cannot be started again.
-  absl::Status Keep(Started& s) {
+  // Looks at the coordinator `s`, started again as `restarted` if it died. OK when it runs, ended
+  // normally (exit 0 or the job failed: not restarted, ReportExits says it), died and was started
+  // again, or died with restarts off (limit 0, or not RestartsCoordinators: left to the members,
+  // which give up on it or follow a standby). RESOURCE_EXHAUSTED, with the message to print, when
+  // it died and the limit allows no more restarts; INTERNAL when it cannot be started again.
+  absl::Status Keep(Started& s, const Daemon& restarted) {
     const std::optional<int> status = s.child->Poll();
     if (!status.has_value() || s.reported || CoordinatorEndedNormally(*status)) {
       return absl::OkStatus();
     }
     const std::string how = ScriptExitDescription(*status);
-    if (limit_.max_restarts == 0 || !SingleCoordinator(cluster_)) {
+    if (limit_.max_restarts == 0 || !RestartsCoordinators(cluster_)) {
       AppendLine(s.log, absl::StrCat("ps_launch: not restarted (",
                                      limit_.max_restarts == 0 ? "--coordinator_restarts=0"
                                                               : "coordinator_flags has --etcd",
                                      ")"));
       return absl::OkStatus();  // ReportExits says how it ended
     }
+    const std::string who = absl::StrCat(s.daemon.Name(), " on ", s.daemon.host);
     const std::string limit = absl::StrFormat("at most %d in %.0f s", limit_.max_restarts,
                                               absl::ToDoubleSeconds(limit_.window));
     const absl::Time now = absl::Now();
     while (!recent_.empty() && now - recent_.front() >= limit_.window) recent_.pop_front();
     if (recent_.size() >= static_cast<size_t>(limit_.max_restarts)) {
       return absl::ResourceExhaustedError(absl::StrCat(
-          "the coordinator on ", s.daemon.host, " ", how, " after ", recent_.size(),
-          " restart(s) in the last ",
+          "the ", who, " ", how, " after ", recent_.size(), " restart(s) in the last ",
           absl::StrFormat("%.1f s", absl::ToDoubleSeconds(now - recent_.front())), " (", limit,
           ": --coordinator_restarts, --coordinator_restart_window_s): not restarting it; "
           "stopping the job. Its log ends:\n",
@@ -191,17 +214,18 @@ class CoordinatorKeeper {
     }
     recent_.push_back(now);
     ++restarts_;
-    const std::string line = absl::StrCat("coordinator on ", s.daemon.host, " ", how,
-                                          ": restarting it with the same flags, port and data_dir "
-                                          "(restart ",
-                                          restarts_, "; ", limit, ")");
+    const std::string line =
+        absl::StrCat(who, " ", how, ": restarting it ",
+                     SingleCoordinator(cluster_) ? "with the same flags, port and data_dir"
+                                                 : "as a standby with the same flags and port",
+                     " (restart ", restarts_, "; ", limit, ")");
     AppendLine(s.log, absl::StrCat(kRestartMark, restarts_, ": ", line));
     Say(line);
     absl::StatusOr<std::unique_ptr<Child>> child = Child::Start(
-        HostCommand(cluster_, s.daemon.host, DaemonScript(cluster_, restarted_)), s.log);
+        HostCommand(cluster_, s.daemon.host, DaemonScript(cluster_, restarted)), s.log);
     if (!child.ok()) {
-      return absl::InternalError(absl::StrCat("cannot restart the coordinator on ", s.daemon.host,
-                                              ": ", child.status().ToString()));
+      return absl::InternalError(
+          absl::StrCat("cannot restart the ", who, ": ", child.status().ToString()));
     }
     s.child = *std::move(child);
     return absl::OkStatus();
@@ -214,12 +238,50 @@ class CoordinatorKeeper {
 
   // Constant after construction.
   const ClusterSpec& cluster_;
-  const Daemon restarted_;
   const RestartLimit limit_;
 
   std::deque<absl::Time> recent_;  // the restarts within the last window, oldest first
   int restarts_ = 0;
 };
+
+// The text after `mark` on the last line of `text` that holds it.
+std::optional<std::string> LastContaining(const std::string& text, absl::string_view mark) {
+  std::optional<std::string> found;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    const size_t at = line.find(mark);
+    if (at != absl::string_view::npos) found = std::string(line.substr(at + mark.size()));
+  }
+  return found;
+}
+
+// `n` free TCP ports of 127.0.0.1, bound together (so that they differ) and released.
+absl::StatusOr<std::vector<int>> FreeLoopbackPorts(int n) {
+  std::vector<int> sockets;
+  std::vector<int> ports;
+  absl::Status status;
+  for (int i = 0; i < n && status.ok(); ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) {
+      status = absl::InternalError(absl::StrCat("socket: ", std::strerror(errno)));
+      break;
+    }
+    sockets.push_back(fd);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    address.sin_port = 0;
+    socklen_t size = sizeof(address);
+    if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
+        getsockname(fd, reinterpret_cast<sockaddr*>(&address), &size) != 0) {
+      status = absl::InternalError(absl::StrCat("cannot find a free port: ", std::strerror(errno)));
+      break;
+    }
+    ports.push_back(ntohs(address.sin_port));
+  }
+  for (int fd : sockets) close(fd);
+  if (!status.ok()) return status;
+  return ports;
+}
 
 // The port of a host:port address ([v6]:port too); 0 when there is none.
 int PortOf(const std::string& address) {
@@ -271,34 +333,96 @@ int RunSshOrLocal(const ClusterSpec& cluster, const config::Job& job, const std:
     return 1;
   };
 
-  // The coordinator first; the others need its address.
-  const Daemon coordinator = PlanCoordinator(cluster, job, remote_dir);
-  if (absl::Status s = start(coordinator); !s.ok()) return fail(s.ToString());
-  const absl::Time deadline = absl::Now() + absl::Seconds(cluster.connect_timeout_s());
-  std::string address;
-  while (address.empty()) {
-    if (std::optional<std::string> line = LastMarked(ReadFile(started[0].log), kListening)) {
-      address = *line;
-      break;
+  // Waits until the log of started[at] shows what `found` looks for (its answer), failing the run
+  // when the daemon ends first, connect_timeout_s pass, or a stop signal comes.
+  auto await = [&](size_t at, const std::string& what,
+                   const std::function<std::optional<std::string>(const std::string&)>& found)
+      -> absl::StatusOr<std::string> {
+    const absl::Time deadline = absl::Now() + absl::Seconds(cluster.connect_timeout_s());
+    const Started& s = started[at];
+    const std::string who = absl::StrCat(s.daemon.Name(), " on ", s.daemon.host);
+    while (true) {
+      if (std::optional<std::string> answer = found(ReadFile(s.log))) return *answer;
+      if (s.child->Poll().has_value()) {
+        ReportExits(started);
+        return absl::UnavailableError(
+            absl::StrCat("the ", who, " failed:\n", Tail(ReadFile(s.log), 10)));
+      }
+      if (absl::Now() >= deadline) {
+        return absl::DeadlineExceededError(absl::StrCat("the ", who, " did not ", what, " within ",
+                                                        cluster.connect_timeout_s(), " s:\n",
+                                                        Tail(ReadFile(s.log), 10)));
+      }
+      if (const int signal = TakeSignal(absl::Milliseconds(50)); signal != 0) {
+        return absl::CancelledError(absl::StrCat("signal ", signal, ": stopping"));
+      }
     }
-    if (started[0].child->Poll().has_value()) {
-      ReportExits(started);
-      return fail(absl::StrCat("the coordinator on ", coordinator.host, " failed:\n",
-                               Tail(ReadFile(started[0].log), 10)));
+  };
+  auto set_address = [&](size_t at, const std::string& address) {
+    run.mutable_daemons(static_cast<int>(at))->set_address(address);
+    return WriteRun(run_dir, run);
+  };
+
+  // The etcd ps_launch starts, before the coordinators, which need it.
+  std::string launched_etcd;
+  if (LaunchesEtcd(cluster)) {
+    std::vector<EtcdPorts> ports = FixedEtcdPorts(cluster, job);
+    if (cluster.backend() == ClusterSpec::LOCAL) {
+      absl::StatusOr<std::vector<int>> free = FreeLoopbackPorts(2 * ports.size());
+      if (!free.ok()) return fail(free.status().ToString());
+      for (size_t i = 0; i < ports.size(); ++i) {
+        if (ports[i].client == 0) ports[i].client = (*free)[2 * i];
+        if (ports[i].peer == 0) ports[i].peer = (*free)[2 * i + 1];
+      }
     }
-    if (absl::Now() >= deadline) {
-      return fail(absl::StrCat("the coordinator on ", coordinator.host, " did not listen within ",
-                               cluster.connect_timeout_s(), " s:\n",
-                               Tail(ReadFile(started[0].log), 10)));
+    const EtcdPlan etcd = PlanEtcd(cluster, job, remote_dir, ports);
+    const size_t first = started.size();
+    for (const Daemon& d : etcd.members) {
+      if (absl::Status s = start(d); !s.ok()) return fail(s.ToString());
     }
-    if (const int signal = TakeSignal(absl::Milliseconds(50)); signal != 0) {
-      return fail(absl::StrCat("signal ", signal, ": stopping"));
+    const std::vector<std::string> endpoints = absl::StrSplit(etcd.endpoints, ',');
+    for (size_t i = 0; i < etcd.members.size(); ++i) {
+      absl::StatusOr<std::string> ready =
+          await(first + i, "serve its clients",
+                [](const std::string& log) { return LastContaining(log, kEtcdReady); });
+      if (!ready.ok()) return fail(std::string(ready.status().message()));
+      if (absl::Status s = set_address(first + i, endpoints[i]); !s.ok()) {
+        return fail(s.ToString());
+      }
     }
+    launched_etcd = etcd.endpoints;
+    Say(absl::StrCat("etcd: ", etcd.members.size(), " member(s) serving at ", etcd.endpoints));
   }
+
+  // The coordinators next; the others need their addresses. With several, the first is started
+  // alone and leads before the others stand by beside it.
+  const std::vector<Daemon> coordinators =
+      PlanCoordinators(cluster, job, remote_dir, CoordinatorEtcd(cluster, launched_etcd));
+  std::vector<size_t> coordinator_at;  // their places in `started`
+  std::vector<std::string> addresses;
+  std::vector<Daemon> restarted;  // what each is started again as (RestartedCoordinator)
+  for (const Daemon& coordinator : coordinators) {
+    if (absl::Status s = start(coordinator); !s.ok()) return fail(s.ToString());
+    const size_t at = started.size() - 1;
+    absl::StatusOr<std::string> address =
+        await(at, "listen", [](const std::string& log) { return LastMarked(log, kListening); });
+    if (!address.ok()) return fail(std::string(address.status().message()));
+    if (coordinators.size() > 1 && coordinator_at.empty()) {
+      absl::StatusOr<std::string> term =
+          await(at, "lead", [](const std::string& log) { return LastContaining(log, kLeads); });
+      if (!term.ok()) return fail(std::string(term.status().message()));
+    }
+    if (absl::Status s = set_address(at, *address); !s.ok()) return fail(s.ToString());
+    coordinator_at.push_back(at);
+    addresses.push_back(*address);
+    restarted.push_back(RestartedCoordinator(coordinator, PortOf(*address)));
+    Say(absl::StrCat(coordinator.Name(), " on ", coordinator.host, " listening on ", *address,
+                     coordinators.size() > 1 && coordinator_at.size() == 1 ? ", leading" : ""));
+  }
+  const std::string address = absl::StrJoin(addresses, ",");
   run.set_coordinator(address);
-  Say(absl::StrCat("coordinator on ", coordinator.host, " listening on ", address));
-  CoordinatorKeeper keeper(cluster, RestartedCoordinator(coordinator, PortOf(address)),
-                           restart_limit);
+  if (absl::Status s = WriteRun(run_dir, run); !s.ok()) return fail(s.ToString());
+  CoordinatorKeeper keeper(cluster, restart_limit);
   const std::vector<Daemon> members = PlanMembers(cluster, job, address, remote_dir);
   for (const Daemon& d : members) {
     if (absl::Status s = start(d); !s.ok()) return fail(s.ToString());
@@ -316,7 +440,11 @@ int RunSshOrLocal(const ClusterSpec& cluster, const config::Job& job, const std:
       break;
     }
     // Before ReportExits, which would take a dead coordinator's end as final.
-    if (absl::Status kept = keeper.Keep(started[0]); !kept.ok()) {
+    absl::Status kept;
+    for (size_t i = 0; i < coordinator_at.size() && kept.ok(); ++i) {
+      kept = keeper.Keep(started[coordinator_at[i]], restarted[i]);
+    }
+    if (!kept.ok()) {
       Say(std::string(kept.message()));
       exit_code = 1;
       break;
@@ -361,7 +489,19 @@ int RunSshOrLocal(const ClusterSpec& cluster, const config::Job& job, const std:
 Problems Preflight(const ClusterSpec& cluster, const config::Job& job, const std::string& job_text,
                    const std::string& remote_dir) {
   const std::vector<Host> hosts = RunHosts(cluster, job);
-  // Ports are not known yet: the servers and workers check their flags with a stand-in address.
+  // Ports are not known yet: the servers and workers check their flags with a stand-in address,
+  // the coordinators theirs with stand-in etcd ports (they do not dial etcd with --dry_run).
+  std::vector<EtcdPorts> etcd_ports = FixedEtcdPorts(cluster, job);
+  for (size_t i = 0; i < etcd_ports.size(); ++i) {
+    if (etcd_ports[i].client == 0) etcd_ports[i].client = 2379 + 2 * i;
+    if (etcd_ports[i].peer == 0) etcd_ports[i].peer = 2380 + 2 * i;
+  }
+  const EtcdPlan etcd = PlanEtcd(cluster, job, remote_dir, etcd_ports);
+  std::vector<Daemon> before_members =
+      PlanCoordinators(cluster, job, remote_dir, CoordinatorEtcd(cluster, etcd.endpoints));
+  if (LaunchesEtcd(cluster)) {
+    before_members.insert(before_members.begin(), etcd.members.begin(), etcd.members.end());
+  }
   const Daemon coordinator = PlanCoordinator(cluster, job, remote_dir);
   const std::string stand_in =
       absl::StrCat(cluster.backend() == ClusterSpec::LOCAL ? "127.0.0.1" : coordinator.host, ":",
@@ -373,7 +513,9 @@ Problems Preflight(const ClusterSpec& cluster, const config::Job& job, const std
     threads.emplace_back([&, i] {
       const std::string& host = hosts[i].name();
       std::vector<Daemon> daemons;
-      if (hosts[i].coordinator()) daemons.push_back(coordinator);
+      for (const Daemon& d : before_members) {
+        if (d.host == host) daemons.push_back(d);
+      }
       for (const Daemon& d : members) {
         if (d.host == host) daemons.push_back(d);
       }
@@ -542,6 +684,9 @@ int ShowStatus(const std::string& run_dir) {
     if (!steps.empty())
       std::printf("%-12s %-40s %s\n%s", "STEP", "PROGRAM", "NODES", steps.c_str());
   }
+  int coordinators = 0;
+  for (const LaunchedDaemon& d : run->daemons()) coordinators += d.role() == "coordinator" ? 1 : 0;
+  const bool several = coordinators > 1;
   std::printf("%-12s %-8s %-20s %-8s %s\n", "DAEMON", "INDEX", "HOST", "PID", "STATE");
   for (const LaunchedDaemon& d : run->daemons()) {
     const std::string log = ReadFile(d.log());
@@ -554,6 +699,23 @@ int ShowStatus(const std::string& run_dir) {
       state = "running";
     } else {
       state = "unknown (ps_launch has ended without recording its exit)";
+    }
+    if (!d.address().empty() && (d.role() == "etcd" || several)) {
+      absl::StrAppend(&state, "; at ", d.address());
+    }
+    if (d.role() == "coordinator" && several) {
+      // What its log said last: it leads, or stands by.
+      std::string role;
+      for (absl::string_view line : absl::StrSplit(log, '\n')) {
+        const size_t leads = line.find(kLeads);
+        if (leads != absl::string_view::npos) {
+          role = absl::StrCat("leads (term ", line.substr(leads + strlen(kLeads)));
+        } else if (absl::StrContains(line, " stands by (etcd ") ||
+                   absl::StrContains(line, " no longer leads")) {
+          role = "stands by";
+        }
+      }
+      if (!role.empty() && !exit.has_value()) absl::StrAppend(&state, "; ", role);
     }
     if (d.role() == "coordinator") {
       int restarts = 0;

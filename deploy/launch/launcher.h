@@ -64,10 +64,22 @@ Problems Preflight(const ClusterSpec& cluster, const config::Job& job, const std
 //   (restart N; at most M in S s)
 // and records it in the coordinator's log. A restart beyond options.coordinator_restarts stops
 // every daemon and fails the run (1), saying so.
+//
+// LOCAL and SSH, `coordinators` 2 or 3: first the etcd members (plan.h's LaunchesEtcd: unless
+// etcd_endpoints names one), each awaited until it serves its clients; then coordinator 0, awaited
+// until it listens and leads; then the others, each awaited until it listens (they stand by).
+// Every server and worker is given all their addresses. A coordinator that dies is started again
+// as a standby on its host with the same flags and port, within the same limit, and says
+//   ps_launch: coordinator 0 on HOST exited with ...: restarting it as a standby with the same
+//   flags and port (restart N; at most M in S s)
+// An etcd member that dies is not restarted (the others keep a quorum). At the end (or on a
+// failure) the etcd members are stopped after everything else.
 int RunJob(const RunOptions& options);
 
 // Prints each daemon of the run in `run_dir` with its host and state, and the job's progress (the
-// coordinator's clocks and members, each worker's latest progress line). 0, or 1 when the run
+// coordinator's clocks and members, each worker's latest progress line). With several
+// coordinators each one's address and whether it leads or stands by (as its log last said), and
+// each etcd member's address. 0, or 1 when the run
 // folder cannot be read.
 int ShowStatus(const std::string& run_dir);
 

@@ -1,5 +1,10 @@
 #include "deploy/launch/plan.h"
 
+#include <arpa/inet.h>
+
+#include <algorithm>
+#include <filesystem>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -47,15 +52,121 @@ bool HasFlag(const google::protobuf::RepeatedPtrField<std::string>& flags, absl:
 }  // namespace
 
 bool SingleCoordinator(const ClusterSpec& cluster) {
-  return !HasFlag(cluster.coordinator_flags(), "etcd");
+  return cluster.coordinators() <= 1 && !HasFlag(cluster.coordinator_flags(), "etcd");
 }
 
-std::string Daemon::Name() const {
-  return role == "coordinator" ? role : absl::StrCat(role, " ", index);
+bool RestartsCoordinators(const ClusterSpec& cluster) {
+  return SingleCoordinator(cluster) || cluster.coordinators() > 1;
 }
 
-std::string Daemon::FileName() const {
-  return role == "coordinator" ? role : absl::StrCat(role, index);
+bool LaunchesEtcd(const ClusterSpec& cluster) {
+  return cluster.coordinators() > 1 && !cluster.has_etcd_endpoints();
+}
+
+std::string Daemon::Name() const { return numbered ? absl::StrCat(role, " ", index) : role; }
+
+std::string Daemon::FileName() const { return numbered ? absl::StrCat(role, index) : role; }
+
+namespace {
+
+// The address the daemons of `host` give the others: its advertise or name (LOCAL: 127.0.0.1).
+std::string AdvertisedHost(const ClusterSpec& cluster, const Host& host) {
+  if (IsLocal(cluster)) return "127.0.0.1";
+  return host.advertise().empty() ? host.name() : host.advertise();
+}
+
+bool IsIpAddress(const std::string& host) {
+  unsigned char buffer[16];
+  return inet_pton(AF_INET, host.c_str(), buffer) == 1 ||
+         inet_pton(AF_INET6, host.c_str(), buffer) == 1;
+}
+
+std::string Url(const std::string& host, int port) {
+  return absl::StrCat("http://", host.find(':') == std::string::npos ? host : "[" + host + "]", ":",
+                      port);
+}
+
+std::string HostPortText(const std::string& host, int port) {
+  return absl::StrCat(host.find(':') == std::string::npos ? host : "[" + host + "]", ":", port);
+}
+
+std::vector<Host> EtcdHostEntries(const ClusterSpec& cluster, const config::Job& job) {
+  if (IsLocal(cluster)) return std::vector<Host>(3, RunHosts(cluster, job)[0]);
+  std::vector<Host> hosts = RunHosts(cluster, job);
+  if (hosts.size() > 3) hosts.resize(3);
+  return hosts;
+}
+
+}  // namespace
+
+std::vector<std::string> EtcdHosts(const ClusterSpec& cluster, const config::Job& job) {
+  std::vector<std::string> names;
+  for (const Host& host : EtcdHostEntries(cluster, job)) names.push_back(host.name());
+  return names;
+}
+
+std::vector<EtcdPorts> FixedEtcdPorts(const ClusterSpec& cluster, const config::Job& job) {
+  const size_t n = EtcdHostEntries(cluster, job).size();
+  std::vector<EtcdPorts> ports(n);
+  for (size_t i = 0; i < n; ++i) {
+    if (IsLocal(cluster)) {
+      // Members share the machine: a fixed port is the first of consecutive ones.
+      ports[i].client = cluster.etcd_client_port() == 0 ? 0 : cluster.etcd_client_port() + i;
+      ports[i].peer = cluster.etcd_peer_port() == 0 ? 0 : cluster.etcd_peer_port() + i;
+    } else {
+      ports[i].client = cluster.etcd_client_port() == 0 ? 2379 : cluster.etcd_client_port();
+      ports[i].peer = cluster.etcd_peer_port() == 0 ? 2380 : cluster.etcd_peer_port();
+    }
+  }
+  return ports;
+}
+
+std::string EtcdDataDir(const std::string& remote_dir, int index) {
+  return absl::StrCat(remote_dir, "/etcd_data/etcd", index);
+}
+
+EtcdPlan PlanEtcd(const ClusterSpec& cluster, const config::Job& job, const std::string& remote_dir,
+                  const std::vector<EtcdPorts>& ports) {
+  const std::vector<Host> hosts = EtcdHostEntries(cluster, job);
+  EtcdPlan plan;
+  std::vector<std::string> peers;
+  std::vector<std::string> endpoints;
+  for (size_t i = 0; i < hosts.size() && i < ports.size(); ++i) {
+    const std::string advertised = AdvertisedHost(cluster, hosts[i]);
+    peers.push_back(absl::StrCat("etcd", i, "=", Url(advertised, ports[i].peer)));
+    endpoints.push_back(HostPortText(advertised, ports[i].client));
+  }
+  const std::string initial_cluster = absl::StrJoin(peers, ",");
+  const std::string token =
+      absl::StrCat("ps-", std::filesystem::path(remote_dir).filename().string());
+  for (size_t i = 0; i < hosts.size() && i < ports.size(); ++i) {
+    const std::string advertised = AdvertisedHost(cluster, hosts[i]);
+    // etcd binds IP addresses only: a host known by name listens on every address.
+    const std::string listen = IsIpAddress(advertised) ? advertised : "0.0.0.0";
+    Daemon d;
+    d.role = "etcd";
+    d.index = static_cast<int>(i);
+    d.host = hosts[i].name();
+    d.binary = cluster.etcd_binary();
+    d.flags = {absl::StrCat("--name=etcd", i),
+               absl::StrCat("--data-dir=", EtcdDataDir(remote_dir, i)),
+               absl::StrCat("--listen-client-urls=", Url(listen, ports[i].client)),
+               absl::StrCat("--advertise-client-urls=", Url(advertised, ports[i].client)),
+               absl::StrCat("--listen-peer-urls=", Url(listen, ports[i].peer)),
+               absl::StrCat("--initial-advertise-peer-urls=", Url(advertised, ports[i].peer)),
+               absl::StrCat("--initial-cluster=", initial_cluster),
+               "--initial-cluster-state=new",
+               absl::StrCat("--initial-cluster-token=", token)};
+    d.flags.insert(d.flags.end(), cluster.etcd_flags().begin(), cluster.etcd_flags().end());
+    plan.members.push_back(std::move(d));
+  }
+  plan.endpoints = absl::StrJoin(endpoints, ",");
+  return plan;
+}
+
+std::string CoordinatorEtcd(const ClusterSpec& cluster, const std::string& launched) {
+  if (cluster.coordinators() <= 1) return "";
+  return cluster.has_etcd_endpoints() ? cluster.etcd_endpoints() : launched;
 }
 
 std::vector<Host> RunHosts(const ClusterSpec& cluster, const config::Job& job) {
@@ -68,24 +179,55 @@ std::vector<Host> RunHosts(const ClusterSpec& cluster, const config::Job& job) {
   return {local};
 }
 
-Daemon PlanCoordinator(const ClusterSpec& cluster, const config::Job& job,
-                       const std::string& remote_dir) {
-  Daemon d;
-  d.role = "coordinator";
+std::vector<Daemon> PlanCoordinators(const ClusterSpec& cluster, const config::Job& job,
+                                     const std::string& remote_dir,
+                                     const std::string& etcd_endpoints) {
+  const int n = static_cast<int>(std::max<uint32_t>(1, cluster.coordinators()));
+  std::vector<Host> hosts;
   for (const Host& host : RunHosts(cluster, job)) {
-    if (!host.coordinator()) continue;
+    if (host.coordinator()) hosts.push_back(host);
+  }
+  if (IsLocal(cluster) && !hosts.empty()) hosts.resize(n, hosts[0]);
+  std::vector<Daemon> coordinators;
+  for (int i = 0; i < n && i < static_cast<int>(hosts.size()); ++i) {
+    const Host& host = hosts[i];
+    Daemon d;
+    d.role = "coordinator";
+    d.index = i;
+    d.numbered = n > 1;
     d.host = host.name();
     d.binary = "server/coordinator/ps_coordinator";
+    const int port =
+        cluster.coordinator_port() == 0
+            ? 0
+            : static_cast<int>(cluster.coordinator_port()) + (IsLocal(cluster) ? i : 0);
     d.flags = {absl::StrCat("--job=", remote_dir, "/job.pbtxt"),
-               absl::StrCat("--listen=", ListenHost(cluster), ":", cluster.coordinator_port())};
+               absl::StrCat("--listen=", ListenHost(cluster), ":", port)};
     Append(&d.flags, AdvertiseFlag(cluster, host));
-    if (SingleCoordinator(cluster) && !HasFlag(cluster.coordinator_flags(), "data_dir")) {
+    if (n > 1) {
+      d.flags.push_back(absl::StrCat("--etcd=", etcd_endpoints));
+      d.flags.push_back(absl::StrCat("--etcd_prefix=/ps/", job.name(), "/",
+                                     std::filesystem::path(remote_dir).filename().string(), "/"));
+    } else if (SingleCoordinator(cluster) && !HasFlag(cluster.coordinator_flags(), "data_dir")) {
       d.flags.push_back(absl::StrCat("--data_dir=", CoordinatorDataDir(remote_dir)));
     }
     d.flags.insert(d.flags.end(), cluster.coordinator_flags().begin(),
                    cluster.coordinator_flags().end());
+    coordinators.push_back(std::move(d));
   }
-  return d;
+  return coordinators;
+}
+
+Daemon PlanCoordinator(const ClusterSpec& cluster, const config::Job& job,
+                       const std::string& remote_dir) {
+  std::vector<Daemon> all = PlanCoordinators(cluster, job, remote_dir, "");
+  if (all.empty()) {
+    Daemon none;
+    none.role = "coordinator";
+    none.numbered = false;
+    return none;
+  }
+  return all[0];
 }
 
 std::string CoordinatorDataDir(const std::string& remote_dir) {
@@ -175,6 +317,7 @@ std::string Prologue(const ClusterSpec& cluster) {
 }
 
 std::string BinaryPath(const ClusterSpec& cluster, const Daemon& daemon) {
+  if (daemon.role == "etcd") return daemon.binary;
   return absl::StrCat(cluster.bin_dir(), "/", daemon.binary);
 }
 
@@ -229,6 +372,15 @@ std::string PreflightScript(const ClusterSpec& cluster, const config::Job& job,
       absl::StrAppend(&script, "rm -rf ", ShellQuote(CoordinatorDataDir(remote_dir)), "\n");
     }
     const std::string binary = BinaryPath(cluster, d);
+    if (d.role == "etcd") {
+      absl::StrAppend(&script, "rm -rf ", ShellQuote(EtcdDataDir(remote_dir, d.index)), "\n");
+      absl::StrAppend(&script, "if ! command -v ", ShellQuote(binary),
+                      " >/dev/null 2>&1; then echo \"PROBLEM ", d.Name(), ": no etcd binary ",
+                      binary, " (etcd_binary; Debian's etcd-server)\"\n", "elif ! out=$(",
+                      ShellQuote(binary), " --version </dev/null 2>&1); then echo \"PROBLEM ",
+                      d.Name(), ": $(printf '%s' \"$out\" | tail -n 3 | tr '\\n' ' ')\"\nfi\n");
+      continue;
+    }
     absl::StrAppend(&script, "if [ ! -x ", ShellQuote(binary), " ]; then echo \"PROBLEM ", d.Name(),
                     ": no binary ", binary, " (bin_dir ", cluster.bin_dir(), ")\"\n");
     absl::StrAppend(&script, "else ", ThreadsLine(d), "out=$(", CommandLine(cluster, d),

@@ -156,6 +156,80 @@ TEST_CASE("coordinators with etcd get no data_dir: their state is in etcd", "[pl
   CHECK(SingleCoordinator(other));
 }
 
+TEST_CASE(
+    "coordinators: 3 over ssh: etcd on the first three hosts, a coordinator on each "
+    "coordinator host",
+    "[plan][etcd]") {
+  ClusterSpec c = Ssh();
+  c.set_coordinators(3);
+  c.mutable_hosts(1)->set_coordinator(true);
+  c.mutable_hosts(2)->set_coordinator(true);
+  const config::Job job = Job(2, 4);
+  CHECK(LaunchesEtcd(c));
+  CHECK(RestartsCoordinators(c));
+  CHECK_FALSE(SingleCoordinator(c));
+  CHECK(EtcdHosts(c, job) == std::vector<std::string>{"node-a", "node-b", "node-c"});
+  const std::vector<EtcdPorts> ports = FixedEtcdPorts(c, job);
+  REQUIRE(ports.size() == 3);
+  CHECK(ports[2].client == 2379);
+  CHECK(ports[2].peer == 2380);
+  const EtcdPlan etcd = PlanEtcd(c, job, "/tmp/ps_launch/run7", ports);
+  CHECK(etcd.endpoints == "node-a:2379,10.0.0.2:2379,node-c:2379");
+  REQUIRE(etcd.members.size() == 3);
+  const Daemon& b = etcd.members[1];
+  CHECK(b.Name() == "etcd 1");
+  CHECK(b.FileName() == "etcd1");
+  CHECK(b.host == "node-b");
+  CHECK(b.binary == "etcd");
+  CHECK(Has(b.flags, "--name=etcd1"));
+  CHECK(Has(b.flags, "--data-dir=/tmp/ps_launch/run7/etcd_data/etcd1"));
+  // node-b advertises an IP address: its member listens there; node-a, a name: on every address.
+  CHECK(Has(b.flags, "--listen-client-urls=http://10.0.0.2:2379"));
+  CHECK(Has(etcd.members[0].flags, "--listen-peer-urls=http://0.0.0.0:2380"));
+  CHECK(Has(b.flags,
+            "--initial-cluster=etcd0=http://node-a:2380,etcd1=http://10.0.0.2:2380,"
+            "etcd2=http://node-c:2380"));
+  CHECK(Has(b.flags, "--initial-cluster-token=ps-run7"));
+  const std::vector<Daemon> coordinators =
+      PlanCoordinators(c, job, "/tmp/ps_launch/run7", etcd.endpoints);
+  REQUIRE(coordinators.size() == 3);
+  for (int i = 0; i < 3; ++i) {
+    const Daemon& d = coordinators[i];
+    CHECK(d.index == i);
+    CHECK(d.host == c.hosts(i).name());
+    CHECK(d.FileName() == "coordinator" + std::to_string(i));
+    CHECK(Has(d.flags, "--etcd=" + etcd.endpoints));
+    CHECK(Has(d.flags, "--etcd_prefix=/ps/j/run7/"));
+    for (const std::string& f : d.flags) CHECK_FALSE(absl::StartsWith(f, "--data_dir"));
+  }
+}
+
+TEST_CASE("coordinators: 3 on loopback: consecutive fixed ports, or free ones", "[plan][etcd]") {
+  ClusterSpec c;
+  c.set_bin_dir("/b");
+  c.set_coordinators(3);
+  c.set_coordinator_port(7000);
+  const config::Job job = Job(2, 2);
+  CHECK(EtcdHosts(c, job) == std::vector<std::string>(3, "localhost"));
+  CHECK(FixedEtcdPorts(c, job)[1].client == 0);  // the launcher picks them
+  c.set_etcd_client_port(3000);
+  c.set_etcd_peer_port(4000);
+  CHECK(FixedEtcdPorts(c, job)[2].client == 3002);
+  CHECK(FixedEtcdPorts(c, job)[2].peer == 4002);
+  const EtcdPlan etcd = PlanEtcd(c, job, "/r", FixedEtcdPorts(c, job));
+  CHECK(etcd.endpoints == "127.0.0.1:3000,127.0.0.1:3001,127.0.0.1:3002");
+  const std::vector<Daemon> coordinators = PlanCoordinators(c, job, "/r", etcd.endpoints);
+  REQUIRE(coordinators.size() == 3);
+  CHECK(Has(coordinators[2].flags, "--listen=127.0.0.1:7002"));
+  CHECK(coordinators[2].host == "localhost");
+  // With etcd_endpoints the coordinators use that etcd, and none is started.
+  c.clear_etcd_client_port();
+  c.clear_etcd_peer_port();
+  c.set_etcd_endpoints("e1:2379,e2:2379");
+  CHECK_FALSE(LaunchesEtcd(c));
+  CHECK(CoordinatorEtcd(c, "ignored") == "e1:2379,e2:2379");
+}
+
 TEST_CASE("ssh commands use BatchMode and the description's settings", "[plan]") {
   ClusterSpec c = Ssh();
   c.mutable_ssh()->set_user("ps");

@@ -7,7 +7,8 @@
 //   ps_launch stop RUN_DIR                                      SIGTERM, then SIGKILL
 //
 // The cluster description (proto/launch.proto) says the backend (LOCAL, SSH or SLURM), the hosts
-// and what runs on each, and where the binaries are. See deploy/README.md.
+// and what runs on each, where the binaries are, and how many coordinators run (2 or 3: with an
+// etcd cluster, named or started by ps_launch). See deploy/README.md.
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -26,8 +27,9 @@ ABSL_FLAG(std::string, run_dir, "",
 
 ABSL_FLAG(int, coordinator_restarts, 5,
           "run (LOCAL, SSH): how many times a coordinator whose process dies is started again "
-          "(same host, flags, port and data_dir) within --coordinator_restart_window_s; one more "
-          "death fails the run. 0: not restarted (the members give up on it)");
+          "(same host, flags, port and data_dir; with coordinators: 2 or 3, as a standby) within "
+          "--coordinator_restart_window_s, all coordinators together; one more death fails the "
+          "run. 0: not restarted (the members give up on it, or follow a standby)");
 ABSL_FLAG(int, coordinator_restart_window_s, 300,
           "run: the window, in seconds (> 0), over which --coordinator_restarts are counted");
 
