@@ -210,11 +210,26 @@ template <typename Fn>
 auto CoordinatorClient::OnLeader(absl::Time deadline, Fn fn) -> decltype(fn(nullptr, nullptr)) {
   std::vector<bool> tried(addresses_.size(), false);
   size_t at = current();
+  // A call that does not wait gives each address it tries a share of its deadline, so that a
+  // coordinator whose host is cut off (its packets dropped, no refusal) cannot take all of it.
+  const bool share = addresses_.size() > 1 && deadline - absl::Now() <= kRpcTimeout;
   while (true) {
     tried[at] = true;
     grpc::ClientContext context;
-    SetDeadline(&context, deadline);
+    if (share) {
+      const int untried = static_cast<int>(std::count(tried.begin(), tried.end(), false)) + 1;
+      SetDeadline(&context, absl::Now() + (deadline - absl::Now()) / untried);
+    } else {
+      SetDeadline(&context, deadline);
+    }
     auto result = fn(stubs_[at].get(), &context);
+    if (share && absl::IsDeadlineExceeded(StatusOf(result)) && absl::Now() < deadline) {
+      // Its share ran out, not the call's deadline: the next address gets what is left.
+      result = absl::UnavailableError(absl::StrCat("coordinator ", addresses_[at],
+                                                   " did not answer in its share of the call's "
+                                                   "deadline (",
+                                                   StatusOf(result).message(), ")"));
+    }
     if (absl::IsCancelled(StatusOf(result))) {
       // This client cancels none of these calls: the coordinator did, as it stopped serving (it
       // shut down, or stopped leading). Another coordinator, or this one later, may answer.

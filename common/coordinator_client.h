@@ -43,7 +43,10 @@ namespace ps {
 // UNAVAILABLE, since this client cancels none.
 //
 // Every call has a deadline: `timeout` for the calls that wait (absl::InfiniteDuration() waits
-// without one), kRpcTimeout for the others, shared by its attempts on the several addresses.
+// without one), kRpcTimeout for the others, shared by its attempts on the several addresses: a
+// call of kRpcTimeout or less gives each attempt an equal share of what is left (a coordinator
+// whose host is cut off, dropping packets, would otherwise take it all), a longer one gives the
+// first attempt all of it.
 // Errors are the coordinator's (see server/coordinator/coordinator.h) or gRPC's: UNAVAILABLE when
 // no coordinator can be reached or none leads, DEADLINE_EXCEEDED when it does not answer in time.
 class CoordinatorClient {
