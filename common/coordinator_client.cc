@@ -561,12 +561,11 @@ void CoordinatorClient::HeartbeatLoop(uint32_t member_id, absl::Duration interva
       if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
         // Waiting for the channel, the heartbeat ends at its deadline when no coordinator is
         // there to connect to: that is the coordinator being unavailable.
-        status = grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                              absl::StrCat("coordinator ", addresses_[at],
-                                           " did not answer a heartbeat within ",
-                                           absl::FormatDuration(timeout),
-                                           " (no connection, or too busy): ",
-                                           status.error_message()));
+        status = grpc::Status(
+            grpc::StatusCode::UNAVAILABLE,
+            absl::StrCat("coordinator ", addresses_[at], " did not answer a heartbeat within ",
+                         absl::FormatDuration(timeout),
+                         " (no connection, or too busy): ", status.error_message()));
       }
       mu_.Lock();
       heartbeat_call_ = nullptr;

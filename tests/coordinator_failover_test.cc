@@ -37,8 +37,8 @@ constexpr int kSteps = 600;
 
 // Disruptions run on a thread of their own, where Catch's assertions must not be used: they
 // return what went wrong instead.
-#define EXPECT_OR_RETURN(condition, what)                                             \
-  do {                                                                                \
+#define EXPECT_OR_RETURN(condition, what)                                              \
+  do {                                                                                 \
     if (!(condition)) return absl::InternalError(absl::StrCat(what, ": " #condition)); \
   } while (false)
 
@@ -286,37 +286,35 @@ TEST_CASE("the leader and a server killed at once: the server fails over under t
 TEST_CASE("etcd members killed: one changes nothing; two stop decisions until one is back",
           "[integration][coordinator_failover]") {
   const Data& data = TrainingData();
-  Run run = Train("etcd_members_killed", data.train, data.keys,
-                  [](testing::LocalCluster* cluster,
-                     testing::EtcdCluster* etcd) -> absl::Status {
-                    const int leader = cluster->LeaderIndex();
-                    EXPECT_OR_RETURN(leader >= 0, "a leader before the kills");
-                    // A member that is not raft's leader goes: the leader keeps its lease and
-                    // leads on.
-                    const int member = etcd->RaftFollower();
-                    EXPECT_OR_RETURN(member >= 0, "an etcd follower");
-                    etcd->Kill(member);
-                    const absl::Time until = absl::Now() + absl::Seconds(1);
-                    while (absl::Now() < until) {
-                      EXPECT_OR_RETURN(cluster->LeaderIndex() == leader,
-                                       "the same leader with one etcd member down");
-                    }
-                    // No quorum: no coordinator can be sure of a lease, so none answers (no
-                    // split brain); the servers keep serving pulls and pushes meanwhile.
-                    const int second = (member + 1) % 3;
-                    etcd->Kill(second);
-                    EXPECT_OR_RETURN(
-                        testing::Eventually([&] { return cluster->LeaderIndex() < 0; },
-                                            absl::Seconds(10), absl::Milliseconds(20)),
-                        "no leader without etcd's quorum");
-                    absl::Status back = etcd->Restart(second);
-                    if (!back.ok()) return back;
-                    EXPECT_OR_RETURN(
-                        testing::Eventually([&] { return cluster->LeaderIndex() >= 0; },
-                                            absl::Seconds(30), absl::Milliseconds(20)),
-                        "a leader once the quorum is back");
-                    return etcd->Restart(member);
-                  });
+  Run run =
+      Train("etcd_members_killed", data.train, data.keys,
+            [](testing::LocalCluster* cluster, testing::EtcdCluster* etcd) -> absl::Status {
+              const int leader = cluster->LeaderIndex();
+              EXPECT_OR_RETURN(leader >= 0, "a leader before the kills");
+              // A member that is not raft's leader goes: the leader keeps its lease and
+              // leads on.
+              const int member = etcd->RaftFollower();
+              EXPECT_OR_RETURN(member >= 0, "an etcd follower");
+              etcd->Kill(member);
+              const absl::Time until = absl::Now() + absl::Seconds(1);
+              while (absl::Now() < until) {
+                EXPECT_OR_RETURN(cluster->LeaderIndex() == leader,
+                                 "the same leader with one etcd member down");
+              }
+              // No quorum: no coordinator can be sure of a lease, so none answers (no
+              // split brain); the servers keep serving pulls and pushes meanwhile.
+              const int second = (member + 1) % 3;
+              etcd->Kill(second);
+              EXPECT_OR_RETURN(testing::Eventually([&] { return cluster->LeaderIndex() < 0; },
+                                                   absl::Seconds(10), absl::Milliseconds(20)),
+                               "no leader without etcd's quorum");
+              absl::Status back = etcd->Restart(second);
+              if (!back.ok()) return back;
+              EXPECT_OR_RETURN(testing::Eventually([&] { return cluster->LeaderIndex() >= 0; },
+                                                   absl::Seconds(30), absl::Milliseconds(20)),
+                               "a leader once the quorum is back");
+              return etcd->Restart(member);
+            });
   CheckSameAsReference(run.parameters);
 }
 

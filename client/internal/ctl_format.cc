@@ -357,8 +357,7 @@ std::string ClocksLine(const rpc::ClusterStatus& status) {
 
 std::string LeadershipText(const rpc::Leadership& leadership, absl::Time now) {
   std::string out;
-  const absl::Duration in_office =
-      now - absl::FromUnixMillis(leadership.took_office_unix_ms());
+  const absl::Duration in_office = now - absl::FromUnixMillis(leadership.took_office_unix_ms());
   absl::StrAppendFormat(&out, "coordinators: leader %s (term %d, took over %s ago, lease %d s)",
                         leadership.leader(), leadership.terms(),
                         absl::FormatDuration(absl::Trunc(in_office, absl::Seconds(1))),

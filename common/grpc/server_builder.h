@@ -77,8 +77,8 @@ struct StartedServer {
 
 // Builds a server with `options` serving `services` (not owned; they must outlive the server) and
 // starts it. Returns the server and its bound port; INVALID_ARGUMENT for an empty listen address,
-// no service (and no generic_service), or a bound out of its range (the message names the field); UNAVAILABLE ("cannot
-// listen on <address>") when the address cannot be bound.
+// no service (and no generic_service), or a bound out of its range (the message names the field);
+// UNAVAILABLE ("cannot listen on <address>") when the address cannot be bound.
 absl::StatusOr<StartedServer> StartServer(ServerOptions options,
                                           const std::vector<grpc::Service*>& services);
 

@@ -532,18 +532,20 @@ Served Serve(const Setup& setup, ps::coordinator::StateStore* store,
           const bool leading = election->CheckLeading().ok();
           g_wakeup.mu.Lock();
           if (!leading) break;
-          g_wakeup.mu.AwaitWithTimeout(absl::Condition(+[](Wakeup* w) {
-                                         w->mu.AssertHeld();
-                                         return w->stop || w->job_failed || w->store_failed;
-                                       },
-                                                       &g_wakeup),
+          g_wakeup.mu.AwaitWithTimeout(absl::Condition(
+                                           +[](Wakeup* w) {
+                                             w->mu.AssertHeld();
+                                             return w->stop || w->job_failed || w->store_failed;
+                                           },
+                                           &g_wakeup),
                                        absl::Milliseconds(20));
         } else {
-          g_wakeup.mu.Await(absl::Condition(+[](Wakeup* w) {
-                                              w->mu.AssertHeld();
-                                              return w->stop || w->job_failed;
-                                            },
-                                            &g_wakeup));
+          g_wakeup.mu.Await(absl::Condition(
+              +[](Wakeup* w) {
+                w->mu.AssertHeld();
+                return w->stop || w->job_failed;
+              },
+              &g_wakeup));
         }
       }
       job_failed = g_wakeup.job_failed;
@@ -560,8 +562,8 @@ Served Serve(const Setup& setup, ps::coordinator::StateStore* store,
       // Every live member hears of it with its next heartbeat's answer; a member that never
       // heartbeats again is found dead within dead_after.
       const absl::Time start = absl::Now();
-      const bool told = (*coordinator)->AwaitFailureTold(setup.dead_after +
-                                                         2 * setup.heartbeat_interval);
+      const bool told =
+          (*coordinator)->AwaitFailureTold(setup.dead_after + 2 * setup.heartbeat_interval);
       std::fprintf(stderr, "ps_coordinator: the job failed: %s; %s in %.1f s; exiting\n",
                    ps::DescribeJobFailure(*failure).c_str(),
                    told ? "every live member was told" : "not every live member could be told",
@@ -683,8 +685,8 @@ int main(int argc, char** argv) {
 
   const std::string etcd_endpoints = absl::GetFlag(FLAGS_etcd);
   std::string restore = ps::coordinator::RestorePathOf(absl::GetFlag(FLAGS_restore), *job);
-  Setup setup{*std::move(job), *address, heartbeat_interval, dead_after, *security,
-              std::move(restore)};
+  Setup setup{*std::move(job), *address,  heartbeat_interval,
+              dead_after,      *security, std::move(restore)};
   // Before any coordinator exists: a restored state may fail the job early.
   if (const absl::Status signals = InstallSignalHandlers(); !signals.ok()) {
     std::fprintf(stderr, "ps_coordinator: %s\n", signals.ToString().c_str());
@@ -692,12 +694,13 @@ int main(int argc, char** argv) {
   }
   ps::metrics::Registry registry;
   CurrentCoordinator current;
-  ps::coordinator::AddCoordinatorCollector(
-      &registry, [&current]() -> std::optional<ps::rpc::ClusterStatus> {
-        absl::MutexLock lock(&current.mu);
-        if (current.coordinator == nullptr) return std::nullopt;
-        return current.coordinator->Status();
-      });
+  ps::coordinator::AddCoordinatorCollector(&registry,
+                                           [&current]() -> std::optional<ps::rpc::ClusterStatus> {
+                                             absl::MutexLock lock(&current.mu);
+                                             if (current.coordinator == nullptr)
+                                               return std::nullopt;
+                                             return current.coordinator->Status();
+                                           });
   absl::StatusOr<std::unique_ptr<ps::metrics::MetricsEndpoint>> metrics_endpoint =
       ps::StartMetricsEndpointFromFlags("ps_coordinator", &registry);
   if (!metrics_endpoint.ok()) {
@@ -787,8 +790,8 @@ int main(int argc, char** argv) {
     ps::coordinator::EtcdStateStore store(etcd->get(), prefix, prefix + "leader",
                                           term->leader_revision,
                                           absl::Seconds(absl::GetFlag(FLAGS_lease_ttl_s)));
-    const Served served = Serve(setup, &store, election->get(), &registry, &current, &listener,
-                                &view);
+    const Served served =
+        Serve(setup, &store, election->get(), &registry, &current, &listener, &view);
     view.LeftOffice();
     if (!served.lost_lead) {
       exit_code = served.exit_code;
@@ -812,4 +815,3 @@ int main(int argc, char** argv) {
   election->reset();  // resigns: a standby takes over at once
   return exit_code;
 }
-

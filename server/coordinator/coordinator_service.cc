@@ -239,12 +239,12 @@ grpc::ServerUnaryReactor* CoordinatorService::WaitClock(grpc::CallbackServerCont
                                                         const rpc::WaitClockRequest* request,
                                                         rpc::ClockState* response) {
   auto* reactor = new WaitReactor(coordinator_);
-  reactor->SetWaitId(
-      coordinator_->AsyncWaitClock(request->clock(), WaitDeadline(*context, coordinator_->Now()),
-                                   [this, reactor, response](absl::StatusOr<rpc::ClockState> state) {
-                                     if (state.ok()) *response = std::move(*state);
-                                     reactor->Finish(ToGrpcStatus(Gate(state.status())));
-                                   }));
+  reactor->SetWaitId(coordinator_->AsyncWaitClock(
+      request->clock(), WaitDeadline(*context, coordinator_->Now()),
+      [this, reactor, response](absl::StatusOr<rpc::ClockState> state) {
+        if (state.ok()) *response = std::move(*state);
+        reactor->Finish(ToGrpcStatus(Gate(state.status())));
+      }));
   return reactor;
 }
 
@@ -297,10 +297,11 @@ grpc::ServerUnaryReactor* CoordinatorService::StartCheckpoint(grpc::CallbackServ
     }
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  scheduler_.Request(*request, [this, response, reactor](absl::StatusOr<rpc::CheckpointResponse> taken) {
-    if (taken.ok()) *response = *std::move(taken);
-    reactor->Finish(ToGrpcStatus(Gate(taken.status())));
-  });
+  scheduler_.Request(*request,
+                     [this, response, reactor](absl::StatusOr<rpc::CheckpointResponse> taken) {
+                       if (taken.ok()) *response = *std::move(taken);
+                       reactor->Finish(ToGrpcStatus(Gate(taken.status())));
+                     });
   return reactor;
 }
 

@@ -48,8 +48,7 @@ bool IsWrite(const etcd::RequestOp& op) {
 // etcd's answers that another member may not give: no raft leader here, or a leader change
 // under the request.
 bool MemberCannotServe(absl::string_view message) {
-  return absl::StrContains(message, "no leader") ||
-         absl::StrContains(message, "leader changed") ||
+  return absl::StrContains(message, "no leader") || absl::StrContains(message, "leader changed") ||
          absl::StrContains(message, "timed out") || absl::StrContains(message, "stopped");
 }
 
@@ -237,9 +236,9 @@ std::vector<EtcdClient::EndpointHealth> EtcdClient::CheckEndpoints(absl::Duratio
     health.endpoint = endpoint;
     const absl::Time start = absl::Now();
     bool retry_elsewhere = false;
-    absl::StatusOr<std::string> answer = PostTo(endpoint, "/v3/maintenance/status",
-                                                ToJson(etcd::StatusRequest()), timeout,
-                                                &retry_elsewhere);
+    absl::StatusOr<std::string> answer =
+        PostTo(endpoint, "/v3/maintenance/status", ToJson(etcd::StatusRequest()), timeout,
+               &retry_elsewhere);
     absl::StatusOr<etcd::StatusResponse> status =
         answer.ok() ? FromJson<etcd::StatusResponse>(*answer, "status") : answer.status();
     if (!status.ok()) {

@@ -32,8 +32,7 @@ etcd::TxnRequest CreateIfAbsent(const std::string& key, const std::string& value
 
 TEST_CASE("EtcdClient refuses bad endpoint lists", "[etcd]") {
   CHECK(EtcdClient::Create("").status().code() == absl::StatusCode::kInvalidArgument);
-  CHECK(EtcdClient::Create("127.0.0.1:1,").status().code() ==
-        absl::StatusCode::kInvalidArgument);
+  CHECK(EtcdClient::Create("127.0.0.1:1,").status().code() == absl::StatusCode::kInvalidArgument);
   CHECK(EtcdClient::Create("nohostport").status().code() == absl::StatusCode::kInvalidArgument);
   absl::Status https = EtcdClient::Create("https://127.0.0.1:2379").status();
   CHECK(https.code() == absl::StatusCode::kInvalidArgument);

@@ -3,9 +3,9 @@
 #include <utility>
 
 #include "absl/strings/match.h"
-#include "absl/strings/strip.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "common/status_macros.h"
 
 namespace ps {
@@ -38,8 +38,7 @@ absl::StatusOr<std::optional<SavedCoordinator>> EtcdStateStore::Load() const {
     if (!absl::ConsumePrefix(&key, prefix_)) continue;
     if (key == kState) {
       if (!saved.state.ParseFromString(kv.value())) {
-        return absl::DataLossError(
-            absl::StrCat(location(), ": its state record does not parse"));
+        return absl::DataLossError(absl::StrCat(location(), ": its state record does not parse"));
       }
       any = true;
     } else if (absl::ConsumePrefix(&key, kKv)) {
@@ -60,9 +59,10 @@ absl::Status EtcdStateStore::WriteIfLeader(etcd::TxnRequest txn) {
   // write is sent to the next member; it is the same write, and puts are idempotent).
   PS_ASSIGN_OR_RETURN(const etcd::TxnResponse response, etcd_->Txn(txn, write_timeout_));
   if (!response.succeeded()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("no longer leader: ", leader_key_, " is not the key this coordinator created "
-                     "at revision ", leader_revision_, " (", location(), ")"));
+    return absl::FailedPreconditionError(absl::StrCat("no longer leader: ", leader_key_,
+                                                      " is not the key this coordinator created "
+                                                      "at revision ",
+                                                      leader_revision_, " (", location(), ")"));
   }
   return absl::OkStatus();
 }
@@ -79,9 +79,9 @@ absl::Status EtcdStateStore::SaveClock(int32_t, int64_t) { return absl::OkStatus
 
 absl::Status EtcdStateStore::SaveKv(absl::string_view key, absl::string_view value) {
   if (value.size() > kMaxValueBytes) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "rendezvous value of ", value.size(), " bytes is over the ", kMaxValueBytes,
-        " bytes an etcd-backed coordinator keeps"));
+    return absl::ResourceExhaustedError(absl::StrCat("rendezvous value of ", value.size(),
+                                                     " bytes is over the ", kMaxValueBytes,
+                                                     " bytes an etcd-backed coordinator keeps"));
   }
   etcd::TxnRequest txn;
   etcd::PutRequest* put = txn.add_success()->mutable_request_put();

@@ -4,8 +4,8 @@
 #include <utility>
 
 #include "absl/strings/match.h"
-#include "absl/strings/strip.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
 
@@ -105,8 +105,8 @@ void LeaderElection::RenewLoop() {
     last_renewal_ = renewed.ok() ? absl::OkStatus() : renewed.status();
     last_renewal_took_ = absl::Now() - sent;
     if (renewed.ok()) {
-      lease_valid_until_ = std::max(lease_valid_until_,
-                                    sent + absl::Seconds(*renewed) - Margin(*renewed));
+      lease_valid_until_ =
+          std::max(lease_valid_until_, sent + absl::Seconds(*renewed) - Margin(*renewed));
     } else if (absl::IsNotFound(renewed.status())) {
       // Expired: whatever this process believed, it leads no more.
       if (leading_) {
@@ -175,11 +175,11 @@ absl::Status LeaderElection::CheckLeading() const {
         absl::FormatDuration(last_renewal_took_), ": ", last_renewal_.ToString(), ")"));
   }
   if (leader_.empty() || leader_ == options_.address) {
-    return absl::UnavailableError(absl::StrCat("coordinator ", options_.address,
-                                               " is a standby; no leader is known"));
+    return absl::UnavailableError(
+        absl::StrCat("coordinator ", options_.address, " is a standby; no leader is known"));
   }
-  return absl::UnavailableError(absl::StrCat("coordinator ", options_.address,
-                                             " is a standby; the leader is ", leader_));
+  return absl::UnavailableError(
+      absl::StrCat("coordinator ", options_.address, " is a standby; the leader is ", leader_));
 }
 
 void LeaderElection::Resign(const absl::Status& why) {

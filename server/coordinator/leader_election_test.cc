@@ -1,7 +1,6 @@
 #include "server/coordinator/leader_election.h"
 
 #include <catch2/catch.hpp>
-
 #include <memory>
 #include <thread>
 

@@ -14,9 +14,9 @@
 #include "server/coordinator/coordinator_store.h"
 #include "server/coordinator/etcd_client.h"
 #include "server/coordinator/etcd_state_store.h"
+#include "server/coordinator/fake_clock.h"
 #include "server/coordinator/leader_election.h"
 #include "tests/testing/etcd_cluster.h"
-#include "server/coordinator/fake_clock.h"
 #include "tests/testing/temp_dir.h"
 
 namespace ps {

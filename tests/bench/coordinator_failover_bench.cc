@@ -26,6 +26,8 @@
 //
 //   bazel build -c opt //tests/bench:coordinator_failover_bench
 //   bazel-out/k8-opt/bin/tests/bench/coordinator_failover_bench --bin_dir=bazel-out/k8-opt/bin
+#include <grpcpp/grpcpp.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -35,8 +37,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -180,7 +180,8 @@ RunResult RunJob(const std::string& setup, const std::string& train,
       for (int k = 0; k < kills && !done; ++k) {
         // Training runs a while under the current leader first.
         int64_t before = -1;
-        const absl::Time settle_end = absl::Now() + absl::Milliseconds(absl::GetFlag(FLAGS_settle_ms));
+        const absl::Time settle_end =
+            absl::Now() + absl::Milliseconds(absl::GetFlag(FLAGS_settle_ms));
         while (!done && (absl::Now() < settle_end || before < 0)) {
           std::optional<rpc::ClusterStatus> s = LeaderStatus(*cluster);
           if (s.has_value()) before = std::max(before, s->clocks().max_clock());
@@ -204,10 +205,10 @@ RunResult RunJob(const std::string& setup, const std::string& train,
     });
   }
   const absl::Time start = absl::Now();
-  auto workers = Must(cluster->RunWorkers(std::vector<std::vector<std::string>>(
-                                              2, {"--progress_s=600"}),
-                                          absl::Minutes(20)),
-                      "workers");
+  auto workers =
+      Must(cluster->RunWorkers(std::vector<std::vector<std::string>>(2, {"--progress_s=600"}),
+                               absl::Minutes(20)),
+           "workers");
   done = true;
   result.seconds = absl::ToDoubleSeconds(absl::Now() - start);
   const std::string rank0 = testing::ResultJson(workers[0].stdout_text);

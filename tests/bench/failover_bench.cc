@@ -306,7 +306,7 @@ void Catchup() {
 
 // ps_bench's push and pull M keys/s for one configuration.
 std::map<std::string, double> PsBench(int replication, const std::string& mode,
-                                     bool shared_memory) {
+                                      bool shared_memory) {
   const std::string bin = BinDir();
   testing::ProcessResult r =
       Must(testing::RunProcess(
@@ -370,9 +370,8 @@ void Throughput() {
         c.replication, c.replication == 1 ? "none" : c.mode.c_str(),
         c.shared_memory ? "true" : "false", runs, pull, push, pull / pull1, push / push1,
         pull / pull1_sockets, push / push1_sockets,
-        absl::StrJoin(c.push, " ", [](std::string* out, double v) {
-          absl::StrAppendFormat(out, "%.2f", v);
-        }));
+        absl::StrJoin(c.push, " ",
+                      [](std::string* out, double v) { absl::StrAppendFormat(out, "%.2f", v); }));
   }
   std::fflush(stdout);
 }

@@ -136,14 +136,12 @@ absl::StatusOr<Measurement> RunCluster(const std::string& job_path) {
   options.servers = absl::GetFlag(FLAGS_servers);
   PS_ASSIGN_OR_RETURN(std::unique_ptr<testing::LocalCluster> cluster,
                       testing::LocalCluster::Start(job_path, options));
-  const std::vector<std::string> worker_flags = {
-      "--backend=" + absl::GetFlag(FLAGS_backend),
-      "--collective=" + absl::GetFlag(FLAGS_collective)};
-  PS_ASSIGN_OR_RETURN(
-      const std::vector<testing::ProcessResult> workers,
-      cluster->RunWorkers(
-          std::vector<std::vector<std::string>>(absl::GetFlag(FLAGS_workers), worker_flags),
-          absl::Seconds(absl::GetFlag(FLAGS_timeout_s))));
+  const std::vector<std::string> worker_flags = {"--backend=" + absl::GetFlag(FLAGS_backend),
+                                                 "--collective=" + absl::GetFlag(FLAGS_collective)};
+  PS_ASSIGN_OR_RETURN(const std::vector<testing::ProcessResult> workers,
+                      cluster->RunWorkers(std::vector<std::vector<std::string>>(
+                                              absl::GetFlag(FLAGS_workers), worker_flags),
+                                          absl::Seconds(absl::GetFlag(FLAGS_timeout_s))));
   const std::string rank0 = workers.empty() ? "" : testing::ResultJson(workers[0].stdout_text);
   if (rank0.empty()) return absl::InternalError("worker 0 printed no RESULT line");
   PS_RETURN_IF_ERROR(cluster->Terminate(absl::Seconds(30)));
@@ -199,16 +197,17 @@ void Print(const char* setup, int servers, int workers, const Measurement& m,
            const std::string& teacher_auc) {
   absl::PrintF(
       "{\"bench\":\"train\",\"setup\":\"%s\",\"servers\":%d,\"workers\":%d,\"rows\":%d,"
-      "\"epochs\":%d,\"batch\":%d,\"mode\":\"%s\",\"backend\":\"%s\",\"cpus\":%d,\"samples\":%s,\"steps\":%s,"
+      "\"epochs\":%d,\"batch\":%d,\"mode\":\"%s\",\"backend\":\"%s\",\"cpus\":%d,\"samples\":%s,"
+      "\"steps\":%s,"
       "\"seconds\":%s,\"samples_per_s\":%s,\"heldout_auc\":%s,\"heldout_logloss\":%s,"
       "\"teacher_auc\":%s,\"mean_pull_ms\":%s,\"mean_push_ms\":%s}\n",
       setup, servers, workers, absl::GetFlag(FLAGS_rows), absl::GetFlag(FLAGS_epochs),
       absl::GetFlag(FLAGS_batch), absl::GetFlag(FLAGS_mode),
       std::string(setup) == "local" ? "cpu" : absl::GetFlag(FLAGS_backend),
-      std::thread::hardware_concurrency(),
-      JsonNumber(m.samples), JsonNumber(m.steps), JsonNumber(m.seconds),
-      JsonNumber(m.samples_per_s), JsonNumber(m.heldout_auc), JsonNumber(m.heldout_logloss),
-      teacher_auc, JsonNumber(m.mean_pull_ms), JsonNumber(m.mean_push_ms));
+      std::thread::hardware_concurrency(), JsonNumber(m.samples), JsonNumber(m.steps),
+      JsonNumber(m.seconds), JsonNumber(m.samples_per_s), JsonNumber(m.heldout_auc),
+      JsonNumber(m.heldout_logloss), teacher_auc, JsonNumber(m.mean_pull_ms),
+      JsonNumber(m.mean_push_ms));
   std::fflush(stdout);
 }
 

@@ -18,7 +18,7 @@ constexpr char kEtcd[] = "/usr/bin/etcd";
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<EtcdCluster>> EtcdCluster::Start(int members,
-                                                                 absl::Duration timeout) {
+                                                                absl::Duration timeout) {
   if (access(kEtcd, X_OK) != 0) {
     return absl::FailedPreconditionError(
         absl::StrCat(kEtcd, " is missing: deploy/setup.sh installs Debian's etcd-server"));
@@ -72,14 +72,35 @@ absl::Status EtcdCluster::StartMember(int i, bool existing) {
   Member& m = members_[i];
   const std::string client = absl::StrCat("http://127.0.0.1:", m.client_port);
   const std::string peer = absl::StrCat("http://127.0.0.1:", m.peer_port);
-  absl::StatusOr<std::unique_ptr<Daemon>> process = Daemon::Launch(
-      kEtcd, {"--name", m.name, "--data-dir", m.data_dir, "--listen-client-urls", client,
-              "--advertise-client-urls", client, "--listen-peer-urls", peer,
-              "--initial-advertise-peer-urls", peer, "--initial-cluster", initial_cluster_,
-              "--initial-cluster-state", existing ? "existing" : "new",
-              "--initial-cluster-token", absl::StrCat("ps-test-", getpid()),
-              "--heartbeat-interval", "50", "--election-timeout", "500",
-              "--max-request-bytes", "33554432", "--logger", "zap", "--log-outputs", "stderr"});
+  absl::StatusOr<std::unique_ptr<Daemon>> process =
+      Daemon::Launch(kEtcd, {"--name",
+                             m.name,
+                             "--data-dir",
+                             m.data_dir,
+                             "--listen-client-urls",
+                             client,
+                             "--advertise-client-urls",
+                             client,
+                             "--listen-peer-urls",
+                             peer,
+                             "--initial-advertise-peer-urls",
+                             peer,
+                             "--initial-cluster",
+                             initial_cluster_,
+                             "--initial-cluster-state",
+                             existing ? "existing" : "new",
+                             "--initial-cluster-token",
+                             absl::StrCat("ps-test-", getpid()),
+                             "--heartbeat-interval",
+                             "50",
+                             "--election-timeout",
+                             "500",
+                             "--max-request-bytes",
+                             "33554432",
+                             "--logger",
+                             "zap",
+                             "--log-outputs",
+                             "stderr"});
   if (!process.ok()) return process.status();
   m.process = std::move(*process);
   return absl::OkStatus();
