@@ -134,7 +134,10 @@ Coordinator::~Coordinator() { Shutdown(); }
 
 void Coordinator::JobFailedLocked(Completions* out) {
   std::optional<rpc::JobFailure> failure = membership_.TakeNewFailure();
-  if (!failure.has_value() || !on_job_failed_) return;
+  if (!failure.has_value()) return;
+  // A coordinator that takes the state up after this one tells the members too.
+  PersistLocked(/*force=*/true);
+  if (!on_job_failed_) return;
   out->push_back([callback = on_job_failed_, failure = *std::move(failure)] { callback(failure); });
 }
 

@@ -354,6 +354,7 @@ void Membership::SaveTo(rpc::CoordinatorState* state) const {
     state->add_server_members(slot.member_id);
   }
   for (const WorkerSlot& slot : workers_) state->add_worker_members(slot.member_id);
+  if (failure_.has_value()) *state->mutable_failure() = *failure_;
 }
 
 void Membership::StartJudging(absl::Time now) {
@@ -395,6 +396,10 @@ void Membership::TakeUp(const rpc::CoordinatorState& st, const std::map<int32_t,
   }
   for (const auto& [rank, clock] : clocks) {
     if (rank >= 0 && rank < static_cast<int32_t>(workers_.size())) workers_[rank].clock = clock;
+  }
+  if (st.has_failure()) {
+    failure_ = st.failure();
+    failure_taken_ = false;  // the coordinator taking it up reports it (TakeNewFailure)
   }
 }
 

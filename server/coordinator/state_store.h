@@ -1,27 +1,27 @@
 // The seam under the coordinator's durable state: what a coordinator restarted (or a standby
-// taking over) needs to carry the job on. Today one implementation keeps it in RocksDB in the
-// coordinator's --data_dir (coordinator_store.h); MemoryStateStore keeps it in memory (tests). The
-// next one keeps it in etcd (issue 36), where several coordinators share the state and only the
-// leader may write.
+// taking over) needs to carry the job on. One implementation keeps it in RocksDB in the
+// coordinator's --data_dir (coordinator_store.h), one in etcd, where several coordinators share
+// the state and only the leader may write (etcd_state_store.h); MemoryStateStore keeps it in
+// memory (tests).
 //
 // What is durable, and nothing else:
 //  - the state record (rpc::CoordinatorState): the job's digest, member ids handed out, members
 //    (role, rank, address, left), the server and worker slots, the shard map with its version and
-//    primary terms, whether it was built, and the failover count;
-//  - each worker rank's clock (the largest step it reported);
+//    primary terms, whether it was built, the failover count, and the job's failure once it failed;
+//  - each worker rank's clock (the largest step it reported), where the store keeps_clocks();
 //  - the rendezvous key-value store.
 // Not kept: liveness and heartbeat times (a restarted coordinator counts every member it knew as
 // alive and heard from at the start), shard progress (the next heartbeats report it again),
-// pending waits, the checkpoint notice and a job's failure.
+// pending waits and the checkpoint notice.
 //
 // Writes and leadership. Every write may fail; the coordinator keeps serving from memory then and
 // reports the first failure (a restart would lose what was not written). An implementation whose
-// writes are conditional on a lease or a revision (etcd: a transaction comparing the leader key's
-// lease, or the state key's mod_revision) answers a write it refused because this coordinator no
-// longer leads with FAILED_PRECONDITION "no longer leader"; nothing of that write is applied. What
-// a coordinator that is no longer leader does (step down, stop answering) is issue 36's to decide:
-// today's coordinator treats that answer as any failed write. A write that returns OK is applied
-// whole: the state record is replaced atomically, never merged.
+// writes are conditional on a lease or a revision (etcd_state_store.h: a transaction comparing
+// the leader key's creation revision) answers a write it refused because this coordinator no
+// longer leads with FAILED_PRECONDITION "no longer leader"; nothing of that write is applied. A
+// coordinator on a shared() store stops answering at its first failed write
+// (CoordinatorOptions::on_store_failed). A write that returns OK is applied whole: the state
+// record is replaced atomically, never merged.
 #ifndef PS_SERVER_COORDINATOR_STATE_STORE_H_
 #define PS_SERVER_COORDINATOR_STATE_STORE_H_
 

@@ -1,6 +1,7 @@
 // The StateStore contract, run against every implementation.
 #include "server/coordinator/state_store.h"
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -158,6 +159,40 @@ TEST_CASE("state store: a coordinator carries the job on from either store", "[s
     CHECK(c->KvGet({"gloo/0"})->front() == "addr");
     CHECK(c->Heartbeat(worker).ok());
     CHECK(c->next_member_id() == 4);
+  });
+}
+
+TEST_CASE("state store: a failed job stays failed for the coordinator that takes it up",
+          "[state_store]") {
+  ForEachStore("failed", [](const Reopen& reopen) {
+    FakeClock clock;
+    uint32_t worker = 0;
+    {
+      std::unique_ptr<Coordinator> c = StartOn(reopen(), &clock);
+      worker = c->Register(rpc::WORKER, "", -1)->member_id();
+      REQUIRE(c->ReportWorkerFailure(worker, "out of memory").ok());
+      REQUIRE(c->failure().has_value());
+    }
+    std::atomic<int> told{0};
+    absl::StatusOr<config::Job> job = ParseJob(R"pb(name: "seam"
+                                                    tables { name: "emb" dim: 4 }
+                                                    cluster { num_servers: 2 num_workers: 1 })pb",
+                                               "seam.pbtxt");
+    REQUIRE(job.ok());
+    CoordinatorOptions options;
+    options.job = *std::move(job);
+    options.clock = &clock;
+    options.store = reopen();
+    options.on_job_failed = [&told](const rpc::JobFailure&) { ++told; };
+    absl::StatusOr<std::unique_ptr<Coordinator>> c = Coordinator::Create(std::move(options));
+    REQUIRE(c.ok());
+    REQUIRE((*c)->failure().has_value());
+    CHECK((*c)->failure()->failures(0).find("out of memory") != std::string::npos);
+    // The member's next heartbeat is told, and the new coordinator reports the failure once.
+    std::optional<rpc::JobFailure> failure;
+    REQUIRE((*c)->Heartbeat(worker, {}, &failure).ok());
+    CHECK(failure.has_value());
+    CHECK(told.load() == 1);
   });
 }
 
