@@ -52,20 +52,6 @@ rpc::ServerStatus StatusOf(const std::string& address) {
   return status;
 }
 
-// The cluster status from whichever coordinator answers (the leader).
-std::optional<rpc::ClusterStatus> ClusterStatusOf(const testing::LocalCluster& cluster) {
-  for (int i = 0; i < cluster.num_coordinators(); ++i) {
-    if (cluster.coordinator(i) == nullptr) continue;
-    auto stub = rpc::Coordinator::NewStub(
-        grpc::CreateChannel(cluster.coordinator(i)->address(), grpc::InsecureChannelCredentials()));
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
-    rpc::ClusterStatus status;
-    if (stub->GetStatus(&context, rpc::StatusRequest(), &status).ok()) return status;
-  }
-  return std::nullopt;
-}
-
 std::string Job(const std::string& name, const std::string& train) {
   return absl::StrFormat(
       R"pb(name: "%s"
@@ -271,7 +257,7 @@ TEST_CASE("the leader and a server killed at once: the server fails over under t
                     EXPECT_OR_RETURN(testing::Eventually(
                                          [&] {
                                            std::optional<rpc::ClusterStatus> s =
-                                               ClusterStatusOf(*cluster);
+                                               cluster->LeaderStatus();
                                            if (s.has_value()) failovers = s->failovers();
                                            return failovers > 0;
                                          },
@@ -341,7 +327,7 @@ TEST_CASE("a deposed leader (paused past its lease) changes nothing and stands b
         std::optional<rpc::ClusterStatus> after;
         EXPECT_OR_RETURN(testing::Eventually(
                              [&] {
-                               after = ClusterStatusOf(*cluster);
+                               after = cluster->LeaderStatus();
                                return after.has_value() && after->failovers() > 0;
                              },
                              absl::Seconds(30), absl::Milliseconds(20)),
@@ -355,7 +341,7 @@ TEST_CASE("a deposed leader (paused past its lease) changes nothing and stands b
                 absl::Seconds(10), absl::Milliseconds(20)),
             "the deposed leader stands by");
         EXPECT_OR_RETURN(cluster->LeaderIndex() != leader, "the deposed leader does not lead");
-        std::optional<rpc::ClusterStatus> later = ClusterStatusOf(*cluster);
+        std::optional<rpc::ClusterStatus> later = cluster->LeaderStatus();
         EXPECT_OR_RETURN(later.has_value(), "a leader's status");
         EXPECT_OR_RETURN(later->shard_map().version() >= after->shard_map().version(),
                          "the map never went back");

@@ -119,20 +119,6 @@ std::string JobText(const std::string& name, const std::string& train) {
       name);
 }
 
-// The status from whichever coordinator answers (the leader).
-std::optional<rpc::ClusterStatus> LeaderStatus(const testing::LocalCluster& cluster) {
-  for (int i = 0; i < cluster.num_coordinators(); ++i) {
-    if (cluster.coordinator(i) == nullptr) continue;
-    auto stub = rpc::Coordinator::NewStub(
-        grpc::CreateChannel(cluster.coordinator(i)->address(), grpc::InsecureChannelCredentials()));
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
-    rpc::ClusterStatus status;
-    if (stub->GetStatus(&context, rpc::StatusRequest(), &status).ok()) return status;
-  }
-  return std::nullopt;
-}
-
 uint64_t RaftIndex(const std::string& endpoints) {
   auto etcd = Must(coordinator::EtcdClient::Create(endpoints), "etcd client");
   uint64_t index = 0;
@@ -183,7 +169,7 @@ RunResult RunJob(const std::string& setup, const std::string& train,
         const absl::Time settle_end =
             absl::Now() + absl::Milliseconds(absl::GetFlag(FLAGS_settle_ms));
         while (!done && (absl::Now() < settle_end || before < 0)) {
-          std::optional<rpc::ClusterStatus> s = LeaderStatus(*cluster);
+          std::optional<rpc::ClusterStatus> s = cluster->LeaderStatus(absl::Milliseconds(200));
           if (s.has_value()) before = std::max(before, s->clocks().max_clock());
         }
         if (done) break;
@@ -192,7 +178,7 @@ RunResult RunJob(const std::string& setup, const std::string& train,
         const absl::Time killed = absl::Now();
         cluster->KillCoordinator(leader);
         while (!done) {
-          std::optional<rpc::ClusterStatus> s = LeaderStatus(*cluster);
+          std::optional<rpc::ClusterStatus> s = cluster->LeaderStatus(absl::Milliseconds(200));
           if (s.has_value() && s->clocks().max_clock() >= before + 2) {
             takeover.push_back(absl::ToDoubleMilliseconds(absl::Now() - killed));
             break;

@@ -66,17 +66,31 @@ std::string LocalCluster::coordinator_addresses() const {
   return absl::StrJoin(addresses, ",");
 }
 
-int LocalCluster::LeaderIndex() const {
+std::optional<rpc::ClusterStatus> LocalCluster::StatusFrom(size_t i,
+                                                           absl::Duration timeout) const {
+  if (coordinators_[i] == nullptr) return std::nullopt;
+  auto stub = rpc::Coordinator::NewStub(grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", coordinator_ports_[i]), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(timeout));
+  rpc::ClusterStatus status;
+  if (!stub->GetStatus(&context, rpc::StatusRequest(), &status).ok()) return std::nullopt;
+  return status;
+}
+
+int LocalCluster::LeaderIndex(absl::Duration timeout) const {
   for (size_t i = 0; i < coordinator_ports_.size(); ++i) {
-    if (coordinators_[i] == nullptr) continue;
-    auto stub = rpc::Coordinator::NewStub(grpc::CreateChannel(
-        absl::StrCat("127.0.0.1:", coordinator_ports_[i]), grpc::InsecureChannelCredentials()));
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
-    rpc::ClusterStatus status;
-    if (stub->GetStatus(&context, rpc::StatusRequest(), &status).ok()) return static_cast<int>(i);
+    if (StatusFrom(i, timeout).has_value()) return static_cast<int>(i);
   }
   return -1;
+}
+
+std::optional<rpc::ClusterStatus> LocalCluster::LeaderStatus(absl::Duration timeout) const {
+  for (size_t i = 0; i < coordinator_ports_.size(); ++i) {
+    std::optional<rpc::ClusterStatus> status = StatusFrom(i, timeout);
+    if (status.has_value()) return status;
+  }
+  return std::nullopt;
 }
 
 void LocalCluster::KillCoordinator(int i) {

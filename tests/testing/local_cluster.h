@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "proto/coordinator.pb.h"
 #include "proto/job.pb.h"
 #include "tests/testing/daemon.h"
 
@@ -59,8 +61,11 @@ class LocalCluster {
   Daemon* coordinator(int i) const { return coordinators_[i].get(); }
   // Every coordinator's address, comma-separated, as servers and workers are given them.
   std::string coordinator_addresses() const;
-  // Which coordinator answers a status call now (the leader), or -1 when none does.
-  int LeaderIndex() const;
+  // Which coordinator answers a status call now (the leader), or -1 when none does; each is
+  // given `timeout` to answer.
+  int LeaderIndex(absl::Duration timeout = absl::Seconds(1)) const;
+  // The status from the coordinator that answers (the leader), or nullopt when none does.
+  std::optional<rpc::ClusterStatus> LeaderStatus(absl::Duration timeout = absl::Seconds(1)) const;
   // SIGKILL of coordinator i, which stays down until RestartCoordinator(i).
   void KillCoordinator(int i);
   // Starts coordinator i again on its port, with its flags (a standby, with etcd). Daemon's
@@ -94,6 +99,9 @@ class LocalCluster {
   const std::vector<std::string> coordinator_args_;
   std::vector<std::unique_ptr<Daemon>> coordinators_;
   std::vector<int> coordinator_ports_;
+
+  // The status from coordinator i, when it answers within `timeout`.
+  std::optional<rpc::ClusterStatus> StatusFrom(size_t i, absl::Duration timeout) const;
   std::vector<std::unique_ptr<Daemon>> servers_;
 };
 
