@@ -26,7 +26,6 @@ absl::Time DeadlineIn(absl::Duration timeout) {
   return timeout == absl::InfiniteDuration() ? absl::InfiniteFuture() : absl::Now() + timeout;
 }
 
-const absl::Status& StatusOf(const absl::Status& status) { return status; }
 template <typename T>
 const absl::Status& StatusOf(const absl::StatusOr<T>& result) {
   return result.status();
