@@ -147,7 +147,7 @@ absl::Status InstallSignalHandlers() {
   return absl::OkStatus();
 }
 
-// Wakes WaitForSignal() as a signal would (the job failed).
+// Tells main that the job failed, through the signal pipe (WatchSignals sets job_failed).
 void WakeMain() {
   const char byte = 2;
   if (write(g_signal_pipe[1], &byte, 1) < 0) {
