@@ -118,7 +118,7 @@ constexpr int kJobFailedExit = 3;
 // After a job failed, the calls in flight are those of members that are exiting: they get less.
 constexpr absl::Duration kFailedShutdownGrace = absl::Seconds(1);
 
-// The self-pipe: the signal handler writes a byte, main reads it.
+// The self-pipe: the signal handler (and WakeMain) write a byte, the WatchSignals thread reads it.
 int g_signal_pipe[2] = {-1, -1};
 
 extern "C" void OnTerminationSignal(int) {
