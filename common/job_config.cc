@@ -140,6 +140,254 @@ class Checker {
 
 bool Finite(float x) { return std::isfinite(x); }
 
+// Whether `text` names a column by number ("3"), and that number is in range; a name otherwise.
+absl::Status CheckColumn(const Checker& c, const Where& w, const Message& msg, const char* name,
+                         const std::string& text, bool header) {
+  if (text.empty()) return c.Error(w, msg, name, "must name a column (a number from 1, or a name)");
+  if (text.find_first_not_of("0123456789") == std::string::npos) {
+    if (text.size() > 7 || std::stoi(text) < 1 || std::stoi(text) > (1 << 20)) {
+      return c.Error(w, msg, name,
+                     absl::StrFormat("unknown column \"%s\": columns are numbered from 1", text));
+    }
+    return absl::OkStatus();
+  }
+  if (!header) {
+    return c.Error(w, msg, name,
+                   absl::StrFormat("unknown column \"%s\": a column is named only by a header "
+                                   "(set data.schema.header: true) or by its number",
+                                   text));
+  }
+  return absl::OkStatus();
+}
+
+const config::Table* TableNamed(const config::Job& job, const std::string& name) {
+  for (const config::Table& t : job.tables()) {
+    if (t.name() == name) return &t;
+  }
+  return nullptr;
+}
+
+// The model's family, knobs and tables, and data.schema's columns and fields, against each other.
+absl::Status CheckModelAndSchema(const Checker& c, const Where& root, const config::Job& job,
+                                 const absl::flat_hash_set<std::string>& names) {
+  const config::Model& m = job.model();
+  const Where w = Nested(root, job, "model", -1, "model");
+  const config::Data& d = job.data();
+  const Where dw = Nested(root, job, "data", -1, "data");
+  const bool has_schema = d.has_schema();
+  const std::string family = config::Model::Type_Name(m.type());
+  if (m.has_shared_table() && !names.contains(m.shared_table())) {
+    return c.Error(w, m, "shared_table", absl::StrFormat("no table named \"%s\"", m.shared_table()));
+  }
+  // Knobs of another family would do nothing: refused.
+  if (m.type() != config::Model::DLRM) {
+    if (m.bottom_mlp_size() > 0) {
+      return c.Error(w, m, "bottom_mlp", absl::StrCat("is DLRM's; a ", family, " model has none"));
+    }
+    if (m.has_dot_interaction()) {
+      return c.Error(w, m, "dot_interaction",
+                     absl::StrCat("is DLRM's; a ", family, " model has none"));
+    }
+  }
+  if (m.type() != config::Model::DCN_V2) {
+    if (m.has_cross_layers()) {
+      return c.Error(w, m, "cross_layers",
+                     absl::StrCat("is DCN_V2's; a ", family, " model has none"));
+    }
+    if (m.has_cross_rank()) {
+      return c.Error(w, m, "cross_rank", absl::StrCat("is DCN_V2's; a ", family, " model has none"));
+    }
+  } else if (m.cross_layers() < 1 || m.cross_layers() > 16) {
+    return c.Error(w, m, "cross_layers", absl::StrCat("must be 1 to 16, got ", m.cross_layers()));
+  }
+  if (m.type() != config::Model::WIDE_DEEP && m.wide_size() > 0) {
+    return c.Error(w, m, "wide", absl::StrCat("is WIDE_DEEP's; a ", family, " model has none"));
+  }
+  const bool linear = m.type() == config::Model::WIDE_DEEP || m.type() == config::Model::DEEPFM;
+  if (linear) {
+    if (!m.has_linear_table()) {
+      return c.Error(w, m, nullptr,
+                     absl::StrCat("a ", family, " model needs linear_table (a table of dim 1)"));
+    }
+    const config::Table* t = TableNamed(job, m.linear_table());
+    if (t == nullptr) {
+      return c.Error(w, m, "linear_table",
+                     absl::StrFormat("no table named \"%s\"", m.linear_table()));
+    }
+    if (t->dim() != 1) {
+      return c.Error(w, m, "linear_table",
+                     absl::StrFormat("table \"%s\" has dim %d; the linear weights need dim 1",
+                                     m.linear_table(), t->dim()));
+    }
+    if (m.type() == config::Model::WIDE_DEEP && m.wide_size() == 0) {
+      return c.Error(w, m, nullptr, "a WIDE_DEEP model needs at least one wide feature");
+    }
+  } else if (m.has_linear_table()) {
+    return c.Error(w, m, "linear_table",
+                   absl::StrCat("is WIDE_DEEP's and DEEPFM's; a ", family, " model has none"));
+  }
+
+  // The fields, their tables and whether they are multi-valued.
+  std::vector<std::string> field_names;
+  std::vector<bool> multi;
+  if (!has_schema) {
+    if (!m.has_shared_table() &&
+        static_cast<uint32_t>(job.tables_size()) < m.num_sparse_features()) {
+      return c.Error(
+          w, m, "num_sparse_features",
+          absl::StrFormat("%d sparse features need %d tables (or a shared_table), the "
+                          "job has %d",
+                          m.num_sparse_features(), m.num_sparse_features(), job.tables_size()));
+    }
+    for (uint32_t f = 1; f <= m.num_sparse_features(); ++f) {
+      field_names.push_back(absl::StrCat("C", f));
+      multi.push_back(false);
+    }
+  } else {
+    const config::Schema& s = d.schema();
+    const Where sw = Nested(dw, d, "schema", -1, "schema");
+    if (d.format() == config::Data::CRITEO) {
+      return c.Error(dw, d, "schema",
+                     "format CRITEO is a preset schema of its own: set format: DELIMITED (or "
+                     "BINARY) to read data with this schema");
+    }
+    if (m.has_num_dense_features() && m.num_dense_features() != uint32_t(s.dense_size())) {
+      return c.Error(w, m, "num_dense_features",
+                     absl::StrFormat("is %d but data.schema has %d dense columns (leave it unset)",
+                                     m.num_dense_features(), s.dense_size()));
+    }
+    if (m.has_num_sparse_features() && m.num_sparse_features() != uint32_t(s.sparse_size())) {
+      return c.Error(w, m, "num_sparse_features",
+                     absl::StrFormat("is %d but data.schema has %d sparse fields (leave it unset)",
+                                     m.num_sparse_features(), s.sparse_size()));
+    }
+    if (!s.has_label()) return c.Error(sw, s, nullptr, "needs the label's column");
+    PS_RETURN_IF_ERROR(CheckColumn(c, sw, s, "label", s.label(), s.header()));
+    for (int i = 0; i < s.dense_size(); ++i) {
+      const config::DenseColumn& col = s.dense(i);
+      const Where cw = Nested(sw, s, "dense", i, absl::StrCat("dense[", i, "]"));
+      if (!col.has_column()) return c.Error(cw, col, nullptr, "needs its column");
+      PS_RETURN_IF_ERROR(CheckColumn(c, cw, col, "column", col.column(), s.header()));
+      if (col.transform() == config::DenseColumn::STANDARDIZE) {
+        if (!col.has_mean()) return c.Error(cw, col, "transform", "STANDARDIZE needs a mean");
+        if (!(col.stddev() > 0) || !Finite(col.stddev()) || !Finite(col.mean())) {
+          return c.Error(cw, col, col.has_stddev() ? "stddev" : "transform",
+                         "STANDARDIZE needs a finite mean and a stddev > 0");
+        }
+      } else if (col.has_mean() || col.has_stddev()) {
+        return c.Error(cw, col, col.has_mean() ? "mean" : "stddev",
+                       "is used only by transform STANDARDIZE");
+      }
+    }
+    absl::flat_hash_set<std::string> seen;
+    for (int i = 0; i < s.sparse_size(); ++i) {
+      const config::SparseField& f = s.sparse(i);
+      const Where fw = Nested(sw, s, "sparse", i, absl::StrCat("sparse[", i, "]"));
+      if (!f.has_column()) return c.Error(fw, f, nullptr, "needs its column");
+      PS_RETURN_IF_ERROR(CheckColumn(c, fw, f, "column", f.column(), s.header()));
+      const std::string name = f.has_name() ? f.name() : f.column();
+      if (!seen.insert(name).second) {
+        return c.Error(fw, f, f.has_name() ? "name" : "column",
+                       absl::StrFormat("two sparse fields are named \"%s\"", name));
+      }
+      if (f.has_table()) {
+        if (!names.contains(f.table())) {
+          return c.Error(fw, f, "table", absl::StrFormat("no table named \"%s\"", f.table()));
+        }
+      } else if (!m.has_shared_table()) {
+        return c.Error(fw, f, nullptr, "names no table (set its table, or model.shared_table)");
+      }
+      if (f.has_separator()) {
+        const char delimiter = s.delimiter() == config::Schema::COMMA ? ',' : '\t';
+        if (f.separator().size() != 1 || f.separator()[0] == delimiter ||
+            f.separator()[0] == '\n' || f.separator()[0] == '\r') {
+          return c.Error(fw, f, "separator",
+                         "must be one character, other than the delimiter and line ends");
+        }
+        if (f.max_values() < 1 || f.max_values() > 65536) {
+          return c.Error(fw, f, "max_values", absl::StrCat("must be 1 to 65536, got ", f.max_values()));
+        }
+      } else {
+        const char* extra = f.has_max_values() ? "max_values"
+                            : f.has_overflow() ? "overflow"
+                            : f.has_pooling()  ? "pooling"
+                                               : nullptr;
+        if (extra != nullptr) {
+          return c.Error(fw, f, extra,
+                         "is for multi-valued fields; this one has no separator (one value)");
+        }
+      }
+      field_names.push_back(name);
+      multi.push_back(f.has_separator());
+    }
+  }
+  const bool any_multi = std::find(multi.begin(), multi.end(), true) != multi.end();
+  if (m.has_pooling() && !any_multi) {
+    // A setting that would do nothing: refused rather than ignored.
+    return c.Error(w, m, "pooling",
+                   "has no effect: no field is multi-valued (data.schema's sparse fields with a "
+                   "separator), and SUM and MEAN pool one value alike");
+  }
+  for (int i = 0; i < m.wide_size(); ++i) {
+    const config::Model::WideFeature& wf = m.wide(i);
+    const Where ww = Nested(w, m, "wide", i, absl::StrCat("wide[", i, "]"));
+    if (wf.fields_size() < 1 || wf.fields_size() > 16) {
+      return c.Error(ww, wf, nullptr, "a wide feature has 1 to 16 fields");
+    }
+    for (int j = 0; j < wf.fields_size(); ++j) {
+      const auto it = std::find(field_names.begin(), field_names.end(), wf.fields(j));
+      if (it == field_names.end()) {
+        return c.Error(ww, wf, "fields",
+                       absl::StrFormat("no sparse field named \"%s\"", wf.fields(j)), j);
+      }
+      if (wf.fields_size() > 1 && multi[it - field_names.begin()]) {
+        return c.Error(ww, wf, "fields",
+                       absl::StrFormat("crosses multi-valued field \"%s\"; crosses take "
+                                       "single-valued fields",
+                                       wf.fields(j)),
+                       j);
+      }
+    }
+  }
+  // Dims the family needs to agree.
+  std::vector<std::pair<std::string, uint32_t>> dims;  // per field: table, dim
+  for (size_t f = 0; f < field_names.size(); ++f) {
+    std::string table;
+    if (has_schema && d.schema().sparse(f).has_table()) {
+      table = d.schema().sparse(f).table();
+    } else if (m.has_shared_table()) {
+      table = m.shared_table();
+    } else {
+      table = job.tables(f).name();
+    }
+    const config::Table* t = TableNamed(job, table);
+    dims.emplace_back(table, t == nullptr ? 0 : t->dim());
+  }
+  const bool same = (m.type() == config::Model::DLRM && m.dot_interaction()) ||
+                    m.type() == config::Model::DEEPFM;
+  for (size_t f = 1; same && f < dims.size(); ++f) {
+    if (dims[f].second != dims[0].second) {
+      return c.Error(w, m, m.type() == config::Model::DEEPFM ? "type" : "dot_interaction",
+                     absl::StrFormat("needs every field's table to have one dim; \"%s\" has %d "
+                                     "and \"%s\" has %d",
+                                     dims[0].first, dims[0].second, dims[f].first,
+                                     dims[f].second));
+    }
+  }
+  if (m.type() == config::Model::DLRM && m.bottom_mlp_size() > 0 && !dims.empty()) {
+    bool uniform = true;
+    for (const auto& d2 : dims) uniform = uniform && d2.second == dims[0].second;
+    if (uniform && m.bottom_mlp(m.bottom_mlp_size() - 1) != dims[0].second) {
+      return c.Error(w, m, "bottom_mlp",
+                     absl::StrFormat("must end with the fields' embedding dim %d, got %d",
+                                     dims[0].second, m.bottom_mlp(m.bottom_mlp_size() - 1)),
+                     m.bottom_mlp_size() - 1);
+    }
+  }
+  return absl::OkStatus();
+}
+
+
 absl::Status CheckOptimizer(const Checker& c, const Where& w, const config::Optimizer& o) {
   if (!IsKnownOptimizer(o.type())) {
     return c.Error(w, o, "type",
@@ -309,24 +557,10 @@ absl::Status CheckJob(const Checker& c, const Where& root, const config::Job& jo
     for (int i = 0; i < m.top_mlp_size(); ++i) {
       if (m.top_mlp(i) == 0) return c.Error(w, m, "top_mlp", "layer sizes must be > 0", i);
     }
-    if (m.has_shared_table()) {
-      if (!names.contains(m.shared_table())) {
-        return c.Error(w, m, "shared_table",
-                       absl::StrFormat("no table named \"%s\"", m.shared_table()));
-      }
-    } else if (static_cast<uint32_t>(job.tables_size()) < m.num_sparse_features()) {
-      return c.Error(
-          w, m, "num_sparse_features",
-          absl::StrFormat("%d sparse features need %d tables (or a shared_table), the "
-                          "job has %d",
-                          m.num_sparse_features(), m.num_sparse_features(), job.tables_size()));
-    }
-    if (m.has_pooling()) {
-      // A setting that would do nothing: refused rather than ignored.
-      return c.Error(w, m, "pooling",
-                     "has no effect until multi-valued fields exist: every field holds one "
-                     "value, which SUM and MEAN pool alike (remove the setting)");
-    }
+    PS_RETURN_IF_ERROR(CheckModelAndSchema(c, root, job, names));
+  }
+  if (!job.has_model() && job.data().has_schema()) {
+    PS_RETURN_IF_ERROR(CheckModelAndSchema(c, root, job, names));
   }
 
   // Data.
@@ -338,6 +572,9 @@ absl::Status CheckJob(const Checker& c, const Where& root, const config::Job& jo
     }
     for (int i = 0; i < d.eval_paths_size(); ++i) {
       if (d.eval_paths(i).empty()) return c.Error(w, d, "eval_paths", "empty path", i);
+    }
+    if (d.format() == config::Data::DELIMITED && !d.has_schema()) {
+      return c.Error(w, d, "format", "DELIMITED data needs a schema");
     }
   }
 

@@ -195,10 +195,10 @@ TEST_CASE("semantic errors name the field and what is wrong", "[common][job]") {
              "job.pbtxt:11:9: ", "3 sparse features need 3 tables (or a shared_table), the job has 2"},
       BadJob{"pooling, which has no effect yet", "training {",
              "model { shared_table: \"user\"\n  pooling: MEAN }\ntraining {", "job.pbtxt:12:3: ",
-             "model.pooling: has no effect until multi-valued fields exist"},
+             "model.pooling: has no effect: no field is multi-valued"},
       BadJob{"pooling set to its default", "training {",
              "model { shared_table: \"user\" pooling: SUM }\ntraining {", "job.pbtxt:11:30: ",
-             "model.pooling: has no effect until multi-valued fields exist"},
+             "model.pooling: has no effect: no field is multi-valued"},
       BadJob{"fp16 with a dim over 1024", "dim: 8", "dim: 2048 value_type: FP16",
              "job.pbtxt:4:13: ", "tables[0] \"user\".value_type: value_type FP16 needs dim <= 1024, got 2048"},
       BadJob{"bf16 with a dim over 1024", "dim: 4", "dim: 1025\n  value_type: BF16",
@@ -368,6 +368,98 @@ TEST_CASE("bounds are checked: admission, eviction and memory_weight", "[common]
   CHECK(job->tables(1).admission().min_count() == 3);
   CHECK(job->tables(1).eviction().policy() == config::Eviction::LFU);
   CHECK(job->tables(1).memory_weight() == 2.5f);
+}
+
+}  // namespace
+}  // namespace ps
+
+namespace ps {
+namespace {
+
+// A DEEPFM job over delimited text with a header, a multi-valued field and MEAN pooling.
+constexpr char kSchemaJob[] = R"pb(name: "s"
+tables { name: "user" dim: 8 }
+tables { name: "tags" dim: 8 }
+tables { name: "lin" dim: 1 }
+model { type: DEEPFM linear_table: "lin" top_mlp: [16] pooling: MEAN }
+data {
+  format: DELIMITED
+  train_paths: "/d/train.tsv"
+  schema {
+    header: true
+    label: "click"
+    dense { column: "price" transform: LOG1P }
+    sparse { column: "user_id" table: "user" }
+    sparse { column: "tags" table: "tags" separator: "|" max_values: 20 }
+  }
+}
+)pb";
+
+TEST_CASE("a schema job with every family's knobs parses", "[common][job_config]") {
+  REQUIRE(ParseJob(kSchemaJob, "job.pbtxt").ok());
+  const std::string dcn =
+      Replace(kSchemaJob, "type: DEEPFM linear_table: \"lin\"", "type: DCN_V2 cross_layers: 3");
+  CHECK(ParseJob(dcn, "job.pbtxt").ok());
+  const std::string wide = Replace(kSchemaJob, "type: DEEPFM",
+                                   "type: WIDE_DEEP wide { fields: \"user_id\" } wide { fields: "
+                                   "\"tags\" }");
+  CHECK(ParseJob(wide, "job.pbtxt").ok());
+  const std::string dlrm = Replace(kSchemaJob, "type: DEEPFM linear_table: \"lin\"",
+                                   "type: DLRM bottom_mlp: [8] dot_interaction: true");
+  CHECK(ParseJob(dlrm, "job.pbtxt").ok());
+}
+
+TEST_CASE("bad schemas and model knobs are refused at file:line:col", "[common][job_config]") {
+  const BadJob bad = GENERATE(
+      BadJob{"a column named without a header", "header: true", "header: false",
+             "job.pbtxt:11:5: ", "data.schema.label: unknown column \"click\""},
+      BadJob{"column 0", "column: \"price\"", "column: \"0\"", "job.pbtxt:12:13: ",
+             "data.schema.dense[0].column: unknown column \"0\""},
+      BadJob{"a field naming no table", "table: \"user\"", "table: \"nope\"",
+             "job.pbtxt:13:32: ", "data.schema.sparse[0].table: no table named \"nope\""},
+      BadJob{"a field with no table at all", "sparse { column: \"user_id\" table: \"user\" }",
+             "sparse { column: \"user_id\" }", "job.pbtxt:13:5: ",
+             "data.schema.sparse[0]: names no table"},
+      BadJob{"a separator in a dense column", "transform: LOG1P", "separator: \"|\"",
+             "job.pbtxt:12:", "no field named \"separator\""},
+      BadJob{"the delimiter as separator", "separator: \"|\"", "separator: \"\\t\"",
+             "job.pbtxt:14:", "data.schema.sparse[1].separator: must be one character, other"},
+      BadJob{"max_values of a single-valued field", "table: \"user\"",
+             "table: \"user\" max_values: 3", "job.pbtxt:13:", "is for multi-valued fields"},
+      BadJob{"STANDARDIZE without moments", "transform: LOG1P", "transform: STANDARDIZE",
+             "job.pbtxt:12:", "STANDARDIZE needs a mean"},
+      BadJob{"mean without STANDARDIZE", "transform: LOG1P", "mean: 3", "job.pbtxt:12:",
+             "data.schema.dense[0].mean: is used only by transform STANDARDIZE"},
+      BadJob{"CRITEO with a schema", "format: DELIMITED", "format: CRITEO", "job.pbtxt:9:3: ",
+             "format CRITEO is a preset schema"},
+      BadJob{"a count that disagrees", "top_mlp: [16]", "top_mlp: [16] num_sparse_features: 3",
+             "job.pbtxt:5:", "is 3 but data.schema has 2 sparse fields"},
+      BadJob{"linear table of dim 8", "linear_table: \"lin\"", "linear_table: \"user\"",
+             "job.pbtxt:5:", "model.linear_table: table \"user\" has dim 8"},
+      BadJob{"DEEPFM without linear table", "linear_table: \"lin\"", "", "job.pbtxt:5:",
+             "a DEEPFM model needs linear_table"},
+      BadJob{"DCN's knob on DEEPFM", "top_mlp: [16]", "top_mlp: [16] cross_layers: 2",
+             "job.pbtxt:5:", "model.cross_layers: is DCN_V2's; a DEEPFM model has none"},
+      BadJob{"DEEPFM fields of two dims", "name: \"tags\" dim: 8", "name: \"tags\" dim: 4",
+             "job.pbtxt:5:", "needs every field's table to have one dim"},
+      BadJob{"wide feature of an unknown field", "type: DEEPFM",
+             "type: WIDE_DEEP wide { fields: \"nope\" }", "job.pbtxt:5:",
+             "no sparse field named \"nope\""},
+      BadJob{"a cross of a multi-valued field", "type: DEEPFM",
+             "type: WIDE_DEEP wide { fields: [\"user_id\", \"tags\"] }", "job.pbtxt:5:",
+             "crosses multi-valued field \"tags\""},
+      BadJob{"two fields of one name", "column: \"tags\" table", "column: \"user_id\" table",
+             "job.pbtxt:14:", "two sparse fields are named \"user_id\""});
+  INFO(bad.what);
+  const std::string msg = ErrorOf(Replace(kSchemaJob, bad.from, bad.to));
+  INFO(msg);
+  CHECK(absl::StartsWith(msg, bad.position));
+  CHECK(absl::StrContains(msg, bad.message));
+}
+
+TEST_CASE("DELIMITED data without a schema is refused", "[common][job_config]") {
+  const std::string msg = ErrorOf(absl::StrCat(kGoodJob, "data { format: DELIMITED }\n"));
+  CHECK(absl::StrContains(msg, "data.format: DELIMITED data needs a schema"));
 }
 
 }  // namespace

@@ -12,7 +12,7 @@ namespace ps {
 namespace worker {
 namespace {
 
-constexpr SchemaOptions kSchema{1, 1};
+const SchemaOptions kSchema{1, 1};
 
 // `lines` lines whose one integer feature is the line's number, so a batch says which lines it
 // holds (the reader transforms integers by log(1 + x)).

@@ -3,97 +3,238 @@
 #include <algorithm>
 #include <cstring>
 
+#include "absl/strings/str_cat.h"
+#include "xxhash.h"
+
 namespace ps {
 namespace worker {
 namespace {
 
-bool Direct(const std::vector<FieldGroup>& groups, int num_sparse) {
-  return groups.size() == 1 && static_cast<int>(groups[0].fields.size()) == num_sparse;
+// Seeds the hash of a cross's keys: crosses never share keys with single fields.
+constexpr uint64_t kCrossSeed = 0x63726f7373ull;
+
+// The table field f reads.
+std::string FieldTable(const config::Job& job, int f) {
+  if (job.data().has_schema() && job.data().schema().sparse(f).has_table()) {
+    return job.data().schema().sparse(f).table();
+  }
+  if (job.model().has_shared_table()) return job.model().shared_table();
+  return job.tables(f).name();
+}
+
+// Whether field f pools by MEAN.
+bool FieldMean(const config::Job& job, int f) {
+  if (job.data().has_schema() && job.data().schema().sparse(f).has_pooling()) {
+    return job.data().schema().sparse(f).pooling() == config::Model::MEAN;
+  }
+  return job.model().pooling() == config::Model::MEAN;
+}
+
+bool MultiValued(const config::Job& job, int f) {
+  return job.data().has_schema() && job.data().schema().sparse(f).has_separator();
+}
+
+// Appends the keys of `slot` for sample r of `batch` to `keys`.
+void AppendSlotKeys(const EmbeddingSlot& slot, const Batch& batch, int num_fields, int r,
+                    std::vector<uint64_t>* keys) {
+  const uint32_t* off = batch.offsets.data() + size_t(r) * num_fields;
+  if (slot.fields.size() == 1) {
+    const int f = slot.fields[0];
+    keys->insert(keys->end(), batch.keys.begin() + off[f], batch.keys.begin() + off[f + 1]);
+    return;
+  }
+  uint64_t parts[16];
+  size_t n = 0;
+  for (int f : slot.fields) {
+    // Crosses read single-valued fields (EmbeddingLayout::FromJob): one key each.
+    parts[n++] = off[f + 1] > off[f] ? batch.keys[off[f]] : 0;
+  }
+  keys->push_back(XXH3_64bits_withSeed(parts, n * sizeof(uint64_t), kCrossSeed));
 }
 
 }  // namespace
 
-std::vector<FieldGroup> GroupFields(const config::Job& job, int num_sparse) {
-  std::vector<FieldGroup> groups;
-  for (int f = 0; f < num_sparse; ++f) {
-    const std::string table =
-        job.model().has_shared_table() ? job.model().shared_table() : job.tables(f).name();
-    auto it = std::find_if(groups.begin(), groups.end(),
-                           [&](const FieldGroup& g) { return g.table == table; });
-    if (it == groups.end()) {
-      groups.push_back(FieldGroup{table, {}});
-      it = groups.end() - 1;
+absl::StatusOr<EmbeddingLayout> EmbeddingLayout::FromJob(const config::Job& job,
+                                                        const ModelSpec& spec) {
+  EmbeddingLayout layout;
+  layout.num_fields_ = spec.num_fields();
+  int offset = 0;
+  for (int f = 0; f < spec.num_fields(); ++f) {
+    EmbeddingSlot slot;
+    slot.table = FieldTable(job, f);
+    slot.dim = spec.field_dims[f];
+    slot.mean = FieldMean(job, f);
+    slot.fields = {f};
+    slot.offset = offset;
+    offset += slot.dim;
+    layout.slots_.push_back(std::move(slot));
+  }
+  if (spec.num_linear > 0) {
+    const std::string& table = job.model().linear_table();
+    std::vector<std::string> names;
+    if (job.data().has_schema()) {
+      for (const config::SparseField& f : job.data().schema().sparse()) {
+        names.push_back(f.has_name() ? f.name() : f.column());
+      }
+    } else {
+      for (int f = 0; f < spec.num_fields(); ++f) names.push_back(absl::StrCat("C", f + 1));
     }
-    it->fields.push_back(f);
-  }
-  return groups;
-}
-
-void StartPull(Client* client, const std::vector<FieldGroup>& groups, int num_sparse, int dim,
-               StepData* d) {
-  const int n = d->batch.size;
-  d->emb.resize(size_t(n) * num_sparse * dim);
-  d->pending.clear();
-  if (Direct(groups, num_sparse)) {
-    d->pending.push_back(client->PullAsync(
-        groups[0].table, absl::MakeConstSpan(d->batch.keys.data(), size_t(n) * num_sparse),
-        absl::MakeSpan(d->emb)));
-    return;
-  }
-  d->keys.resize(groups.size());
-  d->rows.resize(groups.size());
-  for (size_t g = 0; g < groups.size(); ++g) {
-    const size_t nf = groups[g].fields.size();
-    d->keys[g].resize(size_t(n) * nf);
-    for (int r = 0; r < n; ++r) {
-      for (size_t j = 0; j < nf; ++j) {
-        d->keys[g][r * nf + j] = d->batch.keys[size_t(r) * num_sparse + groups[g].fields[j]];
+    if (job.model().type() == config::Model::DEEPFM) {
+      for (int f = 0; f < spec.num_fields(); ++f) {
+        layout.slots_.push_back(EmbeddingSlot{table, 1, FieldMean(job, f), {f}, offset++});
+      }
+    } else {
+      for (const config::Model::WideFeature& w : job.model().wide()) {
+        EmbeddingSlot slot{table, 1, false, {}, 0};
+        if (w.fields_size() == 0 || w.fields_size() > 16) {
+          return absl::InvalidArgumentError("a model.wide feature has 1 to 16 fields");
+        }
+        for (const std::string& name : w.fields()) {
+          const auto it = std::find(names.begin(), names.end(), name);
+          if (it == names.end()) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("model.wide names no sparse field \"", name, "\""));
+          }
+          const int f = static_cast<int>(it - names.begin());
+          if (w.fields_size() > 1 && MultiValued(job, f)) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "model.wide crosses multi-valued field \"", name, "\"; crosses take single-valued "
+                "fields"));
+          }
+          slot.fields.push_back(f);
+        }
+        if (slot.fields.size() == 1) slot.mean = FieldMean(job, slot.fields[0]);
+        slot.offset = offset++;
+        layout.slots_.push_back(std::move(slot));
       }
     }
-    d->rows[g].resize(d->keys[g].size() * dim);
-    d->pending.push_back(
-        client->PullAsync(groups[g].table, d->keys[g], absl::MakeSpan(d->rows[g])));
+  }
+  layout.width_ = offset;
+  for (int s = 0; s < static_cast<int>(layout.slots_.size()); ++s) {
+    const EmbeddingSlot& slot = layout.slots_[s];
+    auto it = std::find_if(layout.tables_.begin(), layout.tables_.end(),
+                           [&](const TableSlots& t) { return t.table == slot.table; });
+    if (it == layout.tables_.end()) {
+      layout.tables_.push_back(TableSlots{slot.table, slot.dim, {}});
+      it = layout.tables_.end() - 1;
+    }
+    if (it->dim != slot.dim) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("table \"", slot.table, "\" is read with dims ", it->dim, " and ", slot.dim));
+    }
+    it->slots.push_back(s);
+  }
+  layout.direct_ = layout.tables_.size() == 1 && spec.num_linear == 0;
+  return layout;
+}
+
+void StartPull(Client* client, const EmbeddingLayout& layout, StepData* d) {
+  const Batch& batch = d->batch;
+  const int n = batch.size;
+  d->emb.resize(size_t(n) * layout.width());
+  d->pending.clear();
+  if (layout.direct() && batch.SingleValued()) {
+    d->pending.push_back(client->PullAsync(layout.tables()[0].table, batch.keys,
+                                           absl::MakeSpan(d->emb)));
+    return;
+  }
+  const size_t groups = layout.tables().size();
+  d->keys.resize(groups);
+  d->ends.resize(groups);
+  d->rows.resize(groups);
+  for (size_t g = 0; g < groups; ++g) {
+    const TableSlots& t = layout.tables()[g];
+    std::vector<uint64_t>& keys = d->keys[g];
+    std::vector<uint32_t>& ends = d->ends[g];
+    keys.clear();
+    ends.clear();
+    for (int r = 0; r < n; ++r) {
+      for (int s : t.slots) {
+        AppendSlotKeys(layout.slots()[s], batch, layout.num_fields(), r, &keys);
+        ends.push_back(static_cast<uint32_t>(keys.size()));
+      }
+    }
+    d->rows[g].resize(keys.size() * t.dim);
+    d->pending.push_back(client->PullAsync(t.table, keys, absl::MakeSpan(d->rows[g])));
   }
 }
 
-absl::Status FinishPull(const std::vector<FieldGroup>& groups, int num_sparse, int dim,
-                        StepData* d) {
+absl::Status FinishPull(const EmbeddingLayout& layout, StepData* d) {
   absl::Status status;
   for (auto& f : d->pending) status.Update(f.get());
   d->pending.clear();
-  if (!status.ok() || Direct(groups, num_sparse)) return status;
-  for (size_t g = 0; g < groups.size(); ++g) {
-    const size_t nf = groups[g].fields.size();
-    for (int r = 0; r < d->batch.size; ++r) {
-      for (size_t j = 0; j < nf; ++j) {
-        std::memcpy(d->emb.data() + (size_t(r) * num_sparse + groups[g].fields[j]) * dim,
-                    d->rows[g].data() + (r * nf + j) * dim, dim * sizeof(float));
+  if (!status.ok() || (layout.direct() && d->batch.SingleValued())) return status;
+  const int n = d->batch.size;
+  const int width = layout.width();
+  for (size_t g = 0; g < layout.tables().size(); ++g) {
+    const TableSlots& t = layout.tables()[g];
+    const int dim = t.dim;
+    const float* rows = d->rows[g].data();
+    const uint32_t* ends = d->ends[g].data();
+    uint32_t begin = 0;
+    for (int r = 0; r < n; ++r) {
+      for (int s : t.slots) {
+        const uint32_t end = *ends++;
+        float* out = d->emb.data() + size_t(r) * width + layout.slots()[s].offset;
+        const uint32_t count = end - begin;
+        if (count == 1) {
+          std::memcpy(out, rows + size_t(begin) * dim, dim * sizeof(float));
+        } else {
+          std::fill(out, out + dim, 0.0f);
+          for (uint32_t k = begin; k < end; ++k) {
+            const float* row = rows + size_t(k) * dim;
+            for (int c = 0; c < dim; ++c) out[c] += row[c];
+          }
+          if (count > 1 && layout.slots()[s].mean) {
+            const float scale = 1.0f / static_cast<float>(count);
+            for (int c = 0; c < dim; ++c) out[c] *= scale;
+          }
+        }
+        begin = end;
       }
     }
   }
   return absl::OkStatus();
 }
 
-void StartPush(Client* client, const std::vector<FieldGroup>& groups, int num_sparse, int dim,
-               const Batch& batch, const std::vector<float>& emb_grad, int64_t step, PushData* p) {
+void StartPush(Client* client, const EmbeddingLayout& layout, const StepData& d,
+               const std::vector<float>& emb_grad, int64_t step, PushData* p) {
   p->step = step;
   p->pending.clear();
-  p->keys.resize(groups.size());
-  p->grads.resize(groups.size());
-  const int n = batch.size;
-  for (size_t g = 0; g < groups.size(); ++g) {
-    const size_t nf = groups[g].fields.size();
-    p->keys[g].resize(size_t(n) * nf);
-    p->grads[g].resize(p->keys[g].size() * dim);
+  const size_t groups = layout.tables().size();
+  p->keys.resize(groups);
+  p->grads.resize(groups);
+  const int n = d.batch.size;
+  if (layout.direct() && d.batch.SingleValued()) {
+    p->keys[0] = d.batch.keys;
+    p->grads[0].assign(emb_grad.begin(), emb_grad.begin() + size_t(n) * layout.width());
+    p->pending.push_back(client->PushAsync(layout.tables()[0].table, p->keys[0], p->grads[0]));
+    return;
+  }
+  const int width = layout.width();
+  for (size_t g = 0; g < groups; ++g) {
+    const TableSlots& t = layout.tables()[g];
+    const int dim = t.dim;
+    p->keys[g] = d.keys[g];
+    std::vector<float>& grads = p->grads[g];
+    grads.resize(p->keys[g].size() * dim);
+    const uint32_t* ends = d.ends[g].data();
+    uint32_t begin = 0;
     for (int r = 0; r < n; ++r) {
-      for (size_t j = 0; j < nf; ++j) {
-        const size_t src = size_t(r) * num_sparse + groups[g].fields[j];
-        p->keys[g][r * nf + j] = batch.keys[src];
-        std::memcpy(p->grads[g].data() + (r * nf + j) * dim, emb_grad.data() + src * dim,
-                    dim * sizeof(float));
+      for (int s : t.slots) {
+        const uint32_t end = *ends++;
+        const float* in = emb_grad.data() + size_t(r) * width + layout.slots()[s].offset;
+        const uint32_t count = end - begin;
+        const float scale =
+            layout.slots()[s].mean && count > 1 ? 1.0f / static_cast<float>(count) : 1.0f;
+        for (uint32_t k = begin; k < end; ++k) {
+          float* out = grads.data() + size_t(k) * dim;
+          for (int c = 0; c < dim; ++c) out[c] = in[c] * scale;
+        }
+        begin = end;
       }
     }
-    p->pending.push_back(client->PushAsync(groups[g].table, p->keys[g], p->grads[g]));
+    p->pending.push_back(client->PushAsync(t.table, p->keys[g], grads));
   }
 }
 

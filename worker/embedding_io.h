@@ -1,7 +1,13 @@
-// A batch's embedding rows in and out of the servers: the sparse fields grouped by table (one
-// pull and one push per table and step), the rows gathered into the model's layout after a pull,
-// and the model's embedding gradients scattered into per-table pushes. Used by the trainer and
-// the held-out evaluation.
+// A batch's embedding rows in and out of the servers: the model's pooled inputs (ModelSpec's
+// emb layout) grouped by table (one pull and one push per table and step), the pulled rows
+// pooled into the model's layout, and the model's gradients of the pooled inputs spread back
+// over the rows they pooled, as per-table pushes. Used by the trainer and the held-out
+// evaluation.
+//
+// Pooling: a slot's value for a sample is the SUM, or the MEAN, of the rows of its keys (zeros
+// when it has none). Backward, each key's row gets the slot's gradient (divided by the number of
+// keys for MEAN). A key that appears several times in a step (in one sample or in several) is
+// pulled once and its gradients summed by the client before the push.
 #ifndef PS_WORKER_EMBEDDING_IO_H_
 #define PS_WORKER_EMBEDDING_IO_H_
 
@@ -11,44 +17,77 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "client/ps_client.h"
 #include "proto/job.pb.h"
 #include "worker/data/batch.h"
+#include "worker/model/model_spec.h"
 
 namespace ps {
 namespace worker {
 
-// The sparse fields that share one table.
-struct FieldGroup {
+// One pooled input of the model: the rows of `table` for the values of one sparse field, or
+// for the cross of several single-valued fields (one key a sample: XXH3-64 of their keys).
+struct EmbeddingSlot {
   std::string table;
-  std::vector<int> fields;  // indexes of the batch's sparse fields, increasing
+  int dim = 0;
+  bool mean = false;        // MEAN pooling, else SUM
+  std::vector<int> fields;  // one: the field's values; several: their cross
+  int offset = 0;           // of the slot's floats in a sample's emb row
 };
 
-// The fields of `num_sparse` grouped by the table they read: one group holding every field with
-// the model's shared_table, else one group per table of the job (field i reads the i-th table).
-std::vector<FieldGroup> GroupFields(const config::Job& job, int num_sparse);
+// The slots that read one table, in the order of the model's layout.
+struct TableSlots {
+  std::string table;
+  int dim = 0;
+  std::vector<int> slots;
+};
 
-// One batch and its embedding rows, pulled asynchronously. With one group holding every field in
-// order (a shared table), the batch's keys are the call's keys and the rows land in `emb`
-// directly; otherwise each group's keys are gathered and its rows scattered into `emb`.
+// The model's embedding inputs, slot by slot. Thread-compatible (immutable once built).
+class EmbeddingLayout {
+ public:
+  // The slots of `spec` (made from `job` by ModelSpec::FromJob): one a field, in order, reading
+  // its table (data.schema's field table, else model.shared_table or the job's i-th table), then
+  // the dim-1 slots of model.linear_table (WIDE_DEEP's wide features, DEEPFM's fields).
+  // INVALID_ARGUMENT when a wide feature names no field, or crosses a multi-valued field.
+  static absl::StatusOr<EmbeddingLayout> FromJob(const config::Job& job, const ModelSpec& spec);
+
+  const std::vector<EmbeddingSlot>& slots() const { return slots_; }
+  const std::vector<TableSlots>& tables() const { return tables_; }
+  // Floats of emb a sample: spec.emb_width().
+  int width() const { return width_; }
+  int num_fields() const { return num_fields_; }
+  // Whether a single-valued batch's keys are the pull's keys and its rows the emb layout: one
+  // table, read by every field in order, with nothing else.
+  bool direct() const { return direct_; }
+
+ private:
+  std::vector<EmbeddingSlot> slots_;
+  std::vector<TableSlots> tables_;
+  int width_ = 0;
+  int num_fields_ = 0;
+  bool direct_ = false;
+};
+
+// One batch and its embedding rows, pulled asynchronously.
 struct StepData {
   Batch batch;
+  // Per table of the layout: the keys pulled (sample by sample, slot by slot), where each
+  // (sample, slot)'s keys end in them, and their rows.
   std::vector<std::vector<uint64_t>> keys;
+  std::vector<std::vector<uint32_t>> ends;
   std::vector<std::vector<float>> rows;
   std::vector<std::future<absl::Status>> pending;
-  // The batch's rows in the model's layout: sample-major, then field, then `dim` floats.
+  // The batch's pooled inputs in the model's layout: batch.size x layout.width() floats.
   std::vector<float> emb;
 };
 
-// Starts the pulls of `d->batch`'s rows (`dim` floats each). `d` must stay in place until
-// FinishPull returns.
-void StartPull(Client* client, const std::vector<FieldGroup>& groups, int num_sparse, int dim,
-               StepData* d);
+// Starts the pulls of `d->batch`'s rows. `d` must stay in place until FinishPull returns.
+void StartPull(Client* client, const EmbeddingLayout& layout, StepData* d);
 
-// Waits for the pulls StartPull began and lays the rows out in `d->emb`. Returns the first
+// Waits for the pulls StartPull began and pools the rows into `d->emb`. Returns the first
 // error of the client's pulls (then `d->emb` is unspecified).
-absl::Status FinishPull(const std::vector<FieldGroup>& groups, int num_sparse, int dim,
-                        StepData* d);
+absl::Status FinishPull(const EmbeddingLayout& layout, StepData* d);
 
 // Waits for whatever pulls of `d` are still in flight, ignoring their outcome (a batch that
 // will not be used, before its buffers go).
@@ -62,10 +101,10 @@ struct PushData {
   std::vector<std::future<absl::Status>> pending;
 };
 
-// Starts the pushes of `emb_grad` (laid out as StepData::emb) for `batch`'s keys, one per group,
-// as step `step`. `p` must stay in place until FinishPush returns.
-void StartPush(Client* client, const std::vector<FieldGroup>& groups, int num_sparse, int dim,
-               const Batch& batch, const std::vector<float>& emb_grad, int64_t step, PushData* p);
+// Starts the pushes of `emb_grad` (the gradient of the loss in d->emb's layout) for the keys
+// `d` pulled, one per table, as step `step`. `p` must stay in place until FinishPush returns.
+void StartPush(Client* client, const EmbeddingLayout& layout, const StepData& d,
+               const std::vector<float>& emb_grad, int64_t step, PushData* p);
 
 // Waits for the pushes StartPush began; the first error of the client's pushes.
 absl::Status FinishPush(PushData* p);

@@ -10,19 +10,26 @@ namespace ps {
 namespace worker {
 namespace {
 
+config::Table* AddTable(config::Job* job, const char* name, int dim, config::Initializer::Kind init) {
+  config::Table* t = job->add_tables();
+  t->set_name(name);
+  t->set_dim(dim);
+  t->mutable_initializer()->set_kind(init);
+  t->mutable_initializer()->set_low(-1);
+  t->mutable_initializer()->set_high(1);
+  t->mutable_optimizer()->set_type("sgd");
+  t->mutable_optimizer()->set_learning_rate(1.0f);
+  return t;
+}
+
 // Three sparse fields: fields 0 and 2 read table "a" (dim 2), field 1 reads table "b".
 config::Job TwoTableJob(bool shared) {
   config::Job job;
   job.set_name("io");
-  for (const char* name : {"a", "b", "a2"}) {
-    config::Table* t = job.add_tables();
-    t->set_name(name);
-    t->set_dim(2);
-    t->mutable_initializer()->set_kind(config::Initializer::ZEROS);
-    t->mutable_optimizer()->set_type("sgd");
-    t->mutable_optimizer()->set_learning_rate(1.0f);
-  }
+  for (const char* name : {"a", "b", "a2"}) AddTable(&job, name, 2, config::Initializer::ZEROS);
   job.mutable_model()->set_num_sparse_features(3);
+  job.mutable_model()->set_num_dense_features(1);
+  job.mutable_model()->add_bottom_mlp(2);
   if (shared) job.mutable_model()->set_shared_table("a");
   job.mutable_training()->set_mode(config::Training::ASYNC);
   return job;
@@ -33,17 +40,29 @@ Batch TwoSamples() {
   batch.size = 2;
   batch.labels = {0, 1};
   batch.keys = {10, 20, 30, 11, 21, 31};  // sample-major: sample 0 has keys 10, 20, 30
+  SetSingleValuedOffsets(3, &batch);
   return batch;
 }
 
-TEST_CASE("GroupFields groups fields by their table", "[worker][embedding_io]") {
-  const std::vector<FieldGroup> per_table = GroupFields(TwoTableJob(false), 3);
-  REQUIRE(per_table.size() == 3);
-  CHECK(per_table[0].table == "a");
-  CHECK(per_table[1].fields == std::vector<int>{1});
-  const std::vector<FieldGroup> shared = GroupFields(TwoTableJob(true), 3);
-  REQUIRE(shared.size() == 1);
-  CHECK(shared[0].fields == std::vector<int>{0, 1, 2});
+EmbeddingLayout LayoutOf(const config::Job& job) {
+  absl::StatusOr<ModelSpec> spec = ModelSpec::FromJob(job);
+  REQUIRE(spec.ok());
+  absl::StatusOr<EmbeddingLayout> layout = EmbeddingLayout::FromJob(job, *spec);
+  REQUIRE(layout.ok());
+  return *layout;
+}
+
+TEST_CASE("the layout groups slots by their table", "[worker][embedding_io]") {
+  const EmbeddingLayout per_table = LayoutOf(TwoTableJob(false));
+  REQUIRE(per_table.tables().size() == 3);
+  CHECK(per_table.tables()[0].table == "a");
+  CHECK(per_table.tables()[1].slots == std::vector<int>{1});
+  CHECK(per_table.width() == 6);
+  CHECK_FALSE(per_table.direct());
+  const EmbeddingLayout shared = LayoutOf(TwoTableJob(true));
+  REQUIRE(shared.tables().size() == 1);
+  CHECK(shared.tables()[0].slots == std::vector<int>{0, 1, 2});
+  CHECK(shared.direct());
 }
 
 TEST_CASE("a push of the model's gradients moves the rows a pull lays out", "[worker][embedding_io]") {
@@ -52,22 +71,24 @@ TEST_CASE("a push of the model's gradients moves the rows a pull lays out", "[wo
   const config::Job job = TwoTableJob(shared);
   auto client = ps::testing::LocalClient::Create(job, {});
   REQUIRE(client.ok());
-  const std::vector<FieldGroup> groups = GroupFields(job, 3);
+  const EmbeddingLayout layout = LayoutOf(job);
   const int dim = 2;
 
   // Gradient of (sample r, field f, coordinate c) = r * 10 + f + c / 10: each lands on its key.
   StepData d;
   d.batch = TwoSamples();
+  StartPull(client->get(), layout, &d);
+  REQUIRE(FinishPull(layout, &d).ok());
   std::vector<float> grads(2 * 3 * dim);
   for (int r = 0; r < 2; ++r)
     for (int f = 0; f < 3; ++f)
       for (int c = 0; c < dim; ++c) grads[(r * 3 + f) * dim + c] = r * 10 + f + c / 10.0f;
   PushData push;
-  StartPush(client->get(), groups, 3, dim, d.batch, grads, -1, &push);
+  StartPush(client->get(), layout, d, grads, -1, &push);
   REQUIRE(FinishPush(&push).ok());
 
-  StartPull(client->get(), groups, 3, dim, &d);
-  REQUIRE(FinishPull(groups, 3, dim, &d).ok());
+  StartPull(client->get(), layout, &d);
+  REQUIRE(FinishPull(layout, &d).ok());
   REQUIRE(d.emb.size() == grads.size());
   for (size_t i = 0; i < grads.size(); ++i) {
     INFO("float " << i);
@@ -75,6 +96,127 @@ TEST_CASE("a push of the model's gradients moves the rows a pull lays out", "[wo
   }
   DrainPull(&d);  // nothing in flight: returns at once
   CHECK(d.pending.empty());
+}
+
+// A schema'd job of three fields: "user" (single-valued, table "u", dim 2), "tags"
+// (multi-valued, table "t", dim 2) and "site" (single-valued, table "u"), pooled by `pooling`;
+// for WIDE_DEEP, two wide features: "tags", and the cross of "user" and "site".
+config::Job PooledJob(config::Model::Pooling pooling, config::Model::Type type) {
+  config::Job job;
+  job.set_name("pool");
+  AddTable(&job, "u", 2, config::Initializer::UNIFORM);
+  AddTable(&job, "t", 2, config::Initializer::UNIFORM);
+  AddTable(&job, "lin", 1, config::Initializer::UNIFORM);
+  job.mutable_training()->set_mode(config::Training::ASYNC);
+  config::Model* m = job.mutable_model();
+  m->set_type(type);
+  m->set_pooling(pooling);
+  if (type == config::Model::DLRM) m->add_bottom_mlp(2);
+  if (type == config::Model::WIDE_DEEP) {
+    m->set_linear_table("lin");
+    m->add_wide()->add_fields("tags");
+    config::Model::WideFeature* cross = m->add_wide();
+    cross->add_fields("user");
+    cross->add_fields("site");
+  }
+  config::Data* data = job.mutable_data();
+  data->set_format(config::Data::DELIMITED);
+  config::Schema* s = data->mutable_schema();
+  s->set_label("1");
+  s->add_dense()->set_column("5");
+  config::SparseField* user = s->add_sparse();
+  user->set_column("2");
+  user->set_name("user");
+  user->set_table("u");
+  config::SparseField* tags = s->add_sparse();
+  tags->set_column("3");
+  tags->set_name("tags");
+  tags->set_table("t");
+  tags->set_separator("|");
+  config::SparseField* site = s->add_sparse();
+  site->set_column("4");
+  site->set_name("site");
+  site->set_table("u");
+  return job;
+}
+
+// Sample 0: user 1, tags {5, 6, 5}, site 9; sample 1: user 2, no tags, site 9.
+Batch PooledBatch() {
+  Batch batch;
+  batch.size = 2;
+  batch.labels = {0, 1};
+  batch.keys = {1, 5, 6, 5, 9, 2, 9};
+  batch.offsets = {0, 1, 4, 5, 6, 6, 7};
+  return batch;
+}
+
+std::vector<float> RowOf(Client* client, const char* table, uint64_t key, int dim) {
+  std::vector<float> row(dim);
+  REQUIRE(client->Pull(table, {key}, absl::MakeSpan(row)).ok());
+  return row;
+}
+
+TEST_CASE("multi-valued fields pool by SUM and MEAN as computed by hand", "[worker][embedding_io]") {
+  const bool mean = GENERATE(false, true);
+  CAPTURE(mean);
+  const config::Job job =
+      PooledJob(mean ? config::Model::MEAN : config::Model::SUM, config::Model::DLRM);
+  auto client = ps::testing::LocalClient::Create(job, {});
+  REQUIRE(client.ok());
+  Client* c = client->get();
+  const EmbeddingLayout layout = LayoutOf(job);
+  REQUIRE(layout.width() == 6);
+  const std::vector<float> u1 = RowOf(c, "u", 1, 2), u2 = RowOf(c, "u", 2, 2),
+                           u9 = RowOf(c, "u", 9, 2), t5 = RowOf(c, "t", 5, 2),
+                           t6 = RowOf(c, "t", 6, 2);
+  StepData d;
+  d.batch = PooledBatch();
+  StartPull(c, layout, &d);
+  REQUIRE(FinishPull(layout, &d).ok());
+  const float k = mean ? 1.0f / 3 : 1.0f;
+  const std::vector<float> expected = {
+      u1[0], u1[1], (2 * t5[0] + t6[0]) * k, (2 * t5[1] + t6[1]) * k, u9[0], u9[1],
+      u2[0], u2[1], 0, 0, u9[0], u9[1]};
+  REQUIRE(d.emb.size() == expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    INFO("float " << i);
+    CHECK(d.emb[i] == Approx(expected[i]).epsilon(1e-6));
+  }
+
+  // Gradient 1 on every pooled float: each row moves by the number of times it was pooled
+  // (scaled by 1/3 for MEAN); key 9 is in two samples, key 5 twice in one.
+  std::vector<float> grads(d.emb.size(), 1.0f);
+  PushData push;
+  StartPush(c, layout, d, grads, -1, &push);
+  REQUIRE(FinishPush(&push).ok());
+  CHECK(RowOf(c, "u", 9, 2)[0] == Approx(u9[0] - 2));
+  CHECK(RowOf(c, "u", 1, 2)[1] == Approx(u1[1] - 1));
+  CHECK(RowOf(c, "t", 5, 2)[0] == Approx(t5[0] - 2 * k));
+  CHECK(RowOf(c, "t", 6, 2)[1] == Approx(t6[1] - k));
+}
+
+TEST_CASE("wide features pool their fields and hash crosses into the linear table",
+          "[worker][embedding_io]") {
+  const config::Job job = PooledJob(config::Model::SUM, config::Model::WIDE_DEEP);
+  auto client = ps::testing::LocalClient::Create(job, {});
+  REQUIRE(client.ok());
+  Client* c = client->get();
+  const EmbeddingLayout layout = LayoutOf(job);
+  REQUIRE(layout.width() == 8);  // three fields of dim 2, two wide features
+  REQUIRE(layout.slots().size() == 5);
+  CHECK(layout.slots()[3].fields == std::vector<int>{1});
+  CHECK(layout.slots()[4].fields == std::vector<int>{0, 2});
+  StepData d;
+  d.batch = PooledBatch();
+  StartPull(c, layout, &d);
+  REQUIRE(FinishPull(layout, &d).ok());
+  // The wide feature of "tags" sums the linear weights of its values; sample 1 has none.
+  const float l5 = RowOf(c, "lin", 5, 1)[0], l6 = RowOf(c, "lin", 6, 1)[0];
+  CHECK(d.emb[6] == Approx(2 * l5 + l6));
+  CHECK(d.emb[8 + 6] == 0.0f);
+  // The crosses (user 1, site 9) and (user 2, site 9) are keys of their own.
+  CHECK(d.emb[7] != d.emb[8 + 7]);
+  CHECK(d.emb[7] != RowOf(c, "lin", 1, 1)[0]);
 }
 
 }  // namespace

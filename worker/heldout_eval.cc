@@ -8,7 +8,8 @@
 #include "worker/data/criteo_reader.h"
 #include "worker/data/classifier_metrics.h"
 #include "worker/embedding_io.h"
-#include "worker/model/dlrm.h"
+#include "worker/data/schema.h"
+#include "worker/model/model_spec.h"
 
 namespace ps {
 namespace worker {
@@ -17,19 +18,20 @@ absl::StatusOr<HeldoutMetrics> EvaluateHeldout(const config::Job& job, Client* c
                                                Model* model, int64_t clock) {
   HeldoutMetrics metrics;
   if (job.data().eval_paths_size() == 0) return metrics;
-  PS_ASSIGN_OR_RETURN(const DlrmShape shape, DlrmShape::FromJob(job));
-  const std::vector<FieldGroup> groups = GroupFields(job, shape.num_sparse);
+  PS_ASSIGN_OR_RETURN(const ModelSpec spec, ModelSpec::FromJob(job));
+  PS_ASSIGN_OR_RETURN(const EmbeddingLayout layout, EmbeddingLayout::FromJob(job, spec));
+  PS_ASSIGN_OR_RETURN(SchemaOptions schema, SchemaOf(job));
   std::vector<std::string> paths(job.data().eval_paths().begin(), job.data().eval_paths().end());
   PS_ASSIGN_OR_RETURN(std::unique_ptr<CriteoReader> reader,
-                      CriteoReader::Open(paths, 0, 1, {shape.num_dense, shape.num_sparse}));
+                      CriteoReader::Open(paths, 0, 1, std::move(schema)));
   std::vector<float> all_probs, all_labels, probs;
   StepData d;
   client->SetClock(clock);
   while (true) {
     PS_ASSIGN_OR_RETURN(const int n, reader->Next(4096, &d.batch));
     if (n == 0) break;
-    StartPull(client, groups, shape.num_sparse, shape.emb_dim, &d);
-    PS_RETURN_IF_ERROR(FinishPull(groups, shape.num_sparse, shape.emb_dim, &d));
+    StartPull(client, layout, &d);
+    PS_RETURN_IF_ERROR(FinishPull(layout, &d));
     probs.resize(n);
     model->Predict(n, d.batch.dense.data(), d.emb.data(), probs.data());
     all_probs.insert(all_probs.end(), probs.begin(), probs.end());

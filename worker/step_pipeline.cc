@@ -8,21 +8,18 @@ namespace ps {
 namespace worker {
 
 StepPipeline::StepPipeline(Client* client, StepSync* sync, BatchReader* reader,
-                           std::vector<FieldGroup> groups, int num_sparse, int dim,
-                           WaitTime* waited)
+                           EmbeddingLayout layout, WaitTime* waited)
     : client_(client),
       sync_(sync),
       reader_(reader),
       waited_(waited),
-      groups_(std::move(groups)),
-      num_sparse_(num_sparse),
-      dim_(dim),
+      layout_(std::move(layout)),
       pipelined_(sync->can_prefetch()) {}
 
 absl::Status StepPipeline::BeginPull(StepData* d, int64_t step) {
   PS_RETURN_IF_ERROR(waited_->Measure([&] { return sync_->BeforePull(step); }));
   client_->SetClock(step);
-  StartPull(client_, groups_, num_sparse_, dim_, d);
+  StartPull(client_, layout_, d);
   return absl::OkStatus();
 }
 
@@ -36,7 +33,7 @@ absl::Status StepPipeline::Start(int64_t step) { return ReadAndPull(&slots_[cur_
 absl::StatusOr<bool> StepPipeline::AwaitRows(
     int64_t* step, absl::FunctionRef<absl::StatusOr<int64_t>(int64_t)> catch_up) {
   StepData& d = slots_[cur_];
-  absl::Status pulled = FinishPull(groups_, num_sparse_, dim_, &d);
+  absl::Status pulled = FinishPull(layout_, &d);
   while (pulled.code() == absl::StatusCode::kAborted && sync_->mode() == config::Training::SYNC) {
     // A straggler outside the quorum: the cluster applied this step without us. Catch up
     // (joining the collectives of the steps skipped) and pull the same batch again for the
@@ -45,7 +42,7 @@ absl::StatusOr<bool> StepPipeline::AwaitRows(
     PS_ASSIGN_OR_RETURN(const int64_t end, catch_up(*step));
     if (*step >= end) return false;
     PS_RETURN_IF_ERROR(BeginPull(&d, *step));
-    pulled = FinishPull(groups_, num_sparse_, dim_, &d);
+    pulled = FinishPull(layout_, &d);
   }
   PS_RETURN_IF_ERROR(pulled);
   return true;
@@ -67,7 +64,7 @@ absl::Status StepPipeline::FinishPendingPush() {
 absl::StatusOr<int64_t> StepPipeline::Push(int64_t step, const std::vector<float>& emb_grad) {
   PS_RETURN_IF_ERROR(FinishPendingPush());  // the previous step's (pipelined)
   client_->SetClock(step);
-  StartPush(client_, groups_, num_sparse_, dim_, slots_[cur_].batch, emb_grad, step, &push_);
+  StartPush(client_, layout_, slots_[cur_], emb_grad, step, &push_);
   if (pipelined_) return step + 1;
   PS_RETURN_IF_ERROR(FinishPush(&push_));
   PS_ASSIGN_OR_RETURN(const int64_t next, sync_->AfterPush(step));

@@ -36,7 +36,7 @@ namespace worker {
 class StepPipeline {
  public:
   StepPipeline(Client* client, StepSync* sync, BatchReader* reader,
-               std::vector<FieldGroup> groups, int num_sparse, int dim, WaitTime* waited);
+               EmbeddingLayout layout, WaitTime* waited);
 
   StepPipeline(const StepPipeline&) = delete;
   StepPipeline& operator=(const StepPipeline&) = delete;
@@ -93,9 +93,7 @@ class StepPipeline {
   StepSync* const sync_;
   BatchReader* const reader_;
   WaitTime* const waited_;
-  const std::vector<FieldGroup> groups_;
-  const int num_sparse_;
-  const int dim_;
+  const EmbeddingLayout layout_;
   const bool pipelined_;
 
   StepData slots_[2];

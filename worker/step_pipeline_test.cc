@@ -20,7 +20,7 @@ namespace worker {
 namespace {
 
 constexpr int kDim = 2;
-constexpr SchemaOptions kSchema{1, 2};
+const SchemaOptions kSchema{1, 2};
 
 // Rows start at zero and SGD with learning rate 1 adds 1 per push of gradient -1: a row counts the
 // pushes applied to it.
@@ -34,11 +34,22 @@ config::Job CountingJob(config::Training::Mode mode, const std::string& train) {
   t->mutable_optimizer()->set_type("sgd");
   t->mutable_optimizer()->set_learning_rate(1.0f);
   job.mutable_model()->set_shared_table("emb");
+  job.mutable_model()->set_num_dense_features(1);
+  job.mutable_model()->set_num_sparse_features(2);
+  job.mutable_model()->add_bottom_mlp(kDim);
   job.mutable_data()->add_train_paths(train);
   job.mutable_training()->set_mode(mode);
   job.mutable_cluster()->set_num_workers(1);
   job.mutable_cluster()->set_num_shards(4);
   return job;
+}
+
+EmbeddingLayout LayoutOf(const config::Job& job) {
+  absl::StatusOr<ModelSpec> spec = ModelSpec::FromJob(job);
+  REQUIRE(spec.ok());
+  absl::StatusOr<EmbeddingLayout> layout = EmbeddingLayout::FromJob(job, *spec);
+  REQUIRE(layout.ok());
+  return *layout;
 }
 
 // 4 lines, every one with the keys of categorical values "a" and "b": each step's batch of 2
@@ -120,8 +131,7 @@ TEST_CASE("StepPipeline pulls each step's rows and pushes its gradients, overlap
   REQUIRE(reader.ok());
   StepSync sync(job, client->get(), nullptr, 1);
   WaitTime waited;
-  StepPipeline pipeline(client->get(), &sync, reader->get(), GroupFields(job, 2), 2, kDim,
-                        &waited);
+  StepPipeline pipeline(client->get(), &sync, reader->get(), LayoutOf(job), &waited);
   CHECK(pipeline.pipelined() == (mode == config::Training::ASYNC));
 
   const auto no_catch_up = [](int64_t) -> absl::StatusOr<int64_t> {
@@ -178,7 +188,7 @@ TEST_CASE("StepPipeline catches a SYNC straggler up with the step the cluster is
   REQUIRE(reader.ok());
   StepSync sync(job, &client, nullptr, 1);
   WaitTime waited;
-  StepPipeline pipeline(&client, &sync, reader->get(), GroupFields(job, 2), 2, kDim, &waited);
+  StepPipeline pipeline(&client, &sync, reader->get(), LayoutOf(job), &waited);
   REQUIRE_FALSE(pipeline.pipelined());
   const int64_t end = GENERATE(10, 3);
   INFO("training runs " << end << " steps");

@@ -10,10 +10,12 @@
 #include "worker/batch_reader.h"
 #include "worker/checkpoint_policy.h"
 #include "worker/data/batch.h"
+#include "worker/data/schema.h"
 #include "worker/dense_sync.h"
 #include "worker/embedding_io.h"
 #include "worker/evaluation_policy.h"
 #include "worker/heldout_eval.h"
+#include "worker/model/model_spec.h"
 #include "worker/progress_report.h"
 #include "worker/step_compute.h"
 #include "worker/step_pipeline.h"
@@ -98,8 +100,9 @@ absl::StatusOr<std::unique_ptr<TrainingRun>> TrainingRun::Create(
                    run->sync_.mode() != config::Training::SYNC && world > 1;
   PS_ASSIGN_OR_RETURN(run->compute_,
                       StepCompute::Create(job, options.backend, world, run->balanced_));
-  const DlrmShape& shape = run->compute_->shape();
-  const SchemaOptions schema{shape.num_dense, shape.num_sparse};
+  PS_ASSIGN_OR_RETURN(const ModelSpec spec, ModelSpec::FromJob(job));
+  PS_ASSIGN_OR_RETURN(EmbeddingLayout layout, EmbeddingLayout::FromJob(job, spec));
+  PS_ASSIGN_OR_RETURN(const SchemaOptions schema, SchemaOf(job));
   PS_ASSIGN_OR_RETURN(run->reader_,
                       BatchReader::Open(job, schema, allreduce->rank(), world,
                                         static_cast<int>(job.training().batch_size()),
@@ -112,8 +115,7 @@ absl::StatusOr<std::unique_ptr<TrainingRun>> TrainingRun::Create(
   }
   PS_RETURN_IF_ERROR(run->CreatePolicies(coordinator));
   run->pipeline_ = std::make_unique<StepPipeline>(
-      client, &run->sync_, run->reader_.get(), GroupFields(job, shape.num_sparse),
-      shape.num_sparse, shape.emb_dim, &run->waited_);
+      client, &run->sync_, run->reader_.get(), std::move(layout), &run->waited_);
   // A resumed job reads on from the block of its first step.
   run->step_ = options.start_step;
   PS_RETURN_IF_ERROR(run->reader_->Skip(options.start_step));

@@ -10,11 +10,18 @@
 namespace ps {
 namespace worker {
 
-// How a delimited text column becomes a feature (the job's data.schema, resolved by
-// worker/data/schema.h). Columns are 0-based here.
+// A column of delimited text: by its 0-based index, or (index -1) by its name in the files'
+// header line.
+struct ColumnRef {
+  int index = -1;
+  std::string name;
+};
+
+// How a delimited text column becomes a feature (the job's data.schema, compiled by
+// worker/data/schema.h).
 struct DenseColumnSpec {
   std::string name;
-  int column = 0;
+  ColumnRef column;
   enum class Transform { kNone, kLog1p, kStandardize } transform = Transform::kNone;
   float mean = 0;    // kStandardize
   float stddev = 1;  // kStandardize, > 0
@@ -22,7 +29,7 @@ struct DenseColumnSpec {
 
 struct SparseFieldSpec {
   std::string name;
-  int column = 0;
+  ColumnRef column;
   // 0: single-valued; else the character between the values of a multi-valued column.
   char separator = 0;
   // Multi-valued: the most values kept; with skip_overflow a line with more is malformed.
@@ -32,12 +39,11 @@ struct SparseFieldSpec {
 
 struct TextSchema {
   char delimiter = '\t';
-  // Every file's first line names the columns; it is checked against `column_names` (the names
-  // the job used, "" for a column named by number) and never trained on.
+  // Every file's first line names its columns (delimited as the data): the columns named by name
+  // are looked up in it, every line must then have as many columns, and it is never trained on.
+  // Without a header a line must have at least the columns the schema reads.
   bool header = false;
-  std::vector<std::string> column_names;
-  int num_columns = 0;  // the columns a line must have
-  int label_column = 0;
+  ColumnRef label;
   std::vector<DenseColumnSpec> dense;
   std::vector<SparseFieldSpec> sparse;
 };
@@ -71,7 +77,13 @@ struct Batch {
   std::vector<uint32_t> offsets;
 
   // Whether every field of every sample has exactly one value (keys is then size x num_sparse).
-  bool SingleValued() const { return keys.size() + 1 == offsets.size(); }
+  // Scans the offsets.
+  bool SingleValued() const {
+    for (size_t i = 0; i < offsets.size(); ++i) {
+      if (offsets[i] != i) return false;
+    }
+    return true;
+  }
 };
 
 // Sets batch->offsets for `batch->size` samples of `num_sparse` single-valued fields.

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/data_paths.h"
 #include "common/status_macros.h"
@@ -161,6 +162,149 @@ absl::Status ParseCriteoLine(absl::string_view line, const SchemaOptions& schema
     keys[c] = CriteoKey(c, text);
   }
   if (more) return count_error();
+  return absl::OkStatus();
+}
+
+namespace {
+
+// `line`'s columns split at `delimiter` into `*out` (a trailing "\r" dropped first).
+void SplitColumns(absl::string_view line, char delimiter, std::vector<absl::string_view>* out) {
+  out->clear();
+  if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+  const char* p = line.data();
+  const char* const end = p + line.size();
+  while (true) {
+    const char* q = static_cast<const char*>(std::memchr(p, delimiter, end - p));
+    if (q == nullptr) {
+      out->emplace_back(p, end - p);
+      return;
+    }
+    out->emplace_back(p, q - p);
+    p = q + 1;
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<ColumnMap> MapColumns(const TextSchema& schema, absl::string_view header) {
+  ColumnMap map;
+  std::vector<absl::string_view> names;
+  if (schema.header) SplitColumns(header, schema.delimiter, &names);
+  const auto resolve = [&](const ColumnRef& ref, absl::string_view what) -> absl::StatusOr<int> {
+    if (ref.index >= 0) {
+      if (schema.header && ref.index >= static_cast<int>(names.size())) {
+        return absl::InvalidArgumentError(absl::StrCat("the header has ", names.size(),
+                                                       " columns; the schema reads column ",
+                                                       ref.index + 1, " (", what, ")"));
+      }
+      return ref.index;
+    }
+    int found = -1;
+    for (size_t i = 0; i < names.size(); ++i) {
+      if (names[i] != ref.name) continue;
+      if (found >= 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("the header names column \"", Shown(ref.name), "\" twice (", what, ")"));
+      }
+      found = static_cast<int>(i);
+    }
+    if (found < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("the header has no column \"",
+                                                     Shown(ref.name), "\" (", what, ")"));
+    }
+    return found;
+  };
+  PS_ASSIGN_OR_RETURN(const int label, resolve(schema.label, "the label"));
+  map.index.push_back(label);
+  for (const DenseColumnSpec& d : schema.dense) {
+    PS_ASSIGN_OR_RETURN(const int c, resolve(d.column, absl::StrCat("dense column ", d.name)));
+    map.index.push_back(c);
+  }
+  for (const SparseFieldSpec& f : schema.sparse) {
+    PS_ASSIGN_OR_RETURN(const int c, resolve(f.column, absl::StrCat("sparse field ", f.name)));
+    map.index.push_back(c);
+  }
+  for (int c : map.index) map.min_columns = std::max(map.min_columns, c + 1);
+  if (schema.header) map.exact_columns = static_cast<int>(names.size());
+  return map;
+}
+
+absl::Status ParseDelimitedLine(absl::string_view line, const TextSchema& schema,
+                                const ColumnMap& map, std::vector<absl::string_view>* scratch,
+                                float* label, float* dense, std::vector<uint64_t>* keys,
+                                std::vector<uint32_t>* offsets) {
+  if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+  if (line.empty()) return absl::InvalidArgumentError("empty line");
+  SplitColumns(line, schema.delimiter, scratch);
+  const std::vector<absl::string_view>& cols = *scratch;
+  const int got = static_cast<int>(cols.size());
+  if (map.exact_columns > 0 && got != map.exact_columns) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("expected ", map.exact_columns, " columns, got ", got));
+  }
+  if (got < map.min_columns) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("expected at least ", map.min_columns, " columns, got ", got));
+  }
+  const absl::string_view label_text = cols[map.index[0]];
+  if (label_text == "0" || label_text == "1") {
+    *label = label_text[0] == '1' ? 1.0f : 0.0f;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("label must be 0 or 1, got \"", Shown(label_text), "\" in column ",
+                     map.index[0] + 1));
+  }
+  const size_t nd = schema.dense.size();
+  for (size_t d = 0; d < nd; ++d) {
+    const DenseColumnSpec& spec = schema.dense[d];
+    const int c = map.index[1 + d];
+    const absl::string_view text = cols[c];
+    float x = 0;
+    if (!text.empty() && (!absl::SimpleAtof(text, &x) || !std::isfinite(x))) {
+      return absl::InvalidArgumentError(absl::StrCat("bad number \"", Shown(text),
+                                                     "\" in column ", c + 1, " (", spec.name, ")"));
+    }
+    switch (spec.transform) {
+      case DenseColumnSpec::Transform::kNone:
+        dense[d] = x;
+        break;
+      case DenseColumnSpec::Transform::kLog1p:
+        dense[d] = x > 0 ? static_cast<float>(std::log1p(double{x})) : 0.0f;
+        break;
+      case DenseColumnSpec::Transform::kStandardize:
+        dense[d] = (x - spec.mean) / spec.stddev;
+        break;
+    }
+  }
+  for (size_t f = 0; f < schema.sparse.size(); ++f) {
+    const SparseFieldSpec& spec = schema.sparse[f];
+    const int c = map.index[1 + nd + f];
+    const absl::string_view text = cols[c];
+    if (spec.separator == 0) {
+      keys->push_back(CriteoKey(static_cast<int>(f), text));
+    } else {
+      int values = 0;
+      size_t start = 0;
+      while (start <= text.size()) {
+        size_t stop = text.find(spec.separator, start);
+        if (stop == absl::string_view::npos) stop = text.size();
+        if (stop > start) {
+          if (values == spec.max_values) {
+            if (spec.skip_overflow) {
+              return absl::InvalidArgumentError(absl::StrCat("column ", c + 1, " (", spec.name,
+                                                             ") has more than ", spec.max_values,
+                                                             " values"));
+            }
+            break;
+          }
+          keys->push_back(CriteoKey(static_cast<int>(f), text.substr(start, stop - start)));
+          ++values;
+        }
+        start = stop + 1;
+      }
+    }
+    offsets->push_back(static_cast<uint32_t>(keys->size()));
+  }
   return absl::OkStatus();
 }
 
@@ -375,6 +519,27 @@ absl::Status CriteoReader::OpenCurrentFile() {
   line_reader_.reset();
   PS_ASSIGN_OR_RETURN(std::unique_ptr<Source> source, OpenSource(paths_[file_index_]));
   line_reader_ = std::make_unique<LineReader>(std::move(source), paths_[file_index_]);
+  if (schema_.text == nullptr) return absl::OkStatus();
+  absl::string_view header;
+  bool too_long = false;
+  if (schema_.text->header) {
+    PS_ASSIGN_OR_RETURN(const bool got, line_reader_->Next(&header, &too_long));
+    if (!got) header = absl::string_view();  // an empty file: no lines to read anyway
+    if (too_long) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          paths_[file_index_], ":1: the header line is longer than ", kMaxLineBytes, " bytes"));
+    }
+    if (!got) {
+      columns_ = ColumnMap();
+      return absl::OkStatus();
+    }
+  }
+  absl::StatusOr<ColumnMap> map = MapColumns(*schema_.text, header);
+  if (!map.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(paths_[file_index_], ":1: ", map.status().message()));
+  }
+  columns_ = *std::move(map);
   return absl::OkStatus();
 }
 
@@ -418,9 +583,15 @@ absl::StatusOr<int64_t> CriteoReader::ReadLines(int64_t max_lines, int max_sampl
                                                 bool stop_when_full, Batch* batch) {
   const size_t nd = static_cast<size_t>(schema_.num_dense);
   const size_t ns = static_cast<size_t>(schema_.num_sparse);
+  const TextSchema* const text = schema_.text.get();
   batch->labels.resize(max_samples);
   batch->dense.resize(max_samples * nd);
-  batch->keys.resize(max_samples * ns);
+  if (text == nullptr) {
+    batch->keys.resize(max_samples * ns);
+  } else {
+    batch->keys.clear();
+    batch->offsets.assign(1, 0);
+  }
 
   int n = 0;
   int64_t lines = 0;  // of this rank's, read by this call
@@ -450,12 +621,26 @@ absl::StatusOr<int64_t> CriteoReader::ReadLines(int64_t max_lines, int max_sampl
                  absl::StrCat("line longer than ", kMaxLineBytes, " bytes"));
       continue;
     }
-    const absl::Status parsed =
-        ParseCriteoLine(line, schema_, &batch->labels[n], batch->dense.data() + n * nd,
-                        batch->keys.data() + n * ns);
-    if (!parsed.ok()) {
-      RecordSkip(line_reader_->line_number(), parsed.message());
-      continue;
+    if (text == nullptr) {
+      const absl::Status parsed =
+          ParseCriteoLine(line, schema_, &batch->labels[n], batch->dense.data() + n * nd,
+                          batch->keys.data() + n * ns);
+      if (!parsed.ok()) {
+        RecordSkip(line_reader_->line_number(), parsed.message());
+        continue;
+      }
+    } else {
+      const size_t keys_before = batch->keys.size();
+      const size_t offsets_before = batch->offsets.size();
+      const absl::Status parsed =
+          ParseDelimitedLine(line, *text, columns_, &scratch_, &batch->labels[n],
+                             batch->dense.data() + n * nd, &batch->keys, &batch->offsets);
+      if (!parsed.ok()) {
+        batch->keys.resize(keys_before);
+        batch->offsets.resize(offsets_before);
+        RecordSkip(line_reader_->line_number(), parsed.message());
+        continue;
+      }
     }
     ++n;
   }
@@ -463,7 +648,10 @@ absl::StatusOr<int64_t> CriteoReader::ReadLines(int64_t max_lines, int max_sampl
   batch->size = n;
   batch->labels.resize(n);
   batch->dense.resize(n * nd);
-  batch->keys.resize(n * ns);
+  if (text == nullptr) {
+    batch->keys.resize(n * ns);
+    SetSingleValuedOffsets(static_cast<int>(ns), batch);
+  }
   if (lines == 0 && !pending_error_.ok()) return pending_error_;
   return lines;
 }

@@ -50,8 +50,38 @@ inline uint64_t CriteoKey(int field, absl::string_view value) {
 absl::Status ParseCriteoLine(absl::string_view line, const SchemaOptions& schema, float* label,
                              float* dense, uint64_t* keys);
 
-// A CriteoReader reads the samples of one worker from a list of Criteo-format files. Sample i of
-// the input (the lines of all files, in order) belongs to rank i % world_size.
+// Where one file's columns are, for a delimited-text schema: the 0-based index of the label's
+// column, then each dense column's, then each sparse field's (TextSchema's order), and how many
+// columns a line must have.
+struct ColumnMap {
+  std::vector<int> index;
+  int exact_columns = -1;  // > 0: exactly this many (a header's count)
+  int min_columns = 0;     // otherwise at least this many
+};
+
+// The column map of `schema` for a file whose header line is `header` (delimited as the data;
+// ignored without schema.header). INVALID_ARGUMENT, with the reason alone, when a column named
+// by the schema is not in the header, is there twice, or lies beyond the header's columns.
+absl::StatusOr<ColumnMap> MapColumns(const TextSchema& schema, absl::string_view header);
+
+// Parses one line of delimited text (without its "\n"; a trailing "\r" is allowed) into one
+// sample: `*label`, `dense[0, schema.dense.size())`, and the keys of each sparse field appended
+// to `*keys` with the end of each field's keys appended to `*offsets`. `scratch` is workspace.
+// Returns OK, or INVALID_ARGUMENT with the reason alone, one of:
+//   "empty line"
+//   "expected 7 columns, got 6"  /  "expected at least 7 columns, got 6"
+//   "label must be 0 or 1, got \"2\" in column 1"
+//   "bad number \"x1\" in column 3 (price)"   (a decimal or scientific float, finite)
+//   "column 9 (tags) has more than 64 values"  (a field with overflow SKIP)
+// On error the outputs are unspecified: the caller truncates keys and offsets back.
+absl::Status ParseDelimitedLine(absl::string_view line, const TextSchema& schema,
+                                const ColumnMap& map, std::vector<absl::string_view>* scratch,
+                                float* label, float* dense, std::vector<uint64_t>* keys,
+                                std::vector<uint32_t>* offsets);
+
+// A CriteoReader reads the samples of one worker from a list of Criteo-format files, or of
+// delimited text files as schema.text describes (SchemaOptions). Sample i of the input (the lines
+// of all files, in order, without their header lines) belongs to rank i % world_size.
 //
 // Striping is by physical line, before parsing: every line counts, malformed ones included, so
 // ranks never need to agree on which lines parse, each rank reads (decompresses) every file but
@@ -76,7 +106,9 @@ class CriteoReader {
   // at the first sample. A path may be a shell-style glob, read as the files it matches in order
   // (common/data_paths.h). Every file is opened and its format detected now. Errors:
   //   INVALID_ARGUMENT: `paths` is empty, world_size < 1, rank outside [0, world_size), a
-  //     negative count in `schema`, or a path that is a directory or empty;
+  //     negative count in `schema`, a path that is a directory or empty, or (schema.text with a
+  //     header) a first file whose header disagrees with the schema, as "path:1: reason" (a later
+  //     file's is returned by Next when the reader reaches it);
   //   NOT_FOUND: a file does not exist, or a glob matches none (the message names it);
   //   PERMISSION_DENIED or UNAVAILABLE: a file cannot be opened or read for another reason.
   static absl::StatusOr<std::unique_ptr<CriteoReader>> Open(std::vector<std::string> paths,
@@ -144,6 +176,9 @@ class CriteoReader {
   const int world_size_;
   const SchemaOptions schema_;
   const int num_fields_;
+  // schema_.text's column map of the current file, and the split workspace.
+  ColumnMap columns_;
+  std::vector<absl::string_view> scratch_;
 
   // Read position.
   size_t file_index_ = 0;                    // paths_.size() once exhausted

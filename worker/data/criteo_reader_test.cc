@@ -654,3 +654,155 @@ TEST_CASE("a glob reads the files it matches in order, one that matches none is 
 }  // namespace
 }  // namespace worker
 }  // namespace ps
+
+namespace ps {
+namespace worker {
+namespace {
+
+// A comma-delimited log with a header: click, price (LOG1P), age (STANDARDIZE 30 +- 10), user
+// (single-valued) and tags (multi-valued, "|", at most 3 values) in another order.
+SchemaOptions LogSchema(bool skip_overflow) {
+  auto text = std::make_shared<TextSchema>();
+  text->delimiter = ',';
+  text->header = true;
+  text->label.name = "click";
+  DenseColumnSpec price;
+  price.name = "price";
+  price.column.name = "price";
+  price.transform = DenseColumnSpec::Transform::kLog1p;
+  DenseColumnSpec age;
+  age.name = "age";
+  age.column.index = 4;  // by number: the fifth column
+  age.transform = DenseColumnSpec::Transform::kStandardize;
+  age.mean = 30;
+  age.stddev = 10;
+  text->dense = {price, age};
+  SparseFieldSpec user;
+  user.name = "user";
+  user.column.name = "user";
+  SparseFieldSpec tags;
+  tags.name = "tags";
+  tags.column.name = "tags";
+  tags.separator = '|';
+  tags.max_values = 3;
+  tags.skip_overflow = skip_overflow;
+  text->sparse = {user, tags};
+  SchemaOptions schema;
+  schema.num_dense = 2;
+  schema.num_sparse = 2;
+  schema.text = std::move(text);
+  return schema;
+}
+
+constexpr char kLog[] =
+    "tags,user,click,price,age\n"
+    "a|b,u1,1,3,40\n"
+    ",u2,0,,20\r\n"
+    "c||d|e|f,u1,1,0.5,30\n"
+    "x,u3,2,1,1\n"           // label 2: malformed
+    "y,u4,0,abc,1\n"         // a bad number
+    "z,u5,0,1\n"             // a column short
+    "q,u6,1,1e1,25";          // the last line, without its newline
+
+TEST_CASE("delimited text with a header pools multi-valued fields as its schema says",
+          "[worker][criteo_reader][schema]") {
+  const bool skip = GENERATE(false, true);
+  CAPTURE(skip);
+  const std::string path = GENERATE(as<bool>{}, false, true) ? WriteGzip({kLog}) : WritePlain(kLog);
+  auto reader = CriteoReader::Open({path}, 0, 1, LogSchema(skip));
+  REQUIRE(reader.ok());
+  Batch batch;
+  absl::StatusOr<int> n = (*reader)->Next(100, &batch);
+  REQUIRE(n.ok());
+  // Line 4 has 5 tag values: truncated to 3, or skipped.
+  REQUIRE(*n == (skip ? 3 : 4));
+  CHECK(batch.labels == (skip ? std::vector<float>{1, 0, 1} : std::vector<float>{1, 0, 1, 1}));
+  const std::vector<float> dense0 = {static_cast<float>(std::log1p(3.0)), 1.0f};
+  CHECK(batch.dense[0] == Approx(dense0[0]));
+  CHECK(batch.dense[1] == Approx(dense0[1]));
+  CHECK(batch.dense[2] == 0.0f);   // empty price
+  CHECK(batch.dense[3] == Approx(-1.0f));
+  const auto key = [](int f, const char* v) { return CriteoKey(f, v); };
+  std::vector<uint64_t> keys = {key(0, "u1"), key(1, "a"), key(1, "b"),  // sample 0
+                                key(0, "u2")};                            // sample 1: no tags
+  std::vector<uint32_t> offsets = {0, 1, 3, 4, 4};
+  if (!skip) {
+    keys.insert(keys.end(), {key(0, "u1"), key(1, "c"), key(1, "d"), key(1, "e")});
+    offsets.insert(offsets.end(), {5, 8});
+  }
+  keys.insert(keys.end(), {key(0, "u6"), key(1, "q")});
+  offsets.insert(offsets.end(), {static_cast<uint32_t>(keys.size() - 1),
+                                 static_cast<uint32_t>(keys.size())});
+  CHECK(batch.keys == keys);
+  CHECK(batch.offsets == offsets);
+  CHECK_FALSE(batch.SingleValued());
+  CHECK(batch.dense.back() == Approx(-0.5f));  // age 25
+  const std::vector<std::string> reports = (*reader)->skip_reports();
+  REQUIRE(reports.size() == (skip ? 4u : 3u));
+  size_t i = 0;
+  if (skip) CHECK(reports[i++] == path + ":4: column 1 (tags) has more than 3 values");
+  CHECK(reports[i++] == path + ":5: label must be 0 or 1, got \"2\" in column 3");
+  CHECK(reports[i++] == path + ":6: bad number \"abc\" in column 4 (price)");
+  CHECK(reports[i++] == path + ":7: expected 5 columns, got 4");
+}
+
+TEST_CASE("a header that disagrees with the schema is refused with its file and line",
+          "[worker][criteo_reader][schema]") {
+  const std::string missing = WritePlain("tags,user,click,cost,age\n1,u,1,2,3\n");
+  absl::StatusOr<std::unique_ptr<CriteoReader>> r =
+      CriteoReader::Open({missing}, 0, 1, LogSchema(false));
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(r.status().message() ==
+        missing + ":1: the header has no column \"price\" (dense column price)");
+  const std::string narrow = WritePlain("tags,user,click,price\n");
+  r = CriteoReader::Open({narrow}, 0, 1, LogSchema(false));
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().message() ==
+        narrow + ":1: the header has 4 columns; the schema reads column 5 (dense column age)");
+  const std::string twice = WritePlain("tags,user,click,price,age,user\n");
+  r = CriteoReader::Open({twice}, 0, 1, LogSchema(false));
+  REQUIRE_FALSE(r.ok());
+  CHECK(absl::StrContains(r.status().message(), "names column \"user\" twice"));
+
+  // A later file's header is checked when the reader reaches it, after the first file's rows.
+  const std::string good = WritePlain("tags,user,click,price,age\na,u,1,2,3\n");
+  r = CriteoReader::Open({good, missing}, 0, 1, LogSchema(false));
+  REQUIRE(r.ok());
+  Batch batch;
+  absl::StatusOr<int> n = (*r)->Next(10, &batch);
+  REQUIRE(n.ok());
+  CHECK(*n == 1);
+  n = (*r)->Next(10, &batch);
+  REQUIRE_FALSE(n.ok());
+  CHECK(n.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(absl::StartsWith(n.status().message(), missing + ":1: the header has no column"));
+}
+
+TEST_CASE("ranks stripe delimited lines without counting headers", "[worker][criteo_reader][schema]") {
+  std::string a = "tags,user,click,price,age\n", b = a;
+  for (int i = 0; i < 5; ++i) absl::StrAppend(&a, "t", i, ",u", i, ",1,1,1\n");
+  for (int i = 5; i < 8; ++i) absl::StrAppend(&b, "t", i, ",u", i, ",0,1,1\n");
+  const std::vector<std::string> paths = {WritePlain(a), WriteGzip({b})};
+  std::vector<uint64_t> seen;
+  for (int rank = 0; rank < 3; ++rank) {
+    auto reader = CriteoReader::Open(paths, rank, 3, LogSchema(false));
+    REQUIRE(reader.ok());
+    Batch batch;
+    REQUIRE((*reader)->Next(100, &batch).ok());
+    for (int r = 0; r < batch.size; ++r) {
+      const uint64_t user = batch.keys[batch.offsets[r * 2]];
+      for (int i = 0; i < 8; ++i) {
+        if (user == CriteoKey(0, absl::StrCat("u", i))) {
+          CHECK(i % 3 == rank);
+          seen.push_back(i);
+        }
+      }
+    }
+  }
+  CHECK(seen.size() == 8);
+}
+
+}  // namespace
+}  // namespace worker
+}  // namespace ps
