@@ -138,24 +138,33 @@ void StartPull(Client* client, const EmbeddingLayout& layout, StepData* d) {
                                            absl::MakeSpan(d->emb)));
     return;
   }
+  GatherKeys(layout, batch, &d->keys, &d->ends);
+  d->rows.resize(layout.tables().size());
+  for (size_t g = 0; g < layout.tables().size(); ++g) {
+    const TableSlots& t = layout.tables()[g];
+    d->rows[g].resize(d->keys[g].size() * t.dim);
+    d->pending.push_back(client->PullAsync(t.table, d->keys[g], absl::MakeSpan(d->rows[g])));
+  }
+}
+
+void GatherKeys(const EmbeddingLayout& layout, const Batch& batch,
+                std::vector<std::vector<uint64_t>>* keys_out,
+                std::vector<std::vector<uint32_t>>* ends_out) {
   const size_t groups = layout.tables().size();
-  d->keys.resize(groups);
-  d->ends.resize(groups);
-  d->rows.resize(groups);
+  keys_out->resize(groups);
+  ends_out->resize(groups);
   for (size_t g = 0; g < groups; ++g) {
     const TableSlots& t = layout.tables()[g];
-    std::vector<uint64_t>& keys = d->keys[g];
-    std::vector<uint32_t>& ends = d->ends[g];
+    std::vector<uint64_t>& keys = (*keys_out)[g];
+    std::vector<uint32_t>& ends = (*ends_out)[g];
     keys.clear();
     ends.clear();
-    for (int r = 0; r < n; ++r) {
+    for (int r = 0; r < batch.size; ++r) {
       for (int s : t.slots) {
         AppendSlotKeys(layout.slots()[s], batch, layout.num_fields(), r, &keys);
         ends.push_back(static_cast<uint32_t>(keys.size()));
       }
     }
-    d->rows[g].resize(keys.size() * t.dim);
-    d->pending.push_back(client->PullAsync(t.table, keys, absl::MakeSpan(d->rows[g])));
   }
 }
 
@@ -164,18 +173,24 @@ absl::Status FinishPull(const EmbeddingLayout& layout, StepData* d) {
   for (auto& f : d->pending) status.Update(f.get());
   d->pending.clear();
   if (!status.ok() || (layout.direct() && d->batch.SingleValued())) return status;
-  const int n = d->batch.size;
+  PoolRows(layout, d->batch.size, d->ends, d->rows, d->emb.data());
+  return absl::OkStatus();
+}
+
+void PoolRows(const EmbeddingLayout& layout, int samples,
+              const std::vector<std::vector<uint32_t>>& all_ends,
+              const std::vector<std::vector<float>>& all_rows, float* emb) {
   const int width = layout.width();
   for (size_t g = 0; g < layout.tables().size(); ++g) {
     const TableSlots& t = layout.tables()[g];
     const int dim = t.dim;
-    const float* rows = d->rows[g].data();
-    const uint32_t* ends = d->ends[g].data();
+    const float* rows = all_rows[g].data();
+    const uint32_t* ends = all_ends[g].data();
     uint32_t begin = 0;
-    for (int r = 0; r < n; ++r) {
+    for (int r = 0; r < samples; ++r) {
       for (int s : t.slots) {
         const uint32_t end = *ends++;
-        float* out = d->emb.data() + size_t(r) * width + layout.slots()[s].offset;
+        float* out = emb + size_t(r) * width + layout.slots()[s].offset;
         const uint32_t count = end - begin;
         if (count == 1) {
           std::memcpy(out, rows + size_t(begin) * dim, dim * sizeof(float));
@@ -194,7 +209,6 @@ absl::Status FinishPull(const EmbeddingLayout& layout, StepData* d) {
       }
     }
   }
-  return absl::OkStatus();
 }
 
 void StartPush(Client* client, const EmbeddingLayout& layout, const StepData& d,

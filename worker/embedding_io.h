@@ -69,6 +69,18 @@ class EmbeddingLayout {
   bool direct_ = false;
 };
 
+// The keys of every slot of every sample of `batch`, per table of `layout`: (*keys)[g] holds
+// table g's keys sample by sample, slot by slot, and (*ends)[g] where each (sample, slot)'s keys
+// end in it. The vectors are resized to the layout's tables.
+void GatherKeys(const EmbeddingLayout& layout, const Batch& batch,
+                std::vector<std::vector<uint64_t>>* keys, std::vector<std::vector<uint32_t>>* ends);
+
+// Pools `rows` (per table, one row of the table's dim per key of GatherKeys) into `emb`
+// (`samples` x layout.width() floats): each slot's SUM or MEAN, zeros for a slot without keys.
+void PoolRows(const EmbeddingLayout& layout, int samples,
+              const std::vector<std::vector<uint32_t>>& ends,
+              const std::vector<std::vector<float>>& rows, float* emb);
+
 // One batch and its embedding rows, pulled asynchronously.
 struct StepData {
   Batch batch;
