@@ -13,6 +13,9 @@
 # Environment: JOB (default deploy/jobs/quickstart.pbtxt), ROWS (default 1000000), DATAGEN_FLAGS
 # (ps_datagen flags; default "--cardinalities=1000": 1000 distinct ids per field, each seen often
 # enough in 1M rows to be learnt; with 10000 the rare ids cost the learner about 0.02 of AUC).
+# The data goes to the job's first train_paths and eval_paths; a job with a data.schema (the
+# model families' jobs in deploy/jobs/) gets data of its schema from a teacher of its own model
+# (ps_datagen --job), e.g. JOB=deploy/jobs/deepfm.pbtxt ./deploy/quickstart.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,10 +29,16 @@ bazel build -c opt //client:ps_ctl //server:ps_server //server/coordinator:ps_co
   //worker:ps_worker //worker/tools:ps_datagen //deploy/launch:ps_launch 2>&1 | tail -n 1
 bin=bazel-out/k8-opt/bin
 
+path_of() { sed -n "s/^ *$1: \"\(.*\)\"/\1/p" "$job" | head -n 1; }
+train=$(path_of train_paths)
+heldout=$(path_of eval_paths)
+[[ -n "$train" && -n "$heldout" ]] || { echo "quickstart: $job names no train_paths or eval_paths" >&2; exit 1; }
+schema_flags=()
+if grep -q '^ *schema *{' "$job"; then schema_flags=(--job="$job"); fi
 echo "quickstart: generating $rows training rows and $((rows / 10)) held-out rows"
-mkdir -p out/data
+mkdir -p "$(dirname "$train")" "$(dirname "$heldout")"
 teacher=$("$bin/worker/tools/ps_datagen" --rows="$rows" --heldout_rows=$((rows / 10)) \
-  --out=out/data/train.tsv --heldout_out=out/data/heldout.tsv ${DATAGEN_FLAGS:---cardinalities=1000})
+  --out="$train" --heldout_out="$heldout" "${schema_flags[@]}" ${DATAGEN_FLAGS:---cardinalities=1000})
 echo "quickstart: teacher $teacher"
 # The job and its data files (ps_ctl reads them to count the job's steps).
 "$bin/client/ps_ctl" validate "$job"
