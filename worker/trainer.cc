@@ -98,8 +98,18 @@ absl::StatusOr<std::unique_ptr<TrainingRun>> TrainingRun::Create(
                    run->sync_.mode() != config::Training::SYNC && world > 1;
   PS_ASSIGN_OR_RETURN(run->compute_,
                       StepCompute::Create(job, options.backend, world, run->balanced_));
-  const DlrmShape& shape = run->compute_->shape();
-  const SchemaOptions schema{shape.num_dense, shape.num_sparse};
+  const ModelSpec& spec = run->compute_->spec();
+  // The embedding IO below still reads one dim for every field and no linear inputs (its rewrite
+  // for ModelSpec's layout is under way): the first field's dim stands for all, and what it
+  // cannot feed is refused rather than read out of bounds.
+  if (spec.num_linear > 0 || spec.field_dims.empty() ||
+      std::count(spec.field_dims.begin(), spec.field_dims.end(), spec.field_dims[0]) !=
+          spec.num_fields()) {
+    return absl::UnimplementedError(
+        "training fields of different dims or linear inputs is not implemented yet");
+  }
+  const int num_sparse = spec.num_fields();
+  const SchemaOptions schema{spec.num_dense, num_sparse};
   PS_ASSIGN_OR_RETURN(run->reader_,
                       BatchReader::Open(job, schema, allreduce->rank(), world,
                                         static_cast<int>(job.training().batch_size()),
@@ -111,9 +121,9 @@ absl::StatusOr<std::unique_ptr<TrainingRun>> TrainingRun::Create(
                                                  run->compute_->optimizer_state()));
   }
   PS_RETURN_IF_ERROR(run->CreatePolicies(coordinator));
-  run->pipeline_ = std::make_unique<StepPipeline>(
-      client, &run->sync_, run->reader_.get(), GroupFields(job, shape.num_sparse),
-      shape.num_sparse, shape.emb_dim, &run->waited_);
+  run->pipeline_ = std::make_unique<StepPipeline>(client, &run->sync_, run->reader_.get(),
+                                                  GroupFields(job, num_sparse), num_sparse,
+                                                  spec.field_dims[0], &run->waited_);
   // A resumed job reads on from the block of its first step.
   run->step_ = options.start_step;
   PS_RETURN_IF_ERROR(run->reader_->Skip(options.start_step));
