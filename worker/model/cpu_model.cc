@@ -128,6 +128,79 @@ absl::Status Validate(const ModelSpec& spec) {
   return absl::OkStatus();
 }
 
+// DLRM's dot interaction over vectors v_0 = z (the bottom output) and v_1..v_F (the fields),
+// all of dim d (D when D > 0, known at compile time; else d). Pairs are packed in the order
+// (1,0), (2,0), (2,1), (3,0), ...: pair (i, j), i > j, at i (i - 1) / 2 + j.
+template <int D>
+struct DotKernels {
+  // dots (batch x pairs) = v_i . v_j.
+  static void Forward(int batch, int fields, int d_rt, const float* z, const float* emb,
+                      int emb_ld, float* dots) {
+    const int d = D > 0 ? D : d_rt;
+    const int pairs = (fields + 1) * fields / 2;
+    for (int r = 0; r < batch; ++r) {
+      const float* zr = z + size_t(r) * d;
+      const float* er = emb + size_t(r) * emb_ld;
+      float* out = dots + size_t(r) * pairs;
+      for (int i = 1; i <= fields; ++i) {
+        const float* __restrict vi = er + size_t(i - 1) * d;
+        float* o = out + i * (i - 1) / 2;
+        for (int j = 0; j < i; ++j) {
+          const float* __restrict vj = j == 0 ? zr : er + size_t(j - 1) * d;
+          float s = 0;
+#pragma omp simd reduction(+ : s)
+          for (int k = 0; k < d; ++k) s += vi[k] * vj[k];
+          o[j] = s;
+        }
+      }
+    }
+  }
+
+  // From g = dL/d(dots) (batch x pairs): dv_i = sum_j G_ij v_j with G the symmetric n x n
+  // matrix of g (zero diagonal), n = fields + 1. Adds dv_0 to dz and writes dv_1..dv_F into the
+  // fields' part of emb_grad. `scratch` holds n * n + d floats.
+  static void Backward(int batch, int fields, int d_rt, const float* z, const float* emb,
+                       int emb_ld, const float* g, float* scratch, float* dz, float* emb_grad) {
+    const int d = D > 0 ? D : d_rt;
+    const int n = fields + 1;
+    const int pairs = n * fields / 2;
+    float* sym = scratch;
+    float* acc_rt = scratch + size_t(n) * n;
+    for (int r = 0; r < batch; ++r) {
+      const float* gr = g + size_t(r) * pairs;
+      for (int i = 0; i < n; ++i) sym[size_t(i) * n + i] = 0.0f;
+      for (int i = 1; i < n; ++i) {
+        for (int j = 0; j < i; ++j) {
+          const float v = gr[i * (i - 1) / 2 + j];
+          sym[size_t(i) * n + j] = v;
+          sym[size_t(j) * n + i] = v;
+        }
+      }
+      const float* zr = z + size_t(r) * d;
+      const float* er = emb + size_t(r) * emb_ld;
+      float* dzr = dz + size_t(r) * d;
+      float* egr = emb_grad + size_t(r) * emb_ld;
+      for (int i = 0; i < n; ++i) {
+        float acc_ct[D > 0 ? D : 1];
+        float* __restrict acc = D > 0 ? acc_ct : acc_rt;
+        for (int k = 0; k < d; ++k) acc[k] = 0.0f;
+        const float* si = sym + size_t(i) * n;
+        for (int j = 0; j < n; ++j) {
+          const float a = si[j];
+          const float* __restrict vj = j == 0 ? zr : er + size_t(j - 1) * d;
+          for (int k = 0; k < d; ++k) acc[k] += a * vj[k];
+        }
+        if (i == 0) {
+          for (int k = 0; k < d; ++k) dzr[k] += acc[k];
+        } else {
+          float* out = egr + size_t(i - 1) * d;
+          for (int k = 0; k < d; ++k) out[k] = acc[k];
+        }
+      }
+    }
+  }
+};
+
 }  // namespace
 
 ModelLayout LayoutOf(const ModelSpec& spec) {
@@ -200,65 +273,45 @@ CpuModel::CpuModel(const ModelSpec& spec, ModelLayout layout)
       vs_(layout_.cross.size()) {}
 
 void CpuModel::DotForward(int batch, const float* z, const float* emb) {
-  const int fields = spec_.num_fields();
   const int d = BottomWidth(spec_);
-  const int pairs = Pairs(spec_);
-  const int n = fields + 1;
-  float* dots = Reserve(&dots_, size_t(batch) * pairs);
-  // Per sample, the vectors' transpose zt (d x n), so that the dot products of vector i with
-  // every j < i are one contiguous multiply-add per k: dots(i, j) += zt[k][i] * zt[k][j].
-  float* zt = Reserve(&scratch_, size_t(d) * n);
-  for (int r = 0; r < batch; ++r) {
-    const float* zr = z + size_t(r) * d;
-    const float* er = emb + size_t(r) * emb_width_;
-    for (int k = 0; k < d; ++k) zt[size_t(k) * n] = zr[k];
-    for (int f = 0; f < fields; ++f) {
-      for (int k = 0; k < d; ++k) zt[size_t(k) * n + 1 + f] = er[size_t(f) * d + k];
-    }
-    float* out = dots + size_t(r) * pairs;  // (1,0), (2,0), (2,1), (3,0), ...
-    std::fill(out, out + pairs, 0.0f);
-    for (int k = 0; k < d; ++k) {
-      const float* row = zt + size_t(k) * n;
-      for (int i = 1; i < n; ++i) {
-        float* o = out + i * (i - 1) / 2;
-        const float a = row[i];
-        for (int j = 0; j < i; ++j) o[j] += a * row[j];
-      }
-    }
+  float* dots = Reserve(&dots_, size_t(batch) * Pairs(spec_));
+  switch (d) {  // the common dims at compile time: the loops then unroll into vector registers
+    case 8:
+      DotKernels<8>::Forward(batch, spec_.num_fields(), d, z, emb, emb_width_, dots);
+      break;
+    case 16:
+      DotKernels<16>::Forward(batch, spec_.num_fields(), d, z, emb, emb_width_, dots);
+      break;
+    case 32:
+      DotKernels<32>::Forward(batch, spec_.num_fields(), d, z, emb, emb_width_, dots);
+      break;
+    default:
+      DotKernels<0>::Forward(batch, spec_.num_fields(), d, z, emb, emb_width_, dots);
+      break;
   }
 }
 
 void CpuModel::DotBackward(int batch, const float* z, const float* emb, float* emb_grad) {
-  const int fields = spec_.num_fields();
   const int d = BottomWidth(spec_);
-  const int pairs = Pairs(spec_);
-  for (int r = 0; r < batch; ++r) {
-    const float* g = ddots_.data() + size_t(r) * pairs;
-    const float* er = emb + size_t(r) * emb_width_;
-    float* dz = dz_.data() + size_t(r) * d;  // holds the top MLP's part already
-    float* de = emb_grad + size_t(r) * emb_width_;
-    std::fill(de, de + fields_width_, 0.0f);
-    // d/dv_i += g(i, j) v_j and d/dv_j += g(i, j) v_i for every pair i > j (vector 0 is z).
-    for (int i = 1; i <= fields; ++i) {
-      const float* vi = er + size_t(i - 1) * d;
-      float* dvi = de + size_t(i - 1) * d;
-      const float* gi = g + i * (i - 1) / 2;
-      const float g0 = gi[0];
-      const float* zr = z + size_t(r) * d;
-      for (int k = 0; k < d; ++k) {
-        dvi[k] += g0 * zr[k];
-        dz[k] += g0 * vi[k];
-      }
-      for (int j = 1; j < i; ++j) {
-        const float* vj = er + size_t(j - 1) * d;
-        float* dvj = de + size_t(j - 1) * d;
-        const float gij = gi[j];
-        for (int k = 0; k < d; ++k) {
-          dvi[k] += gij * vj[k];
-          dvj[k] += gij * vi[k];
-        }
-      }
-    }
+  const int n = spec_.num_fields() + 1;
+  float* scratch = Reserve(&scratch_, size_t(n) * n + d);
+  switch (d) {
+    case 8:
+      DotKernels<8>::Backward(batch, n - 1, d, z, emb, emb_width_, ddots_.data(), scratch,
+                              dz_.data(), emb_grad);
+      break;
+    case 16:
+      DotKernels<16>::Backward(batch, n - 1, d, z, emb, emb_width_, ddots_.data(), scratch,
+                               dz_.data(), emb_grad);
+      break;
+    case 32:
+      DotKernels<32>::Backward(batch, n - 1, d, z, emb, emb_width_, ddots_.data(), scratch,
+                               dz_.data(), emb_grad);
+      break;
+    default:
+      DotKernels<0>::Backward(batch, n - 1, d, z, emb, emb_width_, ddots_.data(), scratch,
+                              dz_.data(), emb_grad);
+      break;
   }
 }
 
@@ -402,6 +455,7 @@ void CpuModel::Forward(int batch, const float* dense, const float* emb) {
       std::fill(sum, sum + d, 0.0f);
       float squares = 0;
       for (int f = 0; f < spec_.num_fields(); ++f) {
+#pragma omp simd reduction(+ : squares)
         for (int k = 0; k < d; ++k) {
           const float e = er[size_t(f) * d + k];
           sum[k] += e;
@@ -409,6 +463,7 @@ void CpuModel::Forward(int batch, const float* dense, const float* emb) {
         }
       }
       float total = 0;
+#pragma omp simd reduction(+ : total)
       for (int k = 0; k < d; ++k) total += sum[k] * sum[k];
       logits[r] += 0.5f * (total - squares);
     }
