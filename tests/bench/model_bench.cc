@@ -187,8 +187,8 @@ int Run(const std::string& family, int batch, bool pooled) {
 
   auto step = [&] {
     if (pooled) pooling.Pool(batch, width, emb.data());
-    model.ForwardBackward(batch, dense.data(), emb.data(), labels.data(), 1.0f,
-                          dense_grad.data(), emb_grad.data(), probs.data());
+    model.ForwardBackward(batch, dense.data(), emb.data(), labels.data(), 1.0f, dense_grad.data(),
+                          emb_grad.data(), probs.data());
     if (pooled) pooling.Unpool(batch, width, emb_grad.data());
   };
   std::vector<GemmShape> shapes;

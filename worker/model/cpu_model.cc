@@ -134,8 +134,8 @@ absl::Status Validate(const ModelSpec& spec) {
 template <int D>
 struct DotKernels {
   // dots (batch x pairs) = v_i . v_j.
-  static void Forward(int batch, int fields, int d_rt, const float* z, const float* emb,
-                      int emb_ld, float* dots) {
+  static void Forward(int batch, int fields, int d_rt, const float* z, const float* emb, int emb_ld,
+                      float* dots) {
     const int d = D > 0 ? D : d_rt;
     const int pairs = (fields + 1) * fields / 2;
     for (int r = 0; r < batch; ++r) {
