@@ -62,6 +62,13 @@ Case MakeCase(int which) {
       s.num_linear = 3;
       return {"DEEPFM", s};
     }
+    case 7: {  // dim 16: the interaction's compile-time kernel (case 1 runs the generic one)
+      ModelSpec s = Base(config::Model::DLRM);
+      s.field_dims = {16, 16};
+      s.bottom = {16};
+      s.dot_interaction = true;
+      return {"DLRM dot_interaction dim 16", s};
+    }
     case 5: {
       ModelSpec s = Base(config::Model::DCN_V2);
       s.field_dims = {2, 3};
@@ -69,7 +76,7 @@ Case MakeCase(int which) {
       s.cross_rank = 0;
       return {"DCN_V2 full rank", s};
     }
-    default: {
+    case 6: {
       ModelSpec s = Base(config::Model::DCN_V2);
       s.field_dims = {2, 3};
       s.cross_layers = 3;
@@ -77,8 +84,10 @@ Case MakeCase(int which) {
       return {"DCN_V2 rank 2", s};
     }
   }
+  FAIL("no case " << which);
+  return {};
 }
-constexpr int kCases = 7;
+constexpr int kCases = 8;
 
 // The mean loss of a batch, from Predict, accumulated in double.
 double Loss(CpuModel& model, const Inputs& in) {
@@ -145,6 +154,8 @@ TEST_CASE("every family's gradients match finite differences", "[worker][model]"
   }
   REQUIRE(layout.num_params == m.num_params());
   const float h = 2e-3f;
+  const double at = Loss(m, in);
+  int kinks = 0;
   for (size_t i : params) {
     const float saved = m.params()[i];
     m.params()[i] = saved + h;
@@ -153,9 +164,15 @@ TEST_CASE("every family's gradients match finite differences", "[worker][model]"
     const double down = Loss(m, in);
     m.params()[i] = saved;
     const double numeric = (up - down) / (2 * h);
+    // A ReLU's kink inside [-h, h] makes the one-sided slopes disagree: no derivative to check.
+    if (std::fabs((up - at) / h - (at - down) / h) > 2e-3) {
+      ++kinks;
+      continue;
+    }
     INFO("param " << i << ": analytic " << dense_grad[i] << " numeric " << numeric);
     CHECK(Near(dense_grad[i], numeric));
   }
+  CHECK(kinks * 20 <= static_cast<int>(params.size()));
   // Every input of emb: the fields (through the MLPs, the interaction, the FM) and the linear
   // inputs.
   Inputs moved = in;
