@@ -17,7 +17,7 @@
 #include "tests/testing/temp_dir.h"
 #include "worker/data/criteo_reader.h"
 #include "worker/data/synthetic.h"
-#include "worker/model/dlrm.h"
+#include "worker/model/cpu_model.h"
 
 namespace ps {
 namespace {

@@ -5,10 +5,10 @@
 #include <vector>
 
 #include "common/status_macros.h"
-#include "worker/data/criteo_reader.h"
 #include "worker/data/classifier_metrics.h"
-#include "worker/embedding_io.h"
+#include "worker/data/criteo_reader.h"
 #include "worker/data/schema.h"
+#include "worker/embedding_io.h"
 #include "worker/model/model_spec.h"
 
 namespace ps {

@@ -13,7 +13,7 @@
 #include "tests/testing/temp_dir.h"
 #include "worker/data/criteo_reader.h"
 #include "worker/data/classifier_metrics.h"
-#include "worker/model/dlrm.h"
+#include "worker/model/model_spec.h"
 #include "worker/testing/tiny_model.h"
 
 namespace ps {
@@ -53,7 +53,7 @@ TEST_CASE("the held-out figures are those of the model on every line", "[worker]
   const config::Job job = TinyJob(path);
   auto client = ps::testing::LocalClient::Create(job, {});
   REQUIRE(client.ok());
-  auto shape = DlrmShape::FromJob(job);
+  auto shape = ModelSpec::FromJob(job);
   REQUIRE(shape.ok());
   auto model = CreateModel(*shape, 7, Backend::kCpu);
   REQUIRE(model.ok());
@@ -88,7 +88,7 @@ TEST_CASE("without eval_paths nothing is evaluated", "[worker][heldout_eval]") {
   job.mutable_data()->clear_eval_paths();
   auto client = ps::testing::LocalClient::Create(job, {});
   REQUIRE(client.ok());
-  auto model = CreateModel(*DlrmShape::FromJob(job), 7, Backend::kCpu);
+  auto model = CreateModel(*ModelSpec::FromJob(job), 7, Backend::kCpu);
   REQUIRE(model.ok());
   const auto got = EvaluateHeldout(job, client->get(), model->get(), -1);
   REQUIRE(got.ok());
@@ -100,7 +100,7 @@ TEST_CASE("a missing held-out file is NOT_FOUND", "[worker][heldout_eval]") {
   const config::Job job = TinyJob("/nonexistent/heldout.tsv");
   auto client = ps::testing::LocalClient::Create(job, {});
   REQUIRE(client.ok());
-  auto model = CreateModel(*DlrmShape::FromJob(job), 7, Backend::kCpu);
+  auto model = CreateModel(*ModelSpec::FromJob(job), 7, Backend::kCpu);
   REQUIRE(model.ok());
   CHECK(EvaluateHeldout(job, client->get(), model->get(), -1).status().code() ==
         absl::StatusCode::kNotFound);

@@ -11,21 +11,21 @@ namespace worker {
 absl::StatusOr<std::unique_ptr<StepCompute>> StepCompute::Create(const config::Job& job,
                                                                  Backend backend, int world,
                                                                  bool balanced) {
-  PS_ASSIGN_OR_RETURN(const DlrmShape shape, DlrmShape::FromJob(job));
+  PS_ASSIGN_OR_RETURN(const ModelSpec spec, ModelSpec::FromJob(job));
   PS_ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
-                      CreateModel(shape, job.training().seed(), backend));
+                      CreateModel(spec, job.training().seed(), backend));
   PS_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer,
                       Optimizer::Create(job.training().dense_optimizer()));
   const config::Training& tr = job.training();
   return std::unique_ptr<StepCompute>(new StepCompute(
-      shape, std::move(model), std::move(optimizer), world, static_cast<int>(tr.batch_size()),
+      spec, std::move(model), std::move(optimizer), world, static_cast<int>(tr.batch_size()),
       static_cast<int>(std::max<uint32_t>(1, tr.dense_sync_every())), balanced));
 }
 
-StepCompute::StepCompute(const DlrmShape& shape, std::unique_ptr<Model> model,
+StepCompute::StepCompute(const ModelSpec& spec, std::unique_ptr<Model> model,
                          std::unique_ptr<Optimizer> optimizer, int world, int batch_size,
                          int sync_every, bool balanced)
-    : shape_(shape),
+    : spec_(spec),
       model_(std::move(model)),
       optimizer_(std::move(optimizer)),
       world_(world),

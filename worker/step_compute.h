@@ -16,8 +16,8 @@
 #include "common/optimizer.h"
 #include "proto/job.pb.h"
 #include "worker/data/batch.h"
-#include "worker/model/dlrm.h"
 #include "worker/model/model.h"
+#include "worker/model/model_spec.h"
 
 namespace ps {
 namespace worker {
@@ -28,7 +28,7 @@ class StepCompute {
  public:
   // The job's model on `backend` (initialised from training.seed) and its dense optimizer, for
   // one of `world` workers; `balanced`: batches are shared by speed (BatchBalancer). Errors:
-  // DlrmShape::FromJob's, CreateModel's and Optimizer::Create's.
+  // ModelSpec::FromJob's, CreateModel's and Optimizer::Create's.
   static absl::StatusOr<std::unique_ptr<StepCompute>> Create(const config::Job& job,
                                                              Backend backend, int world,
                                                              bool balanced);
@@ -36,7 +36,7 @@ class StepCompute {
   StepCompute(const StepCompute&) = delete;
   StepCompute& operator=(const StepCompute&) = delete;
 
-  const DlrmShape& shape() const { return shape_; }
+  const ModelSpec& spec() const { return spec_; }
   Model* model() { return model_.get(); }
   absl::Span<float> params() { return model_->params(); }
   // The dense optimizer's state (Optimizer::StateFloats of the parameters), initialised.
@@ -58,12 +58,12 @@ class StepCompute {
   void ApplyDense(int samples);
 
  private:
-  StepCompute(const DlrmShape& shape, std::unique_ptr<Model> model,
+  StepCompute(const ModelSpec& spec, std::unique_ptr<Model> model,
               std::unique_ptr<Optimizer> optimizer, int world, int batch_size, int sync_every,
               bool balanced);
 
   // Constant after construction.
-  const DlrmShape shape_;
+  const ModelSpec spec_;
   const std::unique_ptr<Model> model_;
   const std::unique_ptr<Optimizer> optimizer_;
   const int world_;

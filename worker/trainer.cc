@@ -100,8 +100,8 @@ absl::StatusOr<std::unique_ptr<TrainingRun>> TrainingRun::Create(
                    run->sync_.mode() != config::Training::SYNC && world > 1;
   PS_ASSIGN_OR_RETURN(run->compute_,
                       StepCompute::Create(job, options.backend, world, run->balanced_));
-  PS_ASSIGN_OR_RETURN(const ModelSpec spec, ModelSpec::FromJob(job));
-  PS_ASSIGN_OR_RETURN(EmbeddingLayout layout, EmbeddingLayout::FromJob(job, spec));
+  PS_ASSIGN_OR_RETURN(EmbeddingLayout layout,
+                      EmbeddingLayout::FromJob(job, run->compute_->spec()));
   PS_ASSIGN_OR_RETURN(const SchemaOptions schema, SchemaOf(job));
   PS_ASSIGN_OR_RETURN(run->reader_,
                       BatchReader::Open(job, schema, allreduce->rank(), world,

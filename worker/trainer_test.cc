@@ -115,7 +115,7 @@ Run TrainOnce(const config::Job& job, const std::string& metrics_path) {
   for (std::string line; std::getline(in, line);) run.metrics_lines.push_back(line);
   // The dense model's size: what the CPU model of this shape holds.
   absl::StatusOr<std::unique_ptr<Model>> model =
-      CreateModel(*DlrmShape::FromJob(job), job.training().seed(), Backend::kCpu);
+      CreateModel(*ModelSpec::FromJob(job), job.training().seed(), Backend::kCpu);
   REQUIRE(model.ok());
   run.params.resize((*model)->num_params());
   REQUIRE((*client)->PullDense("dense/model", absl::MakeSpan(run.params)).ok());

@@ -44,7 +44,7 @@
 #include "common/process_tuning.h"
 #include "cuda_kernels/device.h"
 #include "worker/collective/allreduce.h"
-#include "worker/model/dlrm.h"
+#include "worker/model/cpu_model.h"
 #include "worker/trainer.h"
 
 ABSL_FLAG(std::string, coordinator, "",

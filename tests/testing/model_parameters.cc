@@ -6,7 +6,8 @@
 #include "client/ps_client.h"
 #include "common/status_macros.h"
 #include "worker/data/criteo_reader.h"
-#include "worker/model/dlrm.h"
+#include "worker/model/cpu_model.h"
+#include "worker/model/model_spec.h"
 
 namespace ps {
 namespace testing {
@@ -31,12 +32,13 @@ absl::StatusOr<ModelParameters> PullModelParameters(const std::string& coordinat
   ClientOptions options;
   options.coordinator = coordinator;
   PS_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Client::Connect(options));
-  PS_ASSIGN_OR_RETURN(const worker::DlrmShape shape, worker::DlrmShape::FromJob(client->job()));
-  PS_ASSIGN_OR_RETURN(auto model, worker::Dlrm::Create(shape, 1));
+  PS_ASSIGN_OR_RETURN(const worker::ModelSpec spec, worker::ModelSpec::FromJob(client->job()));
+  PS_ASSIGN_OR_RETURN(auto model, worker::CpuModel::Create(spec, 1));
   ModelParameters p;
   p.dense.resize(model->num_params());
   PS_RETURN_IF_ERROR(client->PullDense("dense/model", absl::MakeSpan(p.dense)));
-  p.rows.resize(keys.size() * shape.emb_dim);
+  // The rows of `table`, whose dim the first field's is (the fields of these tests share it).
+  p.rows.resize(keys.size() * (spec.field_dims.empty() ? 0 : spec.field_dims[0]));
   PS_RETURN_IF_ERROR(client->Pull(table, keys, absl::MakeSpan(p.rows)));
   return p;
 }

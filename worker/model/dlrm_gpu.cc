@@ -69,18 +69,32 @@ struct DlrmGpu::Device {
 
 bool DlrmGpu::Available() { return cuda::DeviceCount() > 0; }
 
-absl::StatusOr<std::unique_ptr<DlrmGpu>> DlrmGpu::Create(const DlrmShape& shape, uint64_t seed) {
-  if (!Available()) return absl::FailedPreconditionError("no CUDA device");
-  // The CPU model validates the shape and draws the initial parameters.
-  absl::StatusOr<std::unique_ptr<Dlrm>> cpu = Dlrm::Create(shape, seed);
-  if (!cpu.ok()) return cpu.status();
-  const int z_width = shape.bottom.empty() ? shape.num_dense : shape.bottom.back();
-  if (z_width != shape.emb_dim) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "the bottom MLP must end with the embedding dim %d, not %d", shape.emb_dim, z_width));
+absl::StatusOr<std::unique_ptr<DlrmGpu>> DlrmGpu::Create(const ModelSpec& spec, uint64_t seed) {
+  if (spec.type != config::Model::DLRM) {
+    return absl::UnimplementedError(absl::StrFormat("a %s model on the GPU is not implemented yet",
+                                                    config::Model::Type_Name(spec.type)));
   }
-  // The same layout as Dlrm's.
-  DlrmLayout layout = LayoutOf(shape);
+  if (spec.dot_interaction) {
+    return absl::UnimplementedError("model.dot_interaction on the GPU is not implemented yet");
+  }
+  for (int d : spec.field_dims) {
+    if (d != spec.field_dims[0]) {
+      return absl::UnimplementedError(
+          "fields of different dims on the GPU are not implemented yet");
+    }
+  }
+  if (!Available()) return absl::FailedPreconditionError("no CUDA device");
+  // The CPU model validates the spec and draws the initial parameters.
+  absl::StatusOr<std::unique_ptr<CpuModel>> cpu = CpuModel::Create(spec, seed);
+  if (!cpu.ok()) return cpu.status();
+  const int z_width = spec.bottom.empty() ? spec.num_dense : spec.bottom.back();
+  const int emb_dim = spec.field_dims.empty() ? z_width : spec.field_dims[0];
+  if (z_width != emb_dim) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the bottom MLP must end with the embedding dim %d, not %d", emb_dim, z_width));
+  }
+  // The same layout as CpuModel's.
+  ModelLayout layout = LayoutOf(spec);
   std::vector<Layer> bottom = std::move(layout.bottom);
   std::vector<Layer> top = std::move(layout.top);
   const size_t n = layout.num_params;
@@ -95,15 +109,17 @@ absl::StatusOr<std::unique_ptr<DlrmGpu>> DlrmGpu::Create(const DlrmShape& shape,
   dev->bottom_acts.resize(bottom.size() + 1);
   dev->top_acts.resize(top.size() + 1);
   return std::unique_ptr<DlrmGpu>(
-      new DlrmGpu(shape, std::move(bottom), std::move(top), std::move(params), std::move(dev)));
+      new DlrmGpu(spec, std::move(bottom), std::move(top), std::move(params), std::move(dev)));
 }
 
-DlrmGpu::DlrmGpu(const DlrmShape& shape, std::vector<Layer> bottom, std::vector<Layer> top,
+DlrmGpu::DlrmGpu(const ModelSpec& spec, std::vector<Layer> bottom, std::vector<Layer> top,
                  std::vector<float> params, std::unique_ptr<Device> dev)
-    : shape_(shape),
+    : spec_(spec),
+      emb_dim_(spec.field_dims.empty() ? top.front().in : spec.field_dims[0]),
+      num_fields_(spec.num_fields()),
       bottom_(std::move(bottom)),
       top_(std::move(top)),
-      width_(shape.emb_dim * (1 + shape.num_sparse)),
+      width_(emb_dim_ * (1 + num_fields_)),
       params_(std::move(params)),
       dev_(std::move(dev)) {}
 
@@ -153,14 +169,14 @@ absl::StatusOr<float> DlrmGpu::Run(int batch, const float* dense, const float* e
   if (batch < 0) return absl::InvalidArgumentError("negative batch size");
   Device& d = *dev_;
   void* const s = d.stream;
-  const int e = shape_.emb_dim;
-  const int fields = shape_.num_sparse;
+  const int e = emb_dim_;
+  const int fields = num_fields_;
   const size_t emb_bytes = size_t(fields) * e * sizeof(float);  // of one sample
   const size_t width_bytes = size_t(width_) * sizeof(float);
 
   // Workspace for this batch size (allocated once for the largest batch seen).
   int widest = width_;
-  DLRM_GPU_CHECK_CUDA(d.bottom_acts[0].Resize(size_t(batch) * shape_.num_dense));
+  DLRM_GPU_CHECK_CUDA(d.bottom_acts[0].Resize(size_t(batch) * spec_.num_dense));
   for (size_t i = 0; i < bottom_.size(); ++i) {
     DLRM_GPU_CHECK_CUDA(d.bottom_acts[i + 1].Resize(size_t(batch) * bottom_[i].out));
     widest = std::max({widest, bottom_[i].in, bottom_[i].out});

@@ -1,8 +1,9 @@
-// The DLRM of dlrm.h on a CUDA GPU: the same network, the same initial parameters and the same
-// results within float rounding, with the GEMMs in cuBLAS (no TF32) and the rest in the kernels
-// of cuda_kernels/. Inputs and outputs are host buffers, as for Dlrm, copied to and from the
-// device on every call; the dense parameters live on the host too (params(), which the dense
-// optimizer updates in place) and are copied to the device at the start of every pass.
+// The plain DLRM of cpu_model.h (without dot_interaction, every field of one dim) on a CUDA GPU:
+// the same network, the same initial parameters and the same results within float rounding, with
+// the GEMMs in cuBLAS (no TF32) and the rest in the kernels of cuda_kernels/. Inputs and outputs
+// are host buffers, as for Dlrm, copied to and from the device on every call; the dense parameters
+// live on the host too (params(), which the dense optimizer updates in place) and are copied to the
+// device at the start of every pass.
 #ifndef PS_WORKER_MODEL_DLRM_GPU_H_
 #define PS_WORKER_MODEL_DLRM_GPU_H_
 
@@ -12,12 +13,13 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "worker/model/dlrm.h"
+#include "worker/model/cpu_model.h"
+#include "worker/model/model_spec.h"
 
 namespace ps {
 namespace worker {
 
-// A DlrmGpu holds the dense parameters (a host master copy, laid out as Dlrm's) and, on the
+// A DlrmGpu holds the dense parameters (a host master copy, laid out as CpuModel's) and, on the
 // device that is current when it is created, their copy, the workspace of one batch, a stream
 // and a cuBLAS handle. Thread-compatible.
 class DlrmGpu {
@@ -25,35 +27,37 @@ class DlrmGpu {
   // Whether this process sees a CUDA device.
   static bool Available();
 
-  // The network Dlrm::Create(shape, seed) creates, with bit-identical parameters (copied from
-  // it). FAILED_PRECONDITION "no CUDA device" without a GPU; INVALID_ARGUMENT for a shape Dlrm
-  // rejects or whose bottom MLP does not end in emb_dim; RESOURCE_EXHAUSTED or INTERNAL when the
-  // device cannot be set up.
-  static absl::StatusOr<std::unique_ptr<DlrmGpu>> Create(const DlrmShape& shape, uint64_t seed);
+  // The network CpuModel::Create(spec, seed) creates, with bit-identical parameters (copied from
+  // it). UNIMPLEMENTED "... on the GPU is not implemented yet" for what only the CPU runs so far
+  // (a family other than DLRM, dot_interaction, fields of different dims), checked first, on any
+  // machine; then FAILED_PRECONDITION "no CUDA device" without a GPU; INVALID_ARGUMENT for a spec
+  // CpuModel rejects or whose bottom MLP does not end in the fields' dim; RESOURCE_EXHAUSTED or
+  // INTERNAL when the device cannot be set up.
+  static absl::StatusOr<std::unique_ptr<DlrmGpu>> Create(const ModelSpec& spec, uint64_t seed);
 
   ~DlrmGpu();
   DlrmGpu(const DlrmGpu&) = delete;
   DlrmGpu& operator=(const DlrmGpu&) = delete;
 
-  const DlrmShape& shape() const { return shape_; }
+  const ModelSpec& spec() const { return spec_; }
   size_t num_params() const { return params_.size(); }
   absl::Span<float> params() { return absl::MakeSpan(params_); }
   absl::Span<const float> params() const { return params_; }
 
-  // As Dlrm::ForwardBackward: the same arguments (host buffers), outputs and return value. A
+  // As CpuModel::ForwardBackward: the same arguments (host buffers), outputs and return value. A
   // device failure (a CUDA or cuBLAS error, the device out of memory) is fatal: the process
   // aborts with the error's text, since this signature, shared with Dlrm, has no status.
   float ForwardBackward(int batch_size, const float* dense, const float* emb, const float* labels,
                         float loss_scale, float* dense_grad, float* emb_grad, float* probs);
 
-  // As Dlrm::Predict. A device failure is fatal, as above.
+  // As CpuModel::Predict. A device failure is fatal, as above.
   void Predict(int batch_size, const float* dense, const float* emb, float* probs);
 
  private:
-  using Layer = DlrmLayer;
+  using Layer = DenseLayer;
   struct Device;  // device buffers, stream and cuBLAS handle (dlrm_gpu.cc)
 
-  DlrmGpu(const DlrmShape& shape, std::vector<Layer> bottom, std::vector<Layer> top,
+  DlrmGpu(const ModelSpec& spec, std::vector<Layer> bottom, std::vector<Layer> top,
           std::vector<float> params, std::unique_ptr<Device> dev);
 
   // One pass over host buffers. Without labels, only the probabilities are computed (Predict).
@@ -67,10 +71,12 @@ class DlrmGpu {
                         float** grad, float** spare);
 
   // Constant after construction.
-  const DlrmShape shape_;
+  const ModelSpec spec_;
+  const int emb_dim_;  // every field's dim
+  const int num_fields_;
   const std::vector<Layer> bottom_;
   const std::vector<Layer> top_;
-  const int width_;  // of the top MLP's input: emb_dim * (1 + num_sparse)
+  const int width_;  // of the top MLP's input: emb_dim * (1 + num_fields)
   std::vector<float> params_;
   std::unique_ptr<Device> dev_;
 };

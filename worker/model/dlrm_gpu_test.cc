@@ -1,5 +1,6 @@
-// DlrmGpu against the CPU Dlrm on the same inputs, on a GPU (cuda_kernels:gpu_test_main fails
-// the test on a machine without one; model_test checks that Create refuses there).
+// DlrmGpu against the CPU model (CpuModel, DLRM) on the same inputs, on a GPU
+// (cuda_kernels:gpu_test_main fails the test on a machine without one; model_test checks that
+// Create refuses there).
 //
 // Tolerance: |gpu - cpu| <= 1e-4 |cpu| + 1e-5 max|cpu| (the max over that output). The two sum in
 // different orders (cuBLAS's blocked GEMMs against OpenBLAS's, the kernels' column sums against
@@ -17,25 +18,23 @@
 #include <string>
 #include <vector>
 
-#include "worker/model/dlrm.h"
+#include "worker/model/cpu_model.h"
 #include "worker/model/internal/random_inputs.h"
 
 namespace ps {
 namespace worker {
 namespace {
 
-DlrmShape TestShape(int which) {
-  DlrmShape shape;  // 0: the quickstart shape
+ModelSpec TestShape(int which) {
+  ModelSpec shape;  // 0: the quickstart shape
   if (which == 1) {
     shape.num_dense = 3;
-    shape.num_sparse = 2;
-    shape.emb_dim = 4;
+    shape.field_dims = {4, 4};
     shape.bottom = {5, 4};
     shape.top = {6};
   } else if (which == 2) {  // no hidden top layer, one field
     shape.num_dense = 4;
-    shape.num_sparse = 1;
-    shape.emb_dim = 8;
+    shape.field_dims = {8};
     shape.bottom = {8};
     shape.top = {};
   }
@@ -64,18 +63,18 @@ void CheckNear(const std::string& what, const std::vector<float>& gpu,
   CHECK(bad == 0);
 }
 
-TEST_CASE("DlrmGpu starts from Dlrm's parameters and computes what it computes",
+TEST_CASE("DlrmGpu starts from CpuModel's parameters and computes what it computes",
           "[worker][model][gpu]") {
   const int which = GENERATE(0, 1, 2);
   const int batch = GENERATE(1, 7, 300);
-  const DlrmShape shape = TestShape(which);
+  const ModelSpec shape = TestShape(which);
   INFO("shape " << which << ", batch " << batch);
-  auto cpu_or = Dlrm::Create(shape, 17);
+  auto cpu_or = CpuModel::Create(shape, 17);
   auto gpu_or = DlrmGpu::Create(shape, 17);
   REQUIRE(cpu_or.ok());
   INFO(gpu_or.status().ToString());
   REQUIRE(gpu_or.ok());
-  Dlrm& cpu = **cpu_or;
+  CpuModel& cpu = **cpu_or;
   DlrmGpu& gpu = **gpu_or;
   REQUIRE(gpu.num_params() == cpu.num_params());
   CHECK(std::vector<float>(gpu.params().begin(), gpu.params().end()) ==
@@ -111,7 +110,7 @@ TEST_CASE("DlrmGpu starts from Dlrm's parameters and computes what it computes",
 }
 
 TEST_CASE("DlrmGpu rejects a bottom MLP that does not end in emb_dim", "[worker][model][gpu]") {
-  DlrmShape shape = TestShape(1);
+  ModelSpec shape = TestShape(1);
   shape.bottom = {5, 3};
   CHECK(DlrmGpu::Create(shape, 1).status().code() == absl::StatusCode::kInvalidArgument);
 }

@@ -9,7 +9,7 @@
 #include <random>
 #include <vector>
 
-#include "worker/model/dlrm.h"
+#include "worker/model/cpu_model.h"
 #include "worker/model/dlrm_gpu.h"
 
 namespace ps {
@@ -44,18 +44,18 @@ void Measure(const char* backend, Step step) {
 }
 
 int Main() {
-  const DlrmShape shape;  // the defaults are the quickstart shape
+  const ModelSpec shape;  // the defaults are the quickstart shape
   std::mt19937_64 rng(1);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   Inputs in;
   for (int i = 0; i < kBatch * shape.num_dense; ++i) in.dense.push_back(std::fabs(normal(rng)));
-  for (int i = 0; i < kBatch * shape.num_sparse * shape.emb_dim; ++i) {
+  for (int i = 0; i < kBatch * shape.emb_width(); ++i) {
     in.emb.push_back(0.1f * normal(rng));
   }
   for (int i = 0; i < kBatch; ++i) in.labels.push_back(static_cast<float>(rng() % 2));
   std::vector<float> emb_grad(in.emb.size()), probs(kBatch);
 
-  auto cpu = Dlrm::Create(shape, 1);
+  auto cpu = CpuModel::Create(shape, 1);
   if (!cpu.ok()) {
     std::fprintf(stderr, "%s\n", cpu.status().ToString().c_str());
     return 1;

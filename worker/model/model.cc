@@ -4,13 +4,14 @@
 
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
+#include "worker/model/cpu_model.h"
 #include "worker/model/dlrm_gpu.h"
 
 namespace ps {
 namespace worker {
 namespace {
 
-// Adapts a network class with Dlrm's methods to Model.
+// Adapts a network class with CpuModel's methods to Model.
 template <typename Net>
 class ModelOf final : public Model {
  public:
@@ -44,14 +45,14 @@ absl::StatusOr<Backend> ParseBackend(const std::string& name) {
       absl::StrFormat("unknown backend \"%s\" (expected auto, cpu or gpu)", name));
 }
 
-absl::StatusOr<std::unique_ptr<Model>> CreateModel(const DlrmShape& shape, uint64_t seed,
+absl::StatusOr<std::unique_ptr<Model>> CreateModel(const ModelSpec& spec, uint64_t seed,
                                                    Backend backend) {
   if (backend == Backend::kGpu || (backend == Backend::kAuto && DlrmGpu::Available())) {
-    PS_ASSIGN_OR_RETURN(std::unique_ptr<DlrmGpu> gpu, DlrmGpu::Create(shape, seed));
+    PS_ASSIGN_OR_RETURN(std::unique_ptr<DlrmGpu> gpu, DlrmGpu::Create(spec, seed));
     return std::unique_ptr<Model>(new ModelOf<DlrmGpu>(std::move(gpu), "gpu"));
   }
-  PS_ASSIGN_OR_RETURN(std::unique_ptr<Dlrm> cpu, Dlrm::Create(shape, seed));
-  return std::unique_ptr<Model>(new ModelOf<Dlrm>(std::move(cpu), "cpu"));
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<CpuModel> cpu, CpuModel::Create(spec, seed));
+  return std::unique_ptr<Model>(new ModelOf<CpuModel>(std::move(cpu), "cpu"));
 }
 
 }  // namespace worker

@@ -1,5 +1,6 @@
-// The model as the trainer sees it, over its compute backends: the CPU network (Dlrm, OpenBLAS)
-// and the CUDA one (DlrmGpu, cuBLAS and cuda_kernels/), chosen at run time.
+// The model as the trainer sees it, over its compute backends: the CPU networks (CpuModel, every
+// family, OpenBLAS) and the CUDA one (DlrmGpu, cuBLAS and cuda_kernels/; plain DLRM only), chosen
+// at run time.
 #ifndef PS_WORKER_MODEL_MODEL_H_
 #define PS_WORKER_MODEL_MODEL_H_
 
@@ -9,7 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "worker/model/dlrm.h"
+#include "worker/model/model_spec.h"
 
 namespace ps {
 namespace worker {
@@ -24,7 +25,7 @@ enum class Backend {
 absl::StatusOr<Backend> ParseBackend(const std::string& name);
 
 // A Model holds the dense parameters on the host (one flat vector) and runs batches on its
-// backend; the methods are those of Dlrm. Thread-compatible.
+// backend; the methods are those of CpuModel. Thread-compatible.
 class Model {
  public:
   virtual ~Model() = default;
@@ -38,9 +39,13 @@ class Model {
   virtual void Predict(int batch_size, const float* dense, const float* emb, float* probs) = 0;
 };
 
-// Creates the model on `backend` with parameters initialised from `seed` (the same on every
-// backend). kGpu without a CUDA device: FAILED_PRECONDITION; kAuto then takes the CPU.
-absl::StatusOr<std::unique_ptr<Model>> CreateModel(const DlrmShape& shape, uint64_t seed,
+// Creates the model of `spec` on `backend` with parameters initialised from `seed` (the same on
+// every backend). Errors: CpuModel::Create's INVALID_ARGUMENT for a spec no backend takes; with
+// kGpu, and with kAuto on a machine with a CUDA device, DlrmGpu::Create's: UNIMPLEMENTED for a
+// spec the GPU does not run yet (any family but DLRM, dot_interaction, fields of different dims;
+// kAuto does not fall back to the CPU then, so that nothing runs silently elsewhere than asked),
+// FAILED_PRECONDITION for kGpu without a device (kAuto then takes the CPU).
+absl::StatusOr<std::unique_ptr<Model>> CreateModel(const ModelSpec& spec, uint64_t seed,
                                                    Backend backend);
 
 }  // namespace worker

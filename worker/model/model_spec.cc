@@ -16,6 +16,14 @@ const config::Table* FindTable(const config::Job& job, const std::string& name) 
   return nullptr;
 }
 
+// Whether a sparse field of the schema is called `name` (its name, else its column).
+bool HasSparseField(const config::Schema& schema, const std::string& name) {
+  for (const config::SparseField& f : schema.sparse()) {
+    if ((f.has_name() ? f.name() : f.column()) == name) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 int ModelSpec::emb_width() const {
@@ -99,6 +107,18 @@ absl::StatusOr<ModelSpec> ModelSpec::FromJob(const config::Job& job) {
     spec.num_linear = m.type() == config::Model::DEEPFM ? num_fields : m.wide_size();
     if (m.type() == config::Model::WIDE_DEEP && m.wide_size() == 0) {
       return absl::InvalidArgumentError("a WIDE_DEEP model needs at least one model.wide feature");
+    }
+    for (int w = 0; w < m.wide_size(); ++w) {
+      if (m.wide(w).fields_size() == 0) {
+        return absl::InvalidArgumentError(absl::StrFormat("model.wide[%d] names no field", w));
+      }
+      for (const std::string& name : m.wide(w).fields()) {
+        if (!schema || !HasSparseField(job.data().schema(), name)) {
+          return absl::InvalidArgumentError(absl::StrFormat(
+              "model.wide[%d] names field \"%s\", which data.schema's sparse fields lack", w,
+              name));
+        }
+      }
     }
   } else if (m.has_linear_table()) {
     return absl::InvalidArgumentError(absl::StrFormat(

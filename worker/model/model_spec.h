@@ -50,8 +50,9 @@ struct ModelSpec {
   // INVALID_ARGUMENT, naming the setting, when the family cannot take the shapes: DLRM's
   // dot_interaction or DEEPFM with fields of different dims, a bottom MLP that does not end in
   // that dim, a linear_table missing or not of dim 1 for WIDE_DEEP and DEEPFM, a wide feature
-  // naming no field, a knob of another family set (bottom_mlp outside DLRM, cross_* outside
-  // DCN_V2, wide outside WIDE_DEEP).
+  // naming no field or a field data.schema's sparse fields lack (so WIDE_DEEP needs a schema), a
+  // knob of another family set (bottom_mlp outside DLRM, cross_* outside DCN_V2, wide outside
+  // WIDE_DEEP).
   static absl::StatusOr<ModelSpec> FromJob(const config::Job& job);
 };
 

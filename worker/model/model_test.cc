@@ -1,6 +1,7 @@
 #include "worker/model/model.h"
 
 #include <catch2/catch.hpp>
+#include <string>
 #include <vector>
 
 #include "cuda_kernels/device.h"
@@ -11,7 +12,7 @@ namespace worker {
 namespace {
 
 TEST_CASE("the backend is chosen at run time", "[worker][model]") {
-  DlrmShape shape;
+  ModelSpec shape;
   auto cpu = CreateModel(shape, 1, Backend::kCpu);
   REQUIRE(cpu.ok());
   CHECK(std::string((*cpu)->backend()) == "cpu");
@@ -29,11 +30,45 @@ TEST_CASE("the backend is chosen at run time", "[worker][model]") {
   CHECK(*ParseBackend("gpu") == Backend::kGpu);
 }
 
+// The GPU runs plain DLRM only: the rest is refused on every machine, kAuto included (never
+// silently moved to the CPU on a machine with a GPU), and runs on the CPU when asked.
+TEST_CASE("what the GPU does not run yet is refused with UNIMPLEMENTED", "[worker][model]") {
+  ModelSpec spec;
+  std::string what;
+  SECTION("another family") {
+    spec.type = GENERATE(config::Model::WIDE_DEEP, config::Model::DEEPFM, config::Model::DCN_V2);
+    spec.bottom.clear();
+    spec.num_linear = spec.type == config::Model::DCN_V2 ? 0 : 26;
+    what = "model on the GPU is not implemented yet";
+  }
+  SECTION("dot_interaction") {
+    spec.dot_interaction = true;
+    what = "model.dot_interaction on the GPU is not implemented yet";
+  }
+  SECTION("fields of different dims") {
+    spec.field_dims[3] = 8;
+    what = "fields of different dims on the GPU are not implemented yet";
+  }
+  const absl::Status gpu = CreateModel(spec, 1, Backend::kGpu).status();
+  CHECK(gpu.code() == absl::StatusCode::kUnimplemented);
+  CHECK_THAT(std::string(gpu.message()), Catch::Contains(what));
+  if (cuda::DeviceCount() > 0) {
+    CHECK(CreateModel(spec, 1, Backend::kAuto).status().code() == absl::StatusCode::kUnimplemented);
+  } else {
+    auto automatic = CreateModel(spec, 1, Backend::kAuto);
+    REQUIRE(automatic.ok());
+    CHECK(std::string((*automatic)->backend()) == "cpu");
+  }
+  auto cpu = CreateModel(spec, 1, Backend::kCpu);
+  REQUIRE(cpu.ok());
+  CHECK(std::string((*cpu)->backend()) == "cpu");
+}
+
 // On a GPU, dlrm_gpu_test compares the backends; here there is none to compare.
 TEST_CASE("without a GPU, DlrmGpu::Create fails with FAILED_PRECONDITION", "[worker][model]") {
   if (cuda::DeviceCount() > 0) return;
   CHECK_FALSE(DlrmGpu::Available());
-  const absl::StatusOr<std::unique_ptr<DlrmGpu>> model = DlrmGpu::Create(DlrmShape(), 1);
+  const absl::StatusOr<std::unique_ptr<DlrmGpu>> model = DlrmGpu::Create(ModelSpec(), 1);
   REQUIRE_FALSE(model.ok());
   CHECK(model.status().code() == absl::StatusCode::kFailedPrecondition);
   CHECK(model.status().message() == "no CUDA device");

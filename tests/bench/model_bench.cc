@@ -1,0 +1,253 @@
+// model_bench: forward+backward throughput of every model family on the CPU, and how close it
+// comes to the GEMM rate OpenBLAS reaches on the same matrix shapes.
+//
+// Every family at the quickstart sizes (13 dense features, 26 fields of dim 16), batches 512 and
+// 4096:
+//   dlrm       bottom 64,16  top 64,32  (concatenation)
+//   dlrm_dot   bottom 64,16  top 64,32  (dot interaction: 351 pairs)
+//   wide_deep  top 64,32 over [dense, fields] (429 wide) + 26 wide inputs
+//   deepfm     top 64,32 over [dense, fields] + FM + 26 first-order inputs
+//   dcn_v2     2 full-rank cross layers (429 x 429) + top 64,32
+//   dcn_v2_r64 2 cross layers of rank 64 + top 64,32
+// each once on pooled inputs ("pooled":false, what the model itself costs) and once with 5 of
+// the 26 fields multi-valued of 20 values ("pooled":true): the step then also sums the gathered
+// rows (21 + 5 x 20 rows of 16 floats a sample) into the model's input and spreads the input's
+// gradient back over them, as a worker does around the model.
+//
+// For each it prints one JSON line:
+//   {"bench":"model","family":"dlrm","batch":4096,"pooled":false,"threads":1,
+//    "samples_per_s":...,"flops_per_sample":...,"gflops":...,"gemm_gflops":...,
+//    "flop_share_of_gemm":...}
+// flops_per_sample counts 2 m n k for every GEMM of the forward and backward pass (the shapes the
+// model actually ran, recorded by CpuModel's GEMM trace) plus the interaction's arithmetic (dot
+// products, FM, cross layers' elementwise products); gflops is that over the measured step time.
+// gemm_gflops is the rate of the same GEMM shapes run as one chain of plain cblas_sgemm calls
+// on contiguous buffers in this run, and flop_share_of_gemm = gflops / gemm_gflops. Times are
+// medians of --reps repetitions.
+//
+//   bazel build -c opt //tests/bench:model_bench
+//   bazel-out/k8-opt/bin/tests/bench/model_bench [--threads=1] [--reps=5] [--families=dlrm,...]
+#include <cblas.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_split.h"
+#include "worker/model/cpu_model.h"
+#include "worker/model/model_spec.h"
+
+ABSL_FLAG(int, threads, 1, "OpenBLAS threads (0: the library's default, one per core)");
+ABSL_FLAG(int, reps, 5, "repetitions of each measurement; the median counts");
+ABSL_FLAG(std::string, families, "dlrm,dlrm_dot,wide_deep,deepfm,dcn_v2,dcn_v2_r64",
+          "comma-separated families to measure");
+ABSL_FLAG(std::string, batches, "512,4096", "comma-separated batch sizes");
+
+namespace ps {
+namespace worker {
+namespace {
+
+using internal::GemmShape;
+using Clock = std::chrono::steady_clock;
+
+constexpr int kFields = 26;
+constexpr int kDim = 16;
+constexpr int kMultiFields = 5;  // the last 5 fields
+constexpr int kValues = 20;      // values of each multi-valued field
+
+ModelSpec SpecOf(const std::string& family) {
+  ModelSpec s;  // 13 dense, 26 x 16, bottom 64,16, top 64,32
+  if (family == "dlrm" || family == "dlrm_dot") {
+    s.dot_interaction = family == "dlrm_dot";
+    return s;
+  }
+  s.bottom.clear();
+  if (family == "wide_deep") {
+    s.type = config::Model::WIDE_DEEP;
+    s.num_linear = kFields;
+  } else if (family == "deepfm") {
+    s.type = config::Model::DEEPFM;
+    s.num_linear = kFields;
+  } else {
+    s.type = config::Model::DCN_V2;
+    s.cross_layers = 2;
+    s.cross_rank = family == "dcn_v2_r64" ? 64 : 0;
+  }
+  return s;
+}
+
+// The arithmetic outside the GEMMs that the family's interaction does per sample, forward and
+// backward.
+double InteractionFlops(const ModelSpec& s) {
+  const double f = s.num_fields(), d = s.field_dims[0];
+  const double d0 = s.num_dense + f * d;
+  double flops = 2.0 * s.num_linear;  // the linear inputs' sum and gradient
+  if (s.type == config::Model::DLRM && s.dot_interaction) flops += 6 * d * (f + 1) * f / 2;
+  if (s.type == config::Model::DEEPFM) flops += 6 * f * d;
+  if (s.type == config::Model::DCN_V2) flops += 8 * d0 * s.cross_layers;
+  return flops;
+}
+
+double GemmFlops(const std::vector<GemmShape>& shapes) {
+  double flops = 0;
+  for (const GemmShape& g : shapes) flops += 2.0 * g.m * g.n * g.k;
+  return flops;
+}
+
+// The median over --reps of the seconds one call of `step` takes (each repetition runs enough
+// calls for ~0.2 s).
+template <typename Step>
+double MedianSeconds(Step step) {
+  step();
+  step();
+  const auto t0 = Clock::now();
+  step();
+  const double once = std::chrono::duration<double>(Clock::now() - t0).count();
+  const int calls = std::max(1, static_cast<int>(0.2 / std::max(once, 1e-6)));
+  std::vector<double> times;
+  for (int rep = 0; rep < absl::GetFlag(FLAGS_reps); ++rep) {
+    const auto start = Clock::now();
+    for (int i = 0; i < calls; ++i) step();
+    times.push_back(std::chrono::duration<double>(Clock::now() - start).count() / calls);
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+// The gathered rows of a batch with 5 multi-valued fields, and the sum pooling around the model.
+struct Pooling {
+  int rows_per_sample = 0;
+  std::vector<float> rows, row_grads;
+
+  Pooling(int batch, std::mt19937_64* rng) {
+    rows_per_sample = (kFields - kMultiFields) + kMultiFields * kValues;
+    std::normal_distribution<float> n(0.0f, 0.1f);
+    rows.resize(size_t(batch) * rows_per_sample * kDim);
+    for (float& v : rows) v = n(*rng);
+    row_grads.resize(rows.size());
+  }
+  // Sums each field's rows into emb (width floats a sample, fields first).
+  void Pool(int batch, int width, float* emb) const {
+    for (int r = 0; r < batch; ++r) {
+      const float* src = rows.data() + size_t(r) * rows_per_sample * kDim;
+      float* dst = emb + size_t(r) * width;
+      for (int f = 0; f < kFields; ++f) {
+        const int values = f < kFields - kMultiFields ? 1 : kValues;
+        float* out = dst + f * kDim;
+        std::memcpy(out, src, kDim * sizeof(float));
+        for (int v = 1; v < values; ++v) {
+          for (int k = 0; k < kDim; ++k) out[k] += src[v * kDim + k];
+        }
+        src += values * kDim;
+      }
+    }
+  }
+  // Each row's gradient is its field's.
+  void Unpool(int batch, int width, const float* emb_grad) {
+    for (int r = 0; r < batch; ++r) {
+      float* dst = row_grads.data() + size_t(r) * rows_per_sample * kDim;
+      const float* src = emb_grad + size_t(r) * width;
+      for (int f = 0; f < kFields; ++f) {
+        const int values = f < kFields - kMultiFields ? 1 : kValues;
+        for (int v = 0; v < values; ++v) {
+          std::memcpy(dst, src + f * kDim, kDim * sizeof(float));
+          dst += kDim;
+        }
+      }
+    }
+  }
+};
+
+int Run(const std::string& family, int batch, bool pooled) {
+  const ModelSpec spec = SpecOf(family);
+  auto created = CpuModel::Create(spec, 1);
+  if (!created.ok()) {
+    std::fprintf(stderr, "%s: %s\n", family.c_str(), created.status().ToString().c_str());
+    return 1;
+  }
+  CpuModel& model = **created;
+  std::mt19937_64 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int width = spec.emb_width();
+  std::vector<float> dense(size_t(batch) * spec.num_dense), emb(size_t(batch) * width);
+  std::vector<float> labels(batch), dense_grad(model.num_params()), emb_grad(emb.size());
+  std::vector<float> probs(batch);
+  for (float& v : dense) v = std::fabs(normal(rng));
+  for (float& v : emb) v = 0.1f * normal(rng);
+  for (float& v : labels) v = static_cast<float>(rng() % 2);
+  Pooling pooling(batch, &rng);
+
+  auto step = [&] {
+    if (pooled) pooling.Pool(batch, width, emb.data());
+    model.ForwardBackward(batch, dense.data(), emb.data(), labels.data(), 1.0f, dense_grad.data(),
+                          emb_grad.data(), probs.data());
+    if (pooled) pooling.Unpool(batch, width, emb_grad.data());
+  };
+  std::vector<GemmShape> shapes;
+  model.set_gemm_trace(&shapes);
+  step();
+  model.set_gemm_trace(nullptr);
+  const double seconds = MedianSeconds(step);
+
+  // The same GEMMs as one chain of plain sgemm calls on contiguous buffers.
+  size_t a_max = 0, b_max = 0, c_max = 0;
+  for (const GemmShape& g : shapes) {
+    a_max = std::max(a_max, size_t(g.m) * g.k);
+    b_max = std::max(b_max, size_t(g.k) * g.n);
+    c_max = std::max(c_max, size_t(g.m) * g.n);
+  }
+  std::vector<float> a(a_max), b(b_max), c(c_max);
+  for (float& v : a) v = 0.1f * normal(rng);
+  for (float& v : b) v = 0.1f * normal(rng);
+  const double gemm_seconds = MedianSeconds([&] {
+    for (const GemmShape& g : shapes) {
+      cblas_sgemm(CblasRowMajor, g.trans_a ? CblasTrans : CblasNoTrans,
+                  g.trans_b ? CblasTrans : CblasNoTrans, g.m, g.n, g.k, 1.0f, a.data(),
+                  g.trans_a ? g.m : g.k, b.data(), g.trans_b ? g.k : g.n, 0.0f, c.data(), g.n);
+    }
+  });
+  const double gemm_flops = GemmFlops(shapes);
+  const double flops = gemm_flops + InteractionFlops(spec) * batch;
+  const double gflops = flops / seconds * 1e-9;
+  const double gemm_gflops = gemm_flops / gemm_seconds * 1e-9;
+  std::printf(
+      "{\"bench\":\"model\",\"family\":\"%s\",\"batch\":%d,\"pooled\":%s,\"threads\":%d,"
+      "\"samples_per_s\":%.0f,\"flops_per_sample\":%.0f,\"gflops\":%.2f,\"gemm_gflops\":%.2f,"
+      "\"flop_share_of_gemm\":%.3f,\"gemms\":%zu}\n",
+      family.c_str(), batch, pooled ? "true" : "false", absl::GetFlag(FLAGS_threads),
+      batch / seconds, flops / batch, gflops, gemm_gflops, gflops / gemm_gflops, shapes.size());
+  std::fflush(stdout);
+  return 0;
+}
+
+int Main() {
+  SetCpuThreads(absl::GetFlag(FLAGS_threads));
+  int failed = 0;
+  const std::vector<std::string> families =
+      absl::StrSplit(absl::GetFlag(FLAGS_families), ',', absl::SkipEmpty());
+  const std::vector<std::string> batches =
+      absl::StrSplit(absl::GetFlag(FLAGS_batches), ',', absl::SkipEmpty());
+  for (const std::string& family : families) {
+    for (const std::string& b : batches) {
+      for (bool pooled : {false, true}) failed |= Run(family, std::stoi(b), pooled);
+    }
+  }
+  return failed;
+}
+
+}  // namespace
+}  // namespace worker
+}  // namespace ps
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return ps::worker::Main();
+}
