@@ -7,6 +7,12 @@
 //              [--zipf=1.1 (1.05 with --long_tail)] [--teacher_scale=0.2] [--dense_scale=0.25]
 //              [--positive_rate=0.3]
 //
+// With --job=JOB.pbtxt (a DELIMITED job with a data.schema) it writes data of that schema instead,
+// labelled by a teacher of the job's own model family (worker/tools/teacher_data.h); then
+// --cardinalities is one number (default 1000), --teacher_scale is the standard deviation of the
+// teacher's embedding weights (default 0.5), --logit_scale that of its logit (default 1.5), and
+// --num_dense, --num_sparse, --long_tail and --dense_scale are refused.
+//
 // Prints one JSON line:
 //   {"rows":N,"heldout_rows":M,"teacher_auc":A,"teacher_logloss":L,"positive_rate":P}
 // where teacher_auc and teacher_logloss are those of the teacher's true probabilities on the
@@ -29,7 +35,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "common/job_config.h"
 #include "worker/data/synthetic.h"
+#include "worker/tools/teacher_data.h"
 
 ABSL_FLAG(int64_t, rows, 1000000, "training rows to write to --out");
 ABSL_FLAG(int64_t, heldout_rows, 100000, "held-out rows to write to --heldout_out");
@@ -50,6 +58,9 @@ ABSL_FLAG(std::optional<double>, zipf, std::nullopt,
 ABSL_FLAG(double, teacher_scale, 0.2, "standard deviation of the teacher's categorical weights");
 ABSL_FLAG(double, dense_scale, 0.25, "standard deviation of the teacher's dense weights");
 ABSL_FLAG(double, positive_rate, 0.3, "the teacher's mean probability of a positive label");
+ABSL_FLAG(std::string, job, "",
+          "a job with a data.schema: write data of its schema, labelled by a teacher of its model");
+ABSL_FLAG(double, logit_scale, 1.5, "--job: the standard deviation of the teacher's logit");
 
 namespace ps {
 namespace worker {
@@ -61,7 +72,78 @@ constexpr double kLongTailZipf = 1.05;
 constexpr const char* kDefaultCardinalities = "10000";
 constexpr const char* kLongTailCardinalities = "100000000";
 
+// ps_datagen --job: data of the job's schema from a teacher of its model family.
+int JobMain(const std::string& job_path) {
+  if (absl::GetFlag(FLAGS_num_dense) != 13 || absl::GetFlag(FLAGS_num_sparse) != 26 ||
+      absl::GetFlag(FLAGS_long_tail) ||
+      absl::GetFlag(FLAGS_dense_scale) != 0.25) {
+    std::fprintf(stderr,
+                 "ps_datagen: --num_dense, --num_sparse, --long_tail and --dense_scale are not "
+                 "settings of "
+                 "--job data (the schema and the teacher's model decide)\n");
+    return 2;
+  }
+  absl::StatusOr<config::Job> job = LoadJobFile(job_path);
+  if (!job.ok()) {
+    std::fprintf(stderr, "ps_datagen: %s\n", std::string(job.status().message()).c_str());
+    return 2;
+  }
+  TeacherDataOptions options;
+  options.seed = absl::GetFlag(FLAGS_seed);
+  options.positive_rate = absl::GetFlag(FLAGS_positive_rate);
+  options.logit_scale = absl::GetFlag(FLAGS_logit_scale);
+  if (absl::GetFlag(FLAGS_teacher_scale) != 0.2) {
+    options.emb_scale = absl::GetFlag(FLAGS_teacher_scale);
+  }
+  options.zipf = absl::GetFlag(FLAGS_zipf).value_or(options.zipf);
+  if (absl::GetFlag(FLAGS_cardinalities).has_value() &&
+      !absl::SimpleAtoi(*absl::GetFlag(FLAGS_cardinalities), &options.cardinality)) {
+    std::fprintf(stderr, "ps_datagen: --cardinalities: one number with --job\n");
+    return 2;
+  }
+  const int64_t rows = absl::GetFlag(FLAGS_rows);
+  const int64_t heldout_rows = absl::GetFlag(FLAGS_heldout_rows);
+  const std::string out = absl::GetFlag(FLAGS_out);
+  const std::string heldout_out = absl::GetFlag(FLAGS_heldout_out);
+  if (out.empty() || (heldout_rows > 0 && heldout_out.empty()) || rows < 0 || heldout_rows < 0) {
+    std::fprintf(stderr,
+                 "ps_datagen: --out is required, --heldout_out too when --heldout_rows > 0, and "
+                 "both counts must be >= 0\n");
+    return 2;
+  }
+  absl::StatusOr<std::unique_ptr<TeacherData>> data = TeacherData::Create(*job, options);
+  if (!data.ok()) {
+    std::fprintf(stderr, "ps_datagen: %s\n", data.status().ToString().c_str());
+    return 2;
+  }
+  absl::StatusOr<TeacherFileStats> train =
+      (*data)->Write(TeacherData::kTrainStream, rows, out);
+  if (!train.ok()) {
+    std::fprintf(stderr, "ps_datagen: %s\n", train.status().ToString().c_str());
+    return 1;
+  }
+  TeacherFileStats heldout = *train;
+  if (heldout_rows > 0) {
+    absl::StatusOr<TeacherFileStats> written =
+        (*data)->Write(TeacherData::kHeldoutStream, heldout_rows, heldout_out);
+    if (!written.ok()) {
+      std::fprintf(stderr, "ps_datagen: %s\n", written.status().ToString().c_str());
+      return 1;
+    }
+    heldout = *written;
+  }
+  std::printf(
+      "{\"rows\":%lld,\"heldout_rows\":%lld,\"teacher_auc\":%.6f,\"teacher_logloss\":%.6f,"
+      "\"positive_rate\":%.6f,\"family\":\"%s\"}\n",
+      static_cast<long long>(rows), static_cast<long long>(heldout_rows), heldout.teacher_auc,
+      heldout.teacher_logloss,
+      rows > 0 ? static_cast<double>(train->positives) / static_cast<double>(rows) : 0.0,
+      config::Model::Type_Name(job->model().type()).c_str());
+  return 0;
+}
+
 int Main() {
+  if (!absl::GetFlag(FLAGS_job).empty()) return JobMain(absl::GetFlag(FLAGS_job));
   SyntheticOptions options;
   options.num_dense = absl::GetFlag(FLAGS_num_dense);
   options.num_sparse = absl::GetFlag(FLAGS_num_sparse);
