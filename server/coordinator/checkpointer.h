@@ -32,11 +32,17 @@ class Checkpointer {
   using WriteFn = std::function<absl::StatusOr<rpc::WriteCheckpointResponse>(
       const std::string& address, const rpc::WriteCheckpointRequest& request)>;
 
-  // `coordinator` is not owned and must outlive the Checkpointer; `write` defaults to gRPC calls
-  // with a deadline of `timeout`, over channels with `credentials` (null: plaintext).
+  // Asks the server at `address` to replace its shards (ParameterServer.RestoreShards).
+  using RestoreFn = std::function<absl::StatusOr<rpc::RestoreShardsResponse>(
+      const std::string& address, const rpc::RestoreShardsRequest& request)>;
+
+  // `coordinator` is not owned and must outlive the Checkpointer; `write` and `restore` default
+  // to gRPC calls with a deadline of `timeout`, over channels with `credentials` (null:
+  // plaintext).
   Checkpointer(Coordinator* coordinator, WriteFn write = nullptr,
                absl::Duration timeout = absl::Minutes(30),
-               std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
+               std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr,
+               RestoreFn restore = nullptr);
 
   // Takes a checkpoint (see CheckpointRequest for `step` and `workers`) into the job's
   // checkpoint_dir, as folder <id> (one above the newest there), and removes complete
@@ -63,6 +69,16 @@ class Checkpointer {
   absl::StatusOr<rpc::CheckpointResponse> Take(
       int64_t step, std::vector<rpc::CheckpointWorkerState> workers = {});
 
+  // Puts the checkpoint in `path` (a complete checkpoint's folder) back into the running
+  // cluster: every server of the shard map replaces the shards it is primary of with the
+  // checkpoint's (RestoreShards), all at once. Waits up to `wait` for a checkpoint being taken
+  // (none is taken meanwhile). For a cluster at rest: the job's workers are not pushing. Errors:
+  // FAILED_PRECONDITION before the shard map exists, with a lost shard, or when a checkpoint is
+  // still being taken after `wait`; CheckRestorable's (the checkpoint does not fit the job); a
+  // server's error (shards already replaced on other servers stay replaced).
+  absl::StatusOr<rpc::RestoreCheckpointResponse> Restore(const std::string& path,
+                                                         absl::Duration wait);
+
   // Counts every Take in `registry` (not owned; outlives the Checkpointer):
   // ps_coordinator_checkpoints_total{outcome="ok"|"failed"} and, for those taken,
   // ps_coordinator_checkpoint_duration_seconds. Call it before the first Take.
@@ -77,6 +93,7 @@ class Checkpointer {
 
   Coordinator* const coordinator_;
   const WriteFn write_;
+  const RestoreFn restore_;
   metrics::Counter* taken_ = nullptr;
   metrics::Counter* failed_ = nullptr;
   metrics::Histogram* durations_ = nullptr;
