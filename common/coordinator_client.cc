@@ -756,14 +756,14 @@ absl::StatusOr<rpc::RestoreCheckpointResponse> CoordinatorClient::RestoreCheckpo
     const std::string& path, absl::Duration timeout) {
   rpc::RestoreCheckpointRequest request;
   request.set_path(path);
-  return OnLeader(DeadlineIn(timeout),
-                  [&](Stub* stub,
-                      grpc::ClientContext* context) -> absl::StatusOr<rpc::RestoreCheckpointResponse> {
-                    rpc::RestoreCheckpointResponse response;
-                    PS_RETURN_IF_ERROR(
-                        FromGrpcStatus(stub->RestoreCheckpoint(context, request, &response)));
-                    return response;
-                  });
+  return OnLeader(
+      DeadlineIn(timeout),
+      [&](Stub* stub,
+          grpc::ClientContext* context) -> absl::StatusOr<rpc::RestoreCheckpointResponse> {
+        rpc::RestoreCheckpointResponse response;
+        PS_RETURN_IF_ERROR(FromGrpcStatus(stub->RestoreCheckpoint(context, request, &response)));
+        return response;
+      });
 }
 
 }  // namespace ps

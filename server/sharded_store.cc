@@ -348,18 +348,18 @@ absl::Status ShardedStore::ReplacePrimaries(uint64_t map_version, Restored resto
       const uint32_t s = shard->id();
       if (s >= num_shards_ || roles_[s] != Role::kPrimary || !seen.insert(s).second) {
         return absl::FailedPreconditionError(absl::StrFormat(
-            "restoring shard %d: this server is not its primary in map %d, or it is given twice",
-            s, map_version));
+            "restoring shard %d: this server is not its primary in map %d, or it is given twice", s,
+            map_version));
       }
       if (sync_ && shards_[s]->has_pending()) {
-        return absl::FailedPreconditionError(absl::StrFormat(
-            "restoring shard %d: step %d is under way (restore a cluster at rest)", s,
-            applied_step + 1));
+        return absl::FailedPreconditionError(
+            absl::StrFormat("restoring shard %d: step %d is under way (restore a cluster at rest)",
+                            s, applied_step + 1));
       }
       if (sync_ && shard->applied_step() > applied_step) {
         return absl::FailedPreconditionError(absl::StrFormat(
-            "restoring shard %d: the checkpoint holds step %d, this server applied only step %d",
-            s, shard->applied_step(), applied_step));
+            "restoring shard %d: the checkpoint holds step %d, this server applied only step %d", s,
+            shard->applied_step(), applied_step));
       }
     }
     for (std::unique_ptr<Shard>& shard : restored.shards) {
@@ -369,7 +369,9 @@ absl::Status ShardedStore::ReplacePrimaries(uint64_t map_version, Restored resto
       if (sync_ && shard->applied_step() < applied_step) shard->ApplyStep(applied_step);
       replaced.push_back(std::move(shards_[s]));
       shards_[s] = std::move(shard);
-      if (replicator_ != nullptr) replicator_->SetTargets(shards_[s].get(), targets_[s], &snapshots);
+      if (replicator_ != nullptr) {
+        replicator_->SetTargets(shards_[s].get(), targets_[s], &snapshots);
+      }
     }
     ApplyMemoryBudget();
   }

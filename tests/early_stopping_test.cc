@@ -107,6 +107,8 @@ TEST_CASE("early stopping ends every worker at the same step on data built to ov
   const std::string job_path = absl::StrCat(dir, "/es_job.pbtxt");
   {
     std::ofstream job(job_path);
+    // Not formatted: clang-format would indent the job's text, its checkpoint_dir included.
+    // clang-format off
     job << R"pb(name: "early_stopping_test"
 tables {
   name: "emb"
@@ -132,6 +134,7 @@ cluster {
   checkpoint_dir: ")pb" << dir << R"pb(/es_checkpoints"
 }
 )pb";
+    // clang-format on
   }
   auto cluster = testing::LocalCluster::Start(job_path, {});
   INFO(cluster.status().ToString());

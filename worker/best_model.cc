@@ -80,8 +80,7 @@ absl::StatusOr<int64_t> BestModel::Restore(bool stopped_early, absl::Span<float>
   const int64_t code = zero ? step_ + 1 : 0;
   float kept[2] = {static_cast<float>(code >> 20), static_cast<float>(code & 0xFFFFF)};
   PS_RETURN_IF_ERROR(group_->SumInPlace(absl::MakeSpan(kept, 2)));
-  const int64_t step =
-      (static_cast<int64_t>(kept[0]) << 20) + static_cast<int64_t>(kept[1]) - 1;
+  const int64_t step = (static_cast<int64_t>(kept[0]) << 20) + static_cast<int64_t>(kept[1]) - 1;
   if (step < 0) return -1;
 
   absl::Status restored;
@@ -102,8 +101,7 @@ absl::StatusOr<int64_t> BestModel::Restore(bool stopped_early, absl::Span<float>
       optimizer_state_.size() == optimizer_state.size()) {
     shared[0] = 1.0f;
     std::copy(params_.begin(), params_.end(), shared.begin() + 1);
-    std::copy(optimizer_state_.begin(), optimizer_state_.end(),
-              shared.begin() + 1 + params.size());
+    std::copy(optimizer_state_.begin(), optimizer_state_.end(), shared.begin() + 1 + params.size());
   }
   PS_RETURN_IF_ERROR(group_->SumInPlace(absl::MakeSpan(shared)));
   if (!restored.ok()) return restored;
@@ -114,8 +112,7 @@ absl::StatusOr<int64_t> BestModel::Restore(bool stopped_early, absl::Span<float>
   std::copy(shared.begin() + 1, shared.begin() + 1 + params.size(), params.begin());
   std::copy(shared.begin() + 1 + params.size(), shared.end(), optimizer_state.begin());
   if (zero && progress_ != nullptr) {
-    std::fprintf(progress_,
-                 "worker 0: restored the best model, of step %lld, from %s in %.2f s\n",
+    std::fprintf(progress_, "worker 0: restored the best model, of step %lld, from %s in %.2f s\n",
                  static_cast<long long>(step), checkpoint_.c_str(),
                  absl::ToDoubleSeconds(absl::Now() - start));
   }

@@ -179,9 +179,8 @@ absl::StatusOr<ShardedStore::Restored> LoadShards(ShardedStore* store, const std
   } builder(store, &restored);
   // Under a memory budget the files are read, not mapped: a mapped file's pages would count in
   // the resident set.
-  absl::Status loaded =
-      LoadCheckpointShards(folder, *manifest, store->tables(), num_shards, shards, threads,
-                           &builder, /*map_files=*/!store->bounded());
+  absl::Status loaded = LoadCheckpointShards(folder, *manifest, store->tables(), num_shards, shards,
+                                             threads, &builder, /*map_files=*/!store->bounded());
   if (!loaded.ok()) return loaded;
   return restored;
 }
@@ -201,7 +200,8 @@ absl::Status InstallShardMap(ShardedStore* store, const rpc::ShardMap& map, uint
       *held = HeldRestore();
       if (!shards.empty()) {
         const absl::Time start = absl::Now();
-        absl::StatusOr<ShardedStore::Restored> restored = LoadShards(store, map.restore_from(), map.num_shards(), shards, threads);
+        absl::StatusOr<ShardedStore::Restored> restored =
+            LoadShards(store, map.restore_from(), map.num_shards(), shards, threads);
         if (!restored.ok()) return restored.status();
         held->restored = *std::move(restored);
         held->loaded_at = absl::Now();
@@ -227,7 +227,8 @@ absl::Status InstallShardMap(ShardedStore* store, const rpc::ShardMap& map, uint
     load_seconds = held->load_seconds;
     waited_seconds = absl::ToDoubleSeconds(start - held->loaded_at);
   } else {
-    absl::StatusOr<ShardedStore::Restored> loaded = LoadShards(store, map.restore_from(), map.num_shards(), shards, threads);
+    absl::StatusOr<ShardedStore::Restored> loaded =
+        LoadShards(store, map.restore_from(), map.num_shards(), shards, threads);
     if (!loaded.ok()) return loaded.status();
     restored = *std::move(loaded);
     load_seconds = absl::ToDoubleSeconds(absl::Now() - start);
@@ -249,9 +250,8 @@ absl::Status InstallShardMap(ShardedStore* store, const rpc::ShardMap& map, uint
 absl::StatusOr<rpc::RestoreShardsResponse> RestoreServerShards(
     ShardedStore* store, const rpc::RestoreShardsRequest& request, int threads) {
   if (!std::filesystem::path(request.path()).is_absolute()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the checkpoint's folder must be an absolute path, got \"", request.path(),
-                     "\""));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the checkpoint's folder must be an absolute path, got \"", request.path(), "\""));
   }
   const std::vector<uint32_t> shards(request.shards().begin(), request.shards().end());
   absl::StatusOr<ShardedStore::Restored> restored =

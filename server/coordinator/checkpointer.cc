@@ -114,8 +114,7 @@ std::vector<uint64_t> Retired(const std::vector<rpc::CheckpointManifest>& comple
 }  // namespace
 
 Checkpointer::Checkpointer(Coordinator* coordinator, WriteFn write, absl::Duration timeout,
-                           std::shared_ptr<grpc::ChannelCredentials> credentials,
-                           RestoreFn restore)
+                           std::shared_ptr<grpc::ChannelCredentials> credentials, RestoreFn restore)
     : coordinator_(coordinator),
       write_(write ? std::move(write) : GrpcWrite(timeout, credentials)),
       restore_(restore ? std::move(restore) : GrpcRestore(timeout, credentials)) {}
@@ -154,8 +153,8 @@ absl::StatusOr<rpc::RestoreCheckpointResponse> Checkpointer::Restore(const std::
   }
   std::map<uint32_t, std::string> address;
   for (const rpc::ServerInfo& s : map.servers()) address[s.server_id()] = s.address();
-  std::vector<absl::StatusOr<rpc::RestoreShardsResponse>> results(
-      by_server.size(), absl::UnknownError("not run"));
+  std::vector<absl::StatusOr<rpc::RestoreShardsResponse>> results(by_server.size(),
+                                                                  absl::UnknownError("not run"));
   {
     // Every server restores its primaries at once.
     std::vector<std::thread> threads;

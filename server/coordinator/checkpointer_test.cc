@@ -55,7 +55,8 @@ struct Fixture {
             rpc::CheckpointShardFile* file = response.add_files();
             file->set_shard(s);
             file->set_file(absl::StrFormat("shard-%05d.sst", s));
-            std::ofstream(absl::StrCat(r.path(), "/", file->file()));  // empty, as the manifest says
+            // Empty, as the manifest says (no size).
+            std::ofstream(absl::StrCat(r.path(), "/", file->file()));
             const bool incremental = r.base_id() != 0 && written_full.count(s) == 0;
             file->set_incremental(incremental);
             file->set_base_id(incremental ? r.base_id() : 0);
@@ -63,8 +64,8 @@ struct Fixture {
           return response;
         },
         absl::Minutes(1), nullptr,
-        [this](const std::string& address, const rpc::RestoreShardsRequest& r)
-            -> absl::StatusOr<rpc::RestoreShardsResponse> {
+        [this](const std::string& address,
+               const rpc::RestoreShardsRequest& r) -> absl::StatusOr<rpc::RestoreShardsResponse> {
           absl::MutexLock lock(&mu);
           restores.push_back(r);
           if (!restore_error.ok()) return restore_error;

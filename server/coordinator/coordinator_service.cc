@@ -6,9 +6,9 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <optional>
 #include <string>
 #include <utility>
@@ -322,8 +322,8 @@ grpc::ServerUnaryReactor* CoordinatorService::RestoreCheckpoint(
   // Worker 0 puts early stopping's best model back; any other restore needs an admin.
   const config::Training& training = coordinator_->job().training();
   if (!(training.has_early_stopping() && training.early_stopping().restore_best())) {
-    if (absl::Status allowed = grpc_util::RequireAdmin(
-            *context, "restoring a checkpoint into the running cluster");
+    if (absl::Status allowed =
+            grpc_util::RequireAdmin(*context, "restoring a checkpoint into the running cluster");
         !allowed.ok()) {
       return Done(context, Gate(allowed));
     }
