@@ -28,7 +28,7 @@ BestModel::BestModel(const config::Job& job, CoordinatorClient* coordinator, All
       progress_(progress),
       enabled_(job.training().has_early_stopping() &&
                job.training().early_stopping().restore_best() &&
-               !job.cluster().checkpoint_dir().empty() && coordinator != nullptr),
+               !job.cluster().checkpoint_dir().empty()),
       sync_(job.training().mode() == config::Training::SYNC),
       optimizer_(job.training().dense_optimizer().type()) {}
 

@@ -33,9 +33,9 @@ namespace worker {
 // 0's dense state, through the dense collective group.
 class BestModel {
  public:
-  // `coordinator` (null only for a job that does not keep the best model) and `group` (the dense
-  // collective group of every worker) are not owned and outlive this. `progress` (null: none) gets
-  // worker 0's lines.
+  // `coordinator` (called by worker 0 only: null on the others, or for a job that does not keep
+  // the best model) and `group` (the dense collective group of every worker) are not owned and
+  // outlive this. `progress` (null: none) gets worker 0's lines.
   BestModel(const config::Job& job, CoordinatorClient* coordinator, AllReduce* group,
             FILE* progress);
 
