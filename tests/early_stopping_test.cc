@@ -9,11 +9,14 @@
 // evaluation with the lowest log loss, is restored into the servers and the workers at the end.
 // The final held-out figures are those of that evaluation, and the model left in the cluster
 // (rows and dense master copy, pulled once the workers are done) and in the end-of-training
-// checkpoint is the one of the best checkpoint, not the one trained two epochs past it.
+// checkpoint is the one of the best checkpoint, not the one trained two epochs past it. In SYNC
+// all of it exactly; in BOUNDED_STALENESS the checkpoint is cut just after the evaluation, which
+// pushes still in flight may separate, so the final figures are close to the best evaluation's.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -89,7 +92,12 @@ int CountLines(const std::string& path, absl::string_view containing) {
 
 TEST_CASE("early stopping ends every worker at the same step on data built to overfit",
           "[integration][early_stopping]") {
-  const std::string dir = testing::TempDir();
+  const bool sync = GENERATE(true, false);
+  const std::string mode = sync ? "SYNC" : "BOUNDED_STALENESS staleness: 2";
+  INFO("mode " << mode);
+  const std::string dir = absl::StrCat(testing::TempDir(), sync ? "/sync" : "/bounded");
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
   worker::SyntheticOptions data_options;
   data_options.cardinalities = {100000};  // most ids are seen once or twice: easy to memorise
   data_options.seed = 11;
@@ -119,7 +127,7 @@ tables {
 model { bottom_mlp: [64, 16] top_mlp: [64, 32] shared_table: "emb" }
 data { train_paths: ")pb" << train << R"pb(" eval_paths: ")pb" << heldout << R"pb(" }
 training {
-  mode: SYNC
+  mode: )pb" << mode << R"pb(
   batch_size: 64
   epochs: 20
   eval_every_epochs: 1
@@ -197,12 +205,16 @@ cluster {
   CHECK(testing::JsonField(r0, "kept_step") == best_step);
   CHECK(testing::JsonField(r1, "kept_step") == best_step);
   CHECK(absl::StrContains((*workers)[0].stderr_text, "restored the best model"));
-  // The final evaluation, after the restore, sees exactly the best evaluation's model (the
-  // metrics file's figures have 6 decimals); the last model was 2 epochs of overfitting past it.
+  // The final evaluation, after the restore, sees exactly the best evaluation's model in SYNC
+  // (the metrics file's figures have 6 decimals); the last model was 2 epochs of overfitting past
+  // it (log loss 0.624 against 0.501 in SYNC, 0.540 against 0.501 in BOUNDED_STALENESS, where
+  // the final evaluation was 0.0002 from the best one's).
   const double best_auc = evals.at(best_step).first;
-  CHECK(testing::JsonField(r0, "heldout_auc") == Approx(best_auc).margin(2e-6));
-  CHECK(testing::JsonField(r0, "heldout_logloss") == Approx(best_logloss).margin(2e-6));
-  CHECK(testing::JsonField(r1, "heldout_auc") == Approx(best_auc).margin(2e-6));
+  const double margin = sync ? 2e-6 : 2e-3;
+  CHECK(testing::JsonField(r0, "heldout_auc") == Approx(best_auc).margin(margin));
+  CHECK(testing::JsonField(r0, "heldout_logloss") == Approx(best_logloss).margin(margin));
+  CHECK(testing::JsonField(r1, "heldout_auc") == Approx(best_auc).margin(margin));
+  CHECK(evals.at(static_cast<int64_t>(stopped)).second - best_logloss > 0.01);
 
   // The model in the cluster is the best checkpoint's: its rows (the embeddings, without the
   // optimizer's state) and worker 0's dense parameters, which it pushed as the dense master copy.
@@ -227,12 +239,14 @@ cluster {
   INFO(live.status().ToString());
   REQUIRE(live.ok());
   CHECK(Differences(live->rows, best_rows) == 0);
-  const std::vector<float> best_dense = WorkerParams(kept);
-  REQUIRE(!best_dense.empty());
-  CHECK(Differences(live->dense, best_dense) == 0);
   // So is the end-of-training checkpoint's.
   CHECK(Differences(testing::ReadCheckpointStore(final_checkpoint, job_path).rows, best.rows) == 0);
-  CHECK(Differences(WorkerParams(final_checkpoint), best_dense) == 0);
+  if (sync) {  // only SYNC checkpoints hold the workers' state
+    const std::vector<float> best_dense = WorkerParams(kept);
+    REQUIRE(!best_dense.empty());
+    CHECK(Differences(live->dense, best_dense) == 0);
+    CHECK(Differences(WorkerParams(final_checkpoint), best_dense) == 0);
+  }
   CHECK((*cluster)->Terminate(absl::Seconds(10)).ok());
 }
 
