@@ -220,7 +220,7 @@ absl::StatusOr<rpc::CheckpointResponse> Checkpointer::TakeUnmeasured(
   }
   {
     absl::MutexLock lock(&mu_);
-    if (taking_) return absl::FailedPreconditionError("a checkpoint is being taken");
+    if (taking_) return absl::FailedPreconditionError("a checkpoint is being taken or restored");
     taking_ = true;
   }
   struct Done {

@@ -61,8 +61,9 @@ class Checkpointer {
   // base when a file is incremental (base_id), else the checkpoint is full (base_id 0).
   //
   // Errors: FAILED_PRECONDITION without checkpoint_dir, before the shard map exists, with a lost
-  // shard, while another checkpoint is being taken, when a server refuses (its message says why),
-  // when a worker rank is not alive or reports that it cannot give its state at the boundary;
+  // shard, while another checkpoint is being taken (or one restored: Restore), when a server
+  // refuses (its message says why), when a worker rank is not alive or reports that it cannot
+  // give its state at the boundary;
   // INVALID_ARGUMENT for given states of another step; DEADLINE_EXCEEDED when a worker's state
   // does not come; what a server's write returned otherwise. A failed checkpoint's folder is
   // removed; it never has a manifest.
