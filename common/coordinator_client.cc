@@ -752,4 +752,18 @@ absl::StatusOr<rpc::CheckpointResponse> CoordinatorClient::Checkpoint(
       });
 }
 
+absl::StatusOr<rpc::RestoreCheckpointResponse> CoordinatorClient::RestoreCheckpoint(
+    const std::string& path, absl::Duration timeout) {
+  rpc::RestoreCheckpointRequest request;
+  request.set_path(path);
+  return OnLeader(
+      DeadlineIn(timeout),
+      [&](Stub* stub,
+          grpc::ClientContext* context) -> absl::StatusOr<rpc::RestoreCheckpointResponse> {
+        rpc::RestoreCheckpointResponse response;
+        PS_RETURN_IF_ERROR(FromGrpcStatus(stub->RestoreCheckpoint(context, request, &response)));
+        return response;
+      });
+}
+
 }  // namespace ps

@@ -200,6 +200,13 @@ class CoordinatorClient {
   absl::StatusOr<rpc::CheckpointResponse> Checkpoint(
       int64_t step, std::vector<rpc::CheckpointWorkerState> workers, absl::Duration timeout);
 
+  // Has the coordinator put the checkpoint in folder `path` back into the running cluster (its
+  // servers' tables; Coordinator.RestoreCheckpoint) and waits up to `timeout` for it. The
+  // coordinator's error (FAILED_PRECONDITION for a checkpoint that does not fit the job, with a
+  // lost shard, or while another restore is under way; a server's error), DEADLINE_EXCEEDED.
+  absl::StatusOr<rpc::RestoreCheckpointResponse> RestoreCheckpoint(const std::string& path,
+                                                                   absl::Duration timeout);
+
  private:
   CoordinatorClient(std::vector<std::string> addresses,
                     std::vector<std::unique_ptr<rpc::Coordinator::Stub>> stubs, size_t current)

@@ -625,6 +625,21 @@ absl::Status CheckJob(const Checker& c, const Where& root, const config::Job& jo
     if (!Finite(es.min_delta()) || !(es.min_delta() >= 0)) {
       return c.Error(we, es, "min_delta", absl::StrCat("must be >= 0, got ", es.min_delta()));
     }
+    if (es.restore_best() && job.cluster().checkpoint_dir().empty()) {
+      return c.Error(we, es, "restore_best",
+                     "keeping the best model needs cluster.checkpoint_dir (it is kept in a "
+                     "checkpoint); set restore_best: false to keep the last model instead");
+    }
+    const config::Cluster& cluster = job.cluster();
+    if (es.restore_best() && tr.mode() == config::Training::SYNC &&
+        (cluster.checkpoint_every_steps() > 0 || cluster.checkpoint_every_seconds() > 0)) {
+      // A periodic checkpoint under way waits for the workers' states, which they give only
+      // after the evaluation that waits for the best model's checkpoint (worker/README.md).
+      return c.Error(we, es, "restore_best",
+                     "in a SYNC job, keeping the best model cannot be combined with periodic "
+                     "checkpoints (cluster.checkpoint_every_steps or checkpoint_every_seconds): "
+                     "set restore_best: false, or drop the periodic checkpoints");
+    }
   }
 
   // Cluster.

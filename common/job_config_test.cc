@@ -284,9 +284,12 @@ TEST_CASE("rowwise_adagrad is an optimizer of tables", "[common][job][rowwise]")
 
 TEST_CASE("evaluation during training and early stopping are checked", "[common][job][eval]") {
   const std::string data = "data { eval_paths: \"heldout.tsv\" }\ntraining {";
-  const std::string good = Replace(
+  const std::string no_dir = Replace(
       Replace(kGoodJob, "training {", data), "staleness: 2",
       "staleness: 2\n  eval_every_epochs: 1\n  early_stopping { metric: LOGLOSS patience: 3 }");
+  // The best model is kept in a checkpoint.
+  const std::string good = Replace(no_dir, "replication_factor: 2",
+                                   "replication_factor: 2\n  checkpoint_dir: \"/ckpt\"");
   const absl::StatusOr<config::Job> job = ParseJob(good, "job.pbtxt");
   REQUIRE(job.ok());
   CHECK(job->training().early_stopping().patience() == 3);
@@ -302,6 +305,26 @@ TEST_CASE("evaluation during training and early stopping are checked", "[common]
                           "training.early_stopping: needs training.eval_every_epochs"));
   CHECK(absl::StrContains(ErrorOf(Replace(good, "patience: 3", "patience: 0")),
                           "early_stopping.patience: must be >= 1"));
+
+  // restore_best (the default) needs a checkpoint_dir; false keeps the last model without one.
+  CHECK(job->training().early_stopping().restore_best());
+  CHECK(absl::StrContains(ErrorOf(no_dir),
+                          "job.pbtxt:16:3: training.early_stopping.restore_best: keeping the best "
+                          "model needs cluster.checkpoint_dir"));
+  CHECK(absl::StrContains(ErrorOf(Replace(no_dir, "patience: 3", "patience: 3 restore_best: true")),
+                          "job.pbtxt:16:48: training.early_stopping.restore_best:"));
+  CHECK(ParseJob(Replace(no_dir, "patience: 3", "patience: 3 restore_best: false"), "job.pbtxt")
+            .ok());
+  // In SYNC, not with periodic checkpoints.
+  const std::string sync = Replace(good, "BOUNDED_STALENESS", "SYNC");
+  CHECK(ParseJob(sync, "job.pbtxt").ok());
+  CHECK(absl::StrContains(
+      ErrorOf(Replace(sync, "checkpoint_dir:", "checkpoint_every_steps: 100\n  checkpoint_dir:")),
+      "training.early_stopping.restore_best: in a SYNC job, keeping the best model cannot be "
+      "combined with periodic checkpoints"));
+  CHECK(ParseJob(Replace(good, "checkpoint_dir:", "checkpoint_every_steps: 100\n  checkpoint_dir:"),
+                 "job.pbtxt")
+            .ok());
 }
 
 TEST_CASE("JobFieldPosition finds where a field was written", "[common][job]") {

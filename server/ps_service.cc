@@ -578,6 +578,40 @@ grpc::ServerUnaryReactor* ParameterServerService::WriteCheckpoint(
   return reactor;
 }
 
+grpc::ServerUnaryReactor* ParameterServerService::RestoreShards(
+    grpc::CallbackServerContext* context, const rpc::RestoreShardsRequest* request,
+    rpc::RestoreShardsResponse* response) {
+  absl::Status status;
+  ShardedStore* store = Ready(request->header(), &status);
+  if (store == nullptr) return Done(context, status);
+  absl::MutexLock lock(&checkpoint_mu_);
+  if (writing_checkpoint_) {
+    return Done(context, absl::FailedPreconditionError("a checkpoint is being written"));
+  }
+  if (checkpoint_writer_.joinable()) checkpoint_writer_.join();
+  writing_checkpoint_ = true;
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  // Reading the files holds no gRPC thread.
+  checkpoint_writer_ = std::thread([this, store, request, response, reactor] {
+    const absl::Time start = absl::Now();
+    absl::StatusOr<rpc::RestoreShardsResponse> restored =
+        RestoreServerShards(store, *request, CheckpointWriterThreads());
+    if (restored.ok()) {
+      *response = *std::move(restored);
+      std::fprintf(stderr, "ps_server %u: restored %d shards (%llu rows) from %s in %.2f s\n",
+                   server_id_.load(), request->shards_size(),
+                   static_cast<unsigned long long>(response->rows()), request->path().c_str(),
+                   absl::ToDoubleSeconds(absl::Now() - start));
+    }
+    {
+      absl::MutexLock lock(&checkpoint_mu_);
+      writing_checkpoint_ = false;
+    }
+    reactor->Finish(ToGrpcStatus(restored.status()));
+  });
+  return reactor;
+}
+
 grpc::ServerUnaryReactor* ParameterServerService::OpenSharedRegion(
     grpc::CallbackServerContext* context, const rpc::OpenSharedRegionRequest* request,
     rpc::OpenSharedRegionResponse* response) {

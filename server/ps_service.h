@@ -119,6 +119,12 @@ class ParameterServerService final : public ParameterServerBase {
   grpc::ServerUnaryReactor* WriteCheckpoint(grpc::CallbackServerContext* context,
                                             const rpc::WriteCheckpointRequest* request,
                                             rpc::WriteCheckpointResponse* response) override;
+  // Replaces this server's primary shards with a checkpoint's (RestoreServerShards) on the
+  // thread that writes checkpoints: one checkpoint written or restored at a time
+  // (FAILED_PRECONDITION while one is).
+  grpc::ServerUnaryReactor* RestoreShards(grpc::CallbackServerContext* context,
+                                          const rpc::RestoreShardsRequest* request,
+                                          rpc::RestoreShardsResponse* response) override;
   // Rule 9 of proto/ps.proto: lends and takes back regions of shared memory (SharedRegions).
   grpc::ServerUnaryReactor* OpenSharedRegion(grpc::CallbackServerContext* context,
                                              const rpc::OpenSharedRegionRequest* request,

@@ -106,6 +106,7 @@ ShardedStore::ShardedStore(const config::Job& job, const Options& options,
       clocks_(job.cluster().num_workers(), sync_),
       shards_(num_shards_),
       roles_(num_shards_, Role::kNone),
+      targets_(num_shards_),
       lost_(num_shards_, false),
       cuts_(sync_,
             [this](absl::FunctionRef<void(uint64_t, CheckpointCuts::ShardLookup)> fn) {
@@ -313,15 +314,69 @@ void ShardedStore::ApplyShardMap(const rpc::ShardMap& map, uint32_t server_id,
       if (sync_ && shard->applied_step() < applied_step) shard->ApplyStep(applied_step);
     }
     roles_[s] = role;
+    targets_[s].clear();
     if (role == Role::kPrimary && replicator_ != nullptr) {
       std::vector<ReplicaTarget> targets;
       for (const uint32_t r : a.replicas()) targets.push_back({r, addresses[r], true});
       for (const uint32_t r : a.catching_up()) targets.push_back({r, addresses[r], false});
+      targets_[s] = targets;
       replicator_->SetTargets(shard.get(), std::move(targets), snapshots);
     }
   }
   ApplyMemoryBudget();
   map_version_.store(map.version(), std::memory_order_release);
+}
+
+absl::Status ShardedStore::ReplacePrimaries(uint64_t map_version, Restored restored) {
+  absl::MutexLock serial(&set_map_mu_);
+  // No cut may read a shard that goes (the service writes or restores one checkpoint at a time).
+  cuts_.End();
+  std::vector<std::function<void()>> snapshots;
+  std::vector<std::unique_ptr<Shard>> replaced;  // destroyed after the locks are released
+  {
+    // No step is applied meanwhile.
+    absl::ReaderMutexLock step_lock(barrier_.mu());
+    absl::MutexLock lock(&map_mu_);
+    if (map_version_.load() == 0) return absl::UnavailableError("no shard map yet");
+    if (map_version != map_version_.load()) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "restoring for map %d, but this server has map %d", map_version, map_version_.load()));
+    }
+    const int64_t applied_step = barrier_.applied_step_locked();
+    absl::flat_hash_set<uint32_t> seen;
+    for (const std::unique_ptr<Shard>& shard : restored.shards) {
+      const uint32_t s = shard->id();
+      if (s >= num_shards_ || roles_[s] != Role::kPrimary || !seen.insert(s).second) {
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "restoring shard %d: this server is not its primary in map %d, or it is given twice", s,
+            map_version));
+      }
+      if (sync_ && shards_[s]->has_pending()) {
+        return absl::FailedPreconditionError(
+            absl::StrFormat("restoring shard %d: step %d is under way (restore a cluster at rest)",
+                            s, applied_step + 1));
+      }
+      if (sync_ && shard->applied_step() > applied_step) {
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "restoring shard %d: the checkpoint holds step %d, this server applied only step %d", s,
+            shard->applied_step(), applied_step));
+      }
+    }
+    for (std::unique_ptr<Shard>& shard : restored.shards) {
+      const uint32_t s = shard->id();
+      if (replicator_ != nullptr) replicator_->RemoveShard(shards_[s].get());
+      // The cluster's steps go on from where they are, whichever step the checkpoint held.
+      if (sync_ && shard->applied_step() < applied_step) shard->ApplyStep(applied_step);
+      replaced.push_back(std::move(shards_[s]));
+      shards_[s] = std::move(shard);
+      if (replicator_ != nullptr) {
+        replicator_->SetTargets(shards_[s].get(), targets_[s], &snapshots);
+      }
+    }
+    ApplyMemoryBudget();
+  }
+  for (auto& snapshot : snapshots) snapshot();
+  return absl::OkStatus();
 }
 
 absl::StatusOr<size_t> ShardedStore::FindTable(const std::string& name) const {

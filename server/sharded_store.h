@@ -138,6 +138,21 @@ class ShardedStore {
   absl::Status SetShardMap(const rpc::ShardMap& map, uint32_t server_id, Restored restored)
       ABSL_LOCKS_EXCLUDED(set_map_mu_, map_mu_);
 
+  // Replaces the shards this server is primary of in map `map_version` (the installed one) by
+  // `restored.shards` (NewRestoringShard, their restore finished), in place: a checkpoint put back
+  // into the running cluster (RestoreServerShards). The new shards carry on at the store's
+  // applied step (sync), their copies get a snapshot of them, and a checkpoint's cut or read of
+  // a replaced shard under way is abandoned. For a store at rest: pushes in flight meanwhile are
+  // applied to the old shard or the new one. Errors, with nothing replaced: FAILED_PRECONDITION
+  // when the map version is not the installed one, a shard is not this server's primary (or is
+  // given twice), or (sync) a step is under way in a shard (it has pending sums) or the
+  // checkpoint's step is ahead of the store's; UNAVAILABLE before a map is installed.
+  absl::Status ReplacePrimaries(uint64_t map_version, Restored restored)
+      ABSL_LOCKS_EXCLUDED(set_map_mu_, map_mu_);
+
+  // The job's shards (cluster.num_shards).
+  uint32_t num_shards() const { return num_shards_; }
+
   // The job's tables, by table index.
   const std::vector<std::unique_ptr<TableSpec>>& tables() const { return tables_; }
 
@@ -407,6 +422,8 @@ class ShardedStore {
   // By shard; null for shards this server holds no copy of.
   std::vector<std::unique_ptr<Shard>> shards_ ABSL_GUARDED_BY(map_mu_);
   std::vector<Role> roles_ ABSL_GUARDED_BY(map_mu_);
+  // By shard, the copies of the shards this server is primary of (ReplacePrimaries' snapshots).
+  std::vector<std::vector<ReplicaTarget>> targets_ ABSL_GUARDED_BY(map_mu_);
   std::vector<bool> lost_ ABSL_GUARDED_BY(map_mu_);
 
   // The checkpoint under way; it reads the shards under map_mu_ (Held).

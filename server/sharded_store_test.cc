@@ -951,6 +951,82 @@ TEST_CASE("a promoted replica completes the sync step its primary did not send",
   CHECK(PullRows(*pair.stores[1], keys) == PullRows(*reference, keys));
 }
 
+// The cuts of `shards` (primaries of `store` in map `map_version`) as a checkpoint takes them
+// (sync: at boundary `step`), rows read.
+std::vector<ShardCut> CutShards(ShardedStore& store, const std::vector<uint32_t>& shards,
+                                uint64_t map_version, int64_t step = -1) {
+  REQUIRE(store.BeginCheckpoint(step, shards, map_version).ok());
+  std::vector<ShardCut> cuts;
+  for (uint32_t s : shards) {
+    absl::Duration stall, hold;
+    absl::StatusOr<ShardCut> cut = store.TakeCheckpointCut(s, absl::InfiniteFuture(), &stall);
+    REQUIRE(cut.ok());
+    REQUIRE(store.ReadCheckpointRows(&*cut, &hold).ok());
+    cuts.push_back(std::move(cut).value());
+  }
+  store.EndCheckpoint();
+  return cuts;
+}
+
+// New shards of `store` restored from `cuts`, for ReplacePrimaries.
+ShardedStore::Restored RestoredFrom(const ShardedStore& store, const std::vector<ShardCut>& cuts) {
+  ShardedStore::Restored restored;
+  for (const ShardCut& cut : cuts) {
+    absl::StatusOr<std::unique_ptr<Shard>> shard = store.NewRestoringShard(cut.shard, 0);
+    REQUIRE(shard.ok());
+    REQUIRE((*shard)->FinishRestore(cut).ok());
+    restored.shards.push_back(std::move(shard).value());
+  }
+  return restored;
+}
+
+TEST_CASE("primaries replaced in place are served and snapshotted to their replicas",
+          "[server][store][replication][restore]") {
+  ReplicatedPair pair(TestJob());
+  const std::vector<uint64_t> keys = EvenShardKeys(40);
+  pair.Push(0, MakePush(keys, 1.0f, 1));
+  const auto kept = PullRows(*pair.stores[0], keys);
+  const std::vector<uint32_t> even = {0, 2, 4, 6};
+  const std::vector<ShardCut> cuts = CutShards(*pair.stores[0], even, 1);
+  pair.Push(0, MakePush(keys, -0.5f, 2));
+  REQUIRE(PullRows(*pair.stores[0], keys) != kept);
+
+  // Not the installed map, or not this server's primaries: nothing is replaced.
+  CHECK(pair.stores[0]->ReplacePrimaries(2, RestoredFrom(*pair.stores[0], cuts)).code() ==
+        absl::StatusCode::kFailedPrecondition);
+  CHECK(pair.stores[1]->ReplacePrimaries(1, RestoredFrom(*pair.stores[1], cuts)).code() ==
+        absl::StatusCode::kFailedPrecondition);
+  CHECK(PullRows(*pair.stores[0], keys) != kept);
+
+  REQUIRE(pair.stores[0]->ReplacePrimaries(1, RestoredFrom(*pair.stores[0], cuts)).ok());
+  CHECK(PullRows(*pair.stores[0], keys) == kept);
+  // A push after it is replicated once the replica has the new shards (a zero gradient changes
+  // no row); promoted, the replica serves the restored rows.
+  pair.Push(0, MakePush(keys, 0.0f, 3));
+  pair.KillServer0();
+  CHECK(PullRows(*pair.stores[1], keys) == kept);
+}
+
+TEST_CASE("sync primaries are not replaced while a step is under way",
+          "[server][store][sync][restore]") {
+  auto store = ServingSyncStore(SyncJob(1.0f));
+  const std::vector<uint64_t> keys = EvenShardKeys(10);
+  const std::vector<ShardCut> cuts = CutShards(*store, {0, 2, 4, 6}, 3, /*step=*/0);
+  uint32_t duplicates = 0;
+  REQUIRE(store->Push(StepPush(keys, 1.0f, 1, 0), &duplicates).ok());
+  CHECK(store->ReplacePrimaries(3, RestoredFrom(*store, cuts)).code() ==
+        absl::StatusCode::kFailedPrecondition);
+  // Once the step is applied, the store is at rest; the restored shards carry on at its step.
+  REQUIRE(store->Push(StepPush(keys, 1.0f, 2, 0), &duplicates).ok());
+  REQUIRE(store->EndStep(1, 0).ok());
+  REQUIRE(store->EndStep(2, 0).ok());
+  REQUIRE(store->ReplacePrimaries(3, RestoredFrom(*store, cuts)).ok());
+  for (const rpc::ShardProgress& p : store->Progress()) {
+    if (p.shard() % 2 == 0) CHECK(p.applied_step() == 0);
+  }
+  REQUIRE(store->Push(StepPush(keys, 1.0f, 1, 1), &duplicates).ok());
+}
+
 // The rows of table "emb" in cuts, by key.
 std::map<uint64_t, std::vector<float>> CutEmbeddings(const std::vector<ShardCut>& cuts) {
   std::map<uint64_t, std::vector<float>> rows;

@@ -32,7 +32,12 @@ absl::StatusOr<bool> EvaluationPolicy::AfterSteps(int64_t steps_done) {
   bool stop = false;
   if (zero) {
     PS_ASSIGN_OR_RETURN(m, evaluate_(options_.sync_clock ? steps_done : -1));
-    if (early_stopping_.has_value()) stop = early_stopping_->Update(steps_done, m.auc, m.logloss);
+    if (early_stopping_.has_value()) {
+      stop = early_stopping_->Update(steps_done, m.auc, m.logloss);
+      if (early_stopping_->best_step() == steps_done && options_.on_best) {
+        PS_RETURN_IF_ERROR(options_.on_best(steps_done));
+      }
+    }
   }
   PS_RETURN_IF_ERROR(ShareFromWorkerZero(&m, &stop));
   evaluations_.push_back(Evaluation{steps_done, m});

@@ -54,6 +54,10 @@ class EvaluationPolicy {
     FILE* progress = nullptr;
     FILE* metrics = nullptr;
     absl::Time start;
+    // Worker 0, after an evaluation that improved early stopping's metric, before the other
+    // workers get its figures: keeps that model (BestModel::Keep), with the steps done. Its error
+    // is AfterSteps'. Null: nothing.
+    std::function<absl::Status(int64_t steps_done)> on_best;
   };
 
   // `group` (the dense collective group of every worker) is not owned and outlives this.
@@ -65,9 +69,9 @@ class EvaluationPolicy {
 
   // After the dense collective that ends `steps_done` steps, in the same order on every worker:
   // when an evaluation is due, worker 0 evaluates and every worker gets the figures (appended to
-  // evaluations()) and the early-stopping decision. Returns whether training ends after
-  // steps_done (then stopped_at() is steps_done). Errors of the evaluation (on worker 0) and of
-  // the collective.
+  // evaluations()) and the early-stopping decision; an improvement of the metric goes to
+  // Options::on_best first. Returns whether training ends after steps_done (then stopped_at() is
+  // steps_done). Errors of the evaluation and of on_best (on worker 0) and of the collective.
   absl::StatusOr<bool> AfterSteps(int64_t steps_done);
 
   // At the end of training: with `evaluate`, worker 0 evaluates as the servers are (NaN figures

@@ -70,6 +70,11 @@ TEST_CASE("EvaluationPolicy: worker 0 evaluates when due, and early stopping end
   options.progress = progress.file();
   options.metrics = metrics.file();
   options.start = absl::Now();
+  std::vector<int64_t> best;  // the evaluations that improved the metric
+  options.on_best = [&](int64_t steps_done) {
+    best.push_back(steps_done);
+    return absl::OkStatus();
+  };
   EvaluationPolicy policy(
       training, &group,
       [&](int64_t clock) -> absl::StatusOr<HeldoutMetrics> {
@@ -86,6 +91,7 @@ TEST_CASE("EvaluationPolicy: worker 0 evaluates when due, and early stopping end
   CHECK(*policy.AfterSteps(10) == false);
   CHECK(*policy.AfterSteps(15) == true);
   CHECK(clocks == std::vector<int64_t>{5, 10, 15});  // SYNC: as of the steps done
+  CHECK(best == std::vector<int64_t>{5});
   CHECK(group.collectives == 3);
   CHECK(policy.stopped_at() == 15);
   REQUIRE(policy.evaluations().size() == 3);
@@ -140,6 +146,34 @@ TEST_CASE("EvaluationPolicy: the other workers get worker 0's figures and decisi
   CHECK(policy.evaluations()[0].metrics.logloss == 0.25);
   CHECK(policy.evaluations()[0].metrics.samples == 300);
   CHECK(progress.text().empty());  // worker 0 writes the lines
+}
+
+TEST_CASE("EvaluationPolicy: keeping the best model fails the evaluation that improved",
+          "[worker][evaluation_policy]") {
+  config::Training training;
+  training.set_eval_every_steps(5);
+  training.mutable_early_stopping()->set_metric(config::EarlyStopping::LOGLOSS);
+  FakeGroup group(0, {});
+  EvaluationPolicy::Options options;
+  std::vector<int64_t> best;
+  options.on_best = [&](int64_t steps_done) {
+    best.push_back(steps_done);
+    return steps_done == 15 ? absl::FailedPreconditionError("no checkpoint") : absl::OkStatus();
+  };
+  const std::vector<double> loglosses = {0.5, 0.6, 0.4};
+  size_t evaluated = 0;
+  EvaluationPolicy policy(
+      training, &group,
+      [&](int64_t) -> absl::StatusOr<HeldoutMetrics> {
+        return HeldoutMetrics{0.7, loglosses[evaluated++], 100};
+      },
+      options);
+  CHECK(*policy.AfterSteps(5) == false);
+  CHECK(*policy.AfterSteps(10) == false);
+  // Its error is the evaluation's, before the other workers get the figures.
+  CHECK(policy.AfterSteps(15).status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(best == std::vector<int64_t>{5, 15});
+  CHECK(group.collectives == 2);
 }
 
 TEST_CASE("EvaluationPolicy without an interval never evaluates during training",

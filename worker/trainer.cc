@@ -8,6 +8,7 @@
 #include "common/status_macros.h"
 #include "worker/batch_balancer.h"
 #include "worker/batch_reader.h"
+#include "worker/best_model.h"
 #include "worker/checkpoint_policy.h"
 #include "worker/data/batch.h"
 #include "worker/data/schema.h"
@@ -86,6 +87,7 @@ class TrainingRun {
   std::unique_ptr<EvaluationPolicy> evaluation_;
   std::unique_ptr<DenseSync> dense_;
   std::unique_ptr<CheckpointPolicy> checkpoints_;
+  std::unique_ptr<BestModel> best_;
   int64_t step_ = 0;  // the clock: a straggler in sync mode can skip steps
 };
 
@@ -155,6 +157,12 @@ absl::Status TrainingRun::CreatePolicies(CoordinatorClient* coordinator) {
   eval.progress = options_.progress;
   eval.metrics = reporter_->metrics_file();
   eval.start = start_;
+  best_ = std::make_unique<BestModel>(job_, coordinator, allreduce_, options_.progress);
+  if (best_->enabled()) {
+    eval.on_best = [this](int64_t steps_done) {
+      return best_->Keep(steps_done, compute_->params(), compute_->optimizer_state());
+    };
+  }
   evaluation_ = std::make_unique<EvaluationPolicy>(
       tr, allreduce_,
       [this](int64_t clock) { return EvaluateHeldout(job_, client_, compute_->model(), clock); },
@@ -223,6 +231,16 @@ absl::StatusOr<TrainResult> TrainingRun::Finish() {
   const int64_t boundary = std::max(step_, end);  // after the last step
   PS_RETURN_IF_ERROR(
       checkpoints_->AtEnd(boundary, end - 1, compute_->params(), compute_->optimizer_state()));
+  // Early stopping's best model replaces the last one, on the servers and every worker, before
+  // the dense master copy, the final evaluation and the end-of-training checkpoint.
+  PS_ASSIGN_OR_RETURN(result.kept_step,
+                      best_->Restore(evaluation_->stopped_at() >= 0, compute_->params(),
+                                     compute_->optimizer_state()));
+  if (result.kept_step >= 0) {
+    result.kept_checkpoint = best_->checkpoint();
+    PS_RETURN_IF_ERROR(
+        checkpoints_->AtEnd(boundary, end - 1, compute_->params(), compute_->optimizer_state()));
+  }
   result.seconds = absl::ToDoubleSeconds(absl::Now() - start_);
   // Everyone is done pushing; the total of samples trained.
   float total = static_cast<float>(reporter_->samples());

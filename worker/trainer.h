@@ -87,6 +87,11 @@ struct TrainResult {
   std::vector<Evaluation> evaluations;
   // The step after which early stopping ended training (every worker the same), or -1.
   int64_t stopped_early_at = -1;
+  // Early stopping's best model (training.early_stopping.restore_best): the step after which the
+  // model kept was evaluated, when training stopped early and it was restored (every worker the
+  // same), else -1; and, on worker 0, the folder of its checkpoint (else empty).
+  int64_t kept_step = -1;
+  std::string kept_checkpoint;
 };
 
 // Trains the job's model on this worker's share of the data. `client` (registered as this
@@ -112,15 +117,20 @@ struct TrainResult {
 // Evaluation: with training.eval_every_epochs or eval_every_steps worker 0 evaluates the held-out
 // data at those steps (a SYNC evaluation sees exactly the steps before it) and hands the figures,
 // and with training.early_stopping its decision to stop, to every worker through the dense
-// collective group; all workers then stop after the same step. At the end worker 0 evaluates
-// once more and every worker's result carries the figures.
+// collective group; all workers then stop after the same step. With early_stopping.restore_best
+// (and a checkpoint_dir) the best model is kept: worker 0 checkpoints the cluster after each
+// evaluation that improved the metric, and when early stopping ended training that checkpoint is
+// restored into the servers and every worker takes worker 0's dense state from then (BestModel),
+// before the dense master copy, the final evaluation and the end-of-training checkpoint. At the
+// end worker 0 evaluates once more and every worker's result carries the figures.
 //
 // Checkpoints (SYNC with a checkpoint_dir): the worker keeps its state at its latest step
 // boundaries and gives the coordinator the one a checkpoint asks for (WorkerCheckpointer); worker
 // 0 has the coordinator take one at the end, with its final state, when checkpoint_at_end.
 //
 // Errors: the client's, the collective's or the data's (NOT_FOUND for a missing file); those of
-// WorkerCheckpointer::Load when resuming; the end-of-training checkpoint's.
+// WorkerCheckpointer::Load when resuming; the best model's checkpoints and restore; the
+// end-of-training checkpoint's.
 absl::StatusOr<TrainResult> Train(const config::Job& job, Client* client,
                                   CoordinatorClient* coordinator, uint32_t member_id,
                                   AllReduce* allreduce, const TrainerOptions& options);

@@ -74,6 +74,8 @@ config::Job TinyJob(const Case& c, const std::string& train, const std::string& 
     // A min_delta no evaluation can beat: training stops after the patience's evaluations.
     tr->mutable_early_stopping()->set_patience(2);
     tr->mutable_early_stopping()->set_min_delta(1.0f);
+    // In process, without a coordinator to keep the best model in a checkpoint: the last stays.
+    tr->mutable_early_stopping()->set_restore_best(false);
   }
   job.mutable_cluster()->set_num_workers(1);
   job.mutable_cluster()->set_num_shards(4);
@@ -168,6 +170,7 @@ TEST_CASE("Train in process is deterministic and reports every step, evaluation 
   if (c.early_stopping) {
     // Evaluations after steps 5, 10 and 15: no improvement by 1.0 twice after the first.
     CHECK(r.stopped_early_at == 15);
+    CHECK(r.kept_step == -1);  // restore_best: false
     CHECK(r.steps == 15);
     REQUIRE(r.evaluations.size() == 3);
     CHECK(absl::StrContains(first.progress, "worker 0: early stopping after step 15"));

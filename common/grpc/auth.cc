@@ -30,8 +30,9 @@ constexpr size_t kMaxTokenLength = 512;
 constexpr size_t kMaxLoggedPeers = 1024;
 
 // What a worker token may call: the data path, the rendezvous store, its own membership and
-// clocks. Register (as a server) and StartCheckpoint (other than the job's end-of-training one)
-// are checked again by the coordinator's service with RequireAdmin.
+// clocks. Register (as a server), StartCheckpoint (other than the job's end-of-training one and
+// early stopping's best model) and RestoreCheckpoint (other than early stopping's) are checked
+// again by the coordinator's service with RequireAdmin.
 constexpr absl::string_view kWorkerMethods[] = {
     "/ps.rpc.ParameterServer/Pull",     "/ps.rpc.ParameterServer/Push",
     "/ps.rpc.ParameterServer/PullDense", "/ps.rpc.ParameterServer/PushDense",
@@ -44,7 +45,7 @@ constexpr absl::string_view kWorkerMethods[] = {
     "/ps.rpc.Coordinator/ReportClock",  "/ps.rpc.Coordinator/WaitClock",
     "/ps.rpc.Coordinator/KvSet",        "/ps.rpc.Coordinator/KvGet",
     "/ps.rpc.Coordinator/KvWait",       "/ps.rpc.Coordinator/ReportFailure",
-    "/ps.rpc.Coordinator/StartCheckpoint",
+    "/ps.rpc.Coordinator/StartCheckpoint", "/ps.rpc.Coordinator/RestoreCheckpoint",
 };
 
 bool IsTokenChar(char c) {

@@ -125,12 +125,13 @@ absl::StatusOr<rpc::WriteCheckpointResponse> WriteServerCheckpoint(
 
 namespace {
 
-// Loads shards `shards` of `map`'s checkpoint (restore_from) into new shards of `store`, on up
-// to `threads` threads; the result is ready for SetShardMap.
-absl::StatusOr<ShardedStore::Restored> LoadShards(ShardedStore* store, const rpc::ShardMap& map,
+// Loads shards `shards` (of `num_shards`) of the checkpoint in `folder` into new shards of
+// `store`, on up to `threads` threads; the result is ready for SetShardMap or ReplacePrimaries.
+absl::StatusOr<ShardedStore::Restored> LoadShards(ShardedStore* store, const std::string& folder,
+                                                  uint32_t num_shards,
                                                   const std::vector<uint32_t>& shards,
                                                   int threads) {
-  absl::StatusOr<rpc::CheckpointManifest> manifest = ReadCheckpointManifest(map.restore_from());
+  absl::StatusOr<rpc::CheckpointManifest> manifest = ReadCheckpointManifest(folder);
   if (!manifest.ok()) return manifest.status();
   ShardedStore::Restored restored;
   restored.step = manifest->step();
@@ -178,9 +179,8 @@ absl::StatusOr<ShardedStore::Restored> LoadShards(ShardedStore* store, const rpc
   } builder(store, &restored);
   // Under a memory budget the files are read, not mapped: a mapped file's pages would count in
   // the resident set.
-  absl::Status loaded =
-      LoadCheckpointShards(map.restore_from(), *manifest, store->tables(), map.num_shards(), shards,
-                           threads, &builder, /*map_files=*/!store->bounded());
+  absl::Status loaded = LoadCheckpointShards(folder, *manifest, store->tables(), num_shards, shards,
+                                             threads, &builder, /*map_files=*/!store->bounded());
   if (!loaded.ok()) return loaded;
   return restored;
 }
@@ -200,7 +200,8 @@ absl::Status InstallShardMap(ShardedStore* store, const rpc::ShardMap& map, uint
       *held = HeldRestore();
       if (!shards.empty()) {
         const absl::Time start = absl::Now();
-        absl::StatusOr<ShardedStore::Restored> restored = LoadShards(store, map, shards, threads);
+        absl::StatusOr<ShardedStore::Restored> restored =
+            LoadShards(store, map.restore_from(), map.num_shards(), shards, threads);
         if (!restored.ok()) return restored.status();
         held->restored = *std::move(restored);
         held->loaded_at = absl::Now();
@@ -226,7 +227,8 @@ absl::Status InstallShardMap(ShardedStore* store, const rpc::ShardMap& map, uint
     load_seconds = held->load_seconds;
     waited_seconds = absl::ToDoubleSeconds(start - held->loaded_at);
   } else {
-    absl::StatusOr<ShardedStore::Restored> loaded = LoadShards(store, map, shards, threads);
+    absl::StatusOr<ShardedStore::Restored> loaded =
+        LoadShards(store, map.restore_from(), map.num_shards(), shards, threads);
     if (!loaded.ok()) return loaded.status();
     restored = *std::move(loaded);
     load_seconds = absl::ToDoubleSeconds(absl::Now() - start);
@@ -243,6 +245,27 @@ absl::Status InstallShardMap(ShardedStore* store, const rpc::ShardMap& map, uint
                  absl::ToDoubleSeconds(absl::Now() - read));
   }
   return installed;
+}
+
+absl::StatusOr<rpc::RestoreShardsResponse> RestoreServerShards(
+    ShardedStore* store, const rpc::RestoreShardsRequest& request, int threads) {
+  if (!std::filesystem::path(request.path()).is_absolute()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the checkpoint's folder must be an absolute path, got \"", request.path(), "\""));
+  }
+  const std::vector<uint32_t> shards(request.shards().begin(), request.shards().end());
+  absl::StatusOr<ShardedStore::Restored> restored =
+      LoadShards(store, request.path(), store->num_shards(), shards, threads);
+  if (!restored.ok()) return restored.status();
+  std::vector<uint64_t> rows(store->tables().size(), 0);
+  std::vector<uint64_t> bytes(store->tables().size(), 0);
+  for (const std::unique_ptr<Shard>& shard : restored->shards) shard->AddSizes(&rows, &bytes);
+  rpc::RestoreShardsResponse response;
+  for (const uint64_t r : rows) response.set_rows(response.rows() + r);
+  absl::Status replaced =
+      store->ReplacePrimaries(request.header().map_version(), *std::move(restored));
+  if (!replaced.ok()) return replaced;
+  return response;
 }
 
 }  // namespace server

@@ -68,6 +68,17 @@ int CheckpointWriterThreads();
 absl::Status InstallShardMap(ShardedStore* store, const rpc::ShardMap& map, uint32_t server_id,
                              int threads, HeldRestore* held);
 
+// Puts the checkpoint in `request.path` back into the running `store`: the shards
+// `request.shards` (this server's primaries in map request.header.map_version) are loaded from its
+// files on up to `threads` threads (as a restored job's are) and replace the store's
+// (ShardedStore::ReplacePrimaries). Returns the rows restored. Errors, with nothing replaced:
+// INVALID_ARGUMENT for a path that is not absolute; ReadCheckpointManifest's and
+// LoadCheckpointShards' (DATA_LOSS for a missing or damaged file, FAILED_PRECONDITION for tables
+// that do not fit the job's); ReplacePrimaries' (FAILED_PRECONDITION: another map, not this
+// server's primaries, a sync step under way).
+absl::StatusOr<rpc::RestoreShardsResponse> RestoreServerShards(
+    ShardedStore* store, const rpc::RestoreShardsRequest& request, int threads);
+
 }  // namespace server
 }  // namespace ps
 

@@ -163,6 +163,72 @@ TEST_CASE("a damaged file fails the held load, and nothing is installed", "[chec
   CHECK(held.restored.shards.empty());
 }
 
+TEST_CASE("a checkpoint restored into a running store replaces its primaries' rows",
+          "[checkpoint][restore]") {
+  Checkpoint c;
+  std::unique_ptr<ShardedStore> store = FreshStore();
+  store->SetShardMap(EvenOddMap(1), 0);
+  // Rows the checkpoint has, changed since, and rows it does not have.
+  rpc::PushRequest push;
+  push.set_table("emb");
+  push.mutable_header()->set_map_version(1);
+  push.mutable_header()->set_worker_id(7);
+  push.mutable_header()->set_sequence(1);
+  testing::SetKeys(c.keys, &push);
+  const std::vector<float> grads(c.keys.size() * 4, 1.0f);
+  push.set_grads(
+      std::string(reinterpret_cast<const char*>(grads.data()), grads.size() * sizeof(float)));
+  uint32_t duplicates = 0;
+  REQUIRE(store->Push(push, &duplicates).ok());
+  absl::StatusOr<Rows> pushed = PullStoreRows(*store, c.keys);
+  REQUIRE(pushed.ok());
+  REQUIRE(*pushed != c.at_cut);
+  const std::vector<uint64_t> newer = testing::KeysOnShards(0, 250);  // 50 keys after c.keys
+  REQUIRE(PullStoreRows(*store, newer).ok());
+
+  rpc::RestoreShardsRequest request;
+  request.mutable_header()->set_map_version(1);
+  request.set_path(c.dir);
+  for (uint32_t s = 0; s < kShards; s += 2) request.add_shards(s);
+
+  SECTION("the checkpoint's rows come back; rows it did not have are gone") {
+    absl::StatusOr<rpc::RestoreShardsResponse> restored =
+        RestoreServerShards(store.get(), request, 2);
+    INFO(restored.status().ToString());
+    REQUIRE(restored.ok());
+    CHECK(restored->rows() == c.keys.size());
+    absl::StatusOr<Rows> rows = PullStoreRows(*store, c.keys);
+    REQUIRE(rows.ok());
+    CHECK(*rows == c.at_cut);
+    rpc::ServerStatus status;
+    store->FillStatus(&status);
+    uint64_t held_rows = 0;
+    for (const auto& table : status.tables()) held_rows += table.rows();
+    CHECK(held_rows == c.keys.size());
+    // The store serves on: a push applies to the restored rows.
+    push.mutable_header()->set_sequence(2);
+    REQUIRE(store->Push(push, &duplicates).ok());
+    absl::StatusOr<Rows> again = PullStoreRows(*store, c.keys);
+    REQUIRE(again.ok());
+    CHECK(*again == *pushed);
+  }
+  SECTION("another map version, or shards it is not primary of, replace nothing") {
+    request.mutable_header()->set_map_version(2);
+    CHECK(RestoreServerShards(store.get(), request, 2).status().code() ==
+          absl::StatusCode::kFailedPrecondition);
+    request.mutable_header()->set_map_version(1);
+    request.add_shards(1);
+    CHECK(RestoreServerShards(store.get(), request, 2).status().code() ==
+          absl::StatusCode::kFailedPrecondition);
+    request.set_path("relative/folder");
+    CHECK(RestoreServerShards(store.get(), request, 2).status().code() ==
+          absl::StatusCode::kInvalidArgument);
+    absl::StatusOr<Rows> rows = PullStoreRows(*store, c.keys);
+    REQUIRE(rows.ok());
+    CHECK(*rows == *pushed);
+  }
+}
+
 }  // namespace
 }  // namespace server
 }  // namespace ps

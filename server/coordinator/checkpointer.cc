@@ -20,6 +20,7 @@
 #include "common/grpc/channel_factory.h"
 #include "common/grpc_status.h"
 #include "proto/ps.grpc.pb.h"
+#include "server/coordinator/restore_check.h"
 #include "xxhash.h"
 
 namespace ps {
@@ -46,6 +47,25 @@ Checkpointer::WriteFn GrpcWrite(absl::Duration timeout,
     context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
     rpc::WriteCheckpointResponse response;
     absl::Status status = FromGrpcStatus(stub->WriteCheckpoint(&context, request, &response));
+    if (!status.ok()) {
+      return absl::Status(status.code(), absl::StrCat("server ", address, ": ", status.message()));
+    }
+    return response;
+  };
+}
+
+Checkpointer::RestoreFn GrpcRestore(absl::Duration timeout,
+                                    std::shared_ptr<grpc::ChannelCredentials> credentials) {
+  return [timeout, credentials](const std::string& address,
+                                const rpc::RestoreShardsRequest& request)
+             -> absl::StatusOr<rpc::RestoreShardsResponse> {
+    grpc_util::ChannelOptions options = grpc_util::CheckpointChannelOptions();
+    options.credentials = credentials;
+    auto stub = rpc::ParameterServer::NewStub(grpc_util::NewChannel(address, options));
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    rpc::RestoreShardsResponse response;
+    absl::Status status = FromGrpcStatus(stub->RestoreShards(&context, request, &response));
     if (!status.ok()) {
       return absl::Status(status.code(), absl::StrCat("server ", address, ": ", status.message()));
     }
@@ -94,9 +114,71 @@ std::vector<uint64_t> Retired(const std::vector<rpc::CheckpointManifest>& comple
 }  // namespace
 
 Checkpointer::Checkpointer(Coordinator* coordinator, WriteFn write, absl::Duration timeout,
-                           std::shared_ptr<grpc::ChannelCredentials> credentials)
+                           std::shared_ptr<grpc::ChannelCredentials> credentials, RestoreFn restore)
     : coordinator_(coordinator),
-      write_(write ? std::move(write) : GrpcWrite(timeout, std::move(credentials))) {}
+      write_(write ? std::move(write) : GrpcWrite(timeout, credentials)),
+      restore_(restore ? std::move(restore) : GrpcRestore(timeout, credentials)) {}
+
+absl::StatusOr<rpc::RestoreCheckpointResponse> Checkpointer::Restore(const std::string& path,
+                                                                     absl::Duration wait) {
+  const absl::Time start = absl::Now();
+  absl::StatusOr<RestorePoint> point = CheckRestorable(path, coordinator_->job());
+  if (!point.ok()) return point.status();
+  {
+    absl::MutexLock lock(&mu_);
+    auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !taking_; };
+    if (!mu_.AwaitWithTimeout(absl::Condition(&idle), wait)) {
+      return absl::FailedPreconditionError("a checkpoint is being taken");
+    }
+    taking_ = true;
+  }
+  struct Done {
+    Checkpointer* self;
+    ~Done() {
+      absl::MutexLock lock(&self->mu_);
+      self->taking_ = false;
+    }
+  } done{this};
+  const rpc::ShardMap map = coordinator_->Status().shard_map();
+  if (map.version() == 0 || map.shards_size() == 0) {
+    return absl::FailedPreconditionError("the shard map does not exist yet");
+  }
+  std::map<uint32_t, std::vector<uint32_t>> by_server;
+  for (const rpc::ShardAssignment& a : map.shards()) {
+    if (a.lost()) {
+      return absl::FailedPreconditionError(
+          absl::StrFormat("shard %d is lost; restore the job from a checkpoint", a.shard()));
+    }
+    by_server[a.primary()].push_back(a.shard());
+  }
+  std::map<uint32_t, std::string> address;
+  for (const rpc::ServerInfo& s : map.servers()) address[s.server_id()] = s.address();
+  std::vector<absl::StatusOr<rpc::RestoreShardsResponse>> results(by_server.size(),
+                                                                  absl::UnknownError("not run"));
+  {
+    // Every server restores its primaries at once.
+    std::vector<std::thread> threads;
+    size_t i = 0;
+    for (const auto& [server, shards] : by_server) {
+      rpc::RestoreShardsRequest request;
+      request.mutable_header()->set_map_version(map.version());
+      request.set_path(point->folder);
+      for (uint32_t s : shards) request.add_shards(s);
+      threads.emplace_back([this, &results, i, request, addr = address[server]] {
+        results[i] = restore_(addr, request);
+      });
+      ++i;
+    }
+    for (std::thread& t : threads) t.join();
+  }
+  for (const absl::StatusOr<rpc::RestoreShardsResponse>& result : results) {
+    if (!result.ok()) return result.status();
+  }
+  rpc::RestoreCheckpointResponse response;
+  response.set_step(point->manifest.step());
+  response.set_seconds(absl::ToDoubleSeconds(absl::Now() - start));
+  return response;
+}
 
 void Checkpointer::SetMetrics(metrics::Registry* registry) {
   constexpr char kHelp[] = "Checkpoints asked of the coordinator, by outcome.";
@@ -138,7 +220,7 @@ absl::StatusOr<rpc::CheckpointResponse> Checkpointer::TakeUnmeasured(
   }
   {
     absl::MutexLock lock(&mu_);
-    if (taking_) return absl::FailedPreconditionError("a checkpoint is being taken");
+    if (taking_) return absl::FailedPreconditionError("a checkpoint is being taken or restored");
     taking_ = true;
   }
   struct Done {

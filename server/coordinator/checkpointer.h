@@ -32,11 +32,17 @@ class Checkpointer {
   using WriteFn = std::function<absl::StatusOr<rpc::WriteCheckpointResponse>(
       const std::string& address, const rpc::WriteCheckpointRequest& request)>;
 
-  // `coordinator` is not owned and must outlive the Checkpointer; `write` defaults to gRPC calls
-  // with a deadline of `timeout`, over channels with `credentials` (null: plaintext).
+  // Asks the server at `address` to replace its shards (ParameterServer.RestoreShards).
+  using RestoreFn = std::function<absl::StatusOr<rpc::RestoreShardsResponse>(
+      const std::string& address, const rpc::RestoreShardsRequest& request)>;
+
+  // `coordinator` is not owned and must outlive the Checkpointer; `write` and `restore` default
+  // to gRPC calls with a deadline of `timeout`, over channels with `credentials` (null:
+  // plaintext).
   Checkpointer(Coordinator* coordinator, WriteFn write = nullptr,
                absl::Duration timeout = absl::Minutes(30),
-               std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
+               std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr,
+               RestoreFn restore = nullptr);
 
   // Takes a checkpoint (see CheckpointRequest for `step` and `workers`) into the job's
   // checkpoint_dir, as folder <id> (one above the newest there), and removes complete
@@ -55,13 +61,24 @@ class Checkpointer {
   // base when a file is incremental (base_id), else the checkpoint is full (base_id 0).
   //
   // Errors: FAILED_PRECONDITION without checkpoint_dir, before the shard map exists, with a lost
-  // shard, while another checkpoint is being taken, when a server refuses (its message says why),
-  // when a worker rank is not alive or reports that it cannot give its state at the boundary;
+  // shard, while another checkpoint is being taken (or one restored: Restore), when a server
+  // refuses (its message says why), when a worker rank is not alive or reports that it cannot
+  // give its state at the boundary;
   // INVALID_ARGUMENT for given states of another step; DEADLINE_EXCEEDED when a worker's state
   // does not come; what a server's write returned otherwise. A failed checkpoint's folder is
   // removed; it never has a manifest.
   absl::StatusOr<rpc::CheckpointResponse> Take(
       int64_t step, std::vector<rpc::CheckpointWorkerState> workers = {});
+
+  // Puts the checkpoint in `path` (a complete checkpoint's folder) back into the running
+  // cluster: every server of the shard map replaces the shards it is primary of with the
+  // checkpoint's (RestoreShards), all at once. Waits up to `wait` for a checkpoint being taken
+  // (none is taken meanwhile). For a cluster at rest: the job's workers are not pushing. Errors:
+  // FAILED_PRECONDITION before the shard map exists, with a lost shard, or when a checkpoint is
+  // still being taken after `wait`; CheckRestorable's (the checkpoint does not fit the job); a
+  // server's error (shards already replaced on other servers stay replaced).
+  absl::StatusOr<rpc::RestoreCheckpointResponse> Restore(const std::string& path,
+                                                         absl::Duration wait);
 
   // Counts every Take in `registry` (not owned; outlives the Checkpointer):
   // ps_coordinator_checkpoints_total{outcome="ok"|"failed"} and, for those taken,
@@ -77,6 +94,7 @@ class Checkpointer {
 
   Coordinator* const coordinator_;
   const WriteFn write_;
+  const RestoreFn restore_;
   metrics::Counter* taken_ = nullptr;
   metrics::Counter* failed_ = nullptr;
   metrics::Histogram* durations_ = nullptr;

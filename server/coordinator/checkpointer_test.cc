@@ -2,6 +2,7 @@
 
 #include <catch2/catch.hpp>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <set>
 #include <string>
@@ -54,11 +55,21 @@ struct Fixture {
             rpc::CheckpointShardFile* file = response.add_files();
             file->set_shard(s);
             file->set_file(absl::StrFormat("shard-%05d.sst", s));
+            // Empty, as the manifest says (no size).
+            std::ofstream(absl::StrCat(r.path(), "/", file->file()));
             const bool incremental = r.base_id() != 0 && written_full.count(s) == 0;
             file->set_incremental(incremental);
             file->set_base_id(incremental ? r.base_id() : 0);
           }
           return response;
+        },
+        absl::Minutes(1), nullptr,
+        [this](const std::string& address,
+               const rpc::RestoreShardsRequest& r) -> absl::StatusOr<rpc::RestoreShardsResponse> {
+          absl::MutexLock lock(&mu);
+          restores.push_back(r);
+          if (!restore_error.ok()) return restore_error;
+          return rpc::RestoreShardsResponse();
         });
     REQUIRE(coordinator->Register(rpc::SERVER, "127.0.0.1:1", -1).ok());
   }
@@ -99,6 +110,8 @@ struct Fixture {
   absl::Mutex mu;
   std::vector<rpc::WriteCheckpointRequest> requests ABSL_GUARDED_BY(mu);
   std::set<uint32_t> written_full ABSL_GUARDED_BY(mu);
+  std::vector<rpc::RestoreShardsRequest> restores ABSL_GUARDED_BY(mu);
+  absl::Status restore_error ABSL_GUARDED_BY(mu);
 };
 
 TEST_CASE("every checkpoint_full_every-th checkpoint is full, the others build on the previous",
@@ -230,6 +243,35 @@ TEST_CASE("a checkpoint retried after a refusal asks the workers under a new key
   CHECK(notices[0].key() != notices[1].key());
   CHECK(retried->step() == 5);
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a restore asks the primary of every shard to replace it with the checkpoint's",
+          "[checkpoint][restore]") {
+  Fixture f(/*full_every=*/1, /*keep=*/3);
+  absl::StatusOr<rpc::CheckpointResponse> taken = f.checkpointer->Take(-1);
+  REQUIRE(taken.ok());
+  const uint64_t map_version = f.coordinator->Status().shard_map().version();
+
+  absl::StatusOr<rpc::RestoreCheckpointResponse> restored =
+      f.checkpointer->Restore(taken->path(), absl::Seconds(1));
+  INFO(restored.status().ToString());
+  REQUIRE(restored.ok());
+  CHECK(restored->step() == -1);
+  {
+    absl::MutexLock lock(&f.mu);
+    REQUIRE(f.restores.size() == 1);
+    CHECK(f.restores[0].path() == taken->path());
+    CHECK(f.restores[0].header().map_version() == map_version);
+    CHECK(std::vector<uint32_t>(f.restores[0].shards().begin(), f.restores[0].shards().end()) ==
+          std::vector<uint32_t>{0, 1, 2, 3});
+    f.restore_error = absl::UnavailableError("server down");
+  }
+  // A server's error is the restore's; a folder that holds no checkpoint asks no server.
+  CHECK(f.checkpointer->Restore(taken->path(), absl::Seconds(1)).status().code() ==
+        absl::StatusCode::kUnavailable);
+  CHECK_FALSE(f.checkpointer->Restore(absl::StrCat(f.dir, "/none"), absl::Seconds(1)).ok());
+  absl::MutexLock lock(&f.mu);
+  CHECK(f.restores.size() == 2);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <optional>
 #include <string>
 #include <utility>
@@ -158,6 +159,13 @@ CoordinatorService::~CoordinatorService() {
   }
   checker_.join();
   scheduler_.Stop();
+  std::thread restorer;
+  {
+    // Not joined under the lock: the restorer takes it to say it is done.
+    absl::MutexLock lock(&restore_mu_);
+    restorer = std::move(restorer_);
+  }
+  if (restorer.joinable()) restorer.join();
 }
 
 void CoordinatorService::CheckLoop() {
@@ -286,8 +294,11 @@ grpc::ServerUnaryReactor* CoordinatorService::KvWait(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* CoordinatorService::StartCheckpoint(grpc::CallbackServerContext* context,
                                                               const rpc::CheckpointRequest* request,
                                                               rpc::CheckpointResponse* response) {
-  // Worker 0 takes the end-of-training checkpoint the job asks for; any other needs an admin.
-  if (!coordinator_->job().cluster().checkpoint_at_end()) {
+  // Worker 0 takes the end-of-training checkpoint the job asks for, and early stopping's of the
+  // best model; any other needs an admin.
+  const config::Training& training = coordinator_->job().training();
+  if (!coordinator_->job().cluster().checkpoint_at_end() &&
+      !(training.has_early_stopping() && training.early_stopping().restore_best())) {
     if (absl::Status allowed = grpc_util::RequireAdmin(
             *context,
             "a checkpoint (other than the end-of-training one of a job with "
@@ -302,6 +313,46 @@ grpc::ServerUnaryReactor* CoordinatorService::StartCheckpoint(grpc::CallbackServ
                        if (taken.ok()) *response = *std::move(taken);
                        reactor->Finish(ToGrpcStatus(Gate(taken.status())));
                      });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::RestoreCheckpoint(
+    grpc::CallbackServerContext* context, const rpc::RestoreCheckpointRequest* request,
+    rpc::RestoreCheckpointResponse* response) {
+  // Worker 0 puts early stopping's best model back; any other restore needs an admin.
+  const config::Training& training = coordinator_->job().training();
+  if (!(training.has_early_stopping() && training.early_stopping().restore_best())) {
+    if (absl::Status allowed =
+            grpc_util::RequireAdmin(*context, "restoring a checkpoint into the running cluster");
+        !allowed.ok()) {
+      return Done(context, Gate(allowed));
+    }
+  }
+  absl::MutexLock lock(&restore_mu_);
+  if (restoring_) {
+    return Done(context, Gate(absl::FailedPreconditionError("a checkpoint is being restored")));
+  }
+  if (restorer_.joinable()) restorer_.join();
+  restoring_ = true;
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  // Seconds of the servers' reading hold no gRPC thread.
+  restorer_ = std::thread([this, request, response, reactor] {
+    absl::StatusOr<rpc::RestoreCheckpointResponse> restored =
+        checkpointer_.Restore(request->path(), kRestoreWait);
+    if (restored.ok()) {
+      *response = *std::move(restored);
+      std::fprintf(stderr, "ps_coordinator: restored checkpoint %s into the cluster in %.2f s\n",
+                   request->path().c_str(), response->seconds());
+    } else {
+      std::fprintf(stderr, "ps_coordinator: restoring checkpoint %s failed: %s\n",
+                   request->path().c_str(), restored.status().ToString().c_str());
+    }
+    {
+      absl::MutexLock lock(&restore_mu_);
+      restoring_ = false;
+    }
+    reactor->Finish(ToGrpcStatus(Gate(restored.status())));
+  });
   return reactor;
 }
 

@@ -103,6 +103,13 @@ class CoordinatorService final : public rpc::Coordinator::CallbackService {
   grpc::ServerUnaryReactor* StartCheckpoint(grpc::CallbackServerContext* context,
                                             const rpc::CheckpointRequest* request,
                                             rpc::CheckpointResponse* response) override;
+  // Restores the checkpoint into the running cluster (Checkpointer::Restore, waiting up to
+  // kRestoreWait for a checkpoint being taken) on a thread of the service's, answering when every
+  // server has; FAILED_PRECONDITION at once while another restore is under way. An admin's call,
+  // or a worker's in a job whose early stopping keeps the best model.
+  grpc::ServerUnaryReactor* RestoreCheckpoint(grpc::CallbackServerContext* context,
+                                              const rpc::RestoreCheckpointRequest* request,
+                                              rpc::RestoreCheckpointResponse* response) override;
   grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* context,
                                       const rpc::StatusRequest* request,
                                       rpc::ClusterStatus* response) override;
@@ -112,6 +119,9 @@ class CoordinatorService final : public rpc::Coordinator::CallbackService {
   grpc::ServerUnaryReactor* GetServerStatuses(grpc::CallbackServerContext* context,
                                               const rpc::ServerStatusesRequest* request,
                                               rpc::ServerStatuses* response) override;
+
+  // How long RestoreCheckpoint waits for a checkpoint being taken.
+  static constexpr absl::Duration kRestoreWait = absl::Minutes(5);
 
   // Counts the checkpoints taken in `registry` (Checkpointer::SetMetrics). Before serving.
   void SetMetrics(metrics::Registry* registry) { checkpointer_.SetMetrics(registry); }
@@ -154,6 +164,10 @@ class CoordinatorService final : public rpc::Coordinator::CallbackService {
 
   StatusFanout fanout_;
   Checkpointer checkpointer_;
+  // The restore under way or done last (RestoreCheckpoint), joined by the next and on destruction.
+  absl::Mutex restore_mu_;
+  std::thread restorer_ ABSL_GUARDED_BY(restore_mu_);
+  bool restoring_ ABSL_GUARDED_BY(restore_mu_) = false;
   // Takes the requested checkpoints and the periodic ones, on its own thread.
   CheckpointScheduler scheduler_;
 };
