@@ -67,7 +67,7 @@ data {
 training {
   mode: SYNC
   batch_size: 256
-  epochs: 2
+  epochs: 3
   dense_optimizer { type: "adam" learning_rate: 0.002 }
   seed: 3
 }
@@ -91,7 +91,7 @@ TEST_CASE("every model family beats the constant predictor on its teacher's data
   data_options.seed = 11;
   auto teacher = worker::TeacherData::Create(*job, data_options);
   REQUIRE(teacher.ok());
-  REQUIRE((*teacher)->Write(worker::TeacherData::kTrainStream, 80000, dir + "/train.tsv").ok());
+  REQUIRE((*teacher)->Write(worker::TeacherData::kTrainStream, 200000, dir + "/train.tsv").ok());
   absl::StatusOr<worker::TeacherFileStats> heldout =
       (*teacher)->Write(worker::TeacherData::kHeldoutStream, 20000, dir + "/heldout.tsv");
   REQUIRE(heldout.ok());
