@@ -2,8 +2,8 @@
 // with batch 2B (the servers sum a step's gradients and apply them once; the dense gradients are
 // summed by AllReduce), up to float rounding: maximum relative difference at most 1e-4, for SGD
 // and for Adagrad on the embeddings.
-#include <catch2/catch.hpp>
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <fstream>
 #include <string>

@@ -11,8 +11,8 @@
 #include "absl/strings/str_format.h"
 #include "tests/testing/local/local_client.h"
 #include "tests/testing/temp_dir.h"
-#include "worker/data/criteo_reader.h"
 #include "worker/data/classifier_metrics.h"
+#include "worker/data/criteo_reader.h"
 #include "worker/model/model_spec.h"
 #include "worker/testing/tiny_model.h"
 

@@ -23,7 +23,7 @@
 // products, FM, cross layers' elementwise products); gflops is that over the measured step time.
 // gemm_gflops is the rate of the same GEMM shapes run as one chain of plain cblas_sgemm calls
 // on contiguous buffers in this run, and flop_share_of_gemm = gflops / gemm_gflops. Times are
-// medians of --reps repetitions.
+// medians of --reps repetitions, the model's and the chain's alternating.
 //
 //   bazel build -c opt //tests/bench:model_bench
 //   bazel-out/k8-opt/bin/tests/bench/model_bench [--threads=1] [--reps=5] [--families=dlrm,...]
@@ -37,6 +37,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -102,24 +103,33 @@ double GemmFlops(const std::vector<GemmShape>& shapes) {
   return flops;
 }
 
-// The median over --reps of the seconds one call of `step` takes (each repetition runs enough
-// calls for ~0.2 s).
-template <typename Step>
-double MedianSeconds(Step step) {
-  step();
-  step();
-  const auto t0 = Clock::now();
-  step();
-  const double once = std::chrono::duration<double>(Clock::now() - t0).count();
-  const int calls = std::max(1, static_cast<int>(0.2 / std::max(once, 1e-6)));
-  std::vector<double> times;
-  for (int rep = 0; rep < absl::GetFlag(FLAGS_reps); ++rep) {
+// The seconds one call of each of `a` and `b` takes, medians over --reps repetitions (each runs
+// enough calls for ~0.2 s). The two alternate repetition by repetition, so that other work on the
+// machine weighs on both alike.
+template <typename A, typename B>
+std::pair<double, double> MedianSeconds(A a, B b) {
+  auto calls_of = [](auto& step) {
+    step();
+    step();
+    const auto t0 = Clock::now();
+    step();
+    const double once = std::chrono::duration<double>(Clock::now() - t0).count();
+    return std::max(1, static_cast<int>(0.2 / std::max(once, 1e-6)));
+  };
+  const int calls_a = calls_of(a), calls_b = calls_of(b);
+  auto time = [](auto& step, int calls) {
     const auto start = Clock::now();
     for (int i = 0; i < calls; ++i) step();
-    times.push_back(std::chrono::duration<double>(Clock::now() - start).count() / calls);
+    return std::chrono::duration<double>(Clock::now() - start).count() / calls;
+  };
+  std::vector<double> ta, tb;
+  for (int rep = 0; rep < absl::GetFlag(FLAGS_reps); ++rep) {
+    ta.push_back(time(a, calls_a));
+    tb.push_back(time(b, calls_b));
   }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
+  std::sort(ta.begin(), ta.end());
+  std::sort(tb.begin(), tb.end());
+  return {ta[ta.size() / 2], tb[tb.size() / 2]};
 }
 
 // The gathered rows of a batch with 5 multi-valued fields, and the sum pooling around the model.
@@ -195,7 +205,6 @@ int Run(const std::string& family, int batch, bool pooled) {
   model.set_gemm_trace(&shapes);
   step();
   model.set_gemm_trace(nullptr);
-  const double seconds = MedianSeconds(step);
 
   // The same GEMMs as one chain of plain sgemm calls on contiguous buffers.
   size_t a_max = 0, b_max = 0, c_max = 0;
@@ -207,13 +216,14 @@ int Run(const std::string& family, int batch, bool pooled) {
   std::vector<float> a(a_max), b(b_max), c(c_max);
   for (float& v : a) v = 0.1f * normal(rng);
   for (float& v : b) v = 0.1f * normal(rng);
-  const double gemm_seconds = MedianSeconds([&] {
+  auto chain = [&] {
     for (const GemmShape& g : shapes) {
       cblas_sgemm(CblasRowMajor, g.trans_a ? CblasTrans : CblasNoTrans,
                   g.trans_b ? CblasTrans : CblasNoTrans, g.m, g.n, g.k, 1.0f, a.data(),
                   g.trans_a ? g.m : g.k, b.data(), g.trans_b ? g.k : g.n, 0.0f, c.data(), g.n);
     }
-  });
+  };
+  const auto [seconds, gemm_seconds] = MedianSeconds(step, chain);
   const double gemm_flops = GemmFlops(shapes);
   const double flops = gemm_flops + InteractionFlops(spec) * batch;
   const double gflops = flops / seconds * 1e-9;

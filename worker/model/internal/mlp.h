@@ -66,12 +66,13 @@ class Mlp {
 
   const std::vector<DenseLayer>& layers() const { return layers_; }
   bool empty() const { return layers_.empty(); }
+  // The last layer's width; only for a non-empty Mlp.
   int out() const { return layers_.back().out; }
 
-  // Runs the layers over `batch` rows whose input is the concatenation of `input`'s blocks
-  // (widths summing to layers[0].in). The blocks are read again by Backward and must stay
-  // unchanged until then. Returns the output (batch x out(), rows contiguous), valid until the
-  // next Forward.
+  // Runs the layers (at least one) over `batch` rows whose input is the concatenation of
+  // `input`'s blocks (at least one, widths summing to layers[0].in). The blocks are read again by
+  // Backward and must stay unchanged until then. Returns the output (batch x out(), rows
+  // contiguous), valid until the next Forward.
   const float* Forward(const float* params, int batch, absl::Span<const InputBlock> input);
 
   // Backpropagates `dy` (batch x out(), the gradient of the last Forward's output; overwritten)
