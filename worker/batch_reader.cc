@@ -29,8 +29,7 @@ absl::StatusOr<std::unique_ptr<BatchReader>> BatchReader::Open(const config::Job
       expected.num_dense = schema.num_dense;
       expected.num_sparse = schema.num_sparse;
     }
-    PS_ASSIGN_OR_RETURN(std::unique_ptr<BinaryReader> binary,
-                        BinaryReader::Open(paths, expected));
+    PS_ASSIGN_OR_RETURN(std::unique_ptr<BinaryReader> binary, BinaryReader::Open(paths, expected));
     return std::unique_ptr<BatchReader>(
         new BatchReader(nullptr, std::move(binary), rank, world, batch_size, balancer, 0));
   }
@@ -44,8 +43,8 @@ absl::StatusOr<std::unique_ptr<BatchReader>> BatchReader::Open(const config::Job
     struct stat st;
     if (::stat(file.c_str(), &st) == 0) text_bytes += st.st_size;
   }
-  return std::unique_ptr<BatchReader>(new BatchReader(std::move(reader), nullptr, rank, world,
-                                                      batch_size, balancer, text_bytes));
+  return std::unique_ptr<BatchReader>(
+      new BatchReader(std::move(reader), nullptr, rank, world, batch_size, balancer, text_bytes));
 }
 
 BatchReader::BatchReader(std::unique_ptr<CriteoReader> text, std::unique_ptr<BinaryReader> binary,

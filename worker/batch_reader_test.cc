@@ -3,8 +3,8 @@
 #include <sys/stat.h>
 
 #include <catch2/catch.hpp>
-#include <memory>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <vector>
 

@@ -276,7 +276,8 @@ TEST_CASE("A binary file of another schema, or not binary at all, is refused",
   auto reader = BinaryReader::Open({path}, criteo);
   CHECK(reader.status().code() == absl::StatusCode::kInvalidArgument);
   CHECK(reader.status().message() ==
-        path + ": written with 3 dense and 4 sparse fields, expected 13 dense and 26 sparse fields");
+        path +
+            ": written with 3 dense and 4 sparse fields, expected 13 dense and 26 sparse fields");
 
   BinarySchema counts;  // the same counts: accepted
   counts.num_dense = 3;
@@ -285,8 +286,7 @@ TEST_CASE("A binary file of another schema, or not binary at all, is refused",
 
   BinarySchema renamed = TestSchema();
   renamed.sparse_names[2] = "product";
-  CHECK(BinaryReader::Open({path}, renamed).status().code() ==
-        absl::StatusCode::kInvalidArgument);
+  CHECK(BinaryReader::Open({path}, renamed).status().code() == absl::StatusCode::kInvalidArgument);
 
   const std::string text = (*dir)->path() + "/train.tsv";
   WriteAll(text, "1\t2\t3\n");
@@ -296,8 +296,7 @@ TEST_CASE("A binary file of another schema, or not binary at all, is refused",
 
   CHECK(BinaryReader::Open({(*dir)->path() + "/missing.bin"}, TestSchema()).status().code() ==
         absl::StatusCode::kNotFound);
-  CHECK(BinaryReader::Open({}, TestSchema()).status().code() ==
-        absl::StatusCode::kInvalidArgument);
+  CHECK(BinaryReader::Open({}, TestSchema()).status().code() == absl::StatusCode::kInvalidArgument);
 }
 
 TEST_CASE("BinaryWriter refuses batches that do not fit its schema, and leaves no file unclosed",
