@@ -20,7 +20,7 @@ namespace worker {
 namespace {
 
 constexpr int kDim = 2;
-constexpr SchemaOptions kSchema{1, 2};
+const SchemaOptions kSchema{1, 2};
 
 // Rows start at zero and SGD with learning rate 1 adds 1 per push of gradient -1: a row counts the
 // pushes applied to it.
