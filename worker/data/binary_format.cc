@@ -39,12 +39,15 @@ struct ChunkLayout {
   uint64_t labels = 0, dense = 0, offsets = 0, keys = 0, end = 0;
 };
 
-ChunkLayout LayoutOf(uint64_t samples, uint64_t keys, int num_dense, int num_sparse) {
+// Files whose fields are all single-valued have no offsets array: sample r's field f has key
+// r * num_sparse + f.
+ChunkLayout LayoutOf(uint64_t samples, uint64_t keys, int num_dense, int num_sparse,
+                     bool has_offsets) {
   ChunkLayout l;
   l.labels = 0;
   l.dense = AlignUp(l.labels + 4 * samples, 8);
   l.offsets = AlignUp(l.dense + 4 * samples * num_dense, 8);
-  l.keys = AlignUp(l.offsets + 4 * (samples * num_sparse + 1), 8);
+  l.keys = has_offsets ? AlignUp(l.offsets + 4 * (samples * num_sparse + 1), 8) : l.offsets;
   l.end = l.keys + 8 * keys;
   return l;
 }
@@ -176,6 +179,10 @@ BinarySchema BinarySchema::Of(const SchemaOptions& schema) {
   return s;
 }
 
+bool BinarySchema::AnyMultiValued() const {
+  return std::any_of(multi_valued.begin(), multi_valued.end(), [](bool b) { return b; });
+}
+
 bool operator==(const BinarySchema& a, const BinarySchema& b) {
   const BinarySchema x = Normalized(a), y = Normalized(b);
   return x.num_dense == y.num_dense && x.num_sparse == y.num_sparse &&
@@ -293,12 +300,14 @@ absl::Status BinaryWriter::Append(const Batch& batch) {
 
 absl::Status BinaryWriter::FlushChunk() {
   if (chunk_samples_ == 0) return absl::OkStatus();
-  const ChunkLayout l =
-      LayoutOf(chunk_samples_, keys_.size(), schema_.num_dense, schema_.num_sparse);
+  const ChunkLayout l = LayoutOf(chunk_samples_, keys_.size(), schema_.num_dense,
+                                 schema_.num_sparse, schema_.AnyMultiValued());
   std::vector<char> chunk(l.end, 0);
   std::memcpy(chunk.data() + l.labels, labels_.data(), 4 * labels_.size());
   std::memcpy(chunk.data() + l.dense, dense_.data(), 4 * dense_.size());
-  std::memcpy(chunk.data() + l.offsets, offsets_.data(), 4 * offsets_.size());
+  if (schema_.AnyMultiValued()) {
+    std::memcpy(chunk.data() + l.offsets, offsets_.data(), 4 * offsets_.size());
+  }
   std::memcpy(chunk.data() + l.keys, keys_.data(), 8 * keys_.size());
   const uint64_t offset = file_offset_;
   index_.push_back(ChunkEntry{offset, static_cast<uint32_t>(chunk_samples_), keys_.size(),
@@ -514,7 +523,13 @@ absl::StatusOr<std::unique_ptr<BinaryReader>> BinaryReader::Open(
           chunk.samples > uint64_t{BinaryFormat::kMaxChunkSamples} || chunk.keys > UINT32_MAX) {
         return Loss(path, absl::StrCat("damaged chunk index (chunk ", c, ")"));
       }
-      chunk.layout = LayoutOf(chunk.samples, chunk.keys, s.num_dense, s.num_sparse);
+      chunk.layout =
+          LayoutOf(chunk.samples, chunk.keys, s.num_dense, s.num_sparse, s.AnyMultiValued());
+      if (!s.AnyMultiValued() && chunk.keys != chunk.samples * s.num_sparse) {
+        return Loss(path, absl::StrCat("damaged chunk index (chunk ", c, ": ", chunk.keys,
+                                       " keys for ", chunk.samples,
+                                       " samples of single-valued fields)"));
+      }
       if (chunk.offset + chunk.layout.end > index_offset) {
         return Loss(path, absl::StrCat("damaged chunk index (chunk ", c, " passes the index)"));
       }
@@ -627,11 +642,20 @@ absl::Status BinaryReader::ReadChunk(const File& file, size_t chunk_index, int64
   std::memcpy(batch->labels.data() + row, base + chunk.layout.labels + 4 * first, 4 * n);
   std::memcpy(batch->dense.data() + row * nd, base + chunk.layout.dense + 4 * first * nd,
               4 * n * nd);
+  const uint32_t batch_base = static_cast<uint32_t>(batch->keys.size());
+  uint32_t* out = batch->offsets.data() + row * ns + 1;
+  if (!schema_.AnyMultiValued()) {  // no offsets array: one key per field
+    const size_t keys = size_t(n) * ns;
+    for (size_t i = 1; i <= keys; ++i) out[i - 1] = batch_base + static_cast<uint32_t>(i);
+    batch->keys.resize(batch_base + keys);
+    std::memcpy(batch->keys.data() + batch_base, base + chunk.layout.keys + 8 * first * ns,
+                8 * keys);
+    read_bytes_ += static_cast<int64_t>(4 * n + 4 * n * nd + 8 * keys);
+    return absl::OkStatus();
+  }
   const char* offsets = base + chunk.layout.offsets + 4 * first * ns;
   const uint32_t key_begin = Get<uint32_t>(offsets);
   uint32_t previous = key_begin;
-  const uint32_t batch_base = static_cast<uint32_t>(batch->keys.size());
-  uint32_t* out = batch->offsets.data() + row * ns + 1;
   for (size_t i = 1; i <= size_t(n) * ns; ++i) {
     const uint32_t o = Get<uint32_t>(offsets + 4 * i);
     if (o < previous || o > chunk.keys) {

@@ -6,7 +6,7 @@
 // A file is a header (magic "PSBIN\0\0\0", version 1, the counts and names of the dense and
 // sparse fields, which sparse fields are multi-valued, the sample count, an XXH3 of the header),
 // chunks of up to chunk_samples samples (labels, dense, offsets and keys arrays, 64-byte
-// aligned), and a footer: an index of the chunks (offset, samples, keys, XXH3 of the chunk's
+// aligned; no offsets when every field is single-valued), and a footer: an index of the chunks (offset, samples, keys, XXH3 of the chunk's
 // bytes) and a trailer (index offset, chunk count, XXH3 of the index, magic "PSBINEND").
 // Little-endian, fixed widths.
 #ifndef PS_WORKER_DATA_BINARY_FORMAT_H_
@@ -39,6 +39,9 @@ struct BinarySchema {
   // The names that Criteo's text format gives (I1..I<d>, C1..C<s>), or a TextSchema's names and
   // kinds when `schema.text` is set.
   static BinarySchema Of(const SchemaOptions& schema);
+
+  // Whether a sparse field is multi-valued (a file then has an offsets array per chunk).
+  bool AnyMultiValued() const;
 };
 
 bool operator==(const BinarySchema& a, const BinarySchema& b);

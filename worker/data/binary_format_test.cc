@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <cstring>
@@ -153,6 +154,44 @@ TEST_CASE("Binary files read back exactly what was written, across chunks and fi
   CHECK((*reader)->Read(30, 8, &got).code() == absl::StatusCode::kInvalidArgument);
   CHECK((*reader)->Read(-1, 1, &got).code() == absl::StatusCode::kInvalidArgument);
   CHECK((*reader)->Read(0, 1, nullptr).code() == absl::StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("Files of single-valued fields have no offsets, and read back exactly",
+          "[worker][binary_format]") {
+  auto dir = testing::ScopedTempDir::Create("binary_format");
+  REQUIRE(dir.ok());
+  BinarySchema schema;
+  schema.num_dense = 2;
+  schema.num_sparse = 3;
+  std::mt19937_64 rng(13);
+  Batch all;
+  all.size = 40;
+  for (int i = 0; i < 40 * 2; ++i) all.dense.push_back(static_cast<float>(rng() % 1000) / 7);
+  for (int i = 0; i < 40; ++i) all.labels.push_back(static_cast<float>(rng() % 2));
+  for (int i = 0; i < 40 * 3; ++i) all.keys.push_back(rng());
+  SetSingleValuedOffsets(3, &all);
+  const std::string path = (*dir)->path() + "/single.bin";
+  BinaryWriterOptions options;
+  options.chunk_samples = 40;
+  auto writer = BinaryWriter::Open(path, schema, options);
+  REQUIRE(writer.ok());
+  REQUIRE((*writer)->Append(all).ok());
+  const auto summary = (*writer)->Close();
+  REQUIRE(summary.ok());
+  // A header of 128 bytes, one chunk of labels, dense and keys, a 32-byte index entry and the
+  // 32-byte trailer.
+  CHECK(summary->bytes == 128 + (40 * 4 + 40 * 2 * 4 + 40 * 3 * 8 + 63) / 64 * 64 + 32 + 32);
+  auto reader = BinaryReader::Open({path}, schema, {BinaryReaderOptions::Verify::kFull});
+  REQUIRE(reader.ok());
+  Batch got;
+  for (int begin = 0; begin < 40; begin += 7) {
+    const int count = std::min(11, 40 - begin);
+    REQUIRE((*reader)->Read(begin, count, &got).ok());
+    CheckEqual(got, Slice(all, begin, count, 2, 3));
+    CHECK(got.SingleValued());
+  }
+  REQUIRE((*reader)->Read(0, 40, &got).ok());
+  CheckEqual(got, all);
 }
 
 TEST_CASE("A reader counts the bytes of the arrays it copies, not the file's",
