@@ -526,9 +526,9 @@ absl::StatusOr<std::unique_ptr<BinaryReader>> BinaryReader::Open(
       chunk.layout =
           LayoutOf(chunk.samples, chunk.keys, s.num_dense, s.num_sparse, s.AnyMultiValued());
       if (!s.AnyMultiValued() && chunk.keys != chunk.samples * s.num_sparse) {
-        return Loss(path, absl::StrCat("damaged chunk index (chunk ", c, ": ", chunk.keys,
-                                       " keys for ", chunk.samples,
-                                       " samples of single-valued fields)"));
+        return Loss(path,
+                    absl::StrCat("damaged chunk index (chunk ", c, ": ", chunk.keys, " keys for ",
+                                 chunk.samples, " samples of single-valued fields)"));
       }
       if (chunk.offset + chunk.layout.end > index_offset) {
         return Loss(path, absl::StrCat("damaged chunk index (chunk ", c, " passes the index)"));

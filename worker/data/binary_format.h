@@ -6,8 +6,9 @@
 // A file is a header (magic "PSBIN\0\0\0", version 1, the counts and names of the dense and
 // sparse fields, which sparse fields are multi-valued, the sample count, an XXH3 of the header),
 // chunks of up to chunk_samples samples (labels, dense, offsets and keys arrays, 64-byte
-// aligned; no offsets when every field is single-valued), and a footer: an index of the chunks (offset, samples, keys, XXH3 of the chunk's
-// bytes) and a trailer (index offset, chunk count, XXH3 of the index, magic "PSBINEND").
+// aligned; no offsets when every field is single-valued), and a footer: an index of the chunks
+// (offset, samples, keys, XXH3 of the chunk's bytes) and a trailer (index offset, chunk count,
+// XXH3 of the index, magic "PSBINEND").
 // Little-endian, fixed widths.
 #ifndef PS_WORKER_DATA_BINARY_FORMAT_H_
 #define PS_WORKER_DATA_BINARY_FORMAT_H_
