@@ -94,13 +94,13 @@ class BinaryWriter {
   BinaryWriter(const BinaryWriter&) = delete;
   BinaryWriter& operator=(const BinaryWriter&) = delete;
 
-  // Appends the batch's samples. Errors (the writer is then unusable: every later call returns
-  // the same error, and Close() removes the temporary file):
+  // Appends the batch's samples (whole chunks are written as they fill). Errors:
   //   INVALID_ARGUMENT: the batch's arrays do not have the sizes batch.h gives for the schema,
   //     its offsets do not start at 0 or decrease, or a single-valued field of a sample has not
-  //     exactly one key; nothing of the batch is written;
+  //     exactly one key; nothing of the batch is appended, and the writer stays usable;
   //   FAILED_PRECONDITION: the writer is closed;
-  //   UNAVAILABLE or RESOURCE_EXHAUSTED: a write failed.
+  //   UNAVAILABLE or RESOURCE_EXHAUSTED: a write failed; the writer is then unusable (every
+  //     later call returns this error, and Close() removes the temporary file).
   absl::Status Append(const Batch& batch);
 
   // Writes the last chunk and the footer, completes the header, syncs the file to disk and
@@ -109,6 +109,7 @@ class BinaryWriter {
   // sync or the rename failed (the temporary file is removed).
   absl::StatusOr<BinaryWriteSummary> Close();
 
+  // Samples appended so far.
   int64_t samples() const { return samples_; }
 
  private:
