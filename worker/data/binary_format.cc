@@ -32,6 +32,10 @@ constexpr size_t kHeaderFixedBytes = 48;
 constexpr size_t kIndexEntryBytes = 32;
 constexpr size_t kTrailerBytes = 32;
 
+absl::Status Loss(const std::string& path, const std::string& what) {
+  return absl::DataLossError(absl::StrCat(path, ": ", what));
+}
+
 uint64_t AlignUp(uint64_t n, uint64_t align) { return (n + align - 1) / align * align; }
 
 // Where a chunk's arrays lie, relative to its start.
@@ -381,11 +385,6 @@ absl::StatusOr<BinaryWriteSummary> BinaryWriter::Close() {
 // BinaryReader
 
 struct BinaryReader::File {
-  std::string path;
-  const char* data = nullptr;  // the mapping; null for an empty file
-  uint64_t size = 0;
-  BinarySchema schema;
-  uint64_t samples = 0;
   struct Chunk {
     uint64_t offset;
     uint64_t samples;
@@ -394,30 +393,24 @@ struct BinaryReader::File {
     uint64_t first_sample;  // within the file
     ChunkLayout layout;
   };
+
+  std::string path;
+  const char* data = nullptr;  // the mapping; null for an empty file
+  uint64_t size = 0;
+  uint64_t header_bytes = 0;
+  BinarySchema schema;
+  uint64_t samples = 0;
   std::vector<Chunk> chunks;
 
+  explicit File(std::string p) : path(std::move(p)) {}
   ~File() {
     if (data != nullptr) ::munmap(const_cast<char*>(data), size);
   }
-};
+  File(const File&) = delete;
+  File& operator=(const File&) = delete;
 
-namespace {
-
-absl::Status Loss(const std::string& path, const std::string& what) {
-  return absl::DataLossError(absl::StrCat(path, ": ", what));
-}
-
-}  // namespace
-
-absl::StatusOr<std::unique_ptr<BinaryReader>> BinaryReader::Open(
-    const std::vector<std::string>& paths, const BinarySchema& expected,
-    BinaryReaderOptions options) {
-  if (paths.empty()) return absl::InvalidArgumentError("no binary data files given");
-  PS_ASSIGN_OR_RETURN(const std::vector<std::string> expanded, ExpandDataPaths(paths));
-  std::vector<std::unique_ptr<File>> files;
-  for (const std::string& path : expanded) {
-    auto file = std::make_unique<File>();
-    file->path = path;
+  // Maps the file whole.
+  absl::Status Map() {
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return ErrnoStatus(errno, absl::StrCat("cannot open ", path));
     struct stat st;
@@ -430,21 +423,23 @@ absl::StatusOr<std::unique_ptr<BinaryReader>> BinaryReader::Open(
       ::close(fd);
       return absl::InvalidArgumentError(absl::StrCat(path, " is a directory"));
     }
-    file->size = static_cast<uint64_t>(st.st_size);
-    if (file->size > 0) {
-      void* map = ::mmap(nullptr, file->size, PROT_READ, MAP_SHARED, fd, 0);
+    size = static_cast<uint64_t>(st.st_size);
+    if (size > 0) {
+      void* map = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
       if (map == MAP_FAILED) {
         const int error = errno;
         ::close(fd);
         return ErrnoStatus(error, absl::StrCat("cannot map ", path));
       }
-      file->data = static_cast<const char*>(map);
+      data = static_cast<const char*>(map);
     }
     ::close(fd);
-    const char* d = file->data;
-    const uint64_t size = file->size;
+    return absl::OkStatus();
+  }
 
-    // Header.
+  // Reads the header: header_bytes, schema, samples.
+  absl::Status ParseHeader() {
+    const char* d = data;
     const size_t magic_seen = std::min<uint64_t>(size, 8);
     if (magic_seen == 0 || std::memcmp(d, kMagic, magic_seen) != 0) {
       if (size == 0) return Loss(path, "empty file (truncated?), not a binary data file");
@@ -460,7 +455,7 @@ absl::StatusOr<std::unique_ptr<BinaryReader>> BinaryReader::Open(
                                                      ", this build reads version ",
                                                      BinaryFormat::kVersion));
     }
-    const uint64_t header_bytes = Get<uint32_t>(d + 12);
+    header_bytes = Get<uint32_t>(d + 12);
     if (header_bytes % BinaryFormat::kAlign != 0 || header_bytes < kHeaderFixedBytes + 8) {
       return Loss(path, absl::StrCat("damaged header (header size ", header_bytes, ")"));
     }
@@ -468,10 +463,10 @@ absl::StatusOr<std::unique_ptr<BinaryReader>> BinaryReader::Open(
     if (XXH3_64bits(d, header_bytes - 8) != Get<uint64_t>(d + header_bytes - 8)) {
       return Loss(path, "damaged header (checksum mismatch)");
     }
-    BinarySchema& s = file->schema;
+    BinarySchema& s = schema;
     s.num_dense = static_cast<int>(Get<uint32_t>(d + 16));
     s.num_sparse = static_cast<int>(Get<uint32_t>(d + 20));
-    file->samples = Get<uint64_t>(d + 24);
+    samples = Get<uint64_t>(d + 24);
     const uint64_t names_bytes = Get<uint32_t>(d + 40);
     if (s.num_dense > BinaryFormat::kMaxFields || s.num_sparse > BinaryFormat::kMaxFields ||
         kHeaderFixedBytes + names_bytes > header_bytes - 8) {
@@ -491,7 +486,13 @@ absl::StatusOr<std::unique_ptr<BinaryReader>> BinaryReader::Open(
     for (int f = 0; f < s.num_sparse; ++f) s.multi_valued.push_back(p[f] != 0);
     s = Normalized(std::move(s));
 
-    // Footer.
+    return absl::OkStatus();
+  }
+
+  // Reads the footer and the index into chunks, checking that they agree with the header.
+  absl::Status ParseFooter() {
+    const char* d = data;
+    const BinarySchema& s = schema;
     if (size < header_bytes + kTrailerBytes) return Loss(path, "truncated: it has no footer");
     const char* trailer = d + size - kTrailerBytes;
     if (std::memcmp(trailer + 24, kEndMagic, 8) != 0) {
@@ -513,7 +514,7 @@ absl::StatusOr<std::unique_ptr<BinaryReader>> BinaryReader::Open(
     uint64_t expected_offset = header_bytes, first_sample = 0;
     for (uint64_t c = 0; c < num_chunks; ++c) {
       const char* e = d + index_offset + c * kIndexEntryBytes;
-      File::Chunk chunk;
+      Chunk chunk;
       chunk.offset = Get<uint64_t>(e);
       chunk.samples = Get<uint32_t>(e + 8);
       chunk.keys = Get<uint64_t>(e + 16);
@@ -535,26 +536,46 @@ absl::StatusOr<std::unique_ptr<BinaryReader>> BinaryReader::Open(
       }
       expected_offset = AlignUp(chunk.offset + chunk.layout.end, BinaryFormat::kAlign);
       first_sample += chunk.samples;
-      file->chunks.push_back(chunk);
+      chunks.push_back(chunk);
     }
-    if (expected_offset != index_offset || first_sample != file->samples) {
-      return Loss(path,
-                  absl::StrCat("damaged: its chunks hold ", first_sample, " samples up to byte ",
-                               expected_offset, ", its header says ", file->samples,
-                               " samples and its index starts at ", index_offset));
+    if (expected_offset != index_offset || first_sample != samples) {
+      return Loss(path, absl::StrCat("damaged: its chunks hold ", first_sample,
+                                     " samples up to byte ", expected_offset, ", its header says ",
+                                     samples, " samples and its index starts at ", index_offset));
     }
-    if (options.verify == BinaryReaderOptions::Verify::kFull) {
-      for (size_t c = 0; c < file->chunks.size(); ++c) {
-        const File::Chunk& chunk = file->chunks[c];
-        if (XXH3_64bits(d + chunk.offset, chunk.layout.end) != chunk.checksum) {
-          return Loss(path, absl::StrCat("chunk ", c, " (samples ", chunk.first_sample, " to ",
-                                         chunk.first_sample + chunk.samples - 1,
-                                         ") is damaged (checksum mismatch)"));
-        }
+    return absl::OkStatus();
+  }
+
+  // Checks every chunk's checksum.
+  absl::Status VerifyChunks() const {
+    const char* d = data;
+    for (size_t c = 0; c < chunks.size(); ++c) {
+      const Chunk& chunk = chunks[c];
+      if (XXH3_64bits(d + chunk.offset, chunk.layout.end) != chunk.checksum) {
+        return Loss(path, absl::StrCat("chunk ", c, " (samples ", chunk.first_sample, " to ",
+                                       chunk.first_sample + chunk.samples - 1,
+                                       ") is damaged (checksum mismatch)"));
       }
     }
+    return absl::OkStatus();
+  }
+};
 
-    // Schema.
+absl::StatusOr<std::unique_ptr<BinaryReader>> BinaryReader::Open(
+    const std::vector<std::string>& paths, const BinarySchema& expected,
+    BinaryReaderOptions options) {
+  if (paths.empty()) return absl::InvalidArgumentError("no binary data files given");
+  PS_ASSIGN_OR_RETURN(const std::vector<std::string> expanded, ExpandDataPaths(paths));
+  std::vector<std::unique_ptr<File>> files;
+  for (const std::string& path : expanded) {
+    auto file = std::make_unique<File>(path);
+    PS_RETURN_IF_ERROR(file->Map());
+    PS_RETURN_IF_ERROR(file->ParseHeader());
+    PS_RETURN_IF_ERROR(file->ParseFooter());
+    if (options.verify == BinaryReaderOptions::Verify::kFull) {
+      PS_RETURN_IF_ERROR(file->VerifyChunks());
+    }
+    const BinarySchema& s = file->schema;
     const BinarySchema want = Normalized(expected);
     const bool counts_only =
         want.dense_names.empty() && want.sparse_names.empty() && want.multi_valued.empty();
