@@ -513,6 +513,12 @@ int Convert() {
     std::fprintf(stderr, "ps_ctl convert: --job and --out are required\n%s\n", kUsage);
     return 2;
   }
+  if (options.chunk_samples < 1 ||
+      options.chunk_samples > ps::worker::BinaryFormat::kMaxChunkSamples) {
+    std::fprintf(stderr, "ps_ctl convert: --chunk_samples must be in [1, %d]\n",
+                 ps::worker::BinaryFormat::kMaxChunkSamples);
+    return 2;
+  }
   const absl::StatusOr<ps::config::Job> job = ps::LoadJobFile(job_path);
   if (!job.ok()) {
     std::fprintf(stderr, "%s\n", std::string(job.status().message()).c_str());

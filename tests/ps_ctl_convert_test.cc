@@ -83,6 +83,11 @@ TEST_CASE("ps_ctl convert: a usage error exits 2, a missing data file 1", "[inte
   CHECK(result->exit_code == 2);
   CHECK_THAT(result->stderr_text,
              Catch::StartsWith("ps_ctl convert: --job and --out are required"));
+  result = testing::RunProcess(
+      kPsCtl, {"convert", "--job=" + job, "--out=" + (*dir)->path(), "--chunk_samples=0"});
+  REQUIRE(result.ok());
+  CHECK(result->exit_code == 2);
+  CHECK(result->stderr_text == "ps_ctl convert: --chunk_samples must be in [1, 65536]\n");
 
   result = testing::RunProcess(kPsCtl, {"convert", "--job=" + job, "--out=" + (*dir)->path()});
   REQUIRE(result.ok());
