@@ -626,7 +626,13 @@ absl::Status BinaryReader::Read(int64_t begin, int64_t count, Batch* batch) {
   batch->dense.resize(count * nd);
   batch->offsets.resize(count * ns + 1);
   batch->offsets[0] = 0;
-  batch->keys.clear();
+  // Single-valued fields: the keys are filled in place (resizing a reused batch to its size
+  // writes nothing); else appended chunk by chunk.
+  if (schema_.AnyMultiValued()) {
+    batch->keys.clear();
+  } else {
+    batch->keys.resize(count * ns);
+  }
   int64_t row = 0;
   // The file holding `begin`: the last whose start is <= begin (files may be empty).
   size_t f = std::upper_bound(file_starts_.begin(), file_starts_.end() - 1, begin) -
@@ -667,9 +673,9 @@ absl::Status BinaryReader::ReadChunk(const File& file, size_t chunk_index, int64
   uint32_t* out = batch->offsets.data() + row * ns + 1;
   if (!schema_.AnyMultiValued()) {  // no offsets array: one key per field
     const size_t keys = size_t(n) * ns;
-    for (size_t i = 1; i <= keys; ++i) out[i - 1] = batch_base + static_cast<uint32_t>(i);
-    batch->keys.resize(batch_base + keys);
-    std::memcpy(batch->keys.data() + batch_base, base + chunk.layout.keys + 8 * first * ns,
+    const uint32_t first_key = static_cast<uint32_t>(row * ns);
+    for (size_t i = 1; i <= keys; ++i) out[i - 1] = first_key + static_cast<uint32_t>(i);
+    std::memcpy(batch->keys.data() + first_key, base + chunk.layout.keys + 8 * first * ns,
                 8 * keys);
     read_bytes_ += static_cast<int64_t>(4 * n + 4 * n * nd + 8 * keys);
     return absl::OkStatus();
