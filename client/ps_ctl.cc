@@ -36,6 +36,11 @@
 //   ps_ctl export --checkpoint=FOLDER --table=NAME --out=FILE [--format=tsv|npy]
 //                                   a table's embeddings, sorted by id (client/internal/
 //                                   checkpoint_export.h gives the formats)
+//   ps_ctl convert --job=JOB_FILE --out=FOLDER [--chunk_samples=65536]
+//                                   the job's text data into binary files (data.format BINARY,
+//                                   worker/data/README.md): FOLDER/train.bin from train_paths,
+//                                   FOLDER/eval.bin from eval_paths; one summary line per file,
+//                                   the first malformed lines (skipped) on stderr
 //
 // Exit status: 0 on success, 1 when the command failed (for shards, tables, hotkeys and metrics
 // also when a live server did not answer: what the others gave is printed, the missing servers on
@@ -64,6 +69,7 @@
 #include "common/data_check.h"
 #include "common/grpc/security_flags.h"
 #include "common/job_config.h"
+#include "worker/data/binary_convert.h"
 
 ABSL_FLAG(std::string, coordinator, "",
           "status, shards, tables, hotkeys, metrics, checkpoint: host:port, or several "
@@ -84,7 +90,10 @@ ABSL_FLAG(int64_t, step, -1,
 ABSL_FLAG(std::string, checkpoint, "", "export: the checkpoint's folder (<checkpoint_dir>/<id>).");
 ABSL_FLAG(std::string, table, "",
           "export: the table whose embeddings to write; hotkeys: the table whose keys to show.");
-ABSL_FLAG(std::string, out, "", "export: the file to write (replaced once whole).");
+ABSL_FLAG(std::string, out, "",
+          "export: the file to write (replaced once whole); convert: the folder to write into.");
+ABSL_FLAG(std::string, job, "", "convert: the job file whose data to convert.");
+ABSL_FLAG(int, chunk_samples, 65536, "convert: samples per chunk of the binary files, 1 to 65536.");
 ABSL_FLAG(std::string, format, "tsv",
           "export: tsv (id, then the floats, tab-separated) or npy (a NumPy structured array "
           "with fields 'id' <u8 and 'emb' <f4 of shape (dim,)).");
@@ -107,7 +116,10 @@ constexpr char kUsage[] =
     "           tsv: one line a row, sorted by id: id<TAB>f1<TAB>...<TAB>f_dim (floats that read\n"
     "                back exactly)\n"
     "           npy: a NumPy array of shape (rows,), dtype [('id', '<u8'), ('emb', '<f4',\n"
-    "                (dim,))], sorted by id: a = np.load(FILE); a['id'], a['emb']";
+    "                (dim,))], sorted by id: a = np.load(FILE); a['id'], a['emb']\n"
+    "       ps_ctl convert --job=JOB_FILE --out=FOLDER [--chunk_samples=65536]\n"
+    "           the job's train_paths into FOLDER/train.bin, its eval_paths into FOLDER/eval.bin\n"
+    "           (binary files for data { format: BINARY })";
 
 int Validate(const std::string& path) {
   const absl::StatusOr<ps::config::Job> job = ps::LoadJobFile(path);
@@ -492,6 +504,48 @@ int Export() {
   return 0;
 }
 
+int Convert() {
+  const std::string job_path = absl::GetFlag(FLAGS_job);
+  ps::worker::ConvertOptions options;
+  options.out_dir = absl::GetFlag(FLAGS_out);
+  options.chunk_samples = absl::GetFlag(FLAGS_chunk_samples);
+  if (job_path.empty() || options.out_dir.empty()) {
+    std::fprintf(stderr, "ps_ctl convert: --job and --out are required\n%s\n", kUsage);
+    return 2;
+  }
+  if (options.chunk_samples < 1 ||
+      options.chunk_samples > ps::worker::BinaryFormat::kMaxChunkSamples) {
+    std::fprintf(stderr, "ps_ctl convert: --chunk_samples must be in [1, %d]\n",
+                 ps::worker::BinaryFormat::kMaxChunkSamples);
+    return 2;
+  }
+  const absl::StatusOr<ps::config::Job> job = ps::LoadJobFile(job_path);
+  if (!job.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(job.status().message()).c_str());
+    return 1;
+  }
+  const absl::StatusOr<ps::worker::ConvertSummary> summary =
+      ps::worker::ConvertJobData(*job, options);
+  if (!summary.ok()) {
+    std::fprintf(stderr, "ps_ctl convert: %s\n", summary.status().ToString().c_str());
+    return 1;
+  }
+  const auto print = [](const char* what, const ps::worker::ConvertedFile& f) {
+    for (const std::string& report : f.skip_reports) {
+      std::fprintf(stderr, "warning: skipped %s\n", report.c_str());
+    }
+    std::printf(
+        "converted %s: %lld samples, %lld skipped lines, from %lld files (%lld bytes) to %s "
+        "(%lld bytes, %lld chunks)\n",
+        what, static_cast<long long>(f.samples), static_cast<long long>(f.skipped_lines),
+        static_cast<long long>(f.input_files), static_cast<long long>(f.input_bytes),
+        f.path.c_str(), static_cast<long long>(f.bytes), static_cast<long long>(f.chunks));
+  };
+  print("train", summary->train);
+  if (summary->eval.has_value()) print("eval", *summary->eval);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -522,6 +576,7 @@ int main(int argc, char** argv) {
     return ShowCheckpoint(args[3]);
   }
   if (args.size() == 2 && command == "export") return Export();
+  if (args.size() == 2 && command == "convert") return Convert();
   std::fprintf(stderr, "%s\n", kUsage);
   return 2;
 }

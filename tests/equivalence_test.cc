@@ -12,9 +12,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/ps_client.h"
+#include "tests/testing/json_line.h"
 #include "tests/testing/local_cluster.h"
 #include "tests/testing/model_parameters.h"
 #include "tests/testing/temp_dir.h"
+#include "worker/data/binary_convert.h"
 #include "worker/data/criteo_reader.h"
 #include "worker/data/synthetic.h"
 #include "worker/model/cpu_model.h"
@@ -23,10 +25,12 @@ namespace ps {
 namespace {
 
 // Trains `steps` steps with `workers` workers of batch `batch` on a fresh cluster; returns the
-// dense master copy and the rows of `keys`.
+// dense master copy and the rows of `keys`, and, when `read_bytes` is set, the bytes of training
+// data each worker read.
 testing::ModelParameters Train(const std::string& optimizer, int workers, int batch, int steps,
                                const std::string& data, const std::vector<uint64_t>& keys,
-                               const std::string& name) {
+                               const std::string& name, const std::string& format = "CRITEO",
+                               std::vector<double>* read_bytes = nullptr) {
   const std::string job_path = absl::StrCat(testing::TempDir(), "/", name, ".pbtxt");
   {
     std::ofstream job(job_path);
@@ -38,7 +42,7 @@ tables {
   optimizer { type: "%s" learning_rate: 0.05 }
 }
 model { bottom_mlp: [8, 4] top_mlp: [8] shared_table: "emb" }
-data { train_paths: "%s" }
+data { format: %s train_paths: "%s" }
 training {
   mode: SYNC
   batch_size: %d
@@ -49,7 +53,7 @@ training {
 }
 cluster { num_shards: 8 num_servers: 2 num_workers: %d }
 )pb",
-                           name, optimizer, data, batch, steps, workers);
+                           name, optimizer, format, data, batch, steps, workers);
   }
   auto cluster = testing::LocalCluster::Start(job_path, {});
   INFO(cluster.status().ToString());
@@ -60,6 +64,12 @@ cluster { num_shards: 8 num_servers: 2 num_workers: %d }
         std::vector<std::vector<std::string>>(workers, {"--progress_s=60"}), absl::Minutes(5));
     INFO(results.status().ToString());
     REQUIRE(results.ok());
+    for (const auto& result : *results) {
+      if (read_bytes != nullptr) {
+        read_bytes->push_back(
+            testing::JsonField(testing::ResultJson(result.stdout_text), "read_bytes"));
+      }
+    }
   }
   absl::StatusOr<testing::ModelParameters> parameters =
       testing::PullModelParameters(address, "emb", keys);
@@ -96,6 +106,42 @@ TEST_CASE("sync: 2 workers with batch B end where 1 worker with batch 2B does",
   // The runs did train: the parameters moved away from their initial values.
   auto fresh = Train(optimizer, 1, 2 * kBatch, 1, path, keys, "fresh_" + optimizer);
   CHECK(testing::MaxRelativeDifference(fresh.rows, one.rows) > 1e-3);
+}
+
+TEST_CASE("sync with binary data: each of 2 workers reads half of it and they end where 1 "
+          "worker with batch 2B over the text does",
+          "[integration][sync][binary]") {
+  constexpr int kBatch = 32;
+  constexpr int kSteps = 12;
+  worker::SyntheticOptions data_options;
+  data_options.cardinalities = {50};
+  data_options.seed = 10;
+  auto data = worker::SyntheticData::Create(data_options);
+  REQUIRE(data.ok());
+  const std::string text = absl::StrCat(testing::TempDir(), "/equivalence_binary.tsv");
+  const std::string binary = absl::StrCat(testing::TempDir(), "/equivalence.bin");
+  // Exactly the steps' samples: one epoch, so each worker's share is half the file.
+  REQUIRE(worker::WriteSyntheticFile(**data, worker::SyntheticData::kTrainStream,
+                                     2 * kBatch * kSteps, text, false)
+              .ok());
+  REQUIRE(worker::ConvertToBinary({text}, worker::SchemaOptions{}, binary, 64).ok());
+  absl::StatusOr<std::vector<uint64_t>> keys = testing::KeysOfFile(text);
+  REQUIRE(keys.ok());
+  std::vector<double> one_read, two_read;
+  const testing::ModelParameters one =
+      Train("adagrad", 1, 2 * kBatch, kSteps, text, *keys, "text_one", "CRITEO", &one_read);
+  const testing::ModelParameters two =
+      Train("adagrad", 2, kBatch, kSteps, binary, *keys, "binary_two", "BINARY", &two_read);
+  const double dense = testing::MaxRelativeDifference(one.dense, two.dense);
+  const double rows = testing::MaxRelativeDifference(one.rows, two.rows);
+  std::printf("binary shares: max relative difference dense %.3g, embeddings %.3g; read bytes "
+              "text %.0f, binary %.0f and %.0f\n",
+              dense, rows, one_read[0], two_read[0], two_read[1]);
+  CHECK(dense <= 1e-4);
+  CHECK(rows <= 1e-4);
+  // Each worker read its half of the samples' arrays (264 bytes a Criteo sample), no more.
+  REQUIRE(two_read.size() == 2);
+  for (double bytes : two_read) CHECK(bytes == 264.0 * kBatch * kSteps);
 }
 
 }  // namespace

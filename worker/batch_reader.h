@@ -3,6 +3,11 @@
 // (starting over at their end), and each worker parses its part of it: batch_size lines at rank x
 // batch_size, or, with a BatchBalancer, its share after the lower ranks' shares. Every worker
 // reads every line, so an epoch covers the data once however the shares change.
+//
+// With data.format BINARY (`ps_ctl convert`'s files, worker/data/binary_format.h) the samples
+// are numbered, and a worker reads only its part: at the t-th block of a pass, samples
+// [t x workers x batch_size + begin, + count) of the files, the same parts of the same blocks
+// as text whose lines all parse.
 #ifndef PS_WORKER_BATCH_READER_H_
 #define PS_WORKER_BATCH_READER_H_
 
@@ -14,6 +19,7 @@
 #include "proto/job.pb.h"
 #include "worker/batch_balancer.h"
 #include "worker/data/batch.h"
+#include "worker/data/binary_format.h"
 #include "worker/data/criteo_reader.h"
 
 namespace ps {
@@ -24,14 +30,18 @@ class BatchReader {
  public:
   // Opens the job's train_paths for worker `rank` of `world`, whose batches have `batch_size`
   // samples (or, with `balancer`, not owned and outliving this, the shares it gives) of the
-  // features in `schema`. Errors: CriteoReader::Open's (NOT_FOUND for a missing file, ...).
+  // features in `schema`. Errors: CriteoReader::Open's (NOT_FOUND for a missing file, ...), or
+  // for format BINARY BinaryReader::Open's (DATA_LOSS for a truncated or damaged file,
+  // INVALID_ARGUMENT for files of other counts of features than `schema`'s, or, when
+  // schema.text is set, other names or kinds).
   static absl::StatusOr<std::unique_ptr<BatchReader>> Open(const config::Job& job,
                                                            const SchemaOptions& schema, int rank,
                                                            int world, int batch_size,
                                                            const BatchBalancer* balancer);
 
   // The blocks in one pass over the data (the last one may be short): the steps of an epoch.
-  // Every worker counts the same. Reads the data through and starts it over; errors of the data.
+  // Every worker counts the same. Text: reads the data through and starts it over; errors of the
+  // data. Binary: from the files' sample counts, reading nothing; never fails.
   absl::StatusOr<int64_t> CountBlocks();
 
   // Passes over `blocks` blocks without parsing them (a resumed job reads on from the block of
@@ -43,22 +53,41 @@ class BatchReader {
   // when the data holds no line at all; otherwise errors of the data (DATA_LOSS, UNAVAILABLE).
   absl::Status Next(Batch* batch);
 
-  // Malformed lines skipped since the data last started over.
-  int64_t skipped_lines() const { return reader_->skipped_lines(); }
+  // Malformed lines skipped since the data last started over (0 for binary data, which holds
+  // only samples that parsed).
+  int64_t skipped_lines() const { return text_ != nullptr ? text_->skipped_lines() : 0; }
+
+  // Bytes of data this worker has read since Open(). Binary: the bytes of the arrays of the
+  // samples it read. Text: every worker reads (decompresses) every line, so each pass over the
+  // data, CountBlocks()'s included, reads the files' whole (compressed) size; a pass under way is
+  // counted in proportion to its lines read once a pass's lines are known (after CountBlocks()
+  // or a first whole pass), and whole before that.
+  int64_t read_bytes() const;
 
  private:
-  BatchReader(std::unique_ptr<CriteoReader> reader, int rank, int world, int batch_size,
-              const BatchBalancer* balancer);
+  BatchReader(std::unique_ptr<CriteoReader> text, std::unique_ptr<BinaryReader> binary, int rank,
+              int world, int batch_size, const BatchBalancer* balancer, int64_t text_bytes);
 
   // Reads lines [begin, begin + count) of the next block, starting over at the end of the data.
   absl::Status ReadRange(int64_t begin, int64_t count, Batch* batch);
+  absl::Status ReadBinaryRange(int64_t begin, int64_t count, Batch* batch);
 
-  // Constant after construction.
-  const std::unique_ptr<CriteoReader> reader_;
+  // Constant after construction. Exactly one of text_ and binary_ is set.
+  const std::unique_ptr<CriteoReader> text_;
+  const std::unique_ptr<BinaryReader> binary_;
   const int rank_;
   const int batch_size_;
   const int64_t block_lines_;  // world x batch_size
   const BatchBalancer* const balancer_;
+  const int64_t text_bytes_;  // text: the files' sizes, summed
+
+  // Binary: the block the next read takes, counted from the start of the data.
+  int64_t binary_block_ = 0;
+  // Text: bytes of the passes done, lines read of the pass under way, and a pass's lines (-1
+  // until known).
+  int64_t text_bytes_done_ = 0;
+  int64_t text_pass_lines_read_ = 0;
+  int64_t text_lines_per_pass_ = -1;
 };
 
 }  // namespace worker

@@ -1,7 +1,10 @@
 #include "worker/batch_reader.h"
 
+#include <sys/stat.h>
+
 #include <catch2/catch.hpp>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -102,6 +105,140 @@ TEST_CASE("BatchReader refuses data without a line, and a missing file",
                           4, nullptr)
             .status()
             .code() == absl::StatusCode::kNotFound);
+}
+
+// Gives a batch of the text reader, which may leave its offsets unset (single-valued fields),
+// its offsets.
+void WithOffsets(Batch* batch) {
+  if (batch->offsets.size() != size_t(batch->size) * kSchema.num_sparse + 1) {
+    SetSingleValuedOffsets(kSchema.num_sparse, batch);
+  }
+}
+
+// The samples of the text file `text` written as the binary file `text`.bin (as ps_ctl convert
+// writes them); returns a job reading that, format BINARY.
+config::Job ConvertToBinary(const std::string& text, int chunk_samples) {
+  auto reader = CriteoReader::Open({text}, 0, 1, kSchema);
+  REQUIRE(reader.ok());
+  BinaryWriterOptions options;
+  options.chunk_samples = chunk_samples;
+  auto writer = BinaryWriter::Open(text + ".bin", BinarySchema::Of(kSchema), options);
+  REQUIRE(writer.ok());
+  Batch batch;
+  while (*(*reader)->Next(5, &batch) > 0) {
+    WithOffsets(&batch);
+    REQUIRE((*writer)->Append(batch).ok());
+  }
+  REQUIRE((*writer)->Close().ok());
+  config::Job job = JobReading(text + ".bin");
+  job.mutable_data()->set_format(config::Data::BINARY);
+  return job;
+}
+
+TEST_CASE("BatchReader reads binary data as it reads the text it was converted from",
+          "[worker][batch_reader]") {
+  auto dir = testing::ScopedTempDir::Create("batch_reader");
+  REQUIRE(dir.ok());
+  const std::string text = WriteLines((*dir)->path(), 23);
+  const config::Job text_job = JobReading(text);
+  const config::Job binary_job = ConvertToBinary(text, GENERATE(1, 4, 100));
+  const int world = GENERATE(1, 2, 3);
+  const int batch_size = GENERATE(1, 4, 7);
+  INFO(world << " workers of batch " << batch_size);
+  for (int rank = 0; rank < world; ++rank) {
+    auto from_text = BatchReader::Open(text_job, kSchema, rank, world, batch_size, nullptr);
+    auto from_binary = BatchReader::Open(binary_job, kSchema, rank, world, batch_size, nullptr);
+    REQUIRE(from_text.ok());
+    REQUIRE(from_binary.ok());
+    const int64_t blocks = *(*from_text)->CountBlocks();
+    CHECK(*(*from_binary)->CountBlocks() == blocks);
+    REQUIRE((*from_text)->Skip(1).ok());
+    REQUIRE((*from_binary)->Skip(1).ok());
+    // Two passes and a bit, from the second block: the data starts over alike.
+    for (int64_t step = 1; step < 2 * blocks + 3; ++step) {
+      INFO("rank " << rank << " step " << step);
+      Batch t, b;
+      REQUIRE((*from_text)->Next(&t).ok());
+      REQUIRE((*from_binary)->Next(&b).ok());
+      WithOffsets(&t);
+      CHECK(Lines(b) == Lines(t));
+      CHECK(b.labels == t.labels);
+      CHECK(b.keys == t.keys);
+      CHECK(b.offsets == t.offsets);
+    }
+    CHECK((*from_binary)->skipped_lines() == 0);
+  }
+}
+
+TEST_CASE("BatchReader on binary data: N workers read what one worker of N x batch reads",
+          "[worker][batch_reader]") {
+  auto dir = testing::ScopedTempDir::Create("batch_reader");
+  REQUIRE(dir.ok());
+  const config::Job job = ConvertToBinary(WriteLines((*dir)->path(), 50), 8);
+  auto one = BatchReader::Open(job, kSchema, 0, 1, 12, nullptr);
+  REQUIRE(one.ok());
+  std::vector<std::unique_ptr<BatchReader>> four;
+  for (int rank = 0; rank < 4; ++rank) {
+    auto reader = BatchReader::Open(job, kSchema, rank, 4, 3, nullptr);
+    REQUIRE(reader.ok());
+    four.push_back(std::move(*reader));
+  }
+  for (int step = 0; step < 12; ++step) {
+    Batch whole, part;
+    REQUIRE((*one)->Next(&whole).ok());
+    std::vector<int> joined;
+    for (auto& reader : four) {
+      REQUIRE(reader->Next(&part).ok());
+      for (int line : Lines(part)) joined.push_back(line);
+    }
+    CHECK(joined == Lines(whole));
+  }
+  // Each of four workers read about a quarter of the bytes that one worker read.
+  int64_t sum = 0;
+  for (auto& reader : four) {
+    CHECK(reader->read_bytes() > 0);
+    CHECK(reader->read_bytes() < (*one)->read_bytes() / 3);
+    sum += reader->read_bytes();
+  }
+  CHECK(sum >= (*one)->read_bytes());  // each range starts with one offset more
+}
+
+TEST_CASE("BatchReader on text counts the files' bytes for every pass", "[worker][batch_reader]") {
+  auto dir = testing::ScopedTempDir::Create("batch_reader");
+  REQUIRE(dir.ok());
+  const std::string text = WriteLines((*dir)->path(), 20);
+  struct stat st;
+  REQUIRE(stat(text.c_str(), &st) == 0);
+  auto reader = BatchReader::Open(JobReading(text), kSchema, 1, 2, 5, nullptr);
+  REQUIRE(reader.ok());
+  CHECK((*reader)->read_bytes() == 0);
+  REQUIRE(*(*reader)->CountBlocks() == 2);
+  CHECK((*reader)->read_bytes() == st.st_size);  // the counting pass
+  Batch batch;
+  REQUIRE((*reader)->Next(&batch).ok());
+  CHECK((*reader)->read_bytes() == st.st_size + st.st_size / 2);
+  REQUIRE((*reader)->Next(&batch).ok());
+  REQUIRE((*reader)->Next(&batch).ok());  // the data again
+  CHECK((*reader)->read_bytes() == 2 * st.st_size + st.st_size / 2);
+}
+
+TEST_CASE("BatchReader refuses binary files of another schema, and empty binary data",
+          "[worker][batch_reader]") {
+  auto dir = testing::ScopedTempDir::Create("batch_reader");
+  REQUIRE(dir.ok());
+  const config::Job job = ConvertToBinary(WriteLines((*dir)->path(), 4), 8);
+  const auto other = BatchReader::Open(job, SchemaOptions{13, 26}, 0, 1, 4, nullptr);
+  CHECK(other.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(other.status().message()),
+             Catch::Contains("written with 1 dense and 1 sparse fields, expected 13 dense and 26"));
+
+  const config::Job empty = ConvertToBinary(WriteLines((*dir)->path(), 0), 8);
+  auto reader = BatchReader::Open(empty, kSchema, 0, 1, 4, nullptr);
+  REQUIRE(reader.ok());
+  CHECK(*(*reader)->CountBlocks() == 0);
+  Batch batch;
+  CHECK((*reader)->Next(&batch).code() == absl::StatusCode::kFailedPrecondition);
+  CHECK((*reader)->Skip(1).code() == absl::StatusCode::kFailedPrecondition);
 }
 
 }  // namespace

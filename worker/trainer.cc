@@ -249,6 +249,7 @@ absl::StatusOr<TrainResult> TrainingRun::Finish() {
   result.samples = static_cast<int64_t>(total);
   result.samples_per_s = result.seconds > 0 ? result.samples / result.seconds : 0;
   result.skipped_lines = reader_->skipped_lines();
+  result.read_bytes = reader_->read_bytes();
   result.mean_pull_ms = reporter_->mean_pull_ms();
   result.mean_push_ms = reporter_->mean_push_ms();
   result.mean_batch =

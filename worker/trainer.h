@@ -75,6 +75,9 @@ struct TrainResult {
   double heldout_logloss = 0;
   int64_t heldout_samples = 0;
   int64_t skipped_lines = 0;
+  // Bytes of training data this worker read (worker/batch_reader.h: binary files, only its
+  // share; text, every file, as stored).
+  int64_t read_bytes = 0;
   double mean_pull_ms = 0;
   double mean_push_ms = 0;
   // This worker's samples per step: the job's batch_size, unless balance_batches gave it more

@@ -3,6 +3,7 @@
 #include <numeric>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 
 namespace ps {
@@ -113,10 +114,15 @@ absl::StatusOr<ModelSpec> ModelSpec::FromJob(const config::Job& job) {
         return absl::InvalidArgumentError(absl::StrFormat("model.wide[%d] names no field", w));
       }
       for (const std::string& name : m.wide(w).fields()) {
-        if (!schema || !HasSparseField(job.data().schema(), name)) {
+        // Without a schema the fields are C1, C2, ... as Criteo's columns are named.
+        const bool known =
+            schema ? HasSparseField(job.data().schema(), name)
+                   : absl::StartsWith(name, "C") && name.size() > 1 &&
+                         name.find_first_not_of("0123456789", 1) == std::string::npos &&
+                         std::stoi(name.substr(1)) >= 1 && std::stoi(name.substr(1)) <= num_fields;
+        if (!known) {
           return absl::InvalidArgumentError(absl::StrFormat(
-              "model.wide[%d] names field \"%s\", which data.schema's sparse fields lack", w,
-              name));
+              "model.wide[%d] names field \"%s\", which the job's sparse fields lack", w, name));
         }
       }
     }
