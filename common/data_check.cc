@@ -46,6 +46,20 @@ absl::StatusOr<Scan> ScanFile(const std::string& file, int64_t max_lines) {
   if (fd < 0) return absl::PermissionDeniedError(std::strerror(errno));
   Scan scan;
   scan.size = static_cast<int64_t>(st.st_size);
+  // A binary training file (worker/data/README.md, "Layout, byte by byte") says how many samples
+  // it holds: its header's u64 at offset 24, after the magic "PSBIN\0\0\0". The reader checks
+  // the rest of the file.
+  unsigned char header[32] = {0};
+  if (pread(fd, header, sizeof(header), 0) == static_cast<ssize_t>(sizeof(header)) &&
+      std::memcmp(header, "PSBIN\0\0\0", 8) == 0) {
+    close(fd);
+    uint64_t samples = 0;
+    for (int b = 7; b >= 0; --b) samples = samples << 8 | header[24 + b];  // little-endian
+    scan.lines = static_cast<int64_t>(samples);
+    scan.data = scan.raw = scan.size;
+    scan.ended = true;
+    return scan;
+  }
   unsigned char magic[2] = {0, 0};
   scan.gzip = pread(fd, magic, 2, 0) == 2 && magic[0] == 0x1f && magic[1] == 0x8b;
   gzFile in = gzdopen(fd, "rb");  // reads plain files as they are
@@ -263,9 +277,13 @@ DataCheckResult CheckJobData(const config::Job& job, const DataCheckOptions& opt
       break;
     }
   }
+  // A delimited schema with a header: every file's first line is not a sample.
+  const int64_t header_lines =
+      job.data().format() == config::Data::DELIMITED && job.data().schema().header() ? 1 : 0;
   for (const Scan& s : scans) {
     e.bytes += s.size;
     e.gzip = e.gzip || s.gzip;
+    e.lines -= std::min(header_lines, s.lines);
     if (s.ended) {
       e.lines += s.lines;
       continue;

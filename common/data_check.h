@@ -3,8 +3,10 @@
 // train well. `ps_ctl validate` and `ps_coordinator` (at start, before members join) run them.
 //
 // Which files a worker reads (worker/trainer.cc): every rank reads every training file (each step
-// takes the next block of num_workers x batch_size lines, of which each rank parses its share),
-// and rank 0 the eval files at the end. So every rank's part is every file of data.train_paths,
+// takes the next block of num_workers x batch_size lines, of which each rank parses its share;
+// binary files are read only in the rank's share, but any file may hold it), and rank 0 the eval
+// files at the end. A binary file's samples are counted from its header; a delimited schema's
+// header line in each file is not a sample. So every rank's part is every file of data.train_paths,
 // and rank 0's also every file of data.eval_paths. Paths and globs (common/data_paths.h) are taken
 // from the checking process's current directory, which the messages name: a worker started
 // elsewhere may see other files.

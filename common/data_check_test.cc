@@ -260,5 +260,39 @@ TEST_CASE("large data is estimated from its first lines, gzip from their compres
   }
 }
 
+TEST_CASE("binary files give their sample counts, and a schema's header lines are no samples",
+          "[common][data_check]") {
+  const auto dir = NewDir();
+  const std::string d = dir->path();
+  // The start of a binary file's header (worker/data/README.md): magic, version, size, counts.
+  std::string header("PSBIN\0\0\0", 8);
+  const auto u32 = [&](uint32_t v) { header.append(reinterpret_cast<const char*>(&v), 4); };
+  u32(1);
+  u32(64);
+  u32(13);
+  u32(26);
+  const uint64_t samples = 123456;
+  header.append(reinterpret_cast<const char*>(&samples), 8);
+  header.resize(64, '\0');
+  WritePlain(d + "/train.bin", header);
+  JobFile binary = WriteJob(d, Quoted(d + "/train.bin"), "[]", 512, 2);
+  binary.job.mutable_data()->set_format(config::Data::BINARY);
+  const DataCheckResult b = Check(binary);
+  REQUIRE(b.ok());
+  REQUIRE(b.estimate.has_value());
+  CHECK(b.estimate->exact);
+  CHECK(b.estimate->lines == 123456);
+
+  WritePlain(d + "/log-1.tsv", "click\tuser\n" + Lines(10, 3));
+  WritePlain(d + "/log-2.tsv", "click\tuser\n" + Lines(20, 4));
+  JobFile delimited = WriteJob(d, Quoted(d + "/log-*.tsv"), "[]", 4, 1);
+  delimited.job.mutable_data()->set_format(config::Data::DELIMITED);
+  delimited.job.mutable_data()->mutable_schema()->set_header(true);
+  const DataCheckResult t = Check(delimited);
+  REQUIRE(t.ok());
+  CHECK(t.estimate->lines == 30);
+  CHECK(t.estimate->steps_per_epoch == 8);
+}
+
 }  // namespace
 }  // namespace ps
