@@ -177,7 +177,8 @@ absl::Status CheckModelAndSchema(const Checker& c, const Where& root, const conf
   const bool has_schema = d.has_schema();
   const std::string family = config::Model::Type_Name(m.type());
   if (m.has_shared_table() && !names.contains(m.shared_table())) {
-    return c.Error(w, m, "shared_table", absl::StrFormat("no table named \"%s\"", m.shared_table()));
+    return c.Error(w, m, "shared_table",
+                   absl::StrFormat("no table named \"%s\"", m.shared_table()));
   }
   // Knobs of another family would do nothing: refused.
   if (m.type() != config::Model::DLRM) {
@@ -195,7 +196,8 @@ absl::Status CheckModelAndSchema(const Checker& c, const Where& root, const conf
                      absl::StrCat("is DCN_V2's; a ", family, " model has none"));
     }
     if (m.has_cross_rank()) {
-      return c.Error(w, m, "cross_rank", absl::StrCat("is DCN_V2's; a ", family, " model has none"));
+      return c.Error(w, m, "cross_rank",
+                     absl::StrCat("is DCN_V2's; a ", family, " model has none"));
     }
   } else if (m.cross_layers() < 1 || m.cross_layers() > 16) {
     return c.Error(w, m, "cross_layers", absl::StrCat("must be 1 to 16, got ", m.cross_layers()));
@@ -305,7 +307,8 @@ absl::Status CheckModelAndSchema(const Checker& c, const Where& root, const conf
                          "must be one character, other than the delimiter and line ends");
         }
         if (f.max_values() < 1 || f.max_values() > 65536) {
-          return c.Error(fw, f, "max_values", absl::StrCat("must be 1 to 65536, got ", f.max_values()));
+          return c.Error(fw, f, "max_values",
+                         absl::StrCat("must be 1 to 65536, got ", f.max_values()));
         }
       } else {
         const char* extra = f.has_max_values() ? "max_values"
@@ -363,15 +366,14 @@ absl::Status CheckModelAndSchema(const Checker& c, const Where& root, const conf
     const config::Table* t = TableNamed(job, table);
     dims.emplace_back(table, t == nullptr ? 0 : t->dim());
   }
-  const bool same = (m.type() == config::Model::DLRM && m.dot_interaction()) ||
-                    m.type() == config::Model::DEEPFM;
+  const bool same =
+      (m.type() == config::Model::DLRM && m.dot_interaction()) || m.type() == config::Model::DEEPFM;
   for (size_t f = 1; same && f < dims.size(); ++f) {
     if (dims[f].second != dims[0].second) {
       return c.Error(w, m, m.type() == config::Model::DEEPFM ? "type" : "dot_interaction",
                      absl::StrFormat("needs every field's table to have one dim; \"%s\" has %d "
                                      "and \"%s\" has %d",
-                                     dims[0].first, dims[0].second, dims[f].first,
-                                     dims[f].second));
+                                     dims[0].first, dims[0].second, dims[f].first, dims[f].second));
     }
   }
   if (m.type() == config::Model::DLRM && m.bottom_mlp_size() > 0 && !dims.empty()) {
@@ -386,7 +388,6 @@ absl::Status CheckModelAndSchema(const Checker& c, const Where& root, const conf
   }
   return absl::OkStatus();
 }
-
 
 absl::Status CheckOptimizer(const Checker& c, const Where& w, const config::Optimizer& o) {
   if (!IsKnownOptimizer(o.type())) {

@@ -35,22 +35,27 @@ std::string JobText(const std::string& type, const std::string& dir) {
   }
   if (type == "DEEPFM") model = R"(type: DEEPFM linear_table: "lin")";
   if (type == "DCN_V2") model = "type: DCN_V2 cross_layers: 2 cross_rank: 8";
-  return absl::StrCat(R"pb(name: "family_)pb", type, R"pb("
-tables {
-  name: "emb"
-  dim: 8
-  optimizer { type: "adagrad" learning_rate: 0.1 initial_accumulator: 0.01 }
-}
-tables {
-  name: "lin"
-  dim: 1
-  optimizer { type: "adagrad" learning_rate: 0.1 initial_accumulator: 0.01 }
-}
-model { )pb", model, R"pb( top_mlp: [32, 16] shared_table: "emb" }
-data {
+  return absl::StrCat(
+      R"pb(name: "family_)pb", type,
+      R"pb("
+           tables {
+             name: "emb"
+             dim: 8
+             optimizer { type: "adagrad" learning_rate: 0.1 initial_accumulator: 0.01 }
+           }
+           tables {
+             name: "lin"
+             dim: 1
+             optimizer { type: "adagrad" learning_rate: 0.1 initial_accumulator: 0.01 }
+           }
+           model {)pb",
+      model, R"pb(                   top_mlp: [32, 16] shared_table: "emb" }
+                                     data {
   format: DELIMITED
-  train_paths: ")pb", dir, R"pb(/train.tsv"
-  eval_paths: ")pb", dir, R"pb(/heldout.tsv"
+  train_paths: ")pb",
+      dir, R"pb(/train.tsv "
+                eval_paths: ")pb",
+      dir, R"pb(                /heldout.tsv"
   schema {
     header: true
     label: "click"
@@ -64,7 +69,7 @@ data {
     sparse { column: "tags" separator: "|" max_values: 4 }
   }
 }
-training {
+                                training {
   mode: SYNC
   batch_size: 256
   epochs: 3

@@ -55,7 +55,7 @@ void AppendSlotKeys(const EmbeddingSlot& slot, const Batch& batch, int num_field
 }  // namespace
 
 absl::StatusOr<EmbeddingLayout> EmbeddingLayout::FromJob(const config::Job& job,
-                                                        const ModelSpec& spec) {
+                                                         const ModelSpec& spec) {
   EmbeddingLayout layout;
   layout.num_fields_ = spec.num_fields();
   int offset = 0;
@@ -97,9 +97,10 @@ absl::StatusOr<EmbeddingLayout> EmbeddingLayout::FromJob(const config::Job& job,
           }
           const int f = static_cast<int>(it - names.begin());
           if (w.fields_size() > 1 && MultiValued(job, f)) {
-            return absl::InvalidArgumentError(absl::StrCat(
-                "model.wide crosses multi-valued field \"", name, "\"; crosses take single-valued "
-                "fields"));
+            return absl::InvalidArgumentError(
+                absl::StrCat("model.wide crosses multi-valued field \"", name,
+                             "\"; crosses take single-valued "
+                             "fields"));
           }
           slot.fields.push_back(f);
         }
@@ -119,8 +120,8 @@ absl::StatusOr<EmbeddingLayout> EmbeddingLayout::FromJob(const config::Job& job,
       it = layout.tables_.end() - 1;
     }
     if (it->dim != slot.dim) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("table \"", slot.table, "\" is read with dims ", it->dim, " and ", slot.dim));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "table \"", slot.table, "\" is read with dims ", it->dim, " and ", slot.dim));
     }
     it->slots.push_back(s);
   }
@@ -134,8 +135,8 @@ void StartPull(Client* client, const EmbeddingLayout& layout, StepData* d) {
   d->emb.resize(size_t(n) * layout.width());
   d->pending.clear();
   if (layout.direct() && batch.SingleValued()) {
-    d->pending.push_back(client->PullAsync(layout.tables()[0].table, batch.keys,
-                                           absl::MakeSpan(d->emb)));
+    d->pending.push_back(
+        client->PullAsync(layout.tables()[0].table, batch.keys, absl::MakeSpan(d->emb)));
     return;
   }
   GatherKeys(layout, batch, &d->keys, &d->ends);

@@ -10,7 +10,8 @@ namespace ps {
 namespace worker {
 namespace {
 
-config::Table* AddTable(config::Job* job, const char* name, int dim, config::Initializer::Kind init) {
+config::Table* AddTable(config::Job* job, const char* name, int dim,
+                        config::Initializer::Kind init) {
   config::Table* t = job->add_tables();
   t->set_name(name);
   t->set_dim(dim);
@@ -156,7 +157,8 @@ std::vector<float> RowOf(Client* client, const char* table, uint64_t key, int di
   return row;
 }
 
-TEST_CASE("multi-valued fields pool by SUM and MEAN as computed by hand", "[worker][embedding_io]") {
+TEST_CASE("multi-valued fields pool by SUM and MEAN as computed by hand",
+          "[worker][embedding_io]") {
   const bool mean = GENERATE(false, true);
   CAPTURE(mean);
   const config::Job job =
@@ -174,9 +176,18 @@ TEST_CASE("multi-valued fields pool by SUM and MEAN as computed by hand", "[work
   StartPull(c, layout, &d);
   REQUIRE(FinishPull(layout, &d).ok());
   const float k = mean ? 1.0f / 3 : 1.0f;
-  const std::vector<float> expected = {
-      u1[0], u1[1], (2 * t5[0] + t6[0]) * k, (2 * t5[1] + t6[1]) * k, u9[0], u9[1],
-      u2[0], u2[1], 0, 0, u9[0], u9[1]};
+  const std::vector<float> expected = {u1[0],
+                                       u1[1],
+                                       (2 * t5[0] + t6[0]) * k,
+                                       (2 * t5[1] + t6[1]) * k,
+                                       u9[0],
+                                       u9[1],
+                                       u2[0],
+                                       u2[1],
+                                       0,
+                                       0,
+                                       u9[0],
+                                       u9[1]};
   REQUIRE(d.emb.size() == expected.size());
   for (size_t i = 0; i < expected.size(); ++i) {
     INFO("float " << i);

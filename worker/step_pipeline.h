@@ -35,8 +35,8 @@ namespace worker {
 // it; `waited` receives the time spent in StepSync::BeforePull (waiting for the other workers).
 class StepPipeline {
  public:
-  StepPipeline(Client* client, StepSync* sync, BatchReader* reader,
-               EmbeddingLayout layout, WaitTime* waited);
+  StepPipeline(Client* client, StepSync* sync, BatchReader* reader, EmbeddingLayout layout,
+               WaitTime* waited);
 
   StepPipeline(const StepPipeline&) = delete;
   StepPipeline& operator=(const StepPipeline&) = delete;

@@ -102,8 +102,7 @@ absl::StatusOr<std::unique_ptr<TrainingRun>> TrainingRun::Create(
                    run->sync_.mode() != config::Training::SYNC && world > 1;
   PS_ASSIGN_OR_RETURN(run->compute_,
                       StepCompute::Create(job, options.backend, world, run->balanced_));
-  PS_ASSIGN_OR_RETURN(EmbeddingLayout layout,
-                      EmbeddingLayout::FromJob(job, run->compute_->spec()));
+  PS_ASSIGN_OR_RETURN(EmbeddingLayout layout, EmbeddingLayout::FromJob(job, run->compute_->spec()));
   PS_ASSIGN_OR_RETURN(const SchemaOptions schema, SchemaOf(job));
   PS_ASSIGN_OR_RETURN(run->reader_,
                       BatchReader::Open(job, schema, allreduce->rank(), world,
@@ -116,8 +115,8 @@ absl::StatusOr<std::unique_ptr<TrainingRun>> TrainingRun::Create(
                                                  run->compute_->optimizer_state()));
   }
   PS_RETURN_IF_ERROR(run->CreatePolicies(coordinator));
-  run->pipeline_ = std::make_unique<StepPipeline>(
-      client, &run->sync_, run->reader_.get(), std::move(layout), &run->waited_);
+  run->pipeline_ = std::make_unique<StepPipeline>(client, &run->sync_, run->reader_.get(),
+                                                  std::move(layout), &run->waited_);
   // A resumed job reads on from the block of its first step.
   run->step_ = options.start_step;
   PS_RETURN_IF_ERROR(run->reader_->Skip(options.start_step));

@@ -97,7 +97,8 @@ void PrintResult(const worker::TrainResult& result, int rank, const config::Job&
       "lld,"
       "\"samples_per_s\":%.1f,\"seconds\":%.2f,\"final_loss\":%s,\"heldout_auc\":%s,"
       "\"heldout_logloss\":%s,\"heldout_samples\":%lld,\"skipped_lines\":%lld,"
-      "\"read_bytes\":%lld,\"heldout_by_rank\":0,\"evaluations\":%d,\"best_heldout_auc\":%s,\"stopped_early_at\":%s,"
+      "\"read_bytes\":%lld,\"heldout_by_rank\":0,\"evaluations\":%d,\"best_heldout_auc\":%s,"
+      "\"stopped_early_at\":%s,"
       "\"mean_pull_ms\":%.3f,\"mean_push_ms\":%.3f,\"mean_batch\":%.1f,\"checkpoint\":\"%s\","
       "\"kept_step\":%s,\"kept_checkpoint\":\"%s\"}\n",
       result.backend.c_str(), rank, job.cluster().num_workers(), job.cluster().num_servers(),
@@ -105,7 +106,8 @@ void PrintResult(const worker::TrainResult& result, int rank, const config::Job&
       result.samples_per_s, result.seconds, JsonNumber(result.final_loss).c_str(),
       JsonNumber(result.heldout_auc).c_str(), JsonNumber(result.heldout_logloss).c_str(),
       static_cast<long long>(result.heldout_samples), static_cast<long long>(result.skipped_lines),
-      static_cast<long long>(result.read_bytes), static_cast<int>(result.evaluations.size()), JsonNumber(best_auc).c_str(),
+      static_cast<long long>(result.read_bytes), static_cast<int>(result.evaluations.size()),
+      JsonNumber(best_auc).c_str(),
       result.stopped_early_at >= 0 ? absl::StrCat(result.stopped_early_at).c_str() : "null",
       result.mean_pull_ms, result.mean_push_ms, result.mean_batch,
       JsonEscaped(result.checkpoint).c_str(),

@@ -11,8 +11,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/data_paths.h"
 #include "common/status_macros.h"
-#include "worker/data/schema.h"
 #include "worker/data/criteo_reader.h"
+#include "worker/data/schema.h"
 
 namespace ps {
 namespace worker {

@@ -52,8 +52,9 @@ struct ConvertSummary {
 
 // Converts the job's data.train_paths and data.eval_paths (CRITEO or DELIMITED text), each into
 // one file, with the job's schema (schema.h's SchemaOf). Errors: INVALID_ARGUMENT for a BINARY
-// job (its files are converted already); SchemaOf's; INVALID_ARGUMENT when the job has no train_paths or out_dir is empty;
-// NOT_FOUND, PERMISSION_DENIED or UNAVAILABLE when out_dir cannot be created; ConvertToBinary's.
+// job (its files are converted already); SchemaOf's; INVALID_ARGUMENT when the job has no
+// train_paths or out_dir is empty; NOT_FOUND, PERMISSION_DENIED or UNAVAILABLE when out_dir cannot
+// be created; ConvertToBinary's.
 absl::StatusOr<ConvertSummary> ConvertJobData(const config::Job& job,
                                               const ConvertOptions& options);
 

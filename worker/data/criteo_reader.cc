@@ -209,8 +209,8 @@ absl::StatusOr<ColumnMap> MapColumns(const TextSchema& schema, absl::string_view
       found = static_cast<int>(i);
     }
     if (found < 0) {
-      return absl::InvalidArgumentError(absl::StrCat("the header has no column \"",
-                                                     Shown(ref.name), "\" (", what, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("the header has no column \"", Shown(ref.name), "\" (", what, ")"));
     }
     return found;
   };
@@ -250,9 +250,8 @@ absl::Status ParseDelimitedLine(absl::string_view line, const TextSchema& schema
   if (label_text == "0" || label_text == "1") {
     *label = label_text[0] == '1' ? 1.0f : 0.0f;
   } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("label must be 0 or 1, got \"", Shown(label_text), "\" in column ",
-                     map.index[0] + 1));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "label must be 0 or 1, got \"", Shown(label_text), "\" in column ", map.index[0] + 1));
   }
   const size_t nd = schema.dense.size();
   for (size_t d = 0; d < nd; ++d) {
@@ -261,8 +260,8 @@ absl::Status ParseDelimitedLine(absl::string_view line, const TextSchema& schema
     const absl::string_view text = cols[c];
     float x = 0;
     if (!text.empty() && (!absl::SimpleAtof(text, &x) || !std::isfinite(x))) {
-      return absl::InvalidArgumentError(absl::StrCat("bad number \"", Shown(text),
-                                                     "\" in column ", c + 1, " (", spec.name, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("bad number \"", Shown(text), "\" in column ", c + 1, " (", spec.name, ")"));
     }
     switch (spec.transform) {
       case DenseColumnSpec::Transform::kNone:

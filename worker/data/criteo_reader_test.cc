@@ -699,10 +699,10 @@ constexpr char kLog[] =
     "a|b,u1,1,3,40\n"
     ",u2,0,,20\r\n"
     "c||d|e|f,u1,1,0.5,30\n"
-    "x,u3,2,1,1\n"           // label 2: malformed
-    "y,u4,0,abc,1\n"         // a bad number
-    "z,u5,0,1\n"             // a column short
-    "q,u6,1,1e1,25";          // the last line, without its newline
+    "x,u3,2,1,1\n"    // label 2: malformed
+    "y,u4,0,abc,1\n"  // a bad number
+    "z,u5,0,1\n"      // a column short
+    "q,u6,1,1e1,25";  // the last line, without its newline
 
 TEST_CASE("delimited text with a header pools multi-valued fields as its schema says",
           "[worker][criteo_reader][schema]") {
@@ -720,19 +720,19 @@ TEST_CASE("delimited text with a header pools multi-valued fields as its schema 
   const std::vector<float> dense0 = {static_cast<float>(std::log1p(3.0)), 1.0f};
   CHECK(batch.dense[0] == Approx(dense0[0]));
   CHECK(batch.dense[1] == Approx(dense0[1]));
-  CHECK(batch.dense[2] == 0.0f);   // empty price
+  CHECK(batch.dense[2] == 0.0f);  // empty price
   CHECK(batch.dense[3] == Approx(-1.0f));
   const auto key = [](int f, const char* v) { return CriteoKey(f, v); };
   std::vector<uint64_t> keys = {key(0, "u1"), key(1, "a"), key(1, "b"),  // sample 0
-                                key(0, "u2")};                            // sample 1: no tags
+                                key(0, "u2")};                           // sample 1: no tags
   std::vector<uint32_t> offsets = {0, 1, 3, 4, 4};
   if (!skip) {
     keys.insert(keys.end(), {key(0, "u1"), key(1, "c"), key(1, "d"), key(1, "e")});
     offsets.insert(offsets.end(), {5, 8});
   }
   keys.insert(keys.end(), {key(0, "u6"), key(1, "q")});
-  offsets.insert(offsets.end(), {static_cast<uint32_t>(keys.size() - 1),
-                                 static_cast<uint32_t>(keys.size())});
+  offsets.insert(offsets.end(),
+                 {static_cast<uint32_t>(keys.size() - 1), static_cast<uint32_t>(keys.size())});
   CHECK(batch.keys == keys);
   CHECK(batch.offsets == offsets);
   CHECK_FALSE(batch.SingleValued());
@@ -779,7 +779,8 @@ TEST_CASE("a header that disagrees with the schema is refused with its file and 
   CHECK(absl::StartsWith(n.status().message(), missing + ":1: the header has no column"));
 }
 
-TEST_CASE("ranks stripe delimited lines without counting headers", "[worker][criteo_reader][schema]") {
+TEST_CASE("ranks stripe delimited lines without counting headers",
+          "[worker][criteo_reader][schema]") {
   std::string a = "tags,user,click,price,age\n", b = a;
   for (int i = 0; i < 5; ++i) absl::StrAppend(&a, "t", i, ",u", i, ",1,1,1\n");
   for (int i = 5; i < 8; ++i) absl::StrAppend(&b, "t", i, ",u", i, ",0,1,1\n");

@@ -41,20 +41,20 @@ absl::StatusOr<ModelSpec> ModelSpec::FromJob(const config::Job& job) {
     const config::Schema& s = job.data().schema();
     spec.num_dense = s.dense_size();
     if (m.has_num_dense_features() && m.num_dense_features() != uint32_t(s.dense_size())) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "model.num_dense_features is %d but data.schema has %d dense columns",
-          m.num_dense_features(), s.dense_size()));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("model.num_dense_features is %d but data.schema has %d dense columns",
+                          m.num_dense_features(), s.dense_size()));
     }
     if (m.has_num_sparse_features() && m.num_sparse_features() != uint32_t(s.sparse_size())) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "model.num_sparse_features is %d but data.schema has %d sparse fields",
-          m.num_sparse_features(), s.sparse_size()));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("model.num_sparse_features is %d but data.schema has %d sparse fields",
+                          m.num_sparse_features(), s.sparse_size()));
     }
   } else {
     spec.num_dense = static_cast<int>(m.num_dense_features());
   }
-  const int num_fields = schema ? job.data().schema().sparse_size()
-                                : static_cast<int>(m.num_sparse_features());
+  const int num_fields =
+      schema ? job.data().schema().sparse_size() : static_cast<int>(m.num_sparse_features());
   spec.field_dims.clear();
   for (int f = 0; f < num_fields; ++f) {
     std::string name;

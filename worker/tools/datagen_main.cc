@@ -75,8 +75,7 @@ constexpr const char* kLongTailCardinalities = "100000000";
 // ps_datagen --job: data of the job's schema from a teacher of its model family.
 int JobMain(const std::string& job_path) {
   if (absl::GetFlag(FLAGS_num_dense) != 13 || absl::GetFlag(FLAGS_num_sparse) != 26 ||
-      absl::GetFlag(FLAGS_long_tail) ||
-      absl::GetFlag(FLAGS_dense_scale) != 0.25) {
+      absl::GetFlag(FLAGS_long_tail) || absl::GetFlag(FLAGS_dense_scale) != 0.25) {
     std::fprintf(stderr,
                  "ps_datagen: --num_dense, --num_sparse, --long_tail and --dense_scale are not "
                  "settings of "
@@ -116,8 +115,7 @@ int JobMain(const std::string& job_path) {
     std::fprintf(stderr, "ps_datagen: %s\n", data.status().ToString().c_str());
     return 2;
   }
-  absl::StatusOr<TeacherFileStats> train =
-      (*data)->Write(TeacherData::kTrainStream, rows, out);
+  absl::StatusOr<TeacherFileStats> train = (*data)->Write(TeacherData::kTrainStream, rows, out);
   if (!train.ok()) {
     std::fprintf(stderr, "ps_datagen: %s\n", train.status().ToString().c_str());
     return 1;

@@ -66,9 +66,8 @@ absl::StatusOr<std::unique_ptr<TeacherData>> TeacherData::Create(
   PS_ASSIGN_OR_RETURN(ZipfSampler zipf, ZipfSampler::Create(options.cardinality, options.zipf));
   PS_ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
                       CreateModel(spec, Mix(options.seed ^ 0x7eac4e7ull), Backend::kCpu));
-  std::unique_ptr<TeacherData> data(new TeacherData(job, options, std::move(schema),
-                                                    std::move(spec), std::move(layout), zipf,
-                                                    std::move(model)));
+  std::unique_ptr<TeacherData> data(new TeacherData(
+      job, options, std::move(schema), std::move(spec), std::move(layout), zipf, std::move(model)));
   data->Calibrate();
   return data;
 }
@@ -186,10 +185,9 @@ void TeacherData::Parse(const std::vector<std::vector<std::string>>& cells) {
   for (int i = 0; i < n; ++i) {
     line = absl::StrJoin(cells[i], std::string(1, text.delimiter));
     // The teacher's own lines always parse: they are written by the schema.
-    const absl::Status parsed =
-        ParseDelimitedLine(line, text, columns_, &scratch, &batch_.labels[i],
-                           batch_.dense.data() + i * text.dense.size(), &batch_.keys,
-                           &batch_.offsets);
+    const absl::Status parsed = ParseDelimitedLine(
+        line, text, columns_, &scratch, &batch_.labels[i],
+        batch_.dense.data() + i * text.dense.size(), &batch_.keys, &batch_.offsets);
     if (!parsed.ok()) {
       std::fprintf(stderr, "teacher_data: a line of its own fails to parse: %s\n",
                    std::string(parsed.message()).c_str());

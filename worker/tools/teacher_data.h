@@ -81,8 +81,8 @@ class TeacherData {
 
   // Draws `count` samples of `stream` from `first` as lines (with their "\n") appended to
   // `*text`, and appends their teacher probabilities to `*probs` and labels to `*labels`.
-  void Draw(uint64_t stream, int64_t first, int count, std::string* text,
-            std::vector<float>* probs, std::vector<float>* labels);
+  void Draw(uint64_t stream, int64_t first, int count, std::string* text, std::vector<float>* probs,
+            std::vector<float>* labels);
 
   // The header line the files start with (with its "\n") when the schema has one.
   const std::string& header() const { return header_; }
