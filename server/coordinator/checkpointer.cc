@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <set>
 #include <thread>
@@ -35,18 +36,21 @@ uint64_t JobDigest(const config::Job& job) {
   return XXH3_64bits(bytes.data(), bytes.size());
 }
 
-Checkpointer::WriteFn GrpcWrite(absl::Duration timeout,
-                                std::shared_ptr<grpc::ChannelCredentials> credentials) {
-  return [timeout, credentials](const std::string& address,
-                                const rpc::WriteCheckpointRequest& request)
-             -> absl::StatusOr<rpc::WriteCheckpointResponse> {
+// A call of `method` on the server at an address, within `timeout`; errors name the server.
+template <typename Request, typename Response>
+std::function<absl::StatusOr<Response>(const std::string&, const Request&)> GrpcCall(
+    absl::Duration timeout, std::shared_ptr<grpc::ChannelCredentials> credentials,
+    grpc::Status (rpc::ParameterServer::Stub::*method)(grpc::ClientContext*, const Request&,
+                                                       Response*)) {
+  return [timeout, credentials, method](const std::string& address,
+                                        const Request& request) -> absl::StatusOr<Response> {
     grpc_util::ChannelOptions options = grpc_util::CheckpointChannelOptions();
     options.credentials = credentials;
     auto stub = rpc::ParameterServer::NewStub(grpc_util::NewChannel(address, options));
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-    rpc::WriteCheckpointResponse response;
-    absl::Status status = FromGrpcStatus(stub->WriteCheckpoint(&context, request, &response));
+    Response response;
+    absl::Status status = FromGrpcStatus(((*stub).*method)(&context, request, &response));
     if (!status.ok()) {
       return absl::Status(status.code(), absl::StrCat("server ", address, ": ", status.message()));
     }
@@ -54,23 +58,14 @@ Checkpointer::WriteFn GrpcWrite(absl::Duration timeout,
   };
 }
 
+Checkpointer::WriteFn GrpcWrite(absl::Duration timeout,
+                                std::shared_ptr<grpc::ChannelCredentials> credentials) {
+  return GrpcCall(timeout, std::move(credentials), &rpc::ParameterServer::Stub::WriteCheckpoint);
+}
+
 Checkpointer::RestoreFn GrpcRestore(absl::Duration timeout,
                                     std::shared_ptr<grpc::ChannelCredentials> credentials) {
-  return [timeout, credentials](const std::string& address,
-                                const rpc::RestoreShardsRequest& request)
-             -> absl::StatusOr<rpc::RestoreShardsResponse> {
-    grpc_util::ChannelOptions options = grpc_util::CheckpointChannelOptions();
-    options.credentials = credentials;
-    auto stub = rpc::ParameterServer::NewStub(grpc_util::NewChannel(address, options));
-    grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-    rpc::RestoreShardsResponse response;
-    absl::Status status = FromGrpcStatus(stub->RestoreShards(&context, request, &response));
-    if (!status.ok()) {
-      return absl::Status(status.code(), absl::StrCat("server ", address, ": ", status.message()));
-    }
-    return response;
-  };
+  return GrpcCall(timeout, std::move(credentials), &rpc::ParameterServer::Stub::RestoreShards);
 }
 
 // The checkpoint the next one builds on, among the complete ones (oldest first), or 0 for a full
