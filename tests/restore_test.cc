@@ -349,7 +349,7 @@ TEST_CASE("a server or the coordinator killed mid-checkpoint leaves the previous
     // Server 1 is stopped, so the second checkpoint cannot complete; once server 0 is writing its
     // shards, the victim is killed.
     const pid_t stopped = (*cluster)->servers()[1]->pid();
-    REQUIRE(::kill(stopped, SIGSTOP) == 0);
+    REQUIRE((*cluster)->servers()[1]->Pause().ok());
     absl::StatusOr<rpc::CheckpointResponse> second;
     std::thread taker(
         [&] { second = testing::TakeCheckpoint((*cluster)->coordinator().address()); });

@@ -141,6 +141,26 @@ void KillAndReap(pid_t pid) {
 
 }  // namespace
 
+absl::Status Daemon::Pause() {
+  if (reaped_) return absl::FailedPreconditionError(absl::StrCat(binary_, " was reaped"));
+  if (kill(pid_, SIGSTOP) != 0) {
+    return absl::InternalError(absl::StrCat("kill(", pid_, ", SIGSTOP): ", std::strerror(errno)));
+  }
+  for (;;) {
+    int status = 0;
+    const pid_t r = waitpid(pid_, &status, WUNTRACED);
+    if (r == pid_ && WIFSTOPPED(status)) return absl::OkStatus();
+    if (r == pid_) {
+      reaped_ = true;
+      return absl::InternalError(
+          absl::StrCat(binary_, " ", Describe(status), " instead of stopping"));
+    }
+    if (r < 0 && errno != EINTR) {
+      return absl::InternalError(absl::StrCat("waitpid(", pid_, "): ", std::strerror(errno)));
+    }
+  }
+}
+
 absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const std::string& binary,
                                                       std::vector<std::string> args,
                                                       absl::Duration timeout) {

@@ -57,6 +57,12 @@ class Daemon {
   // SIGKILL, then reaps the child. Does nothing if it was already reaped.
   void Kill();
 
+  // SIGSTOP, then waits until the child is stopped (waitpid with WUNTRACED): once this returns it
+  // does nothing until SIGCONT, so a test can count on it (kill() alone returns before the signal
+  // takes effect). FAILED_PRECONDITION if it was already reaped; INTERNAL if it ended instead
+  // (it is then reaped) or waitpid failed.
+  absl::Status Pause();
+
   // Waits up to `timeout` for the child to exit by itself, and reaps it. Its exit status, or
   // 128 + the signal that ended it. DEADLINE_EXCEEDED if it still runs then (it is left running);
   // FAILED_PRECONDITION if it was already reaped.
