@@ -163,8 +163,10 @@ TEST_CASE("servers register and everyone gets the shard map once they have",
   CHECK(first->rank() == 0);
   CHECK(first->job().name() == "client-test");
 
-  const auto early = client->GetShardMap(1, absl::Milliseconds(300));
-  // The coordinator's own answer, not gRPC's deadline.
+  // The coordinator's own answer, not gRPC's deadline: it answers kReplyMargin (or a tenth of
+  // the wait) before the deadline, so the wait is long enough for that margin to cover a busy
+  // machine (with 300 ms, 30 ms were not always enough).
+  const auto early = client->GetShardMap(1, absl::Seconds(2));
   CHECK(early.status() == absl::UnavailableError("shard map not ready: 1 of 2 servers registered"));
 
   std::optional<absl::StatusOr<rpc::ShardMap>> waited;
@@ -606,7 +608,10 @@ TEST_CASE("the heartbeat thread follows a new leader within the same interval",
 
   a.Stop();
   (*client)->HeartbeatSoon();
-  CHECK(Eventually([&] { return AliveIn(b, w); }));
+  // A heartbeat to the stopped leader waits for its channel up to the call's timeout
+  // (kRpcTimeout, with this interval) before it moves on: wait longer than that.
+  CHECK(Eventually([&] { return AliveIn(b, w); },
+                   CoordinatorClient::kRpcTimeout + absl::Seconds(10)));
   CHECK((*client)->address() == b.address);
   CHECK(Eventually([&] { return (*client)->last_heartbeat_status().ok(); }));
 }

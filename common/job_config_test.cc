@@ -102,33 +102,34 @@ struct BadJob {
 
 TEST_CASE("semantic errors name the field and what is wrong", "[common][job]") {
   const BadJob bad = GENERATE(
-      BadJob{"dim 0", "dim: 4", "dim: 0",
-             "job.pbtxt:9:3: ", "tables[1] \"item\".dim: dim must be between 1 and 4096, got 0"},
-      BadJob{"dim too large", "dim: 8", "dim: 5000",
-             "job.pbtxt:4:3: ", "tables[0] \"user\".dim: dim must be between 1 and 4096, got 5000"},
+      BadJob{"dim 0", "dim: 4", "dim: 0", "job.pbtxt:9:3: ",
+             "tables[1] \"item\".dim: dim must be between 1 and 4096, got 0"},
+      BadJob{"dim too large", "dim: 8", "dim: 5000", "job.pbtxt:4:3: ",
+             "tables[0] \"user\".dim: dim must be between 1 and 4096, got 5000"},
       BadJob{"missing dim", "  dim: 4\n", "", "job.pbtxt:7:1: ", "tables[1] \"item\": missing dim"},
-      BadJob{"missing name", "  name: \"item\"\n", "",
-             "job.pbtxt:7:1: ", "tables[1]: missing name"},
-      BadJob{"duplicate table", "name: \"item\"", "name: \"user\"",
-             "job.pbtxt:8:3: ", "duplicate table name \"user\""},
-      BadJob{"bad table name", "name: \"item\"", "name: \"it em\"",
-             "job.pbtxt:8:3: ", "name must be 1 to 128 characters"},
-      BadJob{"unknown optimizer", "type: \"adagrad\"", "type: \"adamw\"",
-             "job.pbtxt:5:15: ", "tables[0] \"user\".optimizer.type: unknown optimizer \"adamw\""},
-      BadJob{"zero learning rate", "learning_rate: 0.1", "learning_rate: 0",
-             "job.pbtxt:5:31: ", "optimizer.learning_rate: must be a positive number, got 0"},
-      BadJob{"adam beta1 of 1", "type: \"adagrad\"", "type: \"adam\" beta1: 1",
-             "job.pbtxt:5:28: ", "optimizer.beta1: must be in [0, 1), got 1"},
+      BadJob{"missing name", "  name: \"item\"\n", "", "job.pbtxt:7:1: ",
+             "tables[1]: missing name"},
+      BadJob{"duplicate table", "name: \"item\"", "name: \"user\"", "job.pbtxt:8:3: ",
+             "duplicate table name \"user\""},
+      BadJob{"bad table name", "name: \"item\"", "name: \"it em\"", "job.pbtxt:8:3: ",
+             "name must be 1 to 128 characters"},
+      BadJob{"unknown optimizer", "type: \"adagrad\"", "type: \"adamw\"", "job.pbtxt:5:15: ",
+             "tables[0] \"user\".optimizer.type: unknown optimizer \"adamw\""},
+      BadJob{"zero learning rate", "learning_rate: 0.1", "learning_rate: 0", "job.pbtxt:5:31: ",
+             "optimizer.learning_rate: must be a positive number, got 0"},
+      BadJob{"adam beta1 of 1", "type: \"adagrad\"", "type: \"adam\" beta1: 1", "job.pbtxt:5:28: ",
+             "optimizer.beta1: must be in [0, 1), got 1"},
       BadJob{"ftrl positive power", "type: \"adagrad\"", "type: \"ftrl\" lr_power: 0.5",
              "job.pbtxt:5:28: ", "optimizer.lr_power: must be <= 0, got 0.5"},
       BadJob{"rowwise_adagrad accumulator 0", "type: \"adagrad\"",
              "type: \"rowwise_adagrad\" initial_accumulator: 0", "job.pbtxt:5:39: ",
              "optimizer.initial_accumulator: must be > 0 for rowwise_adagrad, got 0"},
       BadJob{"rowwise_adagrad epsilon 0", "type: \"adagrad\"",
-             "type: \"rowwise_adagrad\" epsilon: 0",
-             "job.pbtxt:5:39: ", "optimizer.epsilon: must be > 0, got 0"},
-      BadJob{"rowwise_adagrad negative l2", "type: \"adagrad\"", "type: \"rowwise_adagrad\" l2: -1",
-             "job.pbtxt:5:39: ", "optimizer.l2: must be >= 0, got -1"},
+             "type: \"rowwise_adagrad\" epsilon: 0", "job.pbtxt:5:39: ",
+             "optimizer.epsilon: must be > 0, got 0"},
+      BadJob{"rowwise_adagrad negative l2", "type: \"adagrad\"",
+             "type: \"rowwise_adagrad\" l2: -1", "job.pbtxt:5:39: ",
+             "optimizer.l2: must be >= 0, got -1"},
       BadJob{"ftrl's setting on rowwise_adagrad", "type: \"adagrad\"",
              "type: \"rowwise_adagrad\" ftrl_beta: 1", "job.pbtxt:5:39: ",
              "optimizer.ftrl_beta: is a setting of ftrl, not of rowwise_adagrad"},
@@ -140,24 +141,24 @@ TEST_CASE("semantic errors name the field and what is wrong", "[common][job]") {
              "job.pbtxt:9:31: ", "uniform needs low < high"},
       BadJob{"normal stddev 0", "dim: 4", "dim: 4 initializer { kind: NORMAL stddev: 0 }",
              "job.pbtxt:9:37: ", "initializer.stddev: must be > 0, got 0"},
-      BadJob{"negative staleness", "staleness: 2", "staleness: -1",
-             "job.pbtxt:13:3: ", "training.staleness: must be >= 0, got -1"},
-      BadJob{"quorum 0", "staleness: 2", "sync_quorum: 0",
-             "job.pbtxt:13:3: ", "training.sync_quorum: must be in (0, 1], got 0"},
-      BadJob{"quorum above 1", "staleness: 2", "sync_quorum: 1.5",
-             "job.pbtxt:13:3: ", "training.sync_quorum: must be in (0, 1], got 1.5"},
-      BadJob{"batch 0", "staleness: 2", "batch_size: 0",
-             "job.pbtxt:13:3: ", "training.batch_size: must be > 0"},
-      BadJob{"steps and epochs", "staleness: 2", "steps: 10 epochs: 1",
-             "job.pbtxt:13:13: ", "set steps or epochs, not both"},
+      BadJob{"negative staleness", "staleness: 2", "staleness: -1", "job.pbtxt:13:3: ",
+             "training.staleness: must be >= 0, got -1"},
+      BadJob{"quorum 0", "staleness: 2", "sync_quorum: 0", "job.pbtxt:13:3: ",
+             "training.sync_quorum: must be in (0, 1], got 0"},
+      BadJob{"quorum above 1", "staleness: 2", "sync_quorum: 1.5", "job.pbtxt:13:3: ",
+             "training.sync_quorum: must be in (0, 1], got 1.5"},
+      BadJob{"batch 0", "staleness: 2", "batch_size: 0", "job.pbtxt:13:3: ",
+             "training.batch_size: must be > 0"},
+      BadJob{"steps and epochs", "staleness: 2", "steps: 10 epochs: 1", "job.pbtxt:13:13: ",
+             "set steps or epochs, not both"},
       BadJob{"replication above servers", "replication_factor: 2", "replication_factor: 3",
              "job.pbtxt:18:3: ",
              "cluster.replication_factor: must be between 1 and num_servers (2), got 3"},
       BadJob{"replication 0", "replication_factor: 2", "replication_factor: 0", "job.pbtxt:18:3: ",
              "cluster.replication_factor: must be between 1 and num_servers (2), got 0"},
       BadJob{"reads from the only copy", "replication_factor: 2",
-             "replication_factor: 1 read_from_replicas: true",
-             "job.pbtxt:18:25: ", "cluster.read_from_replicas: needs replication_factor > 1"},
+             "replication_factor: 1 read_from_replicas: true", "job.pbtxt:18:25: ",
+             "cluster.read_from_replicas: needs replication_factor > 1"},
       BadJob{"bounded staleness reads from async replicas", "replication_factor: 2",
              "replication_factor: 2 replication_mode: ASYNC read_from_replicas: true",
              "job.pbtxt:18:49: ",
@@ -165,15 +166,15 @@ TEST_CASE("semantic errors name the field and what is wrong", "[common][job]") {
       BadJob{"async replication without replicas", "replication_factor: 2",
              "replication_factor: 1 replication_mode: ASYNC", "job.pbtxt:18:25: ",
              "cluster.replication_mode: ASYNC replication needs replication_factor > 1"},
-      BadJob{"zero shards", "num_shards: 16", "num_shards: 0",
-             "job.pbtxt:16:3: ", "cluster.num_shards: must be between 1 and 65536, got 0"},
-      BadJob{"more servers than shards", "num_shards: 16", "num_shards: 1",
-             "job.pbtxt:17:3: ", "need num_shards >= num_servers"},
+      BadJob{"zero shards", "num_shards: 16", "num_shards: 0", "job.pbtxt:16:3: ",
+             "cluster.num_shards: must be between 1 and 65536, got 0"},
+      BadJob{"more servers than shards", "num_shards: 16", "num_shards: 1", "job.pbtxt:17:3: ",
+             "need num_shards >= num_servers"},
       BadJob{"checkpoint without dir", "num_shards: 16", "num_shards: 16 checkpoint_every_steps: 5",
              "job.pbtxt:16:18: ", "checkpoints need a checkpoint_dir"},
       BadJob{"timed checkpoint without dir", "num_shards: 16",
-             "num_shards: 16 checkpoint_every_seconds: 5",
-             "job.pbtxt:16:18: ", "checkpoints need a checkpoint_dir"},
+             "num_shards: 16 checkpoint_every_seconds: 5", "job.pbtxt:16:18: ",
+             "checkpoints need a checkpoint_dir"},
       BadJob{"no full checkpoints", "num_shards: 16", "num_shards: 16 checkpoint_full_every: 0",
              "job.pbtxt:16:18: ", "cluster.checkpoint_full_every: must be >= 1"},
       BadJob{"relative checkpoint dir", "num_shards: 16", "num_shards: 16 checkpoint_dir: \"c\"",
@@ -188,26 +189,23 @@ TEST_CASE("semantic errors name the field and what is wrong", "[common][job]") {
       BadJob{"tiny messages", "num_shards: 16", "num_shards: 16 max_message_bytes: 1000",
              "job.pbtxt:16:18: ", "cluster.max_message_bytes: must be between"},
       BadJob{"model with unknown shared table", "training {",
-             "model { shared_table: \"nope\" }\ntraining {",
-             "job.pbtxt:11:9: ", "model.shared_table: no table named \"nope\""},
-      BadJob{
-          "model with too few tables", "training {", "model { num_sparse_features: 3 }\ntraining {",
-          "job.pbtxt:11:9: ", "3 sparse features need 3 tables (or a shared_table), the job has 2"},
+             "model { shared_table: \"nope\" }\ntraining {", "job.pbtxt:11:9: ",
+             "model.shared_table: no table named \"nope\""},
+      BadJob{"model with too few tables", "training {", "model { num_sparse_features: 3 }\ntraining {",
+             "job.pbtxt:11:9: ", "3 sparse features need 3 tables (or a shared_table), the job has 2"},
       BadJob{"pooling, which has no effect yet", "training {",
-             "model { shared_table: \"user\"\n  pooling: MEAN }\ntraining {",
-             "job.pbtxt:12:3: ", "model.pooling: has no effect: no field is multi-valued"},
+             "model { shared_table: \"user\"\n  pooling: MEAN }\ntraining {", "job.pbtxt:12:3: ",
+             "model.pooling: has no effect: no field is multi-valued"},
       BadJob{"pooling set to its default", "training {",
-             "model { shared_table: \"user\" pooling: SUM }\ntraining {",
-             "job.pbtxt:11:30: ", "model.pooling: has no effect: no field is multi-valued"},
+             "model { shared_table: \"user\" pooling: SUM }\ntraining {", "job.pbtxt:11:30: ",
+             "model.pooling: has no effect: no field is multi-valued"},
       BadJob{"fp16 with a dim over 1024", "dim: 8", "dim: 2048 value_type: FP16",
-             "job.pbtxt:4:13: ",
-             "tables[0] \"user\".value_type: value_type FP16 needs dim <= 1024, got 2048"},
+             "job.pbtxt:4:13: ", "tables[0] \"user\".value_type: value_type FP16 needs dim <= 1024, got 2048"},
       BadJob{"bf16 with a dim over 1024", "dim: 4", "dim: 1025\n  value_type: BF16",
-             "job.pbtxt:10:3: ",
-             "tables[1] \"item\".value_type: value_type BF16 needs dim <= 1024, got 1025"},
-      BadJob{"unknown value_type", "dim: 4", "dim: 4 value_type: FP8", "job.pbtxt:9:", "FP8"},
-      BadJob{"zero layer", "training {",
-             "model { shared_table: \"user\" top_mlp: [8, 0] }\ntraining {",
+             "job.pbtxt:10:3: ", "tables[1] \"item\".value_type: value_type BF16 needs dim <= 1024, got 1025"},
+      BadJob{"unknown value_type", "dim: 4", "dim: 4 value_type: FP8", "job.pbtxt:9:",
+             "FP8"},
+      BadJob{"zero layer", "training {", "model { shared_table: \"user\" top_mlp: [8, 0] }\ntraining {",
              "job.pbtxt:11:30: ", "model.top_mlp: layer sizes must be > 0"});
   INFO(bad.what);
   const std::string msg = ErrorOf(Replace(kGoodJob, bad.from, bad.to));
@@ -402,29 +400,23 @@ namespace ps {
 namespace {
 
 // A DEEPFM job over delimited text with a header, a multi-valued field and MEAN pooling.
-constexpr char kSchemaJob[] =
-    R"pb(name: "s"
-         tables { name: "user" dim: 8 }
-         tables { name: "tags" dim: 8 }
-         tables { name: "lin" dim: 1 }
-         model {
-           type: DEEPFM
-           linear_table: "lin"
-           top_mlp: [ 16 ]
-           pooling: MEAN
-         }
-         data {
-           format: DELIMITED
-           train_paths: "/d/train.tsv"
-           schema {
-             header: true
-             label: "click"
-             dense { column: "price" transform: LOG1P }
-             sparse { column: "user_id" table: "user" }
-             sparse { column: "tags" table: "tags" separator: "|" max_values: 20 }
-           }
-         }
-)pb";
+constexpr char kSchemaJob[] = R"job(name: "s"
+tables { name: "user" dim: 8 }
+tables { name: "tags" dim: 8 }
+tables { name: "lin" dim: 1 }
+model { type: DEEPFM linear_table: "lin" top_mlp: [16] pooling: MEAN }
+data {
+  format: DELIMITED
+  train_paths: "/d/train.tsv"
+  schema {
+    header: true
+    label: "click"
+    dense { column: "price" transform: LOG1P }
+    sparse { column: "user_id" table: "user" }
+    sparse { column: "tags" table: "tags" separator: "|" max_values: 20 }
+  }
+}
+)job";
 
 TEST_CASE("a schema job with every family's knobs parses", "[common][job_config]") {
   REQUIRE(ParseJob(kSchemaJob, "job.pbtxt").ok());
@@ -444,13 +436,13 @@ TEST_CASE("bad schemas and model knobs are refused at file:line:col", "[common][
   const BadJob bad = GENERATE(
       BadJob{"a column named without a header", "header: true", "header: false",
              "job.pbtxt:11:5: ", "data.schema.label: unknown column \"click\""},
-      BadJob{"column 0", "column: \"price\"", "column: \"0\"",
-             "job.pbtxt:12:13: ", "data.schema.dense[0].column: unknown column \"0\""},
+      BadJob{"column 0", "column: \"price\"", "column: \"0\"", "job.pbtxt:12:13: ",
+             "data.schema.dense[0].column: unknown column \"0\""},
       BadJob{"a field naming no table", "table: \"user\"", "table: \"nope\"",
              "job.pbtxt:13:32: ", "data.schema.sparse[0].table: no table named \"nope\""},
       BadJob{"a field with no table at all", "sparse { column: \"user_id\" table: \"user\" }",
-             "sparse { column: \"user_id\" }",
-             "job.pbtxt:13:5: ", "data.schema.sparse[0]: names no table"},
+             "sparse { column: \"user_id\" }", "job.pbtxt:13:5: ",
+             "data.schema.sparse[0]: names no table"},
       BadJob{"a separator in a dense column", "transform: LOG1P", "separator: \"|\"",
              "job.pbtxt:12:", "no field named \"separator\""},
       BadJob{"the delimiter as separator", "separator: \"|\"", "separator: \"\\t\"",
@@ -459,26 +451,26 @@ TEST_CASE("bad schemas and model knobs are refused at file:line:col", "[common][
              "table: \"user\" max_values: 3", "job.pbtxt:13:", "is for multi-valued fields"},
       BadJob{"STANDARDIZE without moments", "transform: LOG1P", "transform: STANDARDIZE",
              "job.pbtxt:12:", "STANDARDIZE needs a mean"},
-      BadJob{"mean without STANDARDIZE", "transform: LOG1P", "mean: 3",
-             "job.pbtxt:12:", "data.schema.dense[0].mean: is used only by transform STANDARDIZE"},
-      BadJob{"CRITEO with a schema", "format: DELIMITED", "format: CRITEO",
-             "job.pbtxt:9:3: ", "format CRITEO is a preset schema"},
+      BadJob{"mean without STANDARDIZE", "transform: LOG1P", "mean: 3", "job.pbtxt:12:",
+             "data.schema.dense[0].mean: is used only by transform STANDARDIZE"},
+      BadJob{"CRITEO with a schema", "format: DELIMITED", "format: CRITEO", "job.pbtxt:9:3: ",
+             "format CRITEO is a preset schema"},
       BadJob{"a count that disagrees", "top_mlp: [16]", "top_mlp: [16] num_sparse_features: 3",
              "job.pbtxt:5:", "is 3 but data.schema has 2 sparse fields"},
       BadJob{"linear table of dim 8", "linear_table: \"lin\"", "linear_table: \"user\"",
              "job.pbtxt:5:", "model.linear_table: table \"user\" has dim 8"},
-      BadJob{"DEEPFM without linear table", "linear_table: \"lin\"", "",
-             "job.pbtxt:5:", "a DEEPFM model needs linear_table"},
+      BadJob{"DEEPFM without linear table", "linear_table: \"lin\"", "", "job.pbtxt:5:",
+             "a DEEPFM model needs linear_table"},
       BadJob{"DCN's knob on DEEPFM", "top_mlp: [16]", "top_mlp: [16] cross_layers: 2",
              "job.pbtxt:5:", "model.cross_layers: is DCN_V2's; a DEEPFM model has none"},
       BadJob{"DEEPFM fields of two dims", "name: \"tags\" dim: 8", "name: \"tags\" dim: 4",
              "job.pbtxt:5:", "needs every field's table to have one dim"},
       BadJob{"wide feature of an unknown field", "type: DEEPFM",
-             "type: WIDE_DEEP wide { fields: \"nope\" }",
-             "job.pbtxt:5:", "no sparse field named \"nope\""},
+             "type: WIDE_DEEP wide { fields: \"nope\" }", "job.pbtxt:5:",
+             "no sparse field named \"nope\""},
       BadJob{"a cross of a multi-valued field", "type: DEEPFM",
-             "type: WIDE_DEEP wide { fields: [\"user_id\", \"tags\"] }",
-             "job.pbtxt:5:", "crosses multi-valued field \"tags\""},
+             "type: WIDE_DEEP wide { fields: [\"user_id\", \"tags\"] }", "job.pbtxt:5:",
+             "crosses multi-valued field \"tags\""},
       BadJob{"two fields of one name", "column: \"tags\" table", "column: \"user_id\" table",
              "job.pbtxt:14:", "two sparse fields are named \"user_id\""});
   INFO(bad.what);

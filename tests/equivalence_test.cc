@@ -34,30 +34,28 @@ testing::ModelParameters Train(const std::string& optimizer, int workers, int ba
   const std::string job_path = absl::StrCat(testing::TempDir(), "/", name, ".pbtxt");
   {
     std::ofstream job(job_path);
+    // clang-format off
     job << absl::StrFormat(R"pb(name: "%s"
-                                tables {
-                                  name: "emb"
-                                  dim: 4
-                                  initializer { kind: UNIFORM low: -0.1 high: 0.1 }
-                                  optimizer { type: "%s" learning_rate: 0.05 }
-                                }
-                                model {
-                                  bottom_mlp: [ 8, 4 ]
-                                  top_mlp: [ 8 ]
-                                  shared_table: "emb"
-                                }
-                                data { format: %s train_paths: "%s" }
-                                training {
-                                  mode: SYNC
-                                  batch_size: %d
-                                  steps: %d
-                                  dense_optimizer { type: "adam" learning_rate: 0.01 }
-                                  dense_push_every: 0
-                                  seed: 3
-                                }
-                                cluster { num_shards: 8 num_servers: 2 num_workers: %d }
-                           )pb",
+tables {
+  name: "emb"
+  dim: 4
+  initializer { kind: UNIFORM low: -0.1 high: 0.1 }
+  optimizer { type: "%s" learning_rate: 0.05 }
+}
+model { bottom_mlp: [8, 4] top_mlp: [8] shared_table: "emb" }
+data { format: %s train_paths: "%s" }
+training {
+  mode: SYNC
+  batch_size: %d
+  steps: %d
+  dense_optimizer { type: "adam" learning_rate: 0.01 }
+  dense_push_every: 0
+  seed: 3
+}
+cluster { num_shards: 8 num_servers: 2 num_workers: %d }
+)pb",
                            name, optimizer, format, data, batch, steps, workers);
+    // clang-format on
   }
   auto cluster = testing::LocalCluster::Start(job_path, {});
   INFO(cluster.status().ToString());
@@ -112,10 +110,9 @@ TEST_CASE("sync: 2 workers with batch B end where 1 worker with batch 2B does",
   CHECK(testing::MaxRelativeDifference(fresh.rows, one.rows) > 1e-3);
 }
 
-TEST_CASE(
-    "sync with binary data: each of 2 workers reads half of it and they end where 1 "
-    "worker with batch 2B over the text does",
-    "[integration][sync][binary]") {
+TEST_CASE("sync with binary data: each of 2 workers reads half of it and they end where 1 "
+          "worker with batch 2B over the text does",
+          "[integration][sync][binary]") {
   constexpr int kBatch = 32;
   constexpr int kSteps = 12;
   worker::SyntheticOptions data_options;
@@ -139,10 +136,9 @@ TEST_CASE(
       Train("adagrad", 2, kBatch, kSteps, binary, *keys, "binary_two", "BINARY", &two_read);
   const double dense = testing::MaxRelativeDifference(one.dense, two.dense);
   const double rows = testing::MaxRelativeDifference(one.rows, two.rows);
-  std::printf(
-      "binary shares: max relative difference dense %.3g, embeddings %.3g; read bytes "
-      "text %.0f, binary %.0f and %.0f\n",
-      dense, rows, one_read[0], two_read[0], two_read[1]);
+  std::printf("binary shares: max relative difference dense %.3g, embeddings %.3g; read bytes "
+              "text %.0f, binary %.0f and %.0f\n",
+              dense, rows, one_read[0], two_read[0], two_read[1]);
   CHECK(dense <= 1e-4);
   CHECK(rows <= 1e-4);
   // Each worker read its half of the samples' arrays (264 bytes a Criteo sample), no more.

@@ -35,27 +35,25 @@ std::string JobText(const std::string& type, const std::string& dir) {
   }
   if (type == "DEEPFM") model = R"(type: DEEPFM linear_table: "lin")";
   if (type == "DCN_V2") model = "type: DCN_V2 cross_layers: 2 cross_rank: 8";
-  return absl::StrCat(
-      R"pb(name: "family_)pb", type,
-      R"pb("
-           tables {
-             name: "emb"
-             dim: 8
-             optimizer { type: "adagrad" learning_rate: 0.1 initial_accumulator: 0.01 }
-           }
-           tables {
-             name: "lin"
-             dim: 1
-             optimizer { type: "adagrad" learning_rate: 0.1 initial_accumulator: 0.01 }
-           }
-           model {)pb",
-      model, R"pb(                   top_mlp: [32, 16] shared_table: "emb" }
-                                     data {
+  return absl::StrCat(R"job(name: "family_)job", type, R"job("
+tables {
+  name: "emb"
+  dim: 8
+  optimizer { type: "adagrad" learning_rate: 0.1 initial_accumulator: 0.01 }
+}
+tables {
+  name: "lin"
+  dim: 1
+  optimizer { type: "adagrad" learning_rate: 0.1 initial_accumulator: 0.01 }
+}
+model { )job",
+                      model, R"job( top_mlp: [32, 16] shared_table: "emb" }
+data {
   format: DELIMITED
-  train_paths: ")pb",
-      dir, R"pb(/train.tsv "
-                eval_paths: ")pb",
-      dir, R"pb(                /heldout.tsv"
+  train_paths: ")job",
+                      dir, R"job(/train.tsv"
+  eval_paths: ")job",
+                      dir, R"job(/heldout.tsv"
   schema {
     header: true
     label: "click"
@@ -69,7 +67,7 @@ std::string JobText(const std::string& type, const std::string& dir) {
     sparse { column: "tags" separator: "|" max_values: 4 }
   }
 }
-                                training {
+training {
   mode: SYNC
   batch_size: 256
   epochs: 3
@@ -77,7 +75,7 @@ std::string JobText(const std::string& type, const std::string& dir) {
   seed: 3
 }
 cluster { num_shards: 8 num_servers: 2 num_workers: 2 }
-)pb");
+)job");
 }
 
 TEST_CASE("every model family beats the constant predictor on its teacher's data",

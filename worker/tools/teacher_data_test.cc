@@ -26,12 +26,12 @@ std::string FamilyJob(const std::string& type) {
   }
   if (type == "DEEPFM") model = R"(type: DEEPFM linear_table: "lin")";
   if (type == "DCN_V2") model = "type: DCN_V2 cross_layers: 2 cross_rank: 4";
-  return absl::StrCat(R"pb(name: "teacher"
-                           tables { name: "emb" dim: 4 }
-                           tables { name: "lin" dim: 1 }
-                           model {)pb",
-                      model, R"pb(                                   top_mlp: [8] shared_table: "emb" }
-                                                                     data {
+  return absl::StrCat(R"job(name: "teacher"
+tables { name: "emb" dim: 4 }
+tables { name: "lin" dim: 1 }
+model { )job",
+                      model, R"job( top_mlp: [8] shared_table: "emb" }
+data {
   format: DELIMITED
   train_paths: "/unused"
   schema {
@@ -47,7 +47,7 @@ std::string FamilyJob(const std::string& type) {
     sparse { column: "9" name: "hist" separator: " " max_values: 20 }
   }
 }
-)pb");
+)job");
 }
 
 TEST_CASE("a teacher of each family writes data its job's reader reads whole",
@@ -64,7 +64,8 @@ TEST_CASE("a teacher of each family writes data its job's reader reads whole",
   INFO(teacher.status().ToString());
   REQUIRE(teacher.ok());
   const std::string path = absl::StrCat(testing::TempDir(), "/teacher_", type, ".tsv");
-  absl::StatusOr<TeacherFileStats> stats = (*teacher)->Write(TeacherData::kTrainStream, 5000, path);
+  absl::StatusOr<TeacherFileStats> stats =
+      (*teacher)->Write(TeacherData::kTrainStream, 5000, path);
   REQUIRE(stats.ok());
   CHECK(stats->rows == 5000);
   // The positive rate is calibrated to 0.3 and the teacher is informative.
@@ -93,8 +94,7 @@ TEST_CASE("a teacher of each family writes data its job's reader reads whole",
 
   // The same options write the same bytes; another seed other ones.
   const std::string again = path + ".again";
-  REQUIRE(
-      (*TeacherData::Create(*job, options))->Write(TeacherData::kTrainStream, 5000, again).ok());
+  REQUIRE((*TeacherData::Create(*job, options))->Write(TeacherData::kTrainStream, 5000, again).ok());
   const auto bytes = [](const std::string& p) {
     std::ifstream in(p, std::ios::binary);
     return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
