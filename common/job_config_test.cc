@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -67,6 +68,20 @@ TEST_CASE("the shipped jobs are valid", "[common][job]") {
   INFO(job.status().ToString());
   REQUIRE(job.ok());
   CHECK(job->cluster().num_servers() == 2);
+  // One job a model family, over one schema with multi-valued fields.
+  const std::pair<const char*, config::Model::Type> families[] = {
+      {"deploy/jobs/dlrm.pbtxt", config::Model::DLRM},
+      {"deploy/jobs/wide_deep.pbtxt", config::Model::WIDE_DEEP},
+      {"deploy/jobs/deepfm.pbtxt", config::Model::DEEPFM},
+      {"deploy/jobs/dcn_v2.pbtxt", config::Model::DCN_V2}};
+  for (const auto& [path, type] : families) {
+    const absl::StatusOr<config::Job> family = LoadJobFile(path);
+    INFO(path << ": " << family.status().ToString());
+    REQUIRE(family.ok());
+    CHECK(family->model().type() == type);
+    CHECK(family->data().format() == config::Data::DELIMITED);
+    CHECK(family->data().schema().sparse_size() == 7);
+  }
 }
 
 TEST_CASE("syntax errors name file, line and column", "[common][job]") {
