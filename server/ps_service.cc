@@ -542,12 +542,8 @@ ParameterServerService::~ParameterServerService() {
   if (writer.joinable()) writer.join();
 }
 
-grpc::ServerUnaryReactor* ParameterServerService::WriteCheckpoint(
-    grpc::CallbackServerContext* context, const rpc::WriteCheckpointRequest* request,
-    rpc::WriteCheckpointResponse* response) {
-  absl::Status status;
-  ShardedStore* store = Ready(request->header(), &status);
-  if (store == nullptr) return Done(context, status);
+grpc::ServerUnaryReactor* ParameterServerService::RunOnCheckpointThread(
+    grpc::CallbackServerContext* context, std::function<absl::Status()> work) {
   absl::MutexLock lock(&checkpoint_mu_);
   if (writing_checkpoint_) {
     return Done(context, absl::FailedPreconditionError("a checkpoint is being written"));
@@ -555,13 +551,30 @@ grpc::ServerUnaryReactor* ParameterServerService::WriteCheckpoint(
   if (checkpoint_writer_.joinable()) checkpoint_writer_.join();
   writing_checkpoint_ = true;
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  checkpoint_writer_ = std::thread([this, reactor, work = std::move(work)] {
+    const absl::Status status = work();
+    {
+      absl::MutexLock lock(&checkpoint_mu_);
+      writing_checkpoint_ = false;
+    }
+    reactor->Finish(ToGrpcStatus(status));
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* ParameterServerService::WriteCheckpoint(
+    grpc::CallbackServerContext* context, const rpc::WriteCheckpointRequest* request,
+    rpc::WriteCheckpointResponse* response) {
+  absl::Status status;
+  ShardedStore* store = Ready(request->header(), &status);
+  if (store == nullptr) return Done(context, status);
   // No deadline reads as the end of time, which absl::FromChrono would overflow.
   absl::Time deadline = absl::InfiniteFuture();
   if (context->deadline() < std::chrono::system_clock::now() + std::chrono::hours(24 * 365)) {
     deadline = absl::FromChrono(context->deadline());
   }
   // Minutes of disk writes hold no gRPC thread.
-  checkpoint_writer_ = std::thread([this, store, request, response, reactor, deadline] {
+  return RunOnCheckpointThread(context, [this, store, request, response, deadline] {
     const absl::Time start = absl::Now();
     absl::StatusOr<rpc::WriteCheckpointResponse> written =
         WriteServerCheckpoint(store, *request, deadline);
@@ -569,13 +582,8 @@ grpc::ServerUnaryReactor* ParameterServerService::WriteCheckpoint(
       checkpoint_durations_->Observe(absl::ToDoubleSeconds(absl::Now() - start));
     }
     if (written.ok()) *response = *std::move(written);
-    {
-      absl::MutexLock lock(&checkpoint_mu_);
-      writing_checkpoint_ = false;
-    }
-    reactor->Finish(ToGrpcStatus(written.status()));
+    return written.status();
   });
-  return reactor;
 }
 
 grpc::ServerUnaryReactor* ParameterServerService::RestoreShards(
@@ -584,15 +592,8 @@ grpc::ServerUnaryReactor* ParameterServerService::RestoreShards(
   absl::Status status;
   ShardedStore* store = Ready(request->header(), &status);
   if (store == nullptr) return Done(context, status);
-  absl::MutexLock lock(&checkpoint_mu_);
-  if (writing_checkpoint_) {
-    return Done(context, absl::FailedPreconditionError("a checkpoint is being written"));
-  }
-  if (checkpoint_writer_.joinable()) checkpoint_writer_.join();
-  writing_checkpoint_ = true;
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   // Reading the files holds no gRPC thread.
-  checkpoint_writer_ = std::thread([this, store, request, response, reactor] {
+  return RunOnCheckpointThread(context, [this, store, request, response] {
     const absl::Time start = absl::Now();
     absl::StatusOr<rpc::RestoreShardsResponse> restored =
         RestoreServerShards(store, *request, CheckpointWriterThreads());
@@ -603,13 +604,8 @@ grpc::ServerUnaryReactor* ParameterServerService::RestoreShards(
                    static_cast<unsigned long long>(response->rows()), request->path().c_str(),
                    absl::ToDoubleSeconds(absl::Now() - start));
     }
-    {
-      absl::MutexLock lock(&checkpoint_mu_);
-      writing_checkpoint_ = false;
-    }
-    reactor->Finish(ToGrpcStatus(restored.status()));
+    return restored.status();
   });
-  return reactor;
 }
 
 grpc::ServerUnaryReactor* ParameterServerService::OpenSharedRegion(

@@ -148,6 +148,12 @@ class ParameterServerService final : public ParameterServerBase {
   // `status` says why (UNAVAILABLE, retryable).
   ShardedStore* Ready(const rpc::RequestHeader& header, absl::Status* status);
 
+  // Runs `work` on the checkpoint thread, which writes or restores one checkpoint at a time
+  // without holding a gRPC thread, and finishes the call with its status. A call while one runs
+  // is answered FAILED_PRECONDITION at once.
+  grpc::ServerUnaryReactor* RunOnCheckpointThread(grpc::CallbackServerContext* context,
+                                                  std::function<absl::Status()> work);
+
   // Admits a request of the data path: an empty ticket without an Admission; RESOURCE_EXHAUSTED
   // over a limit.
   absl::StatusOr<Admission::Ticket> Admit(grpc::CallbackServerContext* context,

@@ -134,7 +134,8 @@ void StartPull(Client* client, const EmbeddingLayout& layout, StepData* d) {
   const int n = batch.size;
   d->emb.resize(size_t(n) * layout.width());
   d->pending.clear();
-  if (layout.direct() && batch.SingleValued()) {
+  d->direct = layout.direct() && batch.SingleValued();
+  if (d->direct) {
     d->pending.push_back(
         client->PullAsync(layout.tables()[0].table, batch.keys, absl::MakeSpan(d->emb)));
     return;
@@ -173,7 +174,7 @@ absl::Status FinishPull(const EmbeddingLayout& layout, StepData* d) {
   absl::Status status;
   for (auto& f : d->pending) status.Update(f.get());
   d->pending.clear();
-  if (!status.ok() || (layout.direct() && d->batch.SingleValued())) return status;
+  if (!status.ok() || d->direct) return status;
   PoolRows(layout, d->batch.size, d->ends, d->rows, d->emb.data());
   return absl::OkStatus();
 }
@@ -220,7 +221,7 @@ void StartPush(Client* client, const EmbeddingLayout& layout, const StepData& d,
   p->keys.resize(groups);
   p->grads.resize(groups);
   const int n = d.batch.size;
-  if (layout.direct() && d.batch.SingleValued()) {
+  if (d.direct) {
     p->keys[0] = d.batch.keys;
     p->grads[0].assign(emb_grad.begin(), emb_grad.begin() + size_t(n) * layout.width());
     p->pending.push_back(client->PushAsync(layout.tables()[0].table, p->keys[0], p->grads[0]));

@@ -84,6 +84,9 @@ void PoolRows(const EmbeddingLayout& layout, int samples,
 // One batch and its embedding rows, pulled asynchronously.
 struct StepData {
   Batch batch;
+  // Set by StartPull: the batch's keys are the pull's, and its rows land in `emb` directly
+  // (EmbeddingLayout::direct() and a single-valued batch); keys, ends and rows are then unused.
+  bool direct = false;
   // Per table of the layout: the keys pulled (sample by sample, slot by slot), where each
   // (sample, slot)'s keys end in them, and their rows.
   std::vector<std::vector<uint64_t>> keys;

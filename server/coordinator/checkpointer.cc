@@ -20,6 +20,7 @@
 #include "common/checkpoint_reader.h"
 #include "common/grpc/channel_factory.h"
 #include "common/grpc_status.h"
+#include "common/status_macros.h"
 #include "proto/ps.grpc.pb.h"
 #include "server/coordinator/restore_check.h"
 #include "xxhash.h"
@@ -34,6 +35,28 @@ uint64_t JobDigest(const config::Job& job) {
   for (const config::Table& t : job.tables()) bytes += t.SerializeAsString();
   bytes += config::Training::Mode_Name(job.training().mode());
   return XXH3_64bits(bytes.data(), bytes.size());
+}
+
+// The shards of `map` grouped by their primary's server id. FAILED_PRECONDITION "shard N is lost;
+// <advice>" when a shard has no copy left.
+absl::StatusOr<std::map<uint32_t, std::vector<uint32_t>>> ShardsByPrimary(
+    const rpc::ShardMap& map, absl::string_view advice) {
+  std::map<uint32_t, std::vector<uint32_t>> by_server;
+  for (const rpc::ShardAssignment& a : map.shards()) {
+    if (a.lost()) {
+      return absl::FailedPreconditionError(
+          absl::StrFormat("shard %d is lost; %s", a.shard(), advice));
+    }
+    by_server[a.primary()].push_back(a.shard());
+  }
+  return by_server;
+}
+
+// Every server's address by its id.
+std::map<uint32_t, std::string> AddressesOf(const rpc::ShardMap& map) {
+  std::map<uint32_t, std::string> address;
+  for (const rpc::ServerInfo& s : map.servers()) address[s.server_id()] = s.address();
+  return address;
 }
 
 // A call of `method` on the server at an address, within `timeout`; errors name the server.
@@ -138,16 +161,9 @@ absl::StatusOr<rpc::RestoreCheckpointResponse> Checkpointer::Restore(const std::
   if (map.version() == 0 || map.shards_size() == 0) {
     return absl::FailedPreconditionError("the shard map does not exist yet");
   }
-  std::map<uint32_t, std::vector<uint32_t>> by_server;
-  for (const rpc::ShardAssignment& a : map.shards()) {
-    if (a.lost()) {
-      return absl::FailedPreconditionError(
-          absl::StrFormat("shard %d is lost; restore the job from a checkpoint", a.shard()));
-    }
-    by_server[a.primary()].push_back(a.shard());
-  }
-  std::map<uint32_t, std::string> address;
-  for (const rpc::ServerInfo& s : map.servers()) address[s.server_id()] = s.address();
+  PS_ASSIGN_OR_RETURN(const auto by_server,
+                      ShardsByPrimary(map, "restore the job from a checkpoint"));
+  std::map<uint32_t, std::string> address = AddressesOf(map);
   std::vector<absl::StatusOr<rpc::RestoreShardsResponse>> results(by_server.size(),
                                                                   absl::UnknownError("not run"));
   {
@@ -263,16 +279,9 @@ absl::StatusOr<rpc::CheckpointResponse> Checkpointer::TakeUnmeasured(
                           w.rank(), w.step(), step));
     }
   }
-  std::map<uint32_t, std::vector<uint32_t>> by_server;
-  for (const rpc::ShardAssignment& a : map.shards()) {
-    if (a.lost()) {
-      return absl::FailedPreconditionError(
-          absl::StrFormat("shard %d is lost; restore it before checkpointing", a.shard()));
-    }
-    by_server[a.primary()].push_back(a.shard());
-  }
-  std::map<uint32_t, std::string> address;
-  for (const rpc::ServerInfo& s : map.servers()) address[s.server_id()] = s.address();
+  PS_ASSIGN_OR_RETURN(const auto by_server,
+                      ShardsByPrimary(map, "restore it before checkpointing"));
+  std::map<uint32_t, std::string> address = AddressesOf(map);
 
   std::error_code ec;
   std::vector<std::string> partial;
