@@ -19,6 +19,7 @@
 #include "absl/strings/str_format.h"
 #include "common/data_paths.h"
 #include "common/job_config.h"
+#include "common/schema_columns.h"
 
 namespace ps {
 namespace {
@@ -93,6 +94,19 @@ absl::StatusOr<Scan> ScanFile(const std::string& file, int64_t max_lines) {
   scan.raw = gzoffset(in);
   gzclose(in);
   return scan;
+}
+
+// The first line of `file` (plain or gzip), without its newline, read up to kChunkBytes.
+absl::StatusOr<std::string> FirstLine(const std::string& file) {
+  gzFile in = gzopen(file.c_str(), "rb");
+  if (in == nullptr) return absl::PermissionDeniedError(std::strerror(errno));
+  std::string line(kChunkBytes, '\0');
+  const char* got = gzgets(in, line.data(), static_cast<int>(line.size()));
+  gzclose(in);
+  if (got == nullptr) return std::string();
+  line.resize(std::strlen(line.data()));
+  if (!line.empty() && line.back() == '\n') line.pop_back();
+  return line;
 }
 
 std::string Bytes(int64_t bytes) {
@@ -172,6 +186,36 @@ std::vector<NamedFile> FilesOf(const Reporter& reporter, absl::string_view field
     for (std::string& file : *matched) files.push_back(NamedFile{i, paths.Get(i), std::move(file)});
   }
   return files;
+}
+
+// For a delimited schema with a header: that every column the schema reads is in `file`'s header
+// line once. One error per column that is not, with the schema's field and the file's position:
+//   job.pbtxt:48:3: data.schema.dense[0].column: data/train.tsv:1:1: the header has no column
+//   "price" (its columns: click, dwell, age)
+// Columns the job's validation refuses are left to it.
+void CheckHeader(const Reporter& reporter, const config::Schema& schema, const std::string& file,
+                 std::vector<std::string>* errors) {
+  const absl::StatusOr<std::string> line = FirstLine(file);
+  if (!line.ok()) return;  // ScanFile reported it
+  const HeaderColumns header(*line, DelimiterOf(schema));
+  const auto check = [&](absl::string_view field, int index, const std::string& text) {
+    const absl::StatusOr<ColumnRef> ref = ParseColumnRef(text, true);
+    if (!ref.ok()) return;
+    int byte_column = 1;
+    const absl::StatusOr<int> found = header.Find(*ref, &byte_column);
+    if (found.ok()) return;
+    errors->push_back(absl::StrCat(reporter.Where(field, index), ": ", field,
+                                   index >= 0 ? absl::StrCat("[", index, "].column") : "", ": ",
+                                   file, ":1:", byte_column, ": ", found.status().message(),
+                                   " (its columns: ", header.Describe(), ")"));
+  };
+  check("data.schema.label", -1, schema.label());
+  for (int i = 0; i < schema.dense_size(); ++i) {
+    check("data.schema.dense", i, schema.dense(i).column());
+  }
+  for (int i = 0; i < schema.sparse_size(); ++i) {
+    check("data.schema.sparse", i, schema.sparse(i).column());
+  }
 }
 
 // The warning for a job of fewer than min_steps steps, with what to change.
@@ -257,11 +301,19 @@ DataCheckResult CheckJobData(const config::Job& job, const DataCheckOptions& opt
     }
     scans.push_back(*scan);
   }
+  const bool header = data.format() == config::Data::DELIMITED && data.schema().header();
+  if (header) {
+    for (size_t i = 0; i < scans.size() && readable; ++i) {
+      CheckHeader(reporter, data.schema(), train[i].file, &result.errors);
+    }
+  }
   for (const NamedFile& f : eval) {
     const absl::StatusOr<Scan> scan = ScanFile(f.file, 1);
     if (!scan.ok()) {
       result.errors.push_back(reporter.FileError("data.eval_paths", f.index, f.pattern, f.file,
                                                  scan.status().message()));
+    } else if (header) {
+      CheckHeader(reporter, data.schema(), f.file, &result.errors);
     }
   }
   if (train.empty() || !readable) return result;
@@ -278,8 +330,7 @@ DataCheckResult CheckJobData(const config::Job& job, const DataCheckOptions& opt
     }
   }
   // A delimited schema with a header: every file's first line is not a sample.
-  const int64_t header_lines =
-      job.data().format() == config::Data::DELIMITED && job.data().schema().header() ? 1 : 0;
+  const int64_t header_lines = header ? 1 : 0;
   for (const Scan& s : scans) {
     e.bytes += s.size;
     e.gzip = e.gzip || s.gzip;

@@ -70,8 +70,9 @@ struct StepsEstimate {
 // What CheckJobData found. Errors and warnings are whole sentences starting with the job's file
 // (and position); callers add "warning: " or their name in front.
 struct DataCheckResult {
-  // Files that cannot be read, globs that match nothing, training data without a line. A job
-  // with errors must not start: its workers would fail.
+  // Files that cannot be read, globs that match nothing, training data without a line, a
+  // delimited schema's column missing from (or named twice in) a file's header line. A job with
+  // errors must not start: its workers would fail.
   std::vector<std::string> errors;
   // A job of fewer than min_steps steps, saying what to change.
   std::vector<std::string> warnings;

@@ -294,5 +294,49 @@ TEST_CASE("binary files give their sample counts, and a schema's header lines ar
   CHECK(t.estimate->steps_per_epoch == 8);
 }
 
+TEST_CASE("a header that lacks a schema's column is an error at the field and in the file",
+          "[common][data_check]") {
+  const auto dir = NewDir();
+  const std::string d = dir->path();
+  WritePlain(d + "/train.csv", "click,user,age\n1,a,3\n");
+  WriteGzip(d + "/eval.csv.gz", "click,user,user,age\n1,a,b,3\n");
+  // clang-format off
+  const std::string text = absl::StrCat(
+      "name: \"header\"\n"
+      "tables { name: \"emb\" dim: 4 }\n"
+      "model { num_dense_features: 2 num_sparse_features: 1 }\n"
+      "data {\n"
+      "  format: DELIMITED\n"
+      "  train_paths: \"", d, "/train.csv\"\n"
+      "  eval_paths: \"", d, "/eval.csv.gz\"\n"
+      "  schema {\n"
+      "    delimiter: COMMA header: true label: \"click\"\n"
+      "    dense { column: \"age\" }\n"
+      "    dense { column: \"price\" }\n"
+      "    sparse { column: \"user\" table: \"emb\" }\n"
+      "  }\n"
+      "}\n"
+      "training { mode: SYNC batch_size: 1 steps: 1000 }\n"
+      "cluster { num_servers: 1 num_workers: 1 }\n");
+  // clang-format on
+  JobFile f;
+  f.path = d + "/job.pbtxt";
+  WritePlain(f.path, text);
+  absl::StatusOr<config::Job> job = ParseJob(text, f.path);
+  INFO(job.status().ToString());
+  REQUIRE(job.ok());
+  f.job = *job;
+  const DataCheckResult r = Check(f);
+  REQUIRE(r.errors.size() == 3);
+  CHECK(r.errors[0] == absl::StrCat(f.path, ":11:5: data.schema.dense[1].column: ", d,
+                                    "/train.csv:1:1: the header has no column \"price\" (its "
+                                    "columns: click, user, age)"));
+  CHECK(absl::StartsWith(r.errors[1], absl::StrCat(f.path, ":11:5: data.schema.dense[1].column: ",
+                                                   d, "/eval.csv.gz:1:1: the header has no")));
+  CHECK(r.errors[2] == absl::StrCat(f.path, ":12:5: data.schema.sparse[0].column: ", d,
+                                    "/eval.csv.gz:1:12: the header names column \"user\" twice "
+                                    "(columns 2 and 3) (its columns: click, user, user, age)"));
+}
+
 }  // namespace
 }  // namespace ps

@@ -18,6 +18,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/schema_columns.h"
 #include "common/status_macros.h"
 
 namespace ps {
@@ -140,23 +141,12 @@ class Checker {
 
 bool Finite(float x) { return std::isfinite(x); }
 
-// Whether `text` names a column by number ("3"), and that number is in range; a name otherwise.
+// Whether `text` names a column by number ("3"), and that number is in range; a name otherwise,
+// which needs a header.
 absl::Status CheckColumn(const Checker& c, const Where& w, const Message& msg, const char* name,
                          const std::string& text, bool header) {
-  if (text.empty()) return c.Error(w, msg, name, "must name a column (a number from 1, or a name)");
-  if (text.find_first_not_of("0123456789") == std::string::npos) {
-    if (text.size() > 7 || std::stoi(text) < 1 || std::stoi(text) > (1 << 20)) {
-      return c.Error(w, msg, name,
-                     absl::StrFormat("unknown column \"%s\": columns are numbered from 1", text));
-    }
-    return absl::OkStatus();
-  }
-  if (!header) {
-    return c.Error(w, msg, name,
-                   absl::StrFormat("unknown column \"%s\": a column is named only by a header "
-                                   "(set data.schema.header: true) or by its number",
-                                   text));
-  }
+  const absl::StatusOr<ColumnRef> ref = ParseColumnRef(text, header);
+  if (!ref.ok()) return c.Error(w, msg, name, std::string(ref.status().message()));
   return absl::OkStatus();
 }
 

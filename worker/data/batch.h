@@ -7,15 +7,12 @@
 #include <string>
 #include <vector>
 
+#include "common/schema_columns.h"
+
 namespace ps {
 namespace worker {
 
-// A column of delimited text: by its 0-based index, or (index -1) by its name in the files'
-// header line.
-struct ColumnRef {
-  int index = -1;
-  std::string name;
-};
+// ColumnRef (a column by number or by header name) is common/schema_columns.h's.
 
 // How a delimited text column becomes a feature (the job's data.schema, compiled by
 // worker/data/schema.h).

@@ -188,31 +188,16 @@ void SplitColumns(absl::string_view line, char delimiter, std::vector<absl::stri
 
 absl::StatusOr<ColumnMap> MapColumns(const TextSchema& schema, absl::string_view header) {
   ColumnMap map;
-  std::vector<absl::string_view> names;
-  if (schema.header) SplitColumns(header, schema.delimiter, &names);
+  const HeaderColumns names(schema.header ? header : absl::string_view(), schema.delimiter);
   const auto resolve = [&](const ColumnRef& ref, absl::string_view what) -> absl::StatusOr<int> {
-    if (ref.index >= 0) {
-      if (schema.header && ref.index >= static_cast<int>(names.size())) {
-        return absl::InvalidArgumentError(absl::StrCat("the header has ", names.size(),
-                                                       " columns; the schema reads column ",
-                                                       ref.index + 1, " (", what, ")"));
-      }
-      return ref.index;
-    }
-    int found = -1;
-    for (size_t i = 0; i < names.size(); ++i) {
-      if (names[i] != ref.name) continue;
-      if (found >= 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("the header names column \"", Shown(ref.name), "\" twice (", what, ")"));
-      }
-      found = static_cast<int>(i);
-    }
-    if (found < 0) {
+    if (!schema.header) return ref.index;  // numbered: a line is checked for it when read
+    int byte_column = 1;
+    const absl::StatusOr<int> found = names.Find(ref, &byte_column);
+    if (!found.ok()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("the header has no column \"", Shown(ref.name), "\" (", what, ")"));
+          absl::StrCat(byte_column, ": ", found.status().message(), " (", what, ")"));
     }
-    return found;
+    return *found;
   };
   PS_ASSIGN_OR_RETURN(const int label, resolve(schema.label, "the label"));
   map.index.push_back(label);
@@ -225,7 +210,7 @@ absl::StatusOr<ColumnMap> MapColumns(const TextSchema& schema, absl::string_view
     map.index.push_back(c);
   }
   for (int c : map.index) map.min_columns = std::max(map.min_columns, c + 1);
-  if (schema.header) map.exact_columns = static_cast<int>(names.size());
+  if (schema.header) map.exact_columns = names.size();
   return map;
 }
 
@@ -536,7 +521,7 @@ absl::Status CriteoReader::OpenCurrentFile() {
   absl::StatusOr<ColumnMap> map = MapColumns(*schema_.text, header);
   if (!map.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat(paths_[file_index_], ":1: ", map.status().message()));
+        absl::StrCat(paths_[file_index_], ":1:", map.status().message()));
   }
   columns_ = *std::move(map);
   return absl::OkStatus();

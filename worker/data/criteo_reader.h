@@ -60,8 +60,10 @@ struct ColumnMap {
 };
 
 // The column map of `schema` for a file whose header line is `header` (delimited as the data;
-// ignored without schema.header). INVALID_ARGUMENT, with the reason alone, when a column named
-// by the schema is not in the header, is there twice, or lies beyond the header's columns.
+// ignored without schema.header). INVALID_ARGUMENT when a column named by the schema is not in the
+// header, is there twice, or lies beyond the header's columns, its message the byte column of the
+// header where it is (HeaderColumns::Find) and the reason, for the caller to prefix with
+// "path:1:": `12: the header names column "user" twice (columns 3 and 5) (sparse field user)`.
 absl::StatusOr<ColumnMap> MapColumns(const TextSchema& schema, absl::string_view header);
 
 // Parses one line of delimited text (without its "\n"; a trailing "\r" is allowed) into one

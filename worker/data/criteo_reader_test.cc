@@ -746,7 +746,7 @@ TEST_CASE("delimited text with a header pools multi-valued fields as its schema 
   CHECK(reports[i++] == path + ":7: expected 5 columns, got 4");
 }
 
-TEST_CASE("a header that disagrees with the schema is refused with its file and line",
+TEST_CASE("a header that disagrees with the schema is refused with its file, line and column",
           "[worker][criteo_reader][schema]") {
   const std::string missing = WritePlain("tags,user,click,cost,age\n1,u,1,2,3\n");
   absl::StatusOr<std::unique_ptr<CriteoReader>> r =
@@ -754,16 +754,18 @@ TEST_CASE("a header that disagrees with the schema is refused with its file and 
   REQUIRE_FALSE(r.ok());
   CHECK(r.status().code() == absl::StatusCode::kInvalidArgument);
   CHECK(r.status().message() ==
-        missing + ":1: the header has no column \"price\" (dense column price)");
+        missing + ":1:1: the header has no column \"price\" (dense column price)");
   const std::string narrow = WritePlain("tags,user,click,price\n");
   r = CriteoReader::Open({narrow}, 0, 1, LogSchema(false));
   REQUIRE_FALSE(r.ok());
   CHECK(r.status().message() ==
-        narrow + ":1: the header has 4 columns; the schema reads column 5 (dense column age)");
+        narrow + ":1:22: the header has 4 columns; the schema reads column 5 (dense column age)");
   const std::string twice = WritePlain("tags,user,click,price,age,user\n");
   r = CriteoReader::Open({twice}, 0, 1, LogSchema(false));
   REQUIRE_FALSE(r.ok());
-  CHECK(absl::StrContains(r.status().message(), "names column \"user\" twice"));
+  CHECK(r.status().message() == twice +
+                                    ":1:27: the header names column \"user\" twice (columns 2 "
+                                    "and 6) (sparse field user)");
 
   // A later file's header is checked when the reader reaches it, after the first file's rows.
   const std::string good = WritePlain("tags,user,click,price,age\na,u,1,2,3\n");
@@ -776,7 +778,7 @@ TEST_CASE("a header that disagrees with the schema is refused with its file and 
   n = (*r)->Next(10, &batch);
   REQUIRE_FALSE(n.ok());
   CHECK(n.status().code() == absl::StatusCode::kInvalidArgument);
-  CHECK(absl::StartsWith(n.status().message(), missing + ":1: the header has no column"));
+  CHECK(absl::StartsWith(n.status().message(), missing + ":1:1: the header has no column"));
 }
 
 TEST_CASE("ranks stripe delimited lines without counting headers",

@@ -4,31 +4,11 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/schema_columns.h"
 #include "common/status_macros.h"
 
 namespace ps {
 namespace worker {
-
-absl::StatusOr<ColumnRef> ParseColumnRef(const std::string& text, bool header) {
-  ColumnRef ref;
-  if (text.empty()) return absl::InvalidArgumentError("empty column");
-  const bool digits = text.find_first_not_of("0123456789") == std::string::npos;
-  if (digits) {
-    int number = 0;
-    if (!absl::SimpleAtoi(text, &number) || number < 1 || number > (1 << 20)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("column \"", text, "\": columns are numbered from 1 (to 1048576)"));
-    }
-    ref.index = number - 1;
-    return ref;
-  }
-  if (!header) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "column \"", text, "\" is a name, but the schema has no header (set header: true)"));
-  }
-  ref.name = text;
-  return ref;
-}
 
 std::vector<std::string> FieldNames(const config::Job& job) {
   std::vector<std::string> names;
@@ -57,7 +37,7 @@ absl::StatusOr<SchemaOptions> SchemaOf(const config::Job& job) {
   }
   const config::Schema& s = data.schema();
   auto text = std::make_shared<TextSchema>();
-  text->delimiter = s.delimiter() == config::Schema::COMMA ? ',' : '\t';
+  text->delimiter = DelimiterOf(s);
   text->header = s.header();
   if (!s.has_label()) return absl::InvalidArgumentError("data.schema.label: not set");
   PS_ASSIGN_OR_RETURN(text->label, ParseColumnRef(s.label(), s.header()));

@@ -24,11 +24,6 @@ absl::StatusOr<SchemaOptions> SchemaOf(const config::Job& job);
 // or, for the CRITEO preset, "C1", "C2", ...
 std::vector<std::string> FieldNames(const config::Job& job);
 
-// Parses a column reference as the job writes it: "3" is the third column (index 2); anything
-// else is a header name. INVALID_ARGUMENT for "0", a number out of range, an empty text, or a
-// name without a header.
-absl::StatusOr<ColumnRef> ParseColumnRef(const std::string& text, bool header);
-
 }  // namespace worker
 }  // namespace ps
 

@@ -6,19 +6,6 @@ namespace ps {
 namespace worker {
 namespace {
 
-TEST_CASE("column references are numbers from 1 or header names", "[worker][schema]") {
-  absl::StatusOr<ColumnRef> ref = ParseColumnRef("3", false);
-  REQUIRE(ref.ok());
-  CHECK(ref->index == 2);
-  ref = ParseColumnRef("user_id", true);
-  REQUIRE(ref.ok());
-  CHECK(ref->index == -1);
-  CHECK(ref->name == "user_id");
-  CHECK(ParseColumnRef("0", true).status().code() == absl::StatusCode::kInvalidArgument);
-  CHECK(ParseColumnRef("", true).status().code() == absl::StatusCode::kInvalidArgument);
-  CHECK(ParseColumnRef("user_id", false).status().code() == absl::StatusCode::kInvalidArgument);
-}
-
 TEST_CASE("the CRITEO preset takes the model's counts", "[worker][schema]") {
   config::Job job;
   job.mutable_model()->set_num_dense_features(4);
