@@ -13,6 +13,9 @@ namespace {
 // Seeds the hash of a cross's keys: crosses never share keys with single fields.
 constexpr uint64_t kCrossSeed = 0x63726f7373ull;
 
+// KeyDeduper's free slot.
+constexpr uint32_t kEmptyPlace = ~uint32_t{0};
+
 // The table field f reads.
 std::string FieldTable(const config::Job& job, int f) {
   if (job.data().has_schema() && job.data().schema().sparse(f).has_table()) {
@@ -140,33 +143,69 @@ void StartPull(Client* client, const EmbeddingLayout& layout, StepData* d) {
         client->PullAsync(layout.tables()[0].table, batch.keys, absl::MakeSpan(d->emb)));
     return;
   }
-  GatherKeys(layout, batch, &d->keys, &d->ends);
+  GatherKeys(layout, batch, &d->dedup, &d->tables);
   d->rows.resize(layout.tables().size());
   for (size_t g = 0; g < layout.tables().size(); ++g) {
     const TableSlots& t = layout.tables()[g];
-    d->rows[g].resize(d->keys[g].size() * t.dim);
-    d->pending.push_back(client->PullAsync(t.table, d->keys[g], absl::MakeSpan(d->rows[g])));
+    const std::vector<uint64_t>& unique = d->tables[g].unique;
+    d->rows[g].resize(unique.size() * t.dim);
+    d->pending.push_back(client->PullAsync(t.table, unique, absl::MakeSpan(d->rows[g])));
   }
 }
 
-void GatherKeys(const EmbeddingLayout& layout, const Batch& batch,
-                std::vector<std::vector<uint64_t>>* keys_out,
-                std::vector<std::vector<uint32_t>>* ends_out) {
+void KeyDeduper::Reset(size_t max_keys) {
+  size_t capacity = 16;
+  int shift = 60;
+  while (capacity < 2 * max_keys) {
+    capacity *= 2;
+    --shift;
+  }
+  if (keys_.size() != capacity) {
+    keys_.resize(capacity);
+    places_.resize(capacity);
+  }
+  std::fill(places_.begin(), places_.end(), kEmptyPlace);
+  mask_ = capacity - 1;
+  shift_ = shift;
+}
+
+uint32_t KeyDeduper::Find(uint64_t key, std::vector<uint64_t>* unique) {
+  // Fibonacci hashing: keys may be small integers, so their low bits alone do not spread.
+  uint64_t i = (key * 0x9E3779B97F4A7C15ull) >> shift_;
+  while (true) {
+    const uint32_t place = places_[i];
+    if (place == kEmptyPlace) {
+      keys_[i] = key;
+      places_[i] = static_cast<uint32_t>(unique->size());
+      unique->push_back(key);
+      return places_[i];
+    }
+    if (keys_[i] == key) return place;
+    i = (i + 1) & mask_;
+  }
+}
+
+void GatherKeys(const EmbeddingLayout& layout, const Batch& batch, KeyDeduper* dedup,
+                std::vector<TableKeys>* tables) {
   const size_t groups = layout.tables().size();
-  keys_out->resize(groups);
-  ends_out->resize(groups);
+  tables->resize(groups);
+  std::vector<uint64_t>& values = dedup->values();
   for (size_t g = 0; g < groups; ++g) {
     const TableSlots& t = layout.tables()[g];
-    std::vector<uint64_t>& keys = (*keys_out)[g];
-    std::vector<uint32_t>& ends = (*ends_out)[g];
-    keys.clear();
-    ends.clear();
+    TableKeys& out = (*tables)[g];
+    out.unique.clear();
+    out.index.clear();
+    out.ends.clear();
+    values.clear();
     for (int r = 0; r < batch.size; ++r) {
       for (int s : t.slots) {
-        AppendSlotKeys(layout.slots()[s], batch, layout.num_fields(), r, &keys);
-        ends.push_back(static_cast<uint32_t>(keys.size()));
+        AppendSlotKeys(layout.slots()[s], batch, layout.num_fields(), r, &values);
+        out.ends.push_back(static_cast<uint32_t>(values.size()));
       }
     }
+    dedup->Reset(values.size());
+    out.index.resize(values.size());
+    for (size_t k = 0; k < values.size(); ++k) out.index[k] = dedup->Find(values[k], &out.unique);
   }
 }
 
@@ -175,40 +214,110 @@ absl::Status FinishPull(const EmbeddingLayout& layout, StepData* d) {
   for (auto& f : d->pending) status.Update(f.get());
   d->pending.clear();
   if (!status.ok() || d->direct) return status;
-  PoolRows(layout, d->batch.size, d->ends, d->rows, d->emb.data());
+  PoolRows(layout, d->batch.size, d->tables, d->rows, d->emb.data());
   return absl::OkStatus();
 }
 
-void PoolRows(const EmbeddingLayout& layout, int samples,
-              const std::vector<std::vector<uint32_t>>& all_ends,
-              const std::vector<std::vector<float>>& all_rows, float* emb) {
+namespace {
+
+// PoolRows for one table, with its dim a compile-time constant when kDim > 0.
+template <int kDim>
+void PoolTable(const EmbeddingLayout& layout, const TableSlots& t, int samples,
+               const TableKeys& keys, const float* rows, float* emb) {
+  const int dim = kDim > 0 ? kDim : t.dim;
   const int width = layout.width();
+  const uint32_t* ends = keys.ends.data();
+  const uint32_t* index = keys.index.data();
+  uint32_t begin = 0;
+  for (int r = 0; r < samples; ++r) {
+    for (int s : t.slots) {
+      const uint32_t end = *ends++;
+      float* out = emb + size_t(r) * width + layout.slots()[s].offset;
+      const uint32_t count = end - begin;
+      if (count == 1) {
+        std::memcpy(out, rows + size_t(index[begin]) * dim, dim * sizeof(float));
+      } else {
+        std::fill(out, out + dim, 0.0f);
+        for (uint32_t k = begin; k < end; ++k) {
+          const float* row = rows + size_t(index[k]) * dim;
+          for (int c = 0; c < dim; ++c) out[c] += row[c];
+        }
+        if (count > 1 && layout.slots()[s].mean) {
+          const float scale = 1.0f / static_cast<float>(count);
+          for (int c = 0; c < dim; ++c) out[c] *= scale;
+        }
+      }
+      begin = end;
+    }
+  }
+}
+
+// SpreadGrads for one table, with its dim a compile-time constant when kDim > 0.
+template <int kDim>
+void SpreadTable(const EmbeddingLayout& layout, const TableSlots& t, int samples,
+                 const TableKeys& keys, const float* emb_grad, float* grads) {
+  const int dim = kDim > 0 ? kDim : t.dim;
+  const int width = layout.width();
+  const uint32_t* ends = keys.ends.data();
+  const uint32_t* index = keys.index.data();
+  uint32_t begin = 0;
+  for (int r = 0; r < samples; ++r) {
+    for (int s : t.slots) {
+      const uint32_t end = *ends++;
+      const float* in = emb_grad + size_t(r) * width + layout.slots()[s].offset;
+      const uint32_t count = end - begin;
+      const float scale =
+          layout.slots()[s].mean && count > 1 ? 1.0f / static_cast<float>(count) : 1.0f;
+      for (uint32_t k = begin; k < end; ++k) {
+        float* out = grads + size_t(index[k]) * dim;
+        for (int c = 0; c < dim; ++c) out[c] += in[c] * scale;
+      }
+      begin = end;
+    }
+  }
+}
+
+}  // namespace
+
+void PoolRows(const EmbeddingLayout& layout, int samples, const std::vector<TableKeys>& tables,
+              const std::vector<std::vector<float>>& rows, float* emb) {
   for (size_t g = 0; g < layout.tables().size(); ++g) {
     const TableSlots& t = layout.tables()[g];
-    const int dim = t.dim;
-    const float* rows = all_rows[g].data();
-    const uint32_t* ends = all_ends[g].data();
-    uint32_t begin = 0;
-    for (int r = 0; r < samples; ++r) {
-      for (int s : t.slots) {
-        const uint32_t end = *ends++;
-        float* out = emb + size_t(r) * width + layout.slots()[s].offset;
-        const uint32_t count = end - begin;
-        if (count == 1) {
-          std::memcpy(out, rows + size_t(begin) * dim, dim * sizeof(float));
-        } else {
-          std::fill(out, out + dim, 0.0f);
-          for (uint32_t k = begin; k < end; ++k) {
-            const float* row = rows + size_t(k) * dim;
-            for (int c = 0; c < dim; ++c) out[c] += row[c];
-          }
-          if (count > 1 && layout.slots()[s].mean) {
-            const float scale = 1.0f / static_cast<float>(count);
-            for (int c = 0; c < dim; ++c) out[c] *= scale;
-          }
-        }
-        begin = end;
-      }
+    switch (t.dim) {
+      case 8:
+        PoolTable<8>(layout, t, samples, tables[g], rows[g].data(), emb);
+        break;
+      case 16:
+        PoolTable<16>(layout, t, samples, tables[g], rows[g].data(), emb);
+        break;
+      case 32:
+        PoolTable<32>(layout, t, samples, tables[g], rows[g].data(), emb);
+        break;
+      default:
+        PoolTable<0>(layout, t, samples, tables[g], rows[g].data(), emb);
+    }
+  }
+}
+
+void SpreadGrads(const EmbeddingLayout& layout, int samples, const std::vector<TableKeys>& tables,
+                 const float* emb_grad, std::vector<std::vector<float>>* grads) {
+  grads->resize(layout.tables().size());
+  for (size_t g = 0; g < layout.tables().size(); ++g) {
+    const TableSlots& t = layout.tables()[g];
+    std::vector<float>& out = (*grads)[g];
+    out.assign(tables[g].unique.size() * t.dim, 0.0f);
+    switch (t.dim) {
+      case 8:
+        SpreadTable<8>(layout, t, samples, tables[g], emb_grad, out.data());
+        break;
+      case 16:
+        SpreadTable<16>(layout, t, samples, tables[g], emb_grad, out.data());
+        break;
+      case 32:
+        SpreadTable<32>(layout, t, samples, tables[g], emb_grad, out.data());
+        break;
+      default:
+        SpreadTable<0>(layout, t, samples, tables[g], emb_grad, out.data());
     }
   }
 }
@@ -227,30 +336,10 @@ void StartPush(Client* client, const EmbeddingLayout& layout, const StepData& d,
     p->pending.push_back(client->PushAsync(layout.tables()[0].table, p->keys[0], p->grads[0]));
     return;
   }
-  const int width = layout.width();
+  SpreadGrads(layout, n, d.tables, emb_grad.data(), &p->grads);
   for (size_t g = 0; g < groups; ++g) {
-    const TableSlots& t = layout.tables()[g];
-    const int dim = t.dim;
-    p->keys[g] = d.keys[g];
-    std::vector<float>& grads = p->grads[g];
-    grads.resize(p->keys[g].size() * dim);
-    const uint32_t* ends = d.ends[g].data();
-    uint32_t begin = 0;
-    for (int r = 0; r < n; ++r) {
-      for (int s : t.slots) {
-        const uint32_t end = *ends++;
-        const float* in = emb_grad.data() + size_t(r) * width + layout.slots()[s].offset;
-        const uint32_t count = end - begin;
-        const float scale =
-            layout.slots()[s].mean && count > 1 ? 1.0f / static_cast<float>(count) : 1.0f;
-        for (uint32_t k = begin; k < end; ++k) {
-          float* out = grads.data() + size_t(k) * dim;
-          for (int c = 0; c < dim; ++c) out[c] = in[c] * scale;
-        }
-        begin = end;
-      }
-    }
-    p->pending.push_back(client->PushAsync(t.table, p->keys[g], grads));
+    p->keys[g] = d.tables[g].unique;
+    p->pending.push_back(client->PushAsync(layout.tables()[g].table, p->keys[g], p->grads[g]));
   }
 }
 

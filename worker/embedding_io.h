@@ -7,7 +7,10 @@
 // Pooling: a slot's value for a sample is the SUM, or the MEAN, of the rows of its keys (zeros
 // when it has none). Backward, each key's row gets the slot's gradient (divided by the number of
 // keys for MEAN). A key that appears several times in a step (in one sample or in several) is
-// pulled once and its gradients summed by the client before the push.
+// pulled once, its row read from one place by every value that names it, and its gradients summed
+// here into one row before the push: the rows and gradients in the worker's memory are one per
+// distinct key, not one per value (a batch of multi-valued fields names the popular keys many
+// times), and the client gets each key once.
 #ifndef PS_WORKER_EMBEDDING_IO_H_
 #define PS_WORKER_EMBEDDING_IO_H_
 
@@ -69,29 +72,62 @@ class EmbeddingLayout {
   bool direct_ = false;
 };
 
-// The keys of every slot of every sample of `batch`, per table of `layout`: (*keys)[g] holds
-// table g's keys sample by sample, slot by slot, and (*ends)[g] where each (sample, slot)'s keys
-// end in it. The vectors are resized to the layout's tables.
-void GatherKeys(const EmbeddingLayout& layout, const Batch& batch,
-                std::vector<std::vector<uint64_t>>* keys, std::vector<std::vector<uint32_t>>* ends);
+// One table's keys in a batch: each distinct key once, and which of them every value reads.
+struct TableKeys {
+  // The distinct keys, in the order they first appear.
+  std::vector<uint64_t> unique;
+  // Per value, sample by sample and slot by slot (the slots of TableSlots::slots): the place of
+  // its key in `unique`.
+  std::vector<uint32_t> index;
+  // Per (sample, slot): where its values end in `index`.
+  std::vector<uint32_t> ends;
+};
 
-// Pools `rows` (per table, one row of the table's dim per key of GatherKeys) into `emb`
+// Finds the distinct keys of a batch: an open-addressing table that keeps its memory from one
+// batch to the next. Thread-compatible.
+class KeyDeduper {
+ public:
+  // Starts a batch of at most `max_keys` keys: forgets every key seen.
+  void Reset(size_t max_keys);
+  // The place of `key` in `*unique`, appending it first when it is new to this batch.
+  uint32_t Find(uint64_t key, std::vector<uint64_t>* unique);
+  // Scratch for a table's values before they are deduplicated (GatherKeys).
+  std::vector<uint64_t>& values() { return values_; }
+
+ private:
+  std::vector<uint64_t> values_;
+  std::vector<uint64_t> keys_;
+  std::vector<uint32_t> places_;  // kEmpty, or the place in unique of keys_[i]
+  uint64_t mask_ = 0;
+  int shift_ = 63;
+};
+
+// The keys of every slot of every sample of `batch`, per table of `layout` ((*tables)[g] for
+// layout.tables()[g], resized to them). `dedup` is scratch, kept between calls.
+void GatherKeys(const EmbeddingLayout& layout, const Batch& batch, KeyDeduper* dedup,
+                std::vector<TableKeys>* tables);
+
+// Pools `rows` (per table, one row of the table's dim per distinct key of GatherKeys) into `emb`
 // (`samples` x layout.width() floats): each slot's SUM or MEAN, zeros for a slot without keys.
-void PoolRows(const EmbeddingLayout& layout, int samples,
-              const std::vector<std::vector<uint32_t>>& ends,
+void PoolRows(const EmbeddingLayout& layout, int samples, const std::vector<TableKeys>& tables,
               const std::vector<std::vector<float>>& rows, float* emb);
+
+// The backward of PoolRows: (*grads)[g] (resized to table g's distinct keys x dim) gets, for
+// each distinct key, the sum over the values that read it of their slot's gradient in `emb_grad`
+// (divided by the slot's number of values for MEAN), summed in the order of the values.
+void SpreadGrads(const EmbeddingLayout& layout, int samples, const std::vector<TableKeys>& tables,
+                 const float* emb_grad, std::vector<std::vector<float>>* grads);
 
 // One batch and its embedding rows, pulled asynchronously.
 struct StepData {
   Batch batch;
   // Set by StartPull: the batch's keys are the pull's, and its rows land in `emb` directly
-  // (EmbeddingLayout::direct() and a single-valued batch); keys, ends and rows are then unused.
+  // (EmbeddingLayout::direct() and a single-valued batch); tables and rows are then unused.
   bool direct = false;
-  // Per table of the layout: the keys pulled (sample by sample, slot by slot), where each
-  // (sample, slot)'s keys end in them, and their rows.
-  std::vector<std::vector<uint64_t>> keys;
-  std::vector<std::vector<uint32_t>> ends;
+  // Per table of the layout: its keys (the distinct ones are pulled) and their rows.
+  std::vector<TableKeys> tables;
   std::vector<std::vector<float>> rows;
+  KeyDeduper dedup;
   std::vector<std::future<absl::Status>> pending;
   // The batch's pooled inputs in the model's layout: batch.size x layout.width() floats.
   std::vector<float> emb;

@@ -1,7 +1,9 @@
 #include "worker/embedding_io.h"
 
 #include <catch2/catch.hpp>
+#include <map>
 #include <memory>
+#include <random>
 #include <vector>
 
 #include "tests/testing/local/local_client.h"
@@ -194,6 +196,16 @@ TEST_CASE("multi-valued fields pool by SUM and MEAN as computed by hand",
     CHECK(d.emb[i] == Approx(expected[i]).epsilon(1e-6));
   }
 
+  // Each distinct key is pulled once: table "u" reads keys 1, 9 (sample 0) and 2, 9 (sample 1),
+  // table "t" keys 5, 6, 5 (sample 0) and none (sample 1).
+  REQUIRE(d.tables.size() == 2);
+  CHECK(d.tables[0].unique == std::vector<uint64_t>{1, 9, 2});
+  CHECK(d.tables[0].index == std::vector<uint32_t>{0, 1, 2, 1});
+  CHECK(d.tables[1].unique == std::vector<uint64_t>{5, 6});
+  CHECK(d.tables[1].index == std::vector<uint32_t>{0, 1, 0});
+  CHECK(d.tables[1].ends == std::vector<uint32_t>{3, 3});
+  CHECK(d.rows[0].size() == 3 * 2);
+
   // Gradient 1 on every pooled float: each row moves by the number of times it was pooled
   // (scaled by 1/3 for MEAN); key 9 is in two samples, key 5 twice in one.
   std::vector<float> grads(d.emb.size(), 1.0f);
@@ -228,6 +240,30 @@ TEST_CASE("wide features pool their fields and hash crosses into the linear tabl
   // The crosses (user 1, site 9) and (user 2, site 9) are keys of their own.
   CHECK(d.emb[7] != d.emb[8 + 7]);
   CHECK(d.emb[7] != RowOf(c, "lin", 1, 1)[0]);
+}
+
+TEST_CASE("the deduper finds every distinct key once, batch after batch",
+          "[worker][embedding_io]") {
+  std::mt19937_64 rng(11);
+  KeyDeduper dedup;
+  for (const size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{5000}, size_t{300}}) {
+    CAPTURE(n);
+    // Keys from a small range, so that many repeat; and small integers, whose low bits alone
+    // would collide in a table indexed by them.
+    std::vector<uint64_t> keys(n);
+    for (uint64_t& k : keys) k = (rng() % (n / 3 + 1)) << (rng() % 2 ? 0 : 32);
+    dedup.Reset(n);
+    std::vector<uint64_t> unique;
+    std::vector<uint32_t> places;
+    for (uint64_t k : keys) places.push_back(dedup.Find(k, &unique));
+    std::map<uint64_t, uint32_t> first;
+    for (size_t i = 0; i < n; ++i) first.emplace(keys[i], static_cast<uint32_t>(first.size()));
+    REQUIRE(unique.size() == first.size());
+    for (size_t i = 0; i < n; ++i) {
+      REQUIRE(unique[places[i]] == keys[i]);
+      REQUIRE(places[i] == first[keys[i]]);
+    }
+  }
 }
 
 }  // namespace

@@ -10,14 +10,16 @@
 //   dcn_v2     2 full-rank cross layers (429 x 429) + top 64,32
 //   dcn_v2_r64 2 cross layers of rank 64 + top 64,32
 // each once on pooled inputs ("pooled":false, what the model itself costs) and once with 5 of
-// the 26 fields multi-valued of 20 values ("pooled":true): the step then also sums the gathered
-// rows (21 + 5 x 20 rows of 16 floats a sample) into the model's input and spreads the input's
-// gradient back over them, as a worker does around the model.
+// the 26 fields multi-valued of 20 values ("pooled":true): the step then also pools the rows of
+// the batch's distinct keys (21 + 5 x 20 values a sample, Zipf(1.1) over 1M ids a field) into the
+// model's input and sums the input's gradient back onto them, with the worker's own code
+// (worker/embedding_io.h: PoolRows, SpreadGrads), as a worker does around the model.
 //
 // For each it prints one JSON line:
 //   {"bench":"model","family":"dlrm","batch":4096,"pooled":false,"threads":1,
 //    "samples_per_s":...,"flops_per_sample":...,"gflops":...,"gemm_gflops":...,
-//    "flop_share_of_gemm":...}
+//    "flop_share_of_gemm":...,"gemms":...,"distinct_rows_per_sample":...}
+// (distinct_rows_per_sample: the pooled batch's distinct keys over its samples; 0 unpooled)
 // flops_per_sample counts 2 m n k for every GEMM of the forward and backward pass (the shapes the
 // model actually ran, recorded by CpuModel's GEMM trace) plus the interaction's arithmetic (dot
 // products, FM, cross layers' elementwise products); gflops is that over the measured step time.
@@ -42,7 +44,12 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "proto/job.pb.h"
+#include "worker/data/batch.h"
+#include "worker/data/zipf_sampler.h"
+#include "worker/embedding_io.h"
 #include "worker/model/cpu_model.h"
 #include "worker/model/model_spec.h"
 
@@ -132,47 +139,66 @@ std::pair<double, double> MedianSeconds(A a, B b) {
   return {ta[ta.size() / 2], tb[tb.size() / 2]};
 }
 
-// The gathered rows of a batch with 5 multi-valued fields, and the sum pooling around the model.
+// A batch with 5 multi-valued fields and the worker's pooling around the model
+// (worker/embedding_io.h): the batch's keys, 21 single-valued fields and 5 of 20 values, each a
+// Zipf(1.1) rank over 1M ids of its own field, deduplicated per table as the worker does before it
+// pulls (outside the timed step: it runs with the pull, on the data path), the distinct keys'
+// rows, PoolRows into the model's input and SpreadGrads of its gradient back onto the rows.
 struct Pooling {
-  int rows_per_sample = 0;
-  std::vector<float> rows, row_grads;
+  EmbeddingLayout layout;
+  std::vector<TableKeys> tables;
+  std::vector<std::vector<float>> rows, grads;
+  int64_t distinct = 0;
 
-  Pooling(int batch, std::mt19937_64* rng) {
-    rows_per_sample = (kFields - kMultiFields) + kMultiFields * kValues;
-    std::normal_distribution<float> n(0.0f, 0.1f);
-    rows.resize(size_t(batch) * rows_per_sample * kDim);
-    for (float& v : rows) v = n(*rng);
-    row_grads.resize(rows.size());
-  }
-  // Sums each field's rows into emb (width floats a sample, fields first).
-  void Pool(int batch, int width, float* emb) const {
-    for (int r = 0; r < batch; ++r) {
-      const float* src = rows.data() + size_t(r) * rows_per_sample * kDim;
-      float* dst = emb + size_t(r) * width;
-      for (int f = 0; f < kFields; ++f) {
-        const int values = f < kFields - kMultiFields ? 1 : kValues;
-        float* out = dst + f * kDim;
-        std::memcpy(out, src, kDim * sizeof(float));
-        for (int v = 1; v < values; ++v) {
-          for (int k = 0; k < kDim; ++k) out[k] += src[v * kDim + k];
-        }
-        src += values * kDim;
-      }
+  Pooling(const ModelSpec& spec, int batch, std::mt19937_64* rng) {
+    config::Job job;
+    config::Table* emb = job.add_tables();
+    emb->set_name("emb");
+    emb->set_dim(kDim);
+    config::Table* lin = job.add_tables();
+    lin->set_name("lin");
+    lin->set_dim(1);
+    config::Model* m = job.mutable_model();
+    m->set_type(spec.type);
+    m->set_shared_table("emb");
+    m->set_num_sparse_features(kFields);
+    if (spec.num_linear > 0) m->set_linear_table("lin");
+    if (spec.type == config::Model::WIDE_DEEP) {
+      for (int f = 0; f < kFields; ++f) m->add_wide()->add_fields(absl::StrCat("C", f + 1));
     }
-  }
-  // Each row's gradient is its field's.
-  void Unpool(int batch, int width, const float* emb_grad) {
+    absl::StatusOr<EmbeddingLayout> made = EmbeddingLayout::FromJob(job, spec);
+    if (!made.ok() || made->width() != spec.emb_width()) {
+      std::fprintf(stderr, "model_bench: the pooling layout: %s\n",
+                   made.status().ToString().c_str());
+      std::exit(1);
+    }
+    layout = *std::move(made);
+    const ZipfSampler zipf = ZipfSampler::Create(1000000, 1.1).value();
+    Batch b;
+    b.size = batch;
+    b.offsets.push_back(0);
     for (int r = 0; r < batch; ++r) {
-      float* dst = row_grads.data() + size_t(r) * rows_per_sample * kDim;
-      const float* src = emb_grad + size_t(r) * width;
       for (int f = 0; f < kFields; ++f) {
         const int values = f < kFields - kMultiFields ? 1 : kValues;
         for (int v = 0; v < values; ++v) {
-          std::memcpy(dst, src + f * kDim, kDim * sizeof(float));
-          dst += kDim;
+          b.keys.push_back(uint64_t(f + 1) << 40 | zipf.Draw([&] { return (*rng)(); }));
         }
+        b.offsets.push_back(static_cast<uint32_t>(b.keys.size()));
       }
     }
+    KeyDeduper dedup;
+    GatherKeys(layout, b, &dedup, &tables);
+    std::normal_distribution<float> n(0.0f, 0.1f);
+    rows.resize(tables.size());
+    for (size_t g = 0; g < tables.size(); ++g) {
+      distinct += static_cast<int64_t>(tables[g].unique.size());
+      rows[g].resize(tables[g].unique.size() * layout.tables()[g].dim);
+      for (float& v : rows[g]) v = n(*rng);
+    }
+  }
+  void Pool(int batch, float* emb) const { PoolRows(layout, batch, tables, rows, emb); }
+  void Unpool(int batch, const float* emb_grad) {
+    SpreadGrads(layout, batch, tables, emb_grad, &grads);
   }
 };
 
@@ -193,13 +219,14 @@ int Run(const std::string& family, int batch, bool pooled) {
   for (float& v : dense) v = std::fabs(normal(rng));
   for (float& v : emb) v = 0.1f * normal(rng);
   for (float& v : labels) v = static_cast<float>(rng() % 2);
-  Pooling pooling(batch, &rng);
+  std::unique_ptr<Pooling> pooling;
+  if (pooled) pooling = std::make_unique<Pooling>(spec, batch, &rng);
 
   auto step = [&] {
-    if (pooled) pooling.Pool(batch, width, emb.data());
+    if (pooled) pooling->Pool(batch, emb.data());
     model.ForwardBackward(batch, dense.data(), emb.data(), labels.data(), 1.0f, dense_grad.data(),
                           emb_grad.data(), probs.data());
-    if (pooled) pooling.Unpool(batch, width, emb_grad.data());
+    if (pooled) pooling->Unpool(batch, emb_grad.data());
   };
   std::vector<GemmShape> shapes;
   model.set_gemm_trace(&shapes);
@@ -231,9 +258,10 @@ int Run(const std::string& family, int batch, bool pooled) {
   std::printf(
       "{\"bench\":\"model\",\"family\":\"%s\",\"batch\":%d,\"pooled\":%s,\"threads\":%d,"
       "\"samples_per_s\":%.0f,\"flops_per_sample\":%.0f,\"gflops\":%.2f,\"gemm_gflops\":%.2f,"
-      "\"flop_share_of_gemm\":%.3f,\"gemms\":%zu}\n",
+      "\"flop_share_of_gemm\":%.3f,\"gemms\":%zu,\"distinct_rows_per_sample\":%.2f}\n",
       family.c_str(), batch, pooled ? "true" : "false", absl::GetFlag(FLAGS_threads),
-      batch / seconds, flops / batch, gflops, gemm_gflops, gflops / gemm_gflops, shapes.size());
+      batch / seconds, flops / batch, gflops, gemm_gflops, gflops / gemm_gflops, shapes.size(),
+      pooled ? static_cast<double>(pooling->distinct) / batch : 0.0);
   std::fflush(stdout);
   return 0;
 }

@@ -146,23 +146,24 @@ void TeacherData::Cells(uint64_t stream, int64_t index, std::vector<std::string>
 
 void TeacherData::Logits(int64_t count, std::vector<double>* logits) {
   // The teacher's rows: N(0, emb_scale^2) per float, a function of (seed, table, key).
-  std::vector<std::vector<uint64_t>> keys;
-  std::vector<std::vector<uint32_t>> ends;
-  GatherKeys(layout_, batch_, &keys, &ends);
+  KeyDeduper dedup;
+  std::vector<TableKeys> keys;
+  GatherKeys(layout_, batch_, &dedup, &keys);
   std::vector<std::vector<float>> rows(keys.size());
   for (size_t g = 0; g < keys.size(); ++g) {
     const TableSlots& t = layout_.tables()[g];
     const uint64_t table_seed = XXH3_64bits_withSeed(t.table.data(), t.table.size(), options_.seed);
-    rows[g].resize(keys[g].size() * t.dim);
-    for (size_t k = 0; k < keys[g].size(); ++k) {
+    const std::vector<uint64_t>& unique = keys[g].unique;
+    rows[g].resize(unique.size() * t.dim);
+    for (size_t k = 0; k < unique.size(); ++k) {
       for (int c = 0; c < t.dim; ++c) {
-        const uint64_t h = Mix(keys[g][k] ^ table_seed ^ (uint64_t(c) << 52));
+        const uint64_t h = Mix(unique[k] ^ table_seed ^ (uint64_t(c) << 52));
         rows[g][k * t.dim + c] = static_cast<float>(options_.emb_scale * Normal(h, Mix(h + 1)));
       }
     }
   }
   emb_.resize(size_t(count) * layout_.width());
-  PoolRows(layout_, static_cast<int>(count), ends, rows, emb_.data());
+  PoolRows(layout_, static_cast<int>(count), keys, rows, emb_.data());
   probs_.resize(count);
   model_->Predict(static_cast<int>(count), batch_.dense.data(), emb_.data(), probs_.data());
   logits->resize(count);
