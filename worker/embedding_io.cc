@@ -220,6 +220,11 @@ absl::Status FinishPull(const EmbeddingLayout& layout, StepData* d) {
 
 namespace {
 
+// How many values ahead PoolTable and SpreadTable ask for the row they will read: the rows of
+// distinct keys are read in the values' order, not the memory's, so the hardware's prefetcher
+// cannot guess them.
+constexpr size_t kPrefetch = 8;
+
 // PoolRows for one table, with its dim a compile-time constant when kDim > 0.
 template <int kDim>
 void PoolTable(const EmbeddingLayout& layout, const TableSlots& t, int samples,
@@ -228,6 +233,7 @@ void PoolTable(const EmbeddingLayout& layout, const TableSlots& t, int samples,
   const int width = layout.width();
   const uint32_t* ends = keys.ends.data();
   const uint32_t* index = keys.index.data();
+  const size_t total = keys.index.size();
   uint32_t begin = 0;
   for (int r = 0; r < samples; ++r) {
     for (int s : t.slots) {
@@ -235,10 +241,14 @@ void PoolTable(const EmbeddingLayout& layout, const TableSlots& t, int samples,
       float* out = emb + size_t(r) * width + layout.slots()[s].offset;
       const uint32_t count = end - begin;
       if (count == 1) {
+        if (begin + kPrefetch < total) {
+          __builtin_prefetch(rows + size_t(index[begin + kPrefetch]) * dim);
+        }
         std::memcpy(out, rows + size_t(index[begin]) * dim, dim * sizeof(float));
       } else {
         std::fill(out, out + dim, 0.0f);
         for (uint32_t k = begin; k < end; ++k) {
+          if (k + kPrefetch < total) __builtin_prefetch(rows + size_t(index[k + kPrefetch]) * dim);
           const float* row = rows + size_t(index[k]) * dim;
           for (int c = 0; c < dim; ++c) out[c] += row[c];
         }
@@ -260,6 +270,7 @@ void SpreadTable(const EmbeddingLayout& layout, const TableSlots& t, int samples
   const int width = layout.width();
   const uint32_t* ends = keys.ends.data();
   const uint32_t* index = keys.index.data();
+  const size_t total = keys.index.size();
   uint32_t begin = 0;
   for (int r = 0; r < samples; ++r) {
     for (int s : t.slots) {
@@ -269,6 +280,7 @@ void SpreadTable(const EmbeddingLayout& layout, const TableSlots& t, int samples
       const float scale =
           layout.slots()[s].mean && count > 1 ? 1.0f / static_cast<float>(count) : 1.0f;
       for (uint32_t k = begin; k < end; ++k) {
+        if (k + kPrefetch < total) __builtin_prefetch(grads + size_t(index[k + kPrefetch]) * dim, 1);
         float* out = grads + size_t(index[k]) * dim;
         for (int c = 0; c < dim; ++c) out[c] += in[c] * scale;
       }
