@@ -280,7 +280,8 @@ void SpreadTable(const EmbeddingLayout& layout, const TableSlots& t, int samples
       const float scale =
           layout.slots()[s].mean && count > 1 ? 1.0f / static_cast<float>(count) : 1.0f;
       for (uint32_t k = begin; k < end; ++k) {
-        if (k + kPrefetch < total) __builtin_prefetch(grads + size_t(index[k + kPrefetch]) * dim, 1);
+        if (k + kPrefetch < total)
+          __builtin_prefetch(grads + size_t(index[k + kPrefetch]) * dim, 1);
         float* out = grads + size_t(index[k]) * dim;
         for (int c = 0; c < dim; ++c) out[c] += in[c] * scale;
       }
