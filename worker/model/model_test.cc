@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "cuda_kernels/device.h"
-#include "worker/model/dlrm_gpu.h"
+#include "worker/model/gpu_model.h"
 
 namespace ps {
 namespace worker {
@@ -64,11 +64,11 @@ TEST_CASE("what the GPU does not run yet is refused with UNIMPLEMENTED", "[worke
   CHECK(std::string((*cpu)->backend()) == "cpu");
 }
 
-// On a GPU, dlrm_gpu_test compares the backends; here there is none to compare.
-TEST_CASE("without a GPU, DlrmGpu::Create fails with FAILED_PRECONDITION", "[worker][model]") {
+// On a GPU, gpu_model_test compares the backends; here there is none to compare.
+TEST_CASE("without a GPU, GpuModel::Create fails with FAILED_PRECONDITION", "[worker][model]") {
   if (cuda::DeviceCount() > 0) return;
-  CHECK_FALSE(DlrmGpu::Available());
-  const absl::StatusOr<std::unique_ptr<DlrmGpu>> model = DlrmGpu::Create(ModelSpec(), 1);
+  CHECK_FALSE(GpuModel::Available());
+  const absl::StatusOr<std::unique_ptr<GpuModel>> model = GpuModel::Create(ModelSpec(), 1);
   REQUIRE_FALSE(model.ok());
   CHECK(model.status().code() == absl::StatusCode::kFailedPrecondition);
   CHECK(model.status().message() == "no CUDA device");

@@ -1,4 +1,4 @@
-// DlrmGpu against the CPU model (CpuModel, DLRM) on the same inputs, on a GPU
+// GpuModel against the CPU model (CpuModel, DLRM) on the same inputs, on a GPU
 // (cuda_kernels:gpu_test_main fails the test on a machine without one; model_test checks that
 // Create refuses there).
 //
@@ -8,7 +8,7 @@
 // a few float roundings of the terms it sums, not of the result: when terms cancel, the error is
 // relative to the output's scale, hence the absolute part. TF32 would be ~1e-3 off; cuBLAS runs in
 // CUBLAS_PEDANTIC_MATH, so float products and sums are exact IEEE operations.
-#include "worker/model/dlrm_gpu.h"
+#include "worker/model/gpu_model.h"
 
 #include <algorithm>
 #include <catch2/catch.hpp>
@@ -63,19 +63,19 @@ void CheckNear(const std::string& what, const std::vector<float>& gpu,
   CHECK(bad == 0);
 }
 
-TEST_CASE("DlrmGpu starts from CpuModel's parameters and computes what it computes",
+TEST_CASE("GpuModel starts from CpuModel's parameters and computes what it computes",
           "[worker][model][gpu]") {
   const int which = GENERATE(0, 1, 2);
   const int batch = GENERATE(1, 7, 300);
   const ModelSpec shape = TestShape(which);
   INFO("shape " << which << ", batch " << batch);
   auto cpu_or = CpuModel::Create(shape, 17);
-  auto gpu_or = DlrmGpu::Create(shape, 17);
+  auto gpu_or = GpuModel::Create(shape, 17);
   REQUIRE(cpu_or.ok());
   INFO(gpu_or.status().ToString());
   REQUIRE(gpu_or.ok());
   CpuModel& cpu = **cpu_or;
-  DlrmGpu& gpu = **gpu_or;
+  GpuModel& gpu = **gpu_or;
   REQUIRE(gpu.num_params() == cpu.num_params());
   CHECK(std::vector<float>(gpu.params().begin(), gpu.params().end()) ==
         std::vector<float>(cpu.params().begin(), cpu.params().end()));
@@ -109,10 +109,10 @@ TEST_CASE("DlrmGpu starts from CpuModel's parameters and computes what it comput
   CheckNear("Predict", gpu_p, cpu_p);
 }
 
-TEST_CASE("DlrmGpu rejects a bottom MLP that does not end in emb_dim", "[worker][model][gpu]") {
+TEST_CASE("GpuModel rejects a bottom MLP that does not end in emb_dim", "[worker][model][gpu]") {
   ModelSpec shape = TestShape(1);
   shape.bottom = {5, 3};
-  CHECK(DlrmGpu::Create(shape, 1).status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(GpuModel::Create(shape, 1).status().code() == absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -1,11 +1,11 @@
 // The plain DLRM of cpu_model.h (without dot_interaction, every field of one dim) on a CUDA GPU:
 // the same network, the same initial parameters and the same results within float rounding, with
 // the GEMMs in cuBLAS (no TF32) and the rest in the kernels of cuda_kernels/. Inputs and outputs
-// are host buffers, as for Dlrm, copied to and from the device on every call; the dense parameters
-// live on the host too (params(), which the dense optimizer updates in place) and are copied to the
-// device at the start of every pass.
-#ifndef PS_WORKER_MODEL_DLRM_GPU_H_
-#define PS_WORKER_MODEL_DLRM_GPU_H_
+// are host buffers, as for CpuModel, copied to and from the device on every call; the dense
+// parameters live on the host too (params(), which the dense optimizer updates in place) and are
+// copied to the device at the start of every pass.
+#ifndef PS_WORKER_MODEL_GPU_MODEL_H_
+#define PS_WORKER_MODEL_GPU_MODEL_H_
 
 #include <cstdint>
 #include <memory>
@@ -19,10 +19,10 @@
 namespace ps {
 namespace worker {
 
-// A DlrmGpu holds the dense parameters (a host master copy, laid out as CpuModel's) and, on the
+// A GpuModel holds the dense parameters (a host master copy, laid out as CpuModel's) and, on the
 // device that is current when it is created, their copy, the workspace of one batch, a stream
 // and a cuBLAS handle. Thread-compatible.
-class DlrmGpu {
+class GpuModel {
  public:
   // Whether this process sees a CUDA device.
   static bool Available();
@@ -33,11 +33,11 @@ class DlrmGpu {
   // machine; then FAILED_PRECONDITION "no CUDA device" without a GPU; INVALID_ARGUMENT for a spec
   // CpuModel rejects or whose bottom MLP does not end in the fields' dim; RESOURCE_EXHAUSTED or
   // INTERNAL when the device cannot be set up.
-  static absl::StatusOr<std::unique_ptr<DlrmGpu>> Create(const ModelSpec& spec, uint64_t seed);
+  static absl::StatusOr<std::unique_ptr<GpuModel>> Create(const ModelSpec& spec, uint64_t seed);
 
-  ~DlrmGpu();
-  DlrmGpu(const DlrmGpu&) = delete;
-  DlrmGpu& operator=(const DlrmGpu&) = delete;
+  ~GpuModel();
+  GpuModel(const GpuModel&) = delete;
+  GpuModel& operator=(const GpuModel&) = delete;
 
   const ModelSpec& spec() const { return spec_; }
   size_t num_params() const { return params_.size(); }
@@ -46,7 +46,7 @@ class DlrmGpu {
 
   // As CpuModel::ForwardBackward: the same arguments (host buffers), outputs and return value. A
   // device failure (a CUDA or cuBLAS error, the device out of memory) is fatal: the process
-  // aborts with the error's text, since this signature, shared with Dlrm, has no status.
+  // aborts with the error's text, since this signature, shared with CpuModel, has no status.
   float ForwardBackward(int batch_size, const float* dense, const float* emb, const float* labels,
                         float loss_scale, float* dense_grad, float* emb_grad, float* probs);
 
@@ -55,10 +55,10 @@ class DlrmGpu {
 
  private:
   using Layer = DenseLayer;
-  struct Device;  // device buffers, stream and cuBLAS handle (dlrm_gpu.cc)
+  struct Device;  // device buffers, stream and cuBLAS handle (gpu_model.cc)
 
-  DlrmGpu(const ModelSpec& spec, std::vector<Layer> bottom, std::vector<Layer> top,
-          std::vector<float> params, std::unique_ptr<Device> dev);
+  GpuModel(const ModelSpec& spec, std::vector<Layer> bottom, std::vector<Layer> top,
+           std::vector<float> params, std::unique_ptr<Device> dev);
 
   // One pass over host buffers. Without labels, only the probabilities are computed (Predict).
   absl::StatusOr<float> Run(int batch, const float* dense, const float* emb, const float* labels,
@@ -84,4 +84,4 @@ class DlrmGpu {
 }  // namespace worker
 }  // namespace ps
 
-#endif  // PS_WORKER_MODEL_DLRM_GPU_H_
+#endif  // PS_WORKER_MODEL_GPU_MODEL_H_
