@@ -1,9 +1,10 @@
-// The plain DLRM of cpu_model.h (without dot_interaction, every field of one dim) on a CUDA GPU:
-// the same network, the same initial parameters and the same results within float rounding, with
-// the GEMMs in cuBLAS (no TF32) and the rest in the kernels of cuda_kernels/. Inputs and outputs
-// are host buffers, as for CpuModel, copied to and from the device on every call; the dense
-// parameters live on the host too (params(), which the dense optimizer updates in place) and are
-// copied to the device at the start of every pass.
+// Every model family of cpu_model.h (DLRM with and without dot_interaction, WIDE_DEEP, DEEPFM,
+// DCN_V2 of full and low rank) on a CUDA GPU: the same network, the same initial parameters and
+// the same results within float rounding, with the GEMMs in cuBLAS (no TF32) and the rest in the
+// kernels of cuda_kernels/ (dense.h, interaction.h). Inputs and outputs are host buffers, as for
+// CpuModel, copied to and from the device on every call; the dense parameters live on the host
+// too (params(), which the dense optimizer updates in place) and are copied to the device at the
+// start of every pass.
 #ifndef PS_WORKER_MODEL_GPU_MODEL_H_
 #define PS_WORKER_MODEL_GPU_MODEL_H_
 
@@ -28,11 +29,9 @@ class GpuModel {
   static bool Available();
 
   // The network CpuModel::Create(spec, seed) creates, with bit-identical parameters (copied from
-  // it). UNIMPLEMENTED "... on the GPU is not implemented yet" for what only the CPU runs so far
-  // (a family other than DLRM, dot_interaction, fields of different dims), checked first, on any
-  // machine; then FAILED_PRECONDITION "no CUDA device" without a GPU; INVALID_ARGUMENT for a spec
-  // CpuModel rejects or whose bottom MLP does not end in the fields' dim; RESOURCE_EXHAUSTED or
-  // INTERNAL when the device cannot be set up.
+  // it), for every spec CpuModel accepts. CpuModel::Create's INVALID_ARGUMENT for a spec it
+  // rejects, checked first, on any machine; then FAILED_PRECONDITION "no CUDA device" without a
+  // GPU; RESOURCE_EXHAUSTED or INTERNAL when the device cannot be set up.
   static absl::StatusOr<std::unique_ptr<GpuModel>> Create(const ModelSpec& spec, uint64_t seed);
 
   ~GpuModel();
@@ -57,26 +56,33 @@ class GpuModel {
   using Layer = DenseLayer;
   struct Device;  // device buffers, stream and cuBLAS handle (gpu_model.cc)
 
-  GpuModel(const ModelSpec& spec, std::vector<Layer> bottom, std::vector<Layer> top,
-           std::vector<float> params, std::unique_ptr<Device> dev);
+  GpuModel(const ModelSpec& spec, ModelLayout layout, std::vector<float> params,
+           std::unique_ptr<Device> dev);
 
   // One pass over host buffers. Without labels, only the probabilities are computed (Predict).
   absl::StatusOr<float> Run(int batch, const float* dense, const float* emb, const float* labels,
                             float loss_scale, float* dense_grad, float* emb_grad, float* probs);
-  absl::Status Forward(const std::vector<Layer>& layers, int batch, bool bottom);
-  // Backpropagates the gradient in *grad (batch x out of the last layer) through the layers,
-  // writing parameter gradients on the device; leaves the input gradient in *grad when
-  // `input_grad` (*spare is the other buffer of the pair).
-  absl::Status Backward(const std::vector<Layer>& layers, int batch, bool bottom, bool input_grad,
-                        float** grad, float** spare);
+  // Grows the device workspace to `batch` samples (it is kept for smaller batches).
+  absl::Status Reserve(int batch);
+  // Computes the logits (the top MLP's last output) from the inputs already on the device.
+  absl::Status Forward(int batch);
+  // From dL/dlogit on the device, after Forward: the parameters' gradient into the device's
+  // copy of dense_grad, the inputs' into its copy of emb_grad (every float).
+  absl::Status Backward(int batch);
+  // DCN_V2's cross layers from x_0 to x_L, and their backward from `g` = dL/dx_L (batch x d0,
+  // overwritten) into the gradient of x_0.
+  absl::Status CrossForward(int batch);
+  absl::Status CrossBackward(int batch, float* g);
+  // The input of the top MLP (batch rows of top_in_ floats, on the device) after Forward.
+  const float* TopInput() const;
 
   // Constant after construction.
   const ModelSpec spec_;
-  const int emb_dim_;  // every field's dim
-  const int num_fields_;
-  const std::vector<Layer> bottom_;
-  const std::vector<Layer> top_;
-  const int width_;  // of the top MLP's input: emb_dim * (1 + num_fields)
+  const ModelLayout layout_;
+  const int fields_width_;  // sum of field_dims: where the linear inputs start in a row of emb
+  const int emb_width_;
+  const int z_width_;  // DLRM: the width of the bottom output z (num_dense without a bottom MLP)
+  const int top_in_;   // the top MLP's input width
   std::vector<float> params_;
   std::unique_ptr<Device> dev_;
 };
