@@ -9,8 +9,8 @@
 #include "absl/strings/str_format.h"
 #include "cuda_kernels/blas.h"
 #include "cuda_kernels/dense.h"
-#include "cuda_kernels/interaction.h"
 #include "cuda_kernels/device.h"
+#include "cuda_kernels/interaction.h"
 #include "cuda_kernels/memory.h"
 
 namespace ps {
@@ -287,8 +287,10 @@ absl::Status GpuModel::CrossBackward(int batch, float* g) {
       // dU = du^T (V x); d(V x) = du U; dV = d(V x)^T x; g += d(V x) V.
       GPU_MODEL_CHECK_CUDA(
           d.blas->Gemm(true, false, w, r, batch, 1.0f, du, w, d.vs[l].data(), r, 0.0f, du_w, r));
-      GPU_MODEL_CHECK_CUDA(d.blas->Gemm(false, false, batch, r, w, 1.0f, du, w, uu, r, 0.0f, dvx, r));
-      GPU_MODEL_CHECK_CUDA(d.blas->Gemm(true, false, r, w, batch, 1.0f, dvx, r, x, w, 0.0f, dv_w, w));
+      GPU_MODEL_CHECK_CUDA(
+          d.blas->Gemm(false, false, batch, r, w, 1.0f, du, w, uu, r, 0.0f, dvx, r));
+      GPU_MODEL_CHECK_CUDA(
+          d.blas->Gemm(true, false, r, w, batch, 1.0f, dvx, r, x, w, 0.0f, dv_w, w));
       GPU_MODEL_CHECK_CUDA(d.blas->Gemm(false, false, batch, w, r, 1.0f, dvx, r, v, w, 1.0f, g, w));
     }
   }
@@ -339,8 +341,8 @@ absl::Status GpuModel::Forward(int batch) {
                                              spec_.num_linear, batch, *logits, s));
   }
   if (spec_.type == config::Model::DEEPFM && fields > 0) {
-    GPU_MODEL_CHECK_CUDA(cuda::FmForward(d.emb.data(), emb_width_, fields, spec_.field_dims[0],
-                                         batch, *logits, s));
+    GPU_MODEL_CHECK_CUDA(
+        cuda::FmForward(d.emb.data(), emb_width_, fields, spec_.field_dims[0], batch, *logits, s));
   }
   return absl::OkStatus();
 }
@@ -385,8 +387,8 @@ absl::Status GpuModel::Backward(int batch) {
                                        fields_width_, batch, s));
       break;
     default:
-      GPU_MODEL_CHECK_CUDA(CopyColumns(d.emb_grad.data(), emb_width_, g + nd, top_in_,
-                                       fields_width_, batch, s));
+      GPU_MODEL_CHECK_CUDA(
+          CopyColumns(d.emb_grad.data(), emb_width_, g + nd, top_in_, fields_width_, batch, s));
       break;
   }
   if (spec_.type == config::Model::DEEPFM && fields > 0) {
@@ -424,8 +426,8 @@ absl::StatusOr<float> GpuModel::Run(int batch, const float* dense, const float* 
   }
 
   GPU_MODEL_CHECK_CUDA(CopyBytes(d.labels.data(), labels, d.labels.bytes(), s));
-  GPU_MODEL_CHECK_CUDA(cuda::SigmoidBce(logits, d.labels.data(), batch, loss_scale,
-                                        d.probs.data(), d.dlogit.data(), d.loss.data(), s));
+  GPU_MODEL_CHECK_CUDA(cuda::SigmoidBce(logits, d.labels.data(), batch, loss_scale, d.probs.data(),
+                                        d.dlogit.data(), d.loss.data(), s));
   GPU_MODEL_RETURN_IF_ERROR(Backward(batch));
 
   double loss = 0;
