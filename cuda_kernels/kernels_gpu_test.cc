@@ -13,6 +13,7 @@
 #include "cuda_kernels/dense.h"
 #include "cuda_kernels/device.h"
 #include "cuda_kernels/embedding.h"
+#include "cuda_kernels/interaction.h"
 #include "cuda_kernels/memory.h"
 #include "cuda_kernels/testing/require_ok.h"
 
@@ -249,6 +250,146 @@ TEST_CASE("Blas::Gemm multiplies row-major matrices", "[cuda][blas]") {
             .kind == Error::kInvalidArgument);
   blas.reset();
   REQUIRE_OK(StreamDestroy(stream));
+}
+
+TEST_CASE("DotInteraction and its backward, inside wider rows", "[cuda][interaction]") {
+  const int fields = GENERATE(1, 5, 26);
+  const int dim = GENERATE(1, 16, 33);
+  const int batch = GENERATE(1, 7, 300);
+  INFO("fields " << fields << ", dim " << dim << ", batch " << batch);
+  const int n = fields + 1, pairs = n * fields / 2;
+  // z and the dots inside the top MLP's input rows ([z, dots], width dim + pairs), as GpuModel.
+  const int64_t top = dim + pairs, emb_ld = int64_t(fields) * dim + 2;
+  std::mt19937_64 rng(fields * 1000 + dim * 10 + batch);
+  const std::vector<float> zin = RandomFloats(size_t(batch) * dim, &rng);
+  const std::vector<float> emb = RandomFloats(size_t(batch) * emb_ld, &rng);
+  auto vec = [&](int r, int i) {
+    return i == 0 ? &zin[size_t(r) * dim] : &emb[size_t(r) * emb_ld + size_t(i - 1) * dim];
+  };
+  std::vector<float> want(size_t(batch) * top, 3.0f);
+  for (int r = 0; r < batch; ++r) {
+    int p = 0;
+    for (int i = 1; i < n; ++i) {
+      for (int j = 0; j < i; ++j, ++p) {
+        double s = 0;
+        for (int k = 0; k < dim; ++k) s += double(vec(r, i)[k]) * vec(r, j)[k];
+        want[size_t(r) * top + dim + p] = static_cast<float>(s);
+      }
+    }
+  }
+  DeviceArray<float> d_z = Upload(zin), d_emb = Upload(emb);
+  DeviceArray<float> d_top = Upload(std::vector<float>(size_t(batch) * top, 3.0f));
+  REQUIRE_OK(DotInteraction(d_z.data(), dim, d_emb.data(), emb_ld, batch, fields, dim,
+                            d_top.data() + dim, top, nullptr));
+  CheckClose(Download(d_top), want, 1e-5, 1e-4);  // float sums against double ones
+
+  // Backward from a gradient of [z, dots]: z's part gains dv_0, the fields get dv_1..dv_F.
+  const std::vector<float> g = RandomFloats(size_t(batch) * top, &rng);
+  std::vector<float> want_g = g;
+  std::vector<float> want_eg(size_t(batch) * emb_ld, 9.0f);
+  for (int r = 0; r < batch; ++r) {
+    const float* gr = &g[size_t(r) * top + dim];
+    for (int i = 0; i < n; ++i) {
+      for (int k = 0; k < dim; ++k) {
+        double acc = 0;
+        for (int j = 0; j < n; ++j) {
+          if (j == i) continue;
+          const float gij = i > j ? gr[i * (i - 1) / 2 + j] : gr[j * (j - 1) / 2 + i];
+          acc += double(gij) * vec(r, j)[k];
+        }
+        if (i == 0) {
+          want_g[size_t(r) * top + k] += static_cast<float>(acc);
+        } else {
+          want_eg[size_t(r) * emb_ld + size_t(i - 1) * dim + k] = static_cast<float>(acc);
+        }
+      }
+    }
+  }
+  DeviceArray<float> d_g = Upload(g);
+  DeviceArray<float> d_eg = Upload(std::vector<float>(size_t(batch) * emb_ld, 9.0f));
+  REQUIRE_OK(DotInteractionBackward(d_g.data() + dim, top, d_z.data(), dim, d_emb.data(), emb_ld,
+                                    batch, fields, dim, d_g.data(), top, d_eg.data(), emb_ld,
+                                    nullptr));
+  CheckClose(Download(d_g), want_g, 1e-4, 1e-4);
+  CheckClose(Download(d_eg), want_eg, 1e-4, 1e-4);
+}
+
+TEST_CASE("the linear sum, the FM term and their backward", "[cuda][interaction]") {
+  const int fields = GENERATE(1, 26);
+  const int dim = GENERATE(1, 16);
+  const int num_linear = GENERATE(1, 26);
+  const int batch = GENERATE(1, 7, 300);
+  const int fw = fields * dim;
+  const int64_t ld = fw + num_linear;  // model_spec.h's emb rows: fields, then linear inputs
+  std::mt19937_64 rng(fields * 1000 + dim * 100 + num_linear * 10 + batch);
+  const std::vector<float> emb = RandomFloats(size_t(batch) * ld, &rng, 0.3f);
+  const std::vector<float> logits = RandomFloats(batch, &rng);
+  const std::vector<float> dlogit = RandomFloats(batch, &rng);
+  const std::vector<float> eg = RandomFloats(size_t(batch) * ld, &rng);
+  std::vector<float> want = logits, want_eg = eg;
+  for (int r = 0; r < batch; ++r) {
+    const float* er = &emb[size_t(r) * ld];
+    double lin = 0, squares = 0, total = 0;
+    for (int j = 0; j < num_linear; ++j) lin += er[fw + j];
+    std::vector<double> sum(dim, 0.0);
+    for (int f = 0; f < fields; ++f) {
+      for (int k = 0; k < dim; ++k) {
+        sum[k] += er[f * dim + k];
+        squares += double(er[f * dim + k]) * er[f * dim + k];
+      }
+    }
+    for (int k = 0; k < dim; ++k) total += sum[k] * sum[k];
+    want[r] = static_cast<float>(logits[r] + lin + 0.5 * (total - squares));
+    for (int f = 0; f < fields; ++f) {
+      for (int k = 0; k < dim; ++k) {
+        want_eg[size_t(r) * ld + f * dim + k] +=
+            static_cast<float>(dlogit[r] * (sum[k] - er[f * dim + k]));
+      }
+    }
+    for (int j = 0; j < num_linear; ++j) want_eg[size_t(r) * ld + fw + j] = dlogit[r];
+  }
+  DeviceArray<float> d_emb = Upload(emb), d_logits = Upload(logits);
+  REQUIRE_OK(LinearForward(d_emb.data(), ld, fw, num_linear, batch, d_logits.data(), nullptr));
+  REQUIRE_OK(FmForward(d_emb.data(), ld, fields, dim, batch, d_logits.data(), nullptr));
+  CheckClose(Download(d_logits), want, 1e-4, 1e-4);
+  DeviceArray<float> d_dlogit = Upload(dlogit), d_eg = Upload(eg);
+  REQUIRE_OK(
+      FmBackward(d_emb.data(), ld, fields, dim, batch, d_dlogit.data(), d_eg.data(), ld, nullptr));
+  REQUIRE_OK(LinearBackward(d_dlogit.data(), fw, num_linear, batch, d_eg.data(), ld, nullptr));
+  CheckClose(Download(d_eg), want_eg, 1e-4, 1e-4);
+}
+
+TEST_CASE("a cross layer's elementwise step, its backward, and Add", "[cuda][interaction]") {
+  const int width = GENERATE(1, 13, 429);
+  const int batch = GENERATE(1, 7, 300);
+  std::mt19937_64 rng(width * 1000 + batch);
+  const size_t n = size_t(batch) * width;
+  const std::vector<float> x0 = RandomFloats(n, &rng), x = RandomFloats(n, &rng);
+  const std::vector<float> u = RandomFloats(n, &rng), bias = RandomFloats(width, &rng);
+  const std::vector<float> g = RandomFloats(n, &rng), dx0 = RandomFloats(n, &rng);
+  std::vector<float> want_u = u, want_next(n), want_du(n), want_dx0 = dx0, want_sum(n);
+  for (size_t i = 0; i < n; ++i) {
+    want_u[i] = u[i] + bias[i % width];
+    want_next[i] = x0[i] * want_u[i] + x[i];
+    want_du[i] = g[i] * x0[i];
+    want_dx0[i] = dx0[i] + g[i] * want_u[i];
+    want_sum[i] = want_dx0[i] + g[i];
+  }
+  DeviceArray<float> d_x0 = Upload(x0), d_x = Upload(x), d_u = Upload(u), d_b = Upload(bias);
+  DeviceArray<float> d_next, d_du;
+  REQUIRE_OK(d_next.Resize(n));
+  REQUIRE_OK(d_du.Resize(n));
+  REQUIRE_OK(CrossForward(d_x0.data(), d_x.data(), d_b.data(), batch, width, d_u.data(),
+                          d_next.data(), nullptr));
+  CheckClose(Download(d_u), want_u, 1e-6, 0.0);         // one addition: exact
+  CheckClose(Download(d_next), want_next, 1e-5, 1e-6);  // a fused multiply-add may round once
+  DeviceArray<float> d_g = Upload(g), d_dx0 = Upload(dx0);
+  REQUIRE_OK(CrossBackward(d_g.data(), d_x0.data(), d_u.data(), batch, width, d_du.data(),
+                           d_dx0.data(), nullptr));
+  CheckClose(Download(d_du), want_du, 1e-6, 0.0);
+  CheckClose(Download(d_dx0), want_dx0, 1e-5, 1e-6);
+  REQUIRE_OK(Add(d_g.data(), int64_t(n), d_dx0.data(), nullptr));
+  CheckClose(Download(d_dx0), want_sum, 1e-5, 1e-6);
 }
 
 }  // namespace

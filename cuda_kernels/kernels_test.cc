@@ -13,6 +13,7 @@
 #include "cuda_kernels/dense.h"
 #include "cuda_kernels/device.h"
 #include "cuda_kernels/embedding.h"
+#include "cuda_kernels/interaction.h"
 #include "cuda_kernels/memory.h"
 #include "cuda_kernels/testing/require_ok.h"
 
@@ -62,6 +63,45 @@ TEST_CASE("launchers reject bad arguments before touching the device", "[cuda]")
   // Empty work is no work: nothing is launched, so this succeeds even without a GPU.
   CHECK(GatherPooled(none, 0, 4, nullptr, 0, 3, 1, Pooling::kSum, none, 12, nullptr).ok());
   CHECK(BiasRelu(none, none, 0, 3, true, nullptr).ok());
+}
+
+TEST_CASE("the interaction launchers check their sizes before touching the device", "[cuda]") {
+  float* const none = nullptr;
+  auto invalid = [](const Error& e) { return e.kind == Error::kInvalidArgument; };
+  // DotInteraction: 3 fields of dim 4 make 6 pairs.
+  CHECK(invalid(DotInteraction(none, 4, none, 12, -1, 3, 4, none, 6, nullptr)));
+  CHECK(invalid(DotInteraction(none, 4, none, 12, 2, 3, 0, none, 6, nullptr)));
+  CHECK(invalid(DotInteraction(none, 3, none, 12, 2, 3, 4, none, 6, nullptr)));
+  CHECK(invalid(DotInteraction(none, 4, none, 11, 2, 3, 4, none, 6, nullptr)));
+  CHECK(invalid(DotInteraction(none, 4, none, 12, 2, 3, 4, none, 5, nullptr)));
+  CHECK(invalid(
+      DotInteractionBackward(none, 5, none, 4, none, 12, 2, 3, 4, none, 4, none, 12, nullptr)));
+  CHECK(invalid(
+      DotInteractionBackward(none, 6, none, 4, none, 12, 2, 3, 4, none, 3, none, 12, nullptr)));
+  CHECK(invalid(
+      DotInteractionBackward(none, 6, none, 4, none, 12, 2, 3, 4, none, 4, none, 11, nullptr)));
+  CHECK(invalid(LinearForward(none, 10, 8, 3, 2, none, nullptr)));
+  CHECK(invalid(LinearForward(none, 11, -1, 3, 2, none, nullptr)));
+  CHECK(invalid(LinearBackward(none, 8, 3, 2, none, 10, nullptr)));
+  CHECK(invalid(LinearBackward(none, 8, 3, -2, none, 11, nullptr)));
+  CHECK(invalid(FmForward(none, 11, 3, 4, 2, none, nullptr)));
+  CHECK(invalid(FmForward(none, 12, 3, 0, 2, none, nullptr)));
+  CHECK(invalid(FmBackward(none, 12, 3, 4, 2, none, none, 11, nullptr)));
+  CHECK(invalid(FmBackward(none, 12, -3, 4, 2, none, none, 12, nullptr)));
+  CHECK(invalid(CrossForward(none, none, none, -1, 4, none, none, nullptr)));
+  CHECK(invalid(CrossBackward(none, none, none, 2, -4, none, none, nullptr)));
+  CHECK(invalid(Add(none, -1, none, nullptr)));
+  // Empty work is no work: nothing is launched, so this succeeds even without a GPU.
+  CHECK(DotInteraction(none, 4, none, 12, 0, 3, 4, none, 6, nullptr).ok());
+  CHECK(DotInteraction(none, 4, none, 0, 2, 0, 4, none, 0, nullptr).ok());
+  CHECK(DotInteractionBackward(none, 0, none, 4, none, 0, 2, 0, 4, none, 4, none, 0, nullptr).ok());
+  CHECK(LinearForward(none, 8, 8, 0, 2, none, nullptr).ok());
+  CHECK(LinearBackward(none, 8, 0, 2, none, 8, nullptr).ok());
+  CHECK(FmForward(none, 12, 3, 4, 0, none, nullptr).ok());
+  CHECK(FmBackward(none, 0, 0, 4, 2, none, none, 0, nullptr).ok());
+  CHECK(CrossForward(none, none, none, 0, 4, none, none, nullptr).ok());
+  CHECK(CrossBackward(none, none, none, 2, 0, none, none, nullptr).ok());
+  CHECK(Add(none, 0, none, nullptr).ok());
 }
 
 TEST_CASE("without a GPU, memory and cuBLAS calls fail with the runtime's error", "[cuda]") {

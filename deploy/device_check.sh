@@ -35,7 +35,7 @@ binaries=(
   server/ps_server server/coordinator/ps_coordinator worker/ps_worker worker/tools/ps_datagen
   tests/bench/train_bench tests/bench/ps_bench tests/bench/failover_bench
   tests/bench/checkpoint_bench
-  cuda_kernels/kernels_gpu_test worker/model/dlrm_gpu_test
+  cuda_kernels/kernels_gpu_test worker/model/gpu_model_test
   worker/collective/nccl_allreduce_gpu_test
 )
 
@@ -132,7 +132,7 @@ if [[ ! -d "$bundle/bin" ]]; then
 fi
 
 # gpu_test: Catch2's summary line says how many assertions and test cases passed.
-for t in cuda_kernels/kernels_gpu_test worker/model/dlrm_gpu_test \
+for t in cuda_kernels/kernels_gpu_test worker/model/gpu_model_test \
   worker/collective/nccl_allreduce_gpu_test; do
   STEP_TEXT=""
   step "gpu_test" 120 "./$t"

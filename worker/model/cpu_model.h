@@ -1,7 +1,7 @@
 // The model families of model_spec.h on the CPU: DLRM, WIDE_DEEP, DEEPFM and DCN_V2 (their
 // formulas are in worker/model/README.md), with every matrix product in OpenBLAS's sgemm over
 // batch-major rows. The loss is the mean binary cross-entropy of one logit per sample. This is
-// also the reference the GPU backend (dlrm_gpu.h) is tested against.
+// also the reference the GPU backend (gpu_model.h) is tested against.
 #ifndef PS_WORKER_MODEL_CPU_MODEL_H_
 #define PS_WORKER_MODEL_CPU_MODEL_H_
 

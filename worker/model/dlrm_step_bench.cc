@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "worker/model/cpu_model.h"
-#include "worker/model/dlrm_gpu.h"
+#include "worker/model/gpu_model.h"
 
 namespace ps {
 namespace worker {
@@ -66,11 +66,11 @@ int Main() {
                                    dense_grad.data(), emb_grad.data(), probs.data());
   });
 
-  if (!DlrmGpu::Available()) {
+  if (!GpuModel::Available()) {
     std::fprintf(stderr, "no CUDA device: gpu backend skipped\n");
     return 0;
   }
-  auto gpu = DlrmGpu::Create(shape, 1);
+  auto gpu = GpuModel::Create(shape, 1);
   if (!gpu.ok()) {
     std::fprintf(stderr, "%s\n", gpu.status().ToString().c_str());
     return 1;

@@ -5,7 +5,7 @@
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "worker/model/cpu_model.h"
-#include "worker/model/dlrm_gpu.h"
+#include "worker/model/gpu_model.h"
 
 namespace ps {
 namespace worker {
@@ -47,9 +47,9 @@ absl::StatusOr<Backend> ParseBackend(const std::string& name) {
 
 absl::StatusOr<std::unique_ptr<Model>> CreateModel(const ModelSpec& spec, uint64_t seed,
                                                    Backend backend) {
-  if (backend == Backend::kGpu || (backend == Backend::kAuto && DlrmGpu::Available())) {
-    PS_ASSIGN_OR_RETURN(std::unique_ptr<DlrmGpu> gpu, DlrmGpu::Create(spec, seed));
-    return std::unique_ptr<Model>(new ModelOf<DlrmGpu>(std::move(gpu), "gpu"));
+  if (backend == Backend::kGpu || (backend == Backend::kAuto && GpuModel::Available())) {
+    PS_ASSIGN_OR_RETURN(std::unique_ptr<GpuModel> gpu, GpuModel::Create(spec, seed));
+    return std::unique_ptr<Model>(new ModelOf<GpuModel>(std::move(gpu), "gpu"));
   }
   PS_ASSIGN_OR_RETURN(std::unique_ptr<CpuModel> cpu, CpuModel::Create(spec, seed));
   return std::unique_ptr<Model>(new ModelOf<CpuModel>(std::move(cpu), "cpu"));

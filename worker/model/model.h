@@ -1,6 +1,6 @@
-// The model as the trainer sees it, over its compute backends: the CPU networks (CpuModel, every
-// family, OpenBLAS) and the CUDA one (DlrmGpu, cuBLAS and cuda_kernels/; plain DLRM only), chosen
-// at run time.
+// The model as the trainer sees it, over its compute backends: the CPU networks (CpuModel,
+// OpenBLAS) and the CUDA one (GpuModel, cuBLAS and cuda_kernels/), both running every family,
+// chosen at run time.
 #ifndef PS_WORKER_MODEL_MODEL_H_
 #define PS_WORKER_MODEL_MODEL_H_
 
@@ -40,11 +40,11 @@ class Model {
 };
 
 // Creates the model of `spec` on `backend` with parameters initialised from `seed` (the same on
-// every backend). Errors: CpuModel::Create's INVALID_ARGUMENT for a spec no backend takes; with
-// kGpu, and with kAuto on a machine with a CUDA device, DlrmGpu::Create's: UNIMPLEMENTED for a
-// spec the GPU does not run yet (any family but DLRM, dot_interaction, fields of different dims;
-// kAuto does not fall back to the CPU then, so that nothing runs silently elsewhere than asked),
-// FAILED_PRECONDITION for kGpu without a device (kAuto then takes the CPU).
+// every backend). Errors: CpuModel::Create's INVALID_ARGUMENT for a spec no backend takes, on any
+// machine; with kGpu, and with kAuto on a machine with a CUDA device, GpuModel::Create's:
+// FAILED_PRECONDITION for kGpu without a device (kAuto then takes the CPU), RESOURCE_EXHAUSTED or
+// INTERNAL when the device cannot be set up (kAuto does not fall back to the CPU then, so that
+// nothing runs silently elsewhere than asked).
 absl::StatusOr<std::unique_ptr<Model>> CreateModel(const ModelSpec& spec, uint64_t seed,
                                                    Backend backend);
 

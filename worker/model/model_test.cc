@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "cuda_kernels/device.h"
-#include "worker/model/dlrm_gpu.h"
+#include "worker/model/gpu_model.h"
 
 namespace ps {
 namespace worker {
@@ -30,45 +30,56 @@ TEST_CASE("the backend is chosen at run time", "[worker][model]") {
   CHECK(*ParseBackend("gpu") == Backend::kGpu);
 }
 
-// The GPU runs plain DLRM only: the rest is refused on every machine, kAuto included (never
-// silently moved to the CPU on a machine with a GPU), and runs on the CPU when asked.
-TEST_CASE("what the GPU does not run yet is refused with UNIMPLEMENTED", "[worker][model]") {
+// Every family and variant the CPU runs, the GPU takes too: without a device kGpu fails with
+// FAILED_PRECONDITION (never UNIMPLEMENTED) and kAuto runs it on the CPU; with one, both run it on
+// the GPU (gpu_model_test compares the numbers).
+TEST_CASE("every family is accepted by the GPU backend", "[worker][model]") {
   ModelSpec spec;
-  std::string what;
   SECTION("another family") {
     spec.type = GENERATE(config::Model::WIDE_DEEP, config::Model::DEEPFM, config::Model::DCN_V2);
     spec.bottom.clear();
     spec.num_linear = spec.type == config::Model::DCN_V2 ? 0 : 26;
-    what = "model on the GPU is not implemented yet";
   }
-  SECTION("dot_interaction") {
-    spec.dot_interaction = true;
-    what = "model.dot_interaction on the GPU is not implemented yet";
+  SECTION("dot_interaction") { spec.dot_interaction = true; }
+  SECTION("fields of different dims") { spec.field_dims[3] = 8; }
+  SECTION("DCN_V2 of low rank") {
+    spec.type = config::Model::DCN_V2;
+    spec.bottom.clear();
+    spec.cross_rank = 8;
   }
-  SECTION("fields of different dims") {
-    spec.field_dims[3] = 8;
-    what = "fields of different dims on the GPU are not implemented yet";
-  }
-  const absl::Status gpu = CreateModel(spec, 1, Backend::kGpu).status();
-  CHECK(gpu.code() == absl::StatusCode::kUnimplemented);
-  CHECK_THAT(std::string(gpu.message()), Catch::Contains(what));
-  if (cuda::DeviceCount() > 0) {
-    CHECK(CreateModel(spec, 1, Backend::kAuto).status().code() == absl::StatusCode::kUnimplemented);
+  const bool gpu = cuda::DeviceCount() > 0;
+  const absl::StatusOr<std::unique_ptr<Model>> on_gpu = CreateModel(spec, 1, Backend::kGpu);
+  if (gpu) {
+    INFO(on_gpu.status().ToString());
+    REQUIRE(on_gpu.ok());
+    CHECK(std::string((*on_gpu)->backend()) == "gpu");
   } else {
-    auto automatic = CreateModel(spec, 1, Backend::kAuto);
-    REQUIRE(automatic.ok());
-    CHECK(std::string((*automatic)->backend()) == "cpu");
+    CHECK(on_gpu.status().code() == absl::StatusCode::kFailedPrecondition);
   }
+  auto automatic = CreateModel(spec, 1, Backend::kAuto);
+  REQUIRE(automatic.ok());
+  CHECK(std::string((*automatic)->backend()) == (gpu ? "gpu" : "cpu"));
   auto cpu = CreateModel(spec, 1, Backend::kCpu);
   REQUIRE(cpu.ok());
   CHECK(std::string((*cpu)->backend()) == "cpu");
+  CHECK(std::vector<float>((*cpu)->params().begin(), (*cpu)->params().end()) ==
+        std::vector<float>((*automatic)->params().begin(), (*automatic)->params().end()));
 }
 
-// On a GPU, dlrm_gpu_test compares the backends; here there is none to compare.
-TEST_CASE("without a GPU, DlrmGpu::Create fails with FAILED_PRECONDITION", "[worker][model]") {
+// A spec no backend takes is refused as the CPU refuses it, on every backend and machine.
+TEST_CASE("a spec the CPU refuses is INVALID_ARGUMENT on every backend", "[worker][model]") {
+  ModelSpec spec;
+  spec.dot_interaction = true;
+  spec.field_dims[3] = 8;
+  const Backend backend = GENERATE(Backend::kAuto, Backend::kCpu, Backend::kGpu);
+  CHECK(CreateModel(spec, 1, backend).status().code() == absl::StatusCode::kInvalidArgument);
+}
+
+// On a GPU, gpu_model_test compares the backends; here there is none to compare.
+TEST_CASE("without a GPU, GpuModel::Create fails with FAILED_PRECONDITION", "[worker][model]") {
   if (cuda::DeviceCount() > 0) return;
-  CHECK_FALSE(DlrmGpu::Available());
-  const absl::StatusOr<std::unique_ptr<DlrmGpu>> model = DlrmGpu::Create(ModelSpec(), 1);
+  CHECK_FALSE(GpuModel::Available());
+  const absl::StatusOr<std::unique_ptr<GpuModel>> model = GpuModel::Create(ModelSpec(), 1);
   REQUIRE_FALSE(model.ok());
   CHECK(model.status().code() == absl::StatusCode::kFailedPrecondition);
   CHECK(model.status().message() == "no CUDA device");
