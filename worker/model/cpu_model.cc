@@ -422,7 +422,8 @@ void CpuModel::Forward(int batch, const float* dense, const float* emb) {
       const int d0 = nd + fields_width_;
       float* x0 = Reserve(&xs_[0], size_t(batch) * d0);
       for (int r = 0; r < batch; ++r) {
-        std::memcpy(x0 + size_t(r) * d0, dense + size_t(r) * nd, nd * sizeof(float));
+        // Without dense features `dense` may be null, which memcpy may not be given even for 0.
+        if (nd > 0) std::memcpy(x0 + size_t(r) * d0, dense + size_t(r) * nd, nd * sizeof(float));
         std::memcpy(x0 + size_t(r) * d0 + nd, emb + size_t(r) * emb_width_,
                     fields_width_ * sizeof(float));
       }
