@@ -67,6 +67,7 @@
 #include "common/checkpoint_reader.h"
 #include "common/coordinator_client.h"
 #include "common/data_check.h"
+#include "common/dense_moments.h"
 #include "common/grpc/security_flags.h"
 #include "common/job_config.h"
 #include "worker/data/binary_convert.h"
@@ -136,6 +137,14 @@ int Validate(const std::string& path) {
     for (const std::string& error : data.errors) std::fprintf(stderr, "%s\n", error.c_str());
     if (!data.ok()) return 1;
   }
+  ps::DenseMomentsReport moments;
+  if (absl::GetFlag(FLAGS_check_data) && ps::NeedsDenseMoments(*job)) {
+    ps::config::Job filled = *job;
+    if (const absl::Status s = ps::FillDenseMoments(&filled, {}, &moments); !s.ok()) {
+      std::fprintf(stderr, "%s: %s\n", path.c_str(), std::string(s.message()).c_str());
+      return 1;
+    }
+  }
   std::printf("%s: job \"%s\" is valid\n", path.c_str(), job->name().c_str());
   for (const auto& t : job->tables()) {
     std::printf("  table %-16s dim %-5u optimizer %s\n", t.name().c_str(), t.dim(),
@@ -147,6 +156,9 @@ int Validate(const std::string& path) {
   const char* modes[] = {"sync", "bounded_staleness", "async"};
   std::printf("  training: %s, batch %u\n", modes[job->training().mode()],
               job->training().batch_size());
+  for (const std::string& line : moments.lines) {
+    std::printf("  %s (computed; the coordinator computes the same)\n", line.c_str());
+  }
   if (data.estimate.has_value()) {
     std::printf("  data: %s\n", data.estimate->Describe().c_str());
   } else if (!absl::GetFlag(FLAGS_check_data)) {
@@ -519,11 +531,19 @@ int Convert() {
                  ps::worker::BinaryFormat::kMaxChunkSamples);
     return 2;
   }
-  const absl::StatusOr<ps::config::Job> job = ps::LoadJobFile(job_path);
+  absl::StatusOr<ps::config::Job> job = ps::LoadJobFile(job_path);
   if (!job.ok()) {
     std::fprintf(stderr, "%s\n", std::string(job.status().message()).c_str());
     return 1;
   }
+  // The binary files hold transformed values: STANDARDIZE's computed moments are applied here.
+  ps::DenseMomentsReport moments;
+  if (const absl::Status s = ps::FillDenseMoments(&*job, {}, &moments); !s.ok()) {
+    std::fprintf(stderr, "ps_ctl convert: %s: %s\n", job_path.c_str(),
+                 std::string(s.message()).c_str());
+    return 1;
+  }
+  for (const std::string& line : moments.lines) std::printf("%s (computed)\n", line.c_str());
   const absl::StatusOr<ps::worker::ConvertSummary> summary =
       ps::worker::ConvertJobData(*job, options);
   if (!summary.ok()) {

@@ -261,7 +261,12 @@ absl::Status CheckModelAndSchema(const Checker& c, const Where& root, const conf
       if (!col.has_column()) return c.Error(cw, col, nullptr, "needs its column");
       PS_RETURN_IF_ERROR(CheckColumn(c, cw, col, "column", col.column(), s.header()));
       if (col.transform() == config::DenseColumn::STANDARDIZE) {
-        if (!col.has_mean()) return c.Error(cw, col, "transform", "STANDARDIZE needs a mean");
+        if (col.has_mean() != col.has_stddev()) {
+          return c.Error(cw, col, col.has_mean() ? "mean" : "stddev",
+                         "STANDARDIZE takes both mean and stddev, or neither (then they are "
+                         "computed from the training data before the run)");
+        }
+        if (!col.has_mean()) continue;  // computed (common/dense_moments.h)
         if (!(col.stddev() > 0) || !Finite(col.stddev()) || !Finite(col.mean())) {
           return c.Error(cw, col, col.has_stddev() ? "stddev" : "transform",
                          "STANDARDIZE needs a finite mean and a stddev > 0");

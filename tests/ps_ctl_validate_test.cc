@@ -1,5 +1,6 @@
 // `ps_ctl validate` checks a job's data (issue 14): a missing data file is an error naming the
-// job file, line, field and path (exit 1); a job of 16 steps is valid but warned (exit 0).
+// job file, line, field and path (exit 1); a job of 16 steps is valid but warned (exit 0); a
+// delimited schema's header must name its columns, and STANDARDIZE's moments are computed.
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -92,6 +93,54 @@ TEST_CASE("ps_ctl validate warns of a job of 16 steps and accepts it", "[integra
                      ":7:3: 16 steps in all (8000 lines / (512 x 2 workers) x 2 epochs); fewer "
                      "than 100 steps rarely trains well: lower training.batch_size (e.g. 64 gives "
                      "~126 steps) or raise training.epochs (e.g. 13 gives ~104 steps)\n"));
+}
+
+// A comma-delimited job with a header on `train`: the label, "age" (STANDARDIZE, moments left to
+// be computed) and "user".
+std::string WriteSchemaJob(const std::string& name, const std::string& train) {
+  const std::string path = absl::StrCat(testing::TempDir(), "/", name, ".pbtxt");
+  std::ofstream(path) << absl::StrFormat(
+      "name: \"%s\"\n"
+      "tables { name: \"emb\" dim: 4 }\n"
+      "model { shared_table: \"emb\" }\n"
+      "data {\n"
+      "  format: DELIMITED\n"
+      "  train_paths: \"%s\"\n"
+      "  schema {\n"
+      "    delimiter: COMMA header: true label: \"click\"\n"
+      "    dense { column: \"age\" transform: STANDARDIZE }\n"
+      "    sparse { column: \"user\" }\n"
+      "  }\n"
+      "}\n"
+      "training { mode: SYNC batch_size: 2 steps: 200 }\n"
+      "cluster { num_servers: 1 num_workers: 1 }\n",
+      name, train);
+  return path;
+}
+
+TEST_CASE("ps_ctl validate computes STANDARDIZE's moments and checks the header's columns",
+          "[integration][ps_ctl]") {
+  const std::string train = absl::StrCat(testing::TempDir(), "/people.csv");
+  std::ofstream(train) << "click,age,user\n1,20,a\n0,40,b\n1,,c\n0,60,d\n";
+  const std::string job = WriteSchemaJob("moments", train);
+  const auto result = testing::RunProcess(kPsCtl, {"validate", job});
+  REQUIRE(result.ok());
+  INFO(result->stdout_text << result->stderr_text);
+  CHECK(result->exit_code == 0);
+  // Values 20, 40, 0 (empty), 60: mean 30, population stddev sqrt(500).
+  CHECK_THAT(result->stdout_text,
+             Catch::Contains("  data.schema.dense[0] (age): STANDARDIZE mean 30 stddev 22.3607, "
+                             "from 4 lines (computed; the coordinator computes the same)\n"));
+
+  const std::string renamed = absl::StrCat(testing::TempDir(), "/renamed.csv");
+  std::ofstream(renamed) << "click,years,user\n1,20,a\n";
+  const std::string bad = WriteSchemaJob("renamed", renamed);
+  const auto refused = testing::RunProcess(kPsCtl, {"validate", bad});
+  REQUIRE(refused.ok());
+  CHECK(refused->exit_code == 1);
+  CHECK(refused->stderr_text ==
+        absl::StrCat(bad, ":9:5: data.schema.dense[0].column: ", renamed,
+                     ":1:1: the header has no column \"age\" (its columns: click, years, user)\n"));
 }
 
 }  // namespace

@@ -60,6 +60,7 @@
 #include "common/coordinator_client.h"
 #include "common/daemon_flags.h"
 #include "common/data_check.h"
+#include "common/dense_moments.h"
 #include "common/grpc/security_flags.h"
 #include "common/grpc/server_builder.h"
 #include "common/job_config.h"
@@ -671,6 +672,26 @@ int main(int argc, char** argv) {
     }
     for (const std::string& warning : data.warnings) {
       std::fprintf(stderr, "ps_coordinator: warning: %s\n", warning.c_str());
+    }
+  }
+  // STANDARDIZE columns without their moments get them here, once, from the training data, so
+  // that every worker is handed the job with the same values.
+  if (ps::NeedsDenseMoments(*job) && !absl::GetFlag(FLAGS_dry_run)) {
+    if (!absl::GetFlag(FLAGS_check_data)) {
+      std::fprintf(stderr,
+                   "%s: data.schema has STANDARDIZE columns without mean and stddev, which the "
+                   "coordinator computes from the training data; with --check_data=false it does "
+                   "not read the data: give the moments in the job\n",
+                   job_path.c_str());
+      return 1;
+    }
+    ps::DenseMomentsReport moments;
+    if (const absl::Status filled = ps::FillDenseMoments(&*job, {}, &moments); !filled.ok()) {
+      std::fprintf(stderr, "%s: %s\n", job_path.c_str(), std::string(filled.message()).c_str());
+      return 1;
+    }
+    for (const std::string& line : moments.lines) {
+      std::fprintf(stderr, "ps_coordinator: %s\n", line.c_str());
     }
   }
   if (absl::GetFlag(FLAGS_dry_run)) {

@@ -56,7 +56,10 @@ absl::StatusOr<SchemaOptions> SchemaOf(const config::Job& job) {
         spec.transform = DenseColumnSpec::Transform::kStandardize;
         if (!d.has_mean() || !d.has_stddev() || !(d.stddev() > 0)) {
           return absl::InvalidArgumentError(absl::StrCat(
-              "dense column ", spec.name, ": STANDARDIZE needs its mean and a stddev > 0"));
+              "dense column ", spec.name,
+              ": STANDARDIZE needs its mean and a stddev > 0 (the coordinator computes them "
+              "from the training data when the job file leaves both out: "
+              "common/dense_moments.h)"));
         }
         spec.mean = d.mean();
         spec.stddev = d.stddev();
