@@ -2,8 +2,10 @@
 # Our model families against the same models in PyTorch: forward+backward samples/s of each
 # family, batch and pooling, model_bench's and tests/bench/torch_bench.py's, and their ratio.
 #
-# Installs Debian's PyTorch (./deploy/setup.sh --torch), builds model_bench optimised, runs it,
-# then torch_bench.py with the same threads, families and batches (one after the other, never
+# Installs Debian's PyTorch (./deploy/setup.sh --torch), builds model_bench optimised, checks
+# that the PyTorch models compute what ours do (torch_models_check.py: same parameters and batch,
+# same loss and gradients within float rounding; it stops here if not), runs model_bench, then
+# torch_bench.py with the same threads, families and batches (one after the other, never
 # together, so neither takes the other's cores), and prints both benches' JSON lines, then one
 # line per (family, batch, pooled):
 #   {"bench":"model_vs_torch","family":"dlrm","batch":4096,"pooled":false,"threads":1,
@@ -32,6 +34,9 @@ done
 ./deploy/setup.sh --torch
 echo "model_vs_torch: building model_bench" >&2
 bazel build -c opt //tests/bench:model_bench 2>&1 | tail -n 1 >&2
+
+echo "model_vs_torch: torch_models_check.py" >&2
+/usr/bin/python3 tests/bench/torch_models_check.py --families="$families"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/model_vs_torch.XXXXXX")
 trap 'rm -rf "$work"' EXIT

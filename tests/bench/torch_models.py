@@ -201,3 +201,20 @@ class FamilyModel(nn.Module):
             total = e.sum(dim=1)
             logits = logits + 0.5 * (total.pow(2).sum(dim=1) - e.pow(2).sum(dim=(1, 2)))
         return logits
+
+    def layout_parameters(self) -> list:
+        """The parameters in the order of our flat vector (worker/model/cpu_model.h, LayoutOf):
+        the bottom MLP's, the cross layers', the top MLP's; a dense layer W (out x in) then b; a
+        cross layer W then b, or V (r x d0), U (d0 x r), then b."""
+        order = []
+        if self.spec.family == "DLRM" and self.bottom is not None:
+            order += [p for layer in self.bottom.layers if isinstance(layer, nn.Linear)
+                      for p in (layer.weight, layer.bias)]
+        if self.spec.family == "DCN_V2":
+            for cross in self.cross:
+                if cross.v is not None:
+                    order.append(cross.v.weight)
+                order += [cross.w.weight, cross.w.bias]
+        order += [p for layer in self.top.layers if isinstance(layer, nn.Linear)
+                  for p in (layer.weight, layer.bias)]
+        return order
