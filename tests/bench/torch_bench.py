@@ -7,11 +7,12 @@ loss with respect to every parameter and to the embedding input (torch.autograd.
 accumulates between steps), plus the probabilities. With --pooled true the embedding input is
 made from gathered rows, as model_bench's Pooling does: per sample 21 single rows and 5 fields of
 20 rows each (the last 5 fields), summed per field, and the backward spreads each field's
-gradient back over its rows (autograd of the sum, written out to every row's gradient). Inputs: dense |N(0, 1)|, embeddings and rows
-0.1 N(0, 1), labels 0 or 1, drawn once.
+gradient back over its rows (autograd of the sum, written out to every row's gradient).
+Inputs: dense |N(0, 1)|, embeddings and rows 0.1 N(0, 1), labels 0 or 1, drawn once.
 
 Times are medians of --reps repetitions, each running enough steps for about 0.2 s, as
-model_bench times them; before them, warm-up steps for at least 0.2 s (model_bench: 2 steps). Prints one JSON line per measurement:
+model_bench times them; before them, warm-up steps for at least 0.2 s (model_bench: 2 steps).
+Prints one JSON line per measurement:
 
   {"bench":"torch_model","family":"dlrm","batch":4096,"pooled":false,"threads":1,
    "samples_per_s":...,"torch":"1.13.0a0"}

@@ -72,7 +72,8 @@ def check(model_bench: str, family: str) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model_bench", default="bazel-out/k8-opt/bin/tests/bench/model_bench",
-                        help="the model_bench binary (bazel build -c opt //tests/bench:model_bench)")
+                        help="the model_bench binary (bazel build -c opt "
+                        "//tests/bench:model_bench)")
     parser.add_argument("--families", default=",".join(torch_models.BENCH_FAMILIES),
                         help="comma-separated families to check")
     parser.add_argument("--tolerance", type=float, default=1e-5,

@@ -532,6 +532,9 @@ def main() -> int:
                         help="workers whose SYNC steps to reproduce (default: cluster.num_workers)")
     parser.add_argument("--dense_adam", choices=("ours", "torch"), default="ours",
                         help="adam with our formula (default) or torch.optim.Adam's")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="seeds the initial values (default: training.seed); other seeds "
+                        "show how far the AUC moves by the draw alone")
     args = parser.parse_args()
 
     job = load_job(args.job)
@@ -543,7 +546,8 @@ def main() -> int:
     world = args.workers or job.cluster.num_workers or 1
     batch = tr.batch_size
     torch.set_num_threads(max(1, args.threads))
-    generator = torch.Generator().manual_seed(int(tr.seed))
+    seed = int(tr.seed) if args.seed is None else args.seed
+    generator = torch.Generator().manual_seed(seed)
 
     schema = schema_of(job)
     dims = {t.name: t.dim for t in job.tables}
@@ -584,7 +588,8 @@ def main() -> int:
               "heldout_logloss": round(logloss(probs, heldout.labels), 6),
               "heldout_samples": int(len(heldout.labels)),
               "train_samples": int(len(train.labels)), "steps": int(steps), "workers": world,
-              "dense_adam": args.dense_adam, "seconds": round(time.time() - started, 1)}
+              "seed": seed, "dense_adam": args.dense_adam,
+              "seconds": round(time.time() - started, 1)}
     print(json.dumps(result, separators=(",", ":")), flush=True)
     return 0
 
