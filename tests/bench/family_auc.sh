@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A model family's held-out AUC trained by our cluster and by PyTorch, on its teacher's data.
 #
-#   tests/bench/family_auc.sh FAMILY      FAMILY: dlrm, wide_deep, deepfm or dcn_v2
+#   tests/bench/family_auc.sh FAMILY      FAMILY: dlrm, wide_deep, deepfm or dcn_v2 (or quickstart,
+#                                         the Criteo-format DLRM job)
 #
 # Runs deploy/quickstart.sh with JOB=deploy/jobs/FAMILY.pbtxt: ps_datagen --job writes ROWS
 # training rows (default 1000000) and ROWS/10 held-out rows labelled by a teacher of the family
@@ -19,8 +20,9 @@ cd "$(dirname "$0")/../.."
 
 family=${1:-}
 job=deploy/jobs/$family.pbtxt
-if [[ -z "$family" || "$family" == quickstart || ! -f "$job" ]]; then
-  echo "usage: $0 FAMILY (dlrm, wide_deep, deepfm or dcn_v2: deploy/jobs/FAMILY.pbtxt)" >&2
+if [[ -z "$family" || ! -f "$job" ]]; then
+  echo "usage: $0 FAMILY (dlrm, wide_deep, deepfm, dcn_v2 or quickstart; deploy/jobs/FAMILY.pbtxt)" \
+    >&2
   exit 2
 fi
 rows=${ROWS:-1000000}

@@ -458,7 +458,14 @@ class Trainer:
         return torch.cat(parts, dim=1)
 
     def step(self, data: Data, lo: int, hi: int, weights: torch.Tensor) -> float:
-        """One SYNC step over samples [lo, hi): loss sum_i weights_i BCE_i, then the updates."""
+        """One SYNC step over samples [lo, hi): loss sum_i weights_i BCE_i, then the updates.
+        A block without a sample that parsed still steps the dense optimizer, on zero gradients,
+        as our workers do (StepCompute::ApplyDense); no row is pushed."""
+        if hi == lo:
+            for p in self.model.parameters():
+                p.grad = torch.zeros_like(p)
+            self.dense_optimizer.step()
+            return 0.0
         dense = torch.from_numpy(data.dense[lo:hi])
         labels = torch.from_numpy(data.labels[lo:hi])
         logits = self.model(dense, self.emb(data, lo, hi))
@@ -576,8 +583,6 @@ def main() -> int:
         bounds = np.searchsorted(train.lines, [first + w * batch for w in range(world + 1)])
         counts = np.diff(bounds)
         lo, hi = int(bounds[0]), int(bounds[-1])
-        if hi == lo:
-            continue
         weights = np.repeat(np.where(counts > 0, 1.0 / (world * np.maximum(counts, 1)), 0.0),
                             counts).astype(np.float32)
         loss = trainer.step(train, lo, hi, torch.from_numpy(weights))
