@@ -1,7 +1,20 @@
 #!/usr/bin/env bash
 # Installs every Debian package that building, testing and running the parameter server need.
 # Idempotent and quiet when everything is already there; safe to run before every command.
+#
+#   ./deploy/setup.sh           what the build, the tests and the daemons need
+#   ./deploy/setup.sh --torch   that and Debian's PyTorch (python3-torch 1.13, CPU), which only the
+#                               comparisons with PyTorch in tests/bench/ use (model_vs_torch.sh,
+#                               family_auc.sh); ./deploy/test.sh never asks for it
 set -euo pipefail
+
+torch=0
+for arg in "$@"; do
+  case "$arg" in
+    --torch) torch=1 ;;
+    *) echo "usage: $0 [--torch]" >&2; exit 2 ;;
+  esac
+done
 
 PACKAGES=(
   bazel-bootstrap          # Bazel 4.2.3, works offline
@@ -26,6 +39,9 @@ PACKAGES=(
   openssl                  # certificates of common/grpc:tls_options_test
   clang-14 libclang-rt-14-dev lld  # libFuzzer targets with ASan and UBSan (tests/fuzz, --config=fuzz)
 )
+if ((torch)); then
+  PACKAGES+=(python3-torch python3-numpy)  # tests/bench/torch_*.py
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do

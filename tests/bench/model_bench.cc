@@ -29,6 +29,11 @@
 //
 //   bazel build -c opt //tests/bench:model_bench
 //   bazel-out/k8-opt/bin/tests/bench/model_bench [--threads=1] [--reps=5] [--families=dlrm,...]
+//
+// --dump=FAMILY measures nothing: it prints one JSON object with the family's initial parameters
+// (in LayoutOf's order), a batch of 8 inputs and what one ForwardBackward gives for them (loss,
+// probabilities, parameter and input gradients), which tests/bench/torch_models_check.py compares
+// with the PyTorch version of the family loaded with the same parameters.
 #include <cblas.h>
 
 #include <algorithm>
@@ -58,6 +63,8 @@ ABSL_FLAG(int, reps, 5, "repetitions of each measurement; the median counts");
 ABSL_FLAG(std::string, families, "dlrm,dlrm_dot,wide_deep,deepfm,dcn_v2,dcn_v2_r64",
           "comma-separated families to measure");
 ABSL_FLAG(std::string, batches, "512,4096", "comma-separated batch sizes");
+ABSL_FLAG(std::string, dump, "",
+          "a family: print its parameters, a batch and its gradients as JSON instead of timing");
 
 namespace ps {
 namespace worker {
@@ -266,7 +273,47 @@ int Run(const std::string& family, int batch, bool pooled) {
   return 0;
 }
 
+void PrintArray(const char* name, const std::vector<float>& values) {
+  std::printf("\"%s\":[", name);
+  for (size_t i = 0; i < values.size(); ++i) std::printf("%s%.9g", i > 0 ? "," : "", values[i]);
+  std::printf("],");
+}
+
+// One ForwardBackward of `family` on a batch of 8, with everything it read and wrote, as JSON.
+int Dump(const std::string& family) {
+  const ModelSpec spec = SpecOf(family);
+  auto created = CpuModel::Create(spec, 3);
+  if (!created.ok()) {
+    std::fprintf(stderr, "%s: %s\n", family.c_str(), created.status().ToString().c_str());
+    return 1;
+  }
+  CpuModel& model = **created;
+  constexpr int kBatch = 8;
+  std::mt19937_64 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> dense(size_t(kBatch) * spec.num_dense), emb(size_t(kBatch) * spec.emb_width());
+  std::vector<float> labels(kBatch), probs(kBatch), emb_grad(emb.size());
+  std::vector<float> dense_grad(model.num_params());
+  for (float& v : dense) v = std::fabs(normal(rng));
+  for (float& v : emb) v = 0.3f * normal(rng);
+  for (int r = 0; r < kBatch; ++r) labels[r] = static_cast<float>(rng() % 2);
+  const std::vector<float> params(model.params().begin(), model.params().end());
+  const float loss = model.ForwardBackward(kBatch, dense.data(), emb.data(), labels.data(), 1.0f,
+                                           dense_grad.data(), emb_grad.data(), probs.data());
+  std::printf("{\"family\":\"%s\",", family.c_str());
+  PrintArray("params", params);
+  PrintArray("dense", dense);
+  PrintArray("emb", emb);
+  PrintArray("labels", labels);
+  PrintArray("probs", probs);
+  PrintArray("dense_grad", dense_grad);
+  PrintArray("emb_grad", emb_grad);
+  std::printf("\"loss\":%.9g}\n", loss);
+  return 0;
+}
+
 int Main() {
+  if (!absl::GetFlag(FLAGS_dump).empty()) return Dump(absl::GetFlag(FLAGS_dump));
   SetCpuThreads(absl::GetFlag(FLAGS_threads));
   int failed = 0;
   const std::vector<std::string> families =
