@@ -5,9 +5,12 @@ of dim 16; tests/bench/torch_models.py has the networks): per family, batch and 
 step is the forward pass, the mean binary cross-entropy with logits, and the gradients of the
 loss with respect to every parameter and to the embedding input (torch.autograd.grad, so nothing
 accumulates between steps), plus the probabilities. With --pooled true the embedding input is
-made from gathered rows, as model_bench's Pooling does: per sample 21 single rows and 5 fields of
-20 rows each (the last 5 fields), summed per field, and the backward spreads each field's
-gradient back over its rows (autograd of the sum, written out to every row's gradient).
+pooled from the rows of the batch's distinct keys, as model_bench's Pooling does with the
+worker's code: per sample 21 single-valued fields and 5 fields of 20 values (the last 5), each
+value a Zipf(1.1) rank over 1M ids of its field, the keys deduplicated per table (torch.unique),
+each field's bag summed by F.embedding_bag over the distinct rows (and, for WIDE_DEEP and DEEPFM,
+the linear inputs likewise over dim-1 rows), and the backward sums each distinct row's gradient
+(embedding_bag's, as SpreadGrads does).
 Inputs: dense |N(0, 1)|, embeddings and rows 0.1 N(0, 1), labels 0 or 1, drawn once.
 
 Times are medians of --reps repetitions, each running enough steps for about 0.2 s, as
@@ -62,31 +65,46 @@ class Inputs:
         dim = spec.field_dims[0]
         self.single = spec.num_fields - MULTI_FIELDS
         if pooled:
-            # The gathered rows: the single fields' and the multi-valued fields' each in one
-            # contiguous tensor (one buffer holding both, sliced, made the step 3 to 20 times
-            # slower in torch, its backward through the slices' copies).
-            self.singles = (0.1 * torch.randn(batch, self.single * dim, generator=generator)
-                            ).requires_grad_()
-            self.multi = (0.1 * torch.randn(batch, MULTI_FIELDS, VALUES, dim,
-                                            generator=generator)).requires_grad_()
-            self.linear = (0.1 * torch.randn(batch, spec.num_linear, generator=generator)
-                           ).requires_grad_()
-            self.leaves = [self.singles, self.multi] + ([self.linear] if spec.num_linear else [])
+            # Per (sample, field) bag, sample by sample: 1 value, or VALUES for the last fields.
+            counts = torch.tensor([1] * self.single + [VALUES] * MULTI_FIELDS).repeat(batch)
+            fields = torch.arange(spec.num_fields).repeat(batch).repeat_interleave(counts)
+            ranks = zipf_ranks(fields.numel(), generator)
+            keys = fields * (1 << 21) + ranks
+            distinct, self.index = torch.unique(keys, return_inverse=True)
+            self.offsets = torch.cat([torch.zeros(1, dtype=torch.long), counts.cumsum(0)[:-1]])
+            self.rows = (0.1 * torch.randn(distinct.numel(), dim, generator=generator)
+                         ).requires_grad_()
+            self.leaves = [self.rows]
+            if spec.num_linear:
+                self.linear_rows = (0.1 * torch.randn(distinct.numel(), 1, generator=generator)
+                                    ).requires_grad_()
+                self.leaves.append(self.linear_rows)
         else:
             self.emb = (0.1 * torch.randn(batch, spec.emb_width, generator=generator)
                         ).requires_grad_()
             self.leaves = [self.emb]
 
     def emb_input(self) -> torch.Tensor:
-        """The model's embedding input; pooled: each field's rows summed."""
+        """The model's embedding input; pooled: each field's bag summed from the distinct rows."""
         if not self.pooled:
             return self.emb
-        batch = self.singles.shape[0]
-        pooled = self.multi.sum(dim=2).reshape(batch, -1)
-        parts = [self.singles, pooled]
+        batch = self.dense.shape[0]
+        parts = [F.embedding_bag(self.index, self.rows, self.offsets, mode="sum")
+                 .reshape(batch, -1)]
         if self.spec.num_linear:
-            parts.append(self.linear)
-        return torch.cat(parts, dim=1)
+            parts.append(F.embedding_bag(self.index, self.linear_rows, self.offsets, mode="sum")
+                         .reshape(batch, -1))
+        return torch.cat(parts, dim=1) if len(parts) > 1 else parts[0]
+
+
+def zipf_ranks(n: int, generator: torch.Generator, ids: int = 1000000,
+               exponent: float = 1.1) -> torch.Tensor:
+    """n independent Zipf(exponent) ranks in [0, ids), by the inverse of the distribution."""
+    weights = torch.arange(1, ids + 1, dtype=torch.float64).pow(-exponent)
+    cdf = weights.cumsum(0)
+    cdf /= cdf[-1].clone()
+    uniforms = torch.rand(n, generator=generator, dtype=torch.float64)
+    return torch.searchsorted(cdf, uniforms).clamp(max=ids - 1)
 
 
 def measure(family: str, batch: int, pooled: bool, reps: int) -> float:
@@ -100,9 +118,7 @@ def measure(family: str, batch: int, pooled: bool, reps: int) -> float:
     def step():
         logits = model(inputs.dense, inputs.emb_input())
         loss = F.binary_cross_entropy_with_logits(logits, inputs.labels)
-        # Autograd hands back the rows' gradient of a sum as a view of the field's (stride 0);
-        # contiguous() writes it out to every row, as model_bench's Unpool does.
-        grads = [g.contiguous() for g in torch.autograd.grad(loss, wrt)]
+        grads = torch.autograd.grad(loss, wrt)
         probs = torch.sigmoid(logits.detach())
         return grads, probs
 
