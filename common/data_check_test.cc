@@ -1,7 +1,6 @@
 #include "common/data_check.h"
 
 #include <unistd.h>
-#include <zlib.h>
 
 #include <catch2/catch.hpp>
 #include <fstream>
@@ -13,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/job_config.h"
+#include "tests/testing/files.h"
 #include "tests/testing/temp_dir.h"
 
 namespace ps {
@@ -33,17 +33,11 @@ std::string Lines(int64_t lines, uint32_t seed, bool last_newline = true) {
 }
 
 void WritePlain(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary);
-  out << text;
-  REQUIRE(out.good());
+  REQUIRE(testing::WriteFile(path, text).ok());
 }
 
 void WriteGzip(const std::string& path, const std::string& text) {
-  gzFile out = gzopen(path.c_str(), "wb");
-  REQUIRE(out != nullptr);
-  REQUIRE(gzwrite(out, text.data(), static_cast<unsigned>(text.size())) ==
-          static_cast<int>(text.size()));
-  REQUIRE(gzclose(out) == Z_OK);
+  REQUIRE(testing::WriteGzipFile(path, text).ok());
 }
 
 // A job on `train` and `eval` (already quoted lists' insides) in a file of its own; the data

@@ -1,7 +1,5 @@
 #include "common/dense_moments.h"
 
-#include <zlib.h>
-
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <fstream>
@@ -11,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/job_config.h"
+#include "tests/testing/files.h"
 #include "tests/testing/temp_dir.h"
 
 namespace ps {
@@ -23,17 +22,11 @@ std::unique_ptr<testing::ScopedTempDir> NewDir() {
 }
 
 void WritePlain(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary);
-  out << text;
-  REQUIRE(out.good());
+  REQUIRE(testing::WriteFile(path, text).ok());
 }
 
 void WriteGzip(const std::string& path, const std::string& text) {
-  gzFile out = gzopen(path.c_str(), "wb");
-  REQUIRE(out != nullptr);
-  REQUIRE(gzwrite(out, text.data(), static_cast<unsigned>(text.size())) ==
-          static_cast<int>(text.size()));
-  REQUIRE(gzclose(out) == Z_OK);
+  REQUIRE(testing::WriteGzipFile(path, text).ok());
 }
 
 // A job over `train` (a glob or path) with a comma-delimited schema: the label, "age"

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "xxhash.h"
@@ -292,23 +293,33 @@ void SpreadTable(const EmbeddingLayout& layout, const TableSlots& t, int samples
 
 }  // namespace
 
+namespace {
+
+// Calls fn(std::integral_constant<int, D>) with D = dim for the common dims, else D = 0 (the dim
+// read at run time): the table loops get a compile-time trip count where it matters.
+template <typename Fn>
+void WithDim(int dim, Fn fn) {
+  switch (dim) {
+    case 8:
+      return fn(std::integral_constant<int, 8>());
+    case 16:
+      return fn(std::integral_constant<int, 16>());
+    case 32:
+      return fn(std::integral_constant<int, 32>());
+    default:
+      return fn(std::integral_constant<int, 0>());
+  }
+}
+
+}  // namespace
+
 void PoolRows(const EmbeddingLayout& layout, int samples, const std::vector<TableKeys>& tables,
               const std::vector<std::vector<float>>& rows, float* emb) {
   for (size_t g = 0; g < layout.tables().size(); ++g) {
     const TableSlots& t = layout.tables()[g];
-    switch (t.dim) {
-      case 8:
-        PoolTable<8>(layout, t, samples, tables[g], rows[g].data(), emb);
-        break;
-      case 16:
-        PoolTable<16>(layout, t, samples, tables[g], rows[g].data(), emb);
-        break;
-      case 32:
-        PoolTable<32>(layout, t, samples, tables[g], rows[g].data(), emb);
-        break;
-      default:
-        PoolTable<0>(layout, t, samples, tables[g], rows[g].data(), emb);
-    }
+    WithDim(t.dim, [&](auto dim) {
+      PoolTable<decltype(dim)::value>(layout, t, samples, tables[g], rows[g].data(), emb);
+    });
   }
 }
 
@@ -319,19 +330,9 @@ void SpreadGrads(const EmbeddingLayout& layout, int samples, const std::vector<T
     const TableSlots& t = layout.tables()[g];
     std::vector<float>& out = (*grads)[g];
     out.assign(tables[g].unique.size() * t.dim, 0.0f);
-    switch (t.dim) {
-      case 8:
-        SpreadTable<8>(layout, t, samples, tables[g], emb_grad, out.data());
-        break;
-      case 16:
-        SpreadTable<16>(layout, t, samples, tables[g], emb_grad, out.data());
-        break;
-      case 32:
-        SpreadTable<32>(layout, t, samples, tables[g], emb_grad, out.data());
-        break;
-      default:
-        SpreadTable<0>(layout, t, samples, tables[g], emb_grad, out.data());
-    }
+    WithDim(t.dim, [&](auto dim) {
+      SpreadTable<decltype(dim)::value>(layout, t, samples, tables[g], emb_grad, out.data());
+    });
   }
 }
 
