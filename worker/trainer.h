@@ -81,10 +81,11 @@ struct TrainResult {
   int64_t read_bytes = 0;
   double mean_pull_ms = 0;
   double mean_push_ms = 0;
-  // The breakdown of this worker's training time (StepBreakdown), from the start of training to
-  // `seconds`: every step's, and the end's (the last push, the collectives left) in the last
-  // step's parts. Its total over `steps` is the mean step time. copy_measured: whether its copy
-  // part was measured (no backend does yet: then it is zero and reported as absent).
+  // The breakdown of this worker's training time by part (StepBreakdown), from the start of
+  // training to `seconds`: every step's, the first batch's read and pull before the first step,
+  // and the time after the last step (the last push, the collectives left). Its total over
+  // `steps` is the mean step time, about seconds / steps. copy_measured: whether its copy part
+  // was measured (no backend does yet: it is then zero, and reported as absent).
   StepTimes step_times;
   bool copy_measured = false;
   // This worker's samples per step: the job's batch_size, unless balance_batches gave it more
