@@ -64,10 +64,9 @@ class ProgressReporter {
     std::string metrics_path;
     // If set (not owned, outliving this), the worker's series are registered here.
     metrics::Registry* registry = nullptr;
-    // Whether the step breakdown's copy part is measured (a backend that times its host-device
-    // copies apart from its kernels). When false (default; every backend today: the CPU has no
-    // copies, and GpuModel queues its copies with its kernels, so their time is in compute),
-    // copy is left out of the lines and the series, and is null in the JSON.
+    // Whether the step breakdown's copy part is measured (a backend with copies between host and
+    // device, which it times: GpuModel). When false (default; the CPU, which has no copies), copy
+    // is left out of the lines and the series, and is null in the JSON.
     bool copy_measured = false;
   };
 

@@ -6,8 +6,8 @@
 //   pull       waiting for the batch's rows and pooling them (FinishPull), and issuing the pulls
 //              (deduping the keys); in SYNC a pull waits on the servers until every worker ended
 //              the previous step, and that wait counts here: the worker cannot tell it apart
-//   copy       host-to-device copies and back, only where the backend has them and measures
-//              them apart from its kernels (none does yet: see ProgressReporter::Options)
+//   copy       host-to-device copies and back (GpuModel::last_copy_time), only where the backend
+//              has them: absent on the CPU (ProgressReporter::Options::copy_measured)
 //   compute    the model's forward and backward pass, and the dense optimizer
 //   push       spreading the embedding gradients by key, issuing the pushes, waiting for their
 //              acknowledgements and ending the step (StepSync::AfterPush); in the pipelined modes

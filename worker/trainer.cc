@@ -1,6 +1,7 @@
 #include "worker/trainer.h"
 
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -157,9 +158,9 @@ absl::Status TrainingRun::CreatePolicies(CoordinatorClient* coordinator) {
   report.rank = rank;
   report.metrics_path = options_.metrics_path;
   report.registry = options_.metrics;
-  // No backend measures its host-device copies apart from its kernels yet (GpuModel queues them
-  // on its stream with the kernels): copy stays out of the reports rather than show as 0.
-  report.copy_measured = false;
+  // Only a backend with copies between host and device measures them (GpuModel); on the CPU copy
+  // stays out of the reports rather than show as a measured 0.
+  report.copy_measured = compute_->model()->last_copy_time().has_value();
   start_ = absl::Now();
   breakdown_.Start();
   PS_ASSIGN_OR_RETURN(reporter_, ProgressReporter::Create(report, start_));
@@ -222,6 +223,8 @@ absl::StatusOr<bool> TrainingRun::Step() {
   const Batch& batch = pipeline_->batch();
   const int n = batch.size;
   const float loss = compute_->ForwardBackward(batch, pipeline_->rows());
+  const std::optional<absl::Duration> copy_time = compute_->model()->last_copy_time();
+  if (copy_time.has_value() && n > 0) breakdown_.Attribute(StepPart::kCopy, *copy_time);
   EndLap(StepPart::kCompute);
   if (job_.training().dense_sync_every() <= 1) {
     absl::Duration allreduce_time;

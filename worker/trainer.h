@@ -85,7 +85,7 @@ struct TrainResult {
   // training to `seconds`: every step's, the first batch's read and pull before the first step,
   // and the time after the last step (the last push, the collectives left). Its total over
   // `steps` is the mean step time, about seconds / steps. copy_measured: whether its copy part
-  // was measured (no backend does yet: it is then zero, and reported as absent).
+  // was measured (a backend with copies, the GPU; else it is zero, and reported as absent).
   StepTimes step_times;
   bool copy_measured = false;
   // This worker's samples per step: the job's batch_size, unless balance_batches gave it more
