@@ -578,6 +578,10 @@ TEST_CASE(
   INFO("worker 0: " << result_line << "\nteacher AUC " << data.teacher_auc);
   const double auc = testing::JsonField(result_line, "heldout_auc");
   CHECK(testing::JsonField(result_line, "heldout_samples") == 40000);
+  // The step breakdown adds up to the mean step (issue 38), pipelined (ASYNC) or not, the
+  // straggler's too.
+  CHECK(testing::CheckStepBreakdown(result_line).ToString() == "OK");
+  CHECK(testing::CheckStepBreakdown(straggler_line).ToString() == "OK");
   CHECK(auc > data.teacher_auc - 0.03);
   CHECK(auc <= data.teacher_auc + 0.01);  // a learner cannot beat the truth by much
   CHECK((*cluster)->Terminate(absl::Seconds(10)).ok());

@@ -67,6 +67,12 @@ cluster { num_shards: 16 num_servers: 2 num_workers: 2 }
   const double auc = testing::JsonField(result_line, "heldout_auc");
   CHECK(testing::JsonField(result_line, "heldout_samples") == 40000);
   CHECK(testing::JsonField(result_line, "skipped_lines") == 0);
+  // The step breakdown adds up to the mean step (issue 38), on every worker.
+  for (const testing::ProcessResult& worker : *workers) {
+    const absl::Status breakdown =
+        testing::CheckStepBreakdown(testing::ResultJson(worker.stdout_text));
+    CHECK(breakdown.ToString() == "OK");
+  }
   CHECK(auc > teacher->teacher_auc - 0.02);
   CHECK(auc <= teacher->teacher_auc + 0.01);  // a learner cannot beat the truth by much
   CHECK((*cluster)->Terminate(absl::Seconds(10)).ok());

@@ -5,8 +5,42 @@
 
 namespace ps {
 namespace worker {
+namespace {
 
-WorkerMetrics::WorkerMetrics(metrics::Registry* registry, int rank) {
+// The mean ms per step of `times` over `steps`.
+double MeanMs(absl::Duration time, int64_t steps) {
+  return steps > 0 ? absl::ToDoubleMilliseconds(time) / steps : 0;
+}
+
+}  // namespace
+
+std::string StepBreakdownText(const StepTimes& times, int64_t steps, bool copy_measured) {
+  std::string out = "per step:";
+  for (int i = 0; i < kNumStepParts; ++i) {
+    const StepPart part = static_cast<StepPart>(i);
+    if (part == StepPart::kCopy && !copy_measured) continue;
+    absl::StrAppendFormat(&out, " %s %.2f", StepPartName(part), MeanMs(times[part], steps));
+  }
+  absl::StrAppendFormat(&out, " = %.2f ms", MeanMs(times.total, steps));
+  return out;
+}
+
+std::string StepBreakdownJson(const StepTimes& times, int64_t steps, bool copy_measured) {
+  std::string out = "{";
+  for (int i = 0; i < kNumStepParts; ++i) {
+    const StepPart part = static_cast<StepPart>(i);
+    absl::StrAppend(&out, "\"", StepPartName(part), "\":");
+    if (part == StepPart::kCopy && !copy_measured) {
+      out += "null,";
+    } else {
+      absl::StrAppendFormat(&out, "%.3f,", MeanMs(times[part], steps));
+    }
+  }
+  absl::StrAppendFormat(&out, "\"total\":%.3f}", MeanMs(times.total, steps));
+  return out;
+}
+
+WorkerMetrics::WorkerMetrics(metrics::Registry* registry, int rank, bool copy_measured) {
   const metrics::Labels labels = {{"rank", absl::StrCat(rank)}};
   step = registry->GetGauge("ps_worker_step", "Steps this worker finished.", labels);
   samples = registry->GetCounter("ps_worker_samples_total", "Samples this worker trained.", labels);
@@ -27,6 +61,15 @@ WorkerMetrics::WorkerMetrics(metrics::Registry* registry, int rank) {
   allreduce = registry->GetHistogram("ps_worker_allreduce_duration_seconds",
                                      "A step's AllReduce of the dense gradients, waits included.",
                                      metrics::LatencyBuckets(), labels);
+  for (int i = 0; i < kNumStepParts; ++i) {
+    const StepPart part = static_cast<StepPart>(i);
+    if (part == StepPart::kCopy && !copy_measured) continue;
+    step_seconds[i] = registry->GetCounter(
+        "ps_worker_step_seconds_total",
+        "Seconds of this worker's steps spent in each part (read, pull, copy, compute, push, "
+        "allreduce, wait, other); their sum is the steps' wall time.",
+        {{"rank", absl::StrCat(rank)}, {"part", StepPartName(part)}});
+  }
 }
 
 absl::StatusOr<std::unique_ptr<ProgressReporter>> ProgressReporter::Create(const Options& options,
@@ -44,7 +87,9 @@ absl::StatusOr<std::unique_ptr<ProgressReporter>> ProgressReporter::Create(const
 
 ProgressReporter::ProgressReporter(const Options& options, FILE* metrics, absl::Time start)
     : options_(options), start_(start), metrics_(metrics), last_report_(start) {
-  if (options.registry != nullptr) series_.emplace(options.registry, options.rank);
+  if (options.registry != nullptr) {
+    series_.emplace(options.registry, options.rank, options.copy_measured);
+  }
 }
 
 ProgressReporter::~ProgressReporter() { CloseMetrics(); }
@@ -69,6 +114,23 @@ void ProgressReporter::RecordPush(double ms) {
 
 void ProgressReporter::RecordAllReduce(absl::Duration time) {
   if (series_) series_->allreduce->Observe(absl::ToDoubleSeconds(time));
+}
+
+void ProgressReporter::RecordStep(const StepTimes& times) {
+  RecordTail(times);
+  interval_times_ += times;
+  ++timed_steps_;
+  ++interval_timed_steps_;
+}
+
+void ProgressReporter::RecordTail(const StepTimes& times) {
+  run_times_ += times;
+  if (!series_) return;
+  for (int i = 0; i < kNumStepParts; ++i) {
+    if (series_->step_seconds[i] != nullptr) {
+      series_->step_seconds[i]->Add(absl::ToDoubleSeconds(times.parts[i]));
+    }
+  }
 }
 
 void ProgressReporter::StepDone(int64_t step, int samples, float loss,
@@ -102,26 +164,38 @@ void ProgressReporter::MaybeReport(int64_t step, int samples, int64_t total_step
     series_->auc->Set(auc_.Auc());
   }
   if (options_.progress != nullptr) {
+    const std::string breakdown =
+        interval_timed_steps_ > 0
+            ? absl::StrCat("  ", StepBreakdownText(interval_times_, interval_timed_steps_,
+                                                   options_.copy_measured))
+            : "";
     absl::FPrintF(options_.progress,
                   "worker %d: step %d/%d  batch %d  %.0f samples/s  loss %.4f  auc %.4f  "
-                  "pull %.2f ms  push %.2f ms\n",
+                  "pull %.2f ms  push %.2f ms%s\n",
                   options_.rank, step + 1, total_steps, samples, rate, final_loss_, auc_.Auc(),
-                  mean_pull_ms, mean_push_ms);
+                  mean_pull_ms, mean_push_ms, breakdown);
     std::fflush(options_.progress);
   }
   if (metrics_ != nullptr) {
     absl::FPrintF(metrics_,
                   "{\"rank\":%d,\"step\":%d,\"batch\":%d,\"seconds\":%.3f,"
                   "\"samples_per_s\":%.1f,\"loss\":%.6f,\"auc\":%.6f,\"pull_ms\":%.3f,"
-                  "\"push_ms\":%.3f}\n",
+                  "\"push_ms\":%.3f%s}\n",
                   options_.rank, step + 1, samples, absl::ToDoubleSeconds(now - start_), rate,
-                  final_loss_, auc_.Auc(), mean_pull_ms, mean_push_ms);
+                  final_loss_, auc_.Auc(), mean_pull_ms, mean_push_ms,
+                  interval_timed_steps_ > 0
+                      ? absl::StrCat(",\"step_ms\":",
+                                     StepBreakdownJson(interval_times_, interval_timed_steps_,
+                                                       options_.copy_measured))
+                      : "");
     std::fflush(metrics_);
   }
   last_report_ = now;
   pull_ms_ = 0;
   push_ms_ = 0;
   interval_steps_ = 0;
+  interval_times_ = StepTimes();
+  interval_timed_steps_ = 0;
   loss_ = 0;
   batches_ = 0;
   interval_samples_ = 0;

@@ -46,22 +46,37 @@ TEST_CASE("ProgressReporter reports the first step, each interval and the last, 
 
   const std::vector<float> probs = {0.9f, 0.1f};
   const std::vector<float> labels = {1.0f, 0.0f};
+  // Each step: 1 ms reading, 4 ms pulling, 2 ms pushing, 0.5 ms other, in the breakdown.
+  StepTimes times;
+  times[StepPart::kRead] = absl::Milliseconds(1);
+  times[StepPart::kPull] = absl::Milliseconds(4);
+  times[StepPart::kPush] = absl::Milliseconds(2);
+  times[StepPart::kOther] = absl::Microseconds(500);
+  times.total = absl::Microseconds(7500);
   // Step 0, reported at once: 2 samples in 2 s.
   r.RecordPull(4.0);
   r.RecordPush(2.0);
+  r.RecordStep(times);
   r.StepDone(0, 2, 0.5f, probs, labels);
   r.MaybeReport(0, 2, 5, false, start + absl::Seconds(2));
   // Steps 1 and 2 within the interval: no line; step 3 the last.
   r.RecordPull(1.0);
   r.RecordPush(3.0);
+  r.RecordStep(times);
   r.StepDone(1, 2, 0.25f, probs, labels);
   r.MaybeReport(1, 2, 5, false, start + absl::Seconds(3));
   r.RecordPull(3.0);
   r.RecordPush(1.0);
+  r.RecordStep(times);
   r.StepDone(2, 0, 0.0f, {}, {});  // an empty batch: no loss
   r.MaybeReport(2, 0, 5, false, start + absl::Seconds(4));
   r.RecordPull(2.0);
   r.RecordPush(2.0);
+  r.RecordStep(times);
+  StepTimes tail;  // after the last step: counted in the run's time, not in a step's
+  tail[StepPart::kPush] = absl::Milliseconds(3);
+  tail.total = absl::Milliseconds(3);
+  r.RecordTail(tail);
   r.StepDone(3, 2, 0.75f, probs, labels);
   r.MaybeReport(3, 2, 4, true, start + absl::Seconds(6));
   r.CloseMetrics();
@@ -72,23 +87,36 @@ TEST_CASE("ProgressReporter reports the first step, each interval and the last, 
 
   CHECK(text ==
         "worker 3: step 1/5  batch 2  1 samples/s  loss 0.5000  auc 1.0000  pull 4.00 ms  push "
-        "2.00 ms\n"
+        "2.00 ms  per step: read 1.00 pull 4.00 compute 0.00 push 2.00 allreduce 0.00 wait 0.00 "
+        "other 0.50 = 7.50 ms\n"
         "worker 3: step 4/4  batch 2  1 samples/s  loss 0.5000  auc 1.0000  pull 2.00 ms  push "
-        "2.00 ms\n");
+        "2.00 ms  per step: read 1.00 pull 4.00 compute 0.00 push 2.00 allreduce 0.00 wait 0.00 "
+        "other 0.50 = 7.50 ms\n");
   const std::vector<std::string> json = ReadLines(options.metrics_path);
   REQUIRE(json.size() == 2);
   CHECK(json[0] ==
         "{\"rank\":3,\"step\":1,\"batch\":2,\"seconds\":2.000,\"samples_per_s\":1.0,"
-        "\"loss\":0.500000,\"auc\":1.000000,\"pull_ms\":4.000,\"push_ms\":2.000}");
+        "\"loss\":0.500000,\"auc\":1.000000,\"pull_ms\":4.000,\"push_ms\":2.000,"
+        "\"step_ms\":{\"read\":1.000,\"pull\":4.000,\"copy\":null,\"compute\":0.000,"
+        "\"push\":2.000,\"allreduce\":0.000,\"wait\":0.000,\"other\":0.500,"
+        "\"total\":7.500}}");
   CHECK(absl::StartsWith(json[1], "{\"rank\":3,\"step\":4,\"batch\":2,\"seconds\":6.000,"));
   CHECK(r.steps() == 4);
   CHECK(r.samples() == 6);
   CHECK(r.FinalLoss() == 0.5);
   CHECK(r.mean_pull_ms() == 2.5);
   CHECK(r.mean_push_ms() == 2.0);
+  CHECK(r.timed_steps() == 4);
+  CHECK(r.run_times()[StepPart::kPush] == absl::Milliseconds(11));
+  CHECK(r.run_times().total == absl::Milliseconds(33));
   const std::string series = registry.Render();
   CHECK(absl::StrContains(series, "ps_worker_step{rank=\"3\"} 4"));
   CHECK(absl::StrContains(series, "ps_worker_samples_total{rank=\"3\"} 6"));
+  CHECK(
+      absl::StrContains(series, "ps_worker_step_seconds_total{rank=\"3\",part=\"push\"} 0.011\n"));
+  CHECK(
+      absl::StrContains(series, "ps_worker_step_seconds_total{rank=\"3\",part=\"read\"} 0.004\n"));
+  CHECK(!absl::StrContains(series, "part=\"copy\""));  // not measured: no series
 }
 
 TEST_CASE("ProgressReporter's final loss covers the batches after the last report",
@@ -104,6 +132,25 @@ TEST_CASE("ProgressReporter's final loss covers the batches after the last repor
   (*reporter)->StepDone(1, 1, 1.0f, std::vector<float>{0.5f}, std::vector<float>{1.0f});
   (*reporter)->MaybeReport(1, 1, 9, false, start + absl::Seconds(2));
   CHECK((*reporter)->FinalLoss() == 1.0);
+}
+
+TEST_CASE("The step breakdown shows copy only where it is measured", "[worker][progress_report]") {
+  StepTimes times;
+  times[StepPart::kCopy] = absl::Milliseconds(2);
+  times[StepPart::kCompute] = absl::Milliseconds(4);
+  times.total = absl::Milliseconds(6);
+  CHECK(StepBreakdownText(times, 2, true) ==
+        "per step: read 0.00 pull 0.00 copy 1.00 compute 2.00 push 0.00 allreduce 0.00 wait 0.00 "
+        "other 0.00 = 3.00 ms");
+  CHECK(StepBreakdownText(times, 2, false) ==
+        "per step: read 0.00 pull 0.00 compute 2.00 push 0.00 allreduce 0.00 wait 0.00 other 0.00 "
+        "= 3.00 ms");
+  CHECK(StepBreakdownJson(times, 2, true) ==
+        "{\"read\":0.000,\"pull\":0.000,\"copy\":1.000,\"compute\":2.000,\"push\":0.000,"
+        "\"allreduce\":0.000,\"wait\":0.000,\"other\":0.000,\"total\":3.000}");
+  CHECK(StepBreakdownJson(times, 0, false) ==
+        "{\"read\":0.000,\"pull\":0.000,\"copy\":null,\"compute\":0.000,\"push\":0.000,"
+        "\"allreduce\":0.000,\"wait\":0.000,\"other\":0.000,\"total\":0.000}");
 }
 
 TEST_CASE("ProgressReporter refuses a metrics file it cannot open", "[worker][progress_report]") {

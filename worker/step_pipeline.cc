@@ -8,11 +8,12 @@ namespace ps {
 namespace worker {
 
 StepPipeline::StepPipeline(Client* client, StepSync* sync, BatchReader* reader,
-                           EmbeddingLayout layout, WaitTime* waited)
+                           EmbeddingLayout layout, WaitTime* waited, StepBreakdown* breakdown)
     : client_(client),
       sync_(sync),
       reader_(reader),
       waited_(waited),
+      breakdown_(breakdown),
       layout_(std::move(layout)),
       pipelined_(sync->can_prefetch()) {}
 
@@ -24,7 +25,8 @@ absl::Status StepPipeline::BeginPull(StepData* d, int64_t step) {
 }
 
 absl::Status StepPipeline::ReadAndPull(StepData* d, int64_t step) {
-  PS_RETURN_IF_ERROR(reader_->Next(&d->batch));
+  auto read = [&] { return reader_->Next(&d->batch); };
+  PS_RETURN_IF_ERROR(breakdown_ != nullptr ? breakdown_->Measure(StepPart::kRead, read) : read());
   return BeginPull(d, step);
 }
 

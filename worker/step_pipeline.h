@@ -24,6 +24,7 @@
 #include "worker/batch_reader.h"
 #include "worker/data/batch.h"
 #include "worker/embedding_io.h"
+#include "worker/step_breakdown.h"
 #include "worker/step_sync.h"
 #include "worker/wait_time.h"
 
@@ -31,12 +32,14 @@ namespace ps {
 namespace worker {
 
 // A StepPipeline holds two batches (the current one and the next, in flight) and one push in
-// flight. Thread-compatible. `client`, `sync`, `reader` and `waited` are not owned and outlive
-// it; `waited` receives the time spent in StepSync::BeforePull (waiting for the other workers).
+// flight. Thread-compatible. `client`, `sync`, `reader`, `waited` and `breakdown` are not owned
+// and outlive it; `waited` receives the time spent in StepSync::BeforePull (waiting for the other
+// workers); `breakdown`, when not null, the time spent reading batches (StepPart::kRead, measured
+// inside the caller's laps: every call that reads is Start, Prefetch or Advance).
 class StepPipeline {
  public:
   StepPipeline(Client* client, StepSync* sync, BatchReader* reader, EmbeddingLayout layout,
-               WaitTime* waited);
+               WaitTime* waited, StepBreakdown* breakdown = nullptr);
 
   StepPipeline(const StepPipeline&) = delete;
   StepPipeline& operator=(const StepPipeline&) = delete;
@@ -93,6 +96,7 @@ class StepPipeline {
   StepSync* const sync_;
   BatchReader* const reader_;
   WaitTime* const waited_;
+  StepBreakdown* const breakdown_;
   const EmbeddingLayout layout_;
   const bool pipelined_;
 

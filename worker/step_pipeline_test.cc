@@ -12,6 +12,7 @@
 #include "tests/testing/local/local_client.h"
 #include "tests/testing/temp_dir.h"
 #include "worker/batch_reader.h"
+#include "worker/step_breakdown.h"
 #include "worker/step_sync.h"
 #include "worker/wait_time.h"
 
@@ -131,7 +132,11 @@ TEST_CASE("StepPipeline pulls each step's rows and pushes its gradients, overlap
   REQUIRE(reader.ok());
   StepSync sync(job, client->get(), nullptr, 1);
   WaitTime waited;
-  StepPipeline pipeline(client->get(), &sync, reader->get(), LayoutOf(job), &waited);
+  // A clock that moves 1 ms at every reading: each batch read shows as 1 ms of read.
+  absl::Time fake_now = absl::UnixEpoch();
+  StepBreakdown breakdown([&] { return fake_now += absl::Milliseconds(1); });
+  breakdown.Start();
+  StepPipeline pipeline(client->get(), &sync, reader->get(), LayoutOf(job), &waited, &breakdown);
   CHECK(pipeline.pipelined() == (mode == config::Training::ASYNC));
 
   const auto no_catch_up = [](int64_t) -> absl::StatusOr<int64_t> {
@@ -165,6 +170,10 @@ TEST_CASE("StepPipeline pulls each step's rows and pushes its gradients, overlap
   }
   REQUIRE(pipeline.Finish().ok());
   CHECK(first_rows == std::vector<float>(2 * 2 * kDim, 0.0f));
+  // The batches read (one per step), each measured as read, inside the caller's lap.
+  breakdown.Lap(StepPart::kOther);
+  const StepTimes times = breakdown.Take();
+  CHECK(times[StepPart::kRead] == absl::Milliseconds(kSteps));
   // Every push applied, once.
   Batch batch;
   auto again = BatchReader::Open(job, kSchema, 0, 1, 2, nullptr);

@@ -1,6 +1,7 @@
 #include "worker/trainer.h"
 
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "worker/heldout_eval.h"
 #include "worker/model/model_spec.h"
 #include "worker/progress_report.h"
+#include "worker/step_breakdown.h"
 #include "worker/step_compute.h"
 #include "worker/step_pipeline.h"
 #include "worker/step_sync.h"
@@ -66,6 +68,10 @@ class TrainingRun {
   absl::Status CountSteps();
   // The policies and the dense side, once the data and the model are there.
   absl::Status CreatePolicies(CoordinatorClient* coordinator);
+  // Ends the step breakdown's current lap as `part`, the waits for the other workers measured
+  // during it (WaitTime), less `not_waits` (already in them, but `part`'s), given to `waits`.
+  void EndLap(StepPart part, StepPart waits = StepPart::kWait,
+              absl::Duration not_waits = absl::ZeroDuration());
 
   // Constant after construction.
   const config::Job& job_;
@@ -80,6 +86,9 @@ class TrainingRun {
   int64_t total_steps_ = 0;
   int64_t epoch_steps_ = 0;
   WaitTime waited_;
+  // Where the steps' wall time goes: laps from start_ on, one after the other (EndLap).
+  StepBreakdown breakdown_;
+  absl::Duration lap_waited_;  // waited_.waited() when the current lap started
   std::unique_ptr<StepCompute> compute_;
   std::unique_ptr<BatchReader> reader_;
   std::unique_ptr<StepPipeline> pipeline_;
@@ -115,12 +124,15 @@ absl::StatusOr<std::unique_ptr<TrainingRun>> TrainingRun::Create(
                                                  run->compute_->optimizer_state()));
   }
   PS_RETURN_IF_ERROR(run->CreatePolicies(coordinator));
-  run->pipeline_ = std::make_unique<StepPipeline>(client, &run->sync_, run->reader_.get(),
-                                                  std::move(layout), &run->waited_);
+  run->pipeline_ = std::make_unique<StepPipeline>(
+      client, &run->sync_, run->reader_.get(), std::move(layout), &run->waited_, &run->breakdown_);
   // A resumed job reads on from the block of its first step.
   run->step_ = options.start_step;
   PS_RETURN_IF_ERROR(run->reader_->Skip(options.start_step));
+  run->EndLap(StepPart::kRead);
+  // The first batch's read and pull: in the first step's time.
   PS_RETURN_IF_ERROR(run->pipeline_->Start(run->step_));
+  run->EndLap(StepPart::kPull);
   return run;
 }
 
@@ -146,7 +158,11 @@ absl::Status TrainingRun::CreatePolicies(CoordinatorClient* coordinator) {
   report.rank = rank;
   report.metrics_path = options_.metrics_path;
   report.registry = options_.metrics;
+  // Only a backend with copies between host and device measures them (GpuModel); on the CPU copy
+  // stays out of the reports rather than show as a measured 0.
+  report.copy_measured = compute_->model()->last_copy_time().has_value();
   start_ = absl::Now();
+  breakdown_.Start();
   PS_ASSIGN_OR_RETURN(reporter_, ProgressReporter::Create(report, start_));
 
   EvaluationPolicy::Options eval;
@@ -181,51 +197,78 @@ absl::Status TrainingRun::CreatePolicies(CoordinatorClient* coordinator) {
   return absl::OkStatus();
 }
 
+void TrainingRun::EndLap(StepPart part, StepPart waits, absl::Duration not_waits) {
+  breakdown_.Attribute(waits, waited_.waited() - lap_waited_ - not_waits);
+  breakdown_.Lap(part);
+  lap_waited_ = waited_.waited();
+}
+
 absl::StatusOr<bool> TrainingRun::Step() {
   const absl::Time step_start = absl::Now();
   waited_.Take();  // from here, this step's waits for the other workers
+  lap_waited_ = absl::ZeroDuration();
+  // The step's laps, in order: each ends where the next begins (StepBreakdown).
   PS_RETURN_IF_ERROR(
       checkpoints_->AtBoundary(step_, compute_->params(), compute_->optimizer_state()));
+  EndLap(StepPart::kOther);
   PS_ASSIGN_OR_RETURN(const bool pulled, pipeline_->AwaitRows(&step_, [this](int64_t next) {
     return dense_->CatchUp(next);
   }));
-  if (!pulled) return false;
+  EndLap(StepPart::kPull);
+  if (!pulled) return false;  // nothing trained: the time goes to the run's tail (Finish)
   reporter_->RecordPull(absl::ToDoubleMilliseconds(absl::Now() - step_start));
   PS_RETURN_IF_ERROR(pipeline_->Prefetch(step_ + 1, dense_->end()));
+  EndLap(StepPart::kPull);  // issuing the next batch's pull; its read is measured inside
 
   const Batch& batch = pipeline_->batch();
   const int n = batch.size;
   const float loss = compute_->ForwardBackward(batch, pipeline_->rows());
+  const std::optional<absl::Duration> copy_time = compute_->model()->last_copy_time();
+  if (copy_time.has_value() && n > 0) breakdown_.Attribute(StepPart::kCopy, *copy_time);
+  EndLap(StepPart::kCompute);
   if (job_.training().dense_sync_every() <= 1) {
     absl::Duration allreduce_time;
     PS_RETURN_IF_ERROR(dense_->SumGradients(step_, compute_->dense_grad(), &allreduce_time));
     reporter_->RecordAllReduce(allreduce_time);
+    // The AllReduce is among the waits DenseSync measures; the rest of them (catching up, the
+    // exchange of speeds) are waits.
+    EndLap(StepPart::kAllReduce, StepPart::kWait, allreduce_time);
   }
   const absl::Time push_start = absl::Now();
   const int64_t this_step = step_;
   PS_ASSIGN_OR_RETURN(step_, pipeline_->Push(step_, compute_->emb_grad()));
   reporter_->RecordPush(absl::ToDoubleMilliseconds(absl::Now() - push_start));
+  EndLap(StepPart::kPush);
   compute_->ApplyDense(n);
+  EndLap(StepPart::kCompute);
   PS_RETURN_IF_ERROR(dense_->StepDone(this_step, step_));
   reporter_->StepDone(this_step, n, loss, compute_->probs(),
                       absl::MakeConstSpan(batch.labels.data(), n));
+  // Local SGD's averaging is the dense collective; the rest (evaluations, the master copy's
+  // push) is other.
+  EndLap(StepPart::kOther, StepPart::kAllReduce);
   PS_RETURN_IF_ERROR(pipeline_->Advance(step_, dense_->end()));
+  EndLap(StepPart::kPull);  // not pipelined: the next batch's pull; its read measured inside
 
   if (options_.slowdown > 1.0) {  // this worker's own work, not its waits, takes longer
     absl::SleepFor((absl::Now() - step_start - waited_.waited()) * (options_.slowdown - 1.0));
   }
   const absl::Time now = absl::Now();
   balancer_.Record(n, now - step_start - waited_.waited());
+  EndLap(StepPart::kOther);
+  reporter_->RecordStep(breakdown_.Take());
   reporter_->MaybeReport(this_step, n, dense_->end(), step_ >= dense_->end(), now);
   return true;
 }
 
 absl::StatusOr<TrainResult> TrainingRun::Finish() {
   PS_RETURN_IF_ERROR(pipeline_->Finish());
+  EndLap(StepPart::kPush);  // the last step's push, pipelined
   TrainResult result;
   result.backend = compute_->model()->backend();
   result.final_loss = reporter_->FinalLoss();
   PS_RETURN_IF_ERROR(dense_->Finish());
+  EndLap(StepPart::kAllReduce, StepPart::kAllReduce);  // the collectives left, local SGD's last
   const int64_t end = dense_->end();
   const int64_t boundary = std::max(step_, end);  // after the last step
   PS_RETURN_IF_ERROR(
@@ -240,7 +283,10 @@ absl::StatusOr<TrainResult> TrainingRun::Finish() {
     PS_RETURN_IF_ERROR(
         checkpoints_->AtEnd(boundary, end - 1, compute_->params(), compute_->optimizer_state()));
   }
+  EndLap(StepPart::kOther);  // the end-of-training checkpoint's state, the best model's restore
   result.seconds = absl::ToDoubleSeconds(absl::Now() - start_);
+  // The time after the last step counts in the run's breakdown, whose total is then `seconds`.
+  reporter_->RecordTail(breakdown_.Take());
   // Everyone is done pushing; the total of samples trained.
   float total = static_cast<float>(reporter_->samples());
   PS_RETURN_IF_ERROR(allreduce_->SumInPlace(absl::MakeSpan(&total, 1)));
@@ -251,6 +297,8 @@ absl::StatusOr<TrainResult> TrainingRun::Finish() {
   result.read_bytes = reader_->read_bytes();
   result.mean_pull_ms = reporter_->mean_pull_ms();
   result.mean_push_ms = reporter_->mean_push_ms();
+  result.step_times = reporter_->run_times();
+  result.copy_measured = reporter_->copy_measured();
   result.mean_batch =
       result.steps > 0 ? static_cast<double>(reporter_->samples()) / result.steps : 0;
   PS_RETURN_IF_ERROR(dense_->PushModel());

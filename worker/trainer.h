@@ -26,6 +26,7 @@
 #include "worker/evaluation_policy.h"
 #include "worker/model/model.h"
 #include "worker/progress_report.h"
+#include "worker/step_breakdown.h"
 
 namespace ps {
 namespace worker {
@@ -80,6 +81,13 @@ struct TrainResult {
   int64_t read_bytes = 0;
   double mean_pull_ms = 0;
   double mean_push_ms = 0;
+  // The breakdown of this worker's training time by part (StepBreakdown), from the start of
+  // training to `seconds`: every step's, the first batch's read and pull before the first step,
+  // and the time after the last step (the last push, the collectives left). Its total over
+  // `steps` is the mean step time, about seconds / steps. copy_measured: whether its copy part
+  // was measured (a backend with copies, the GPU; else it is zero, and reported as absent).
+  StepTimes step_times;
+  bool copy_measured = false;
   // This worker's samples per step: the job's batch_size, unless balance_batches gave it more
   // (a fast worker) or fewer (a slow one).
   double mean_batch = 0;

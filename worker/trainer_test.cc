@@ -188,6 +188,23 @@ TEST_CASE("Train in process is deterministic and reports every step, evaluation 
   } else {
     CHECK(r.evaluations.empty());
   }
+  // The step breakdown: its parts add up to its total, which is the training's time (from the
+  // start to `seconds`), so the mean step is seconds / steps. No backend measures copy.
+  absl::Duration parts;
+  for (const absl::Duration part : r.step_times.parts) {
+    CHECK(part >= absl::ZeroDuration());
+    parts += part;
+  }
+  CHECK(parts == r.step_times.total);
+  CHECK(r.step_times[StepPart::kCopy] == absl::ZeroDuration());
+  CHECK(!r.copy_measured);
+  CHECK(r.step_times[StepPart::kCompute] > absl::ZeroDuration());
+  CHECK(r.step_times[StepPart::kPull] > absl::ZeroDuration());
+  CHECK(r.step_times[StepPart::kRead] > absl::ZeroDuration());
+  CHECK(absl::ToDoubleSeconds(r.step_times.total) <= r.seconds);
+  CHECK(absl::ToDoubleSeconds(r.step_times.total) >= 0.95 * r.seconds);
+  CHECK(absl::StrContains(first.progress, "  per step: read "));
+  CHECK(!absl::StrContains(first.progress, " copy "));
   // Progress: the first step's line and the last's; the metrics file, one JSON line for each
   // and one per evaluation.
   // The first line counts the steps the job asks for; early stopping ends training before.

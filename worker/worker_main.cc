@@ -45,6 +45,7 @@
 #include "cuda_kernels/device.h"
 #include "worker/collective/allreduce.h"
 #include "worker/model/cpu_model.h"
+#include "worker/progress_report.h"
 #include "worker/trainer.h"
 
 ABSL_FLAG(std::string, coordinator, "",
@@ -100,7 +101,7 @@ void PrintResult(const worker::TrainResult& result, int rank, const config::Job&
       "\"read_bytes\":%lld,\"heldout_by_rank\":0,\"evaluations\":%d,\"best_heldout_auc\":%s,"
       "\"stopped_early_at\":%s,"
       "\"mean_pull_ms\":%.3f,\"mean_push_ms\":%.3f,\"mean_batch\":%.1f,\"checkpoint\":\"%s\","
-      "\"kept_step\":%s,\"kept_checkpoint\":\"%s\"}\n",
+      "\"kept_step\":%s,\"kept_checkpoint\":\"%s\",\"step_ms\":%s}\n",
       result.backend.c_str(), rank, job.cluster().num_workers(), job.cluster().num_servers(),
       static_cast<long long>(result.steps), static_cast<long long>(result.samples),
       result.samples_per_s, result.seconds, JsonNumber(result.final_loss).c_str(),
@@ -112,7 +113,8 @@ void PrintResult(const worker::TrainResult& result, int rank, const config::Job&
       result.mean_pull_ms, result.mean_push_ms, result.mean_batch,
       JsonEscaped(result.checkpoint).c_str(),
       result.kept_step >= 0 ? absl::StrCat(result.kept_step).c_str() : "null",
-      JsonEscaped(result.kept_checkpoint).c_str());
+      JsonEscaped(result.kept_checkpoint).c_str(),
+      worker::StepBreakdownJson(result.step_times, result.steps, result.copy_measured).c_str());
 }
 
 // Joins the workers' dense AllReduce group. GPU workers reduce over NCCL (the model's host

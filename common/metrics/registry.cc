@@ -143,6 +143,10 @@ class CollectedSink final : public Sink {
 
 }  // namespace
 
+void Counter::Add(double amount) {
+  if (amount > 0) AddTo(&amount_, amount);
+}
+
 void Gauge::Add(double delta) { AddTo(&value_, delta); }
 
 Histogram::Histogram(std::vector<double> upper_bounds)
@@ -301,7 +305,7 @@ std::string Registry::Render() const {
       for (const auto& series : made->second.series) {
         if (series->counter != nullptr) {
           absl::StrAppend(&out, name, FormatLabels(series->labels, nullptr), " ",
-                          series->counter->Value(), "\n");
+                          FormatValue(series->counter->Value()), "\n");
         } else if (series->gauge != nullptr) {
           absl::StrAppend(&out, name, FormatLabels(series->labels, nullptr), " ",
                           FormatValue(series->gauge->Value()), "\n");

@@ -30,18 +30,27 @@ namespace metrics {
 // Label names and values of one series, in the order given.
 using Labels = std::vector<std::pair<std::string, std::string>>;
 
-// A Counter only goes up. Thread-safe.
+// A Counter only goes up: a count, or an amount such as seconds spent (Prometheus counters are
+// floating-point). Thread-safe.
 class Counter {
  public:
   Counter() = default;
   Counter(const Counter&) = delete;
   Counter& operator=(const Counter&) = delete;
 
-  void Increment(uint64_t n = 1) { value_.fetch_add(n, std::memory_order_relaxed); }
-  uint64_t Value() const { return value_.load(std::memory_order_relaxed); }
+  void Increment(uint64_t n = 1) { count_.fetch_add(n, std::memory_order_relaxed); }
+  // Adds `amount`, which must be >= 0 (a negative one is ignored: a counter never goes down).
+  void Add(double amount);
+  // What Increment and Add added: exact for counts up to 2^53.
+  double Value() const {
+    return static_cast<double>(count_.load(std::memory_order_relaxed)) +
+           amount_.load(std::memory_order_relaxed);
+  }
 
  private:
-  std::atomic<uint64_t> value_{0};
+  // Counts stay on one fetch_add, as on the servers' request paths; amounts need a CAS loop.
+  std::atomic<uint64_t> count_{0};
+  std::atomic<double> amount_{0};
 };
 
 // A Gauge is a value that goes up and down. Thread-safe.

@@ -52,6 +52,18 @@ TEST_CASE("A counter renders the sum of a known sequence of increments", "[regis
   CHECK(Contains(text, "ps_test_keys_total{table=\"item\"} 1\n"));
 }
 
+TEST_CASE("A counter of seconds adds fractional amounts and never goes down", "[registry]") {
+  Registry registry;
+  Counter* seconds =
+      registry.GetCounter("ps_test_seconds_total", "Seconds.", {{"rank", "0"}, {"part", "read"}});
+  seconds->Add(0.25);
+  seconds->Add(1.5);
+  seconds->Add(-1.0);  // ignored
+  seconds->Increment();
+  CHECK(seconds->Value() == 2.75);
+  CHECK(Contains(registry.Render(), "ps_test_seconds_total{rank=\"0\",part=\"read\"} 2.75\n"));
+}
+
 TEST_CASE("Counters and gauges updated from many threads lose nothing", "[registry]") {
   Registry registry;
   Counter* counter = registry.GetCounter("ps_test_events_total", "Events.");

@@ -74,6 +74,7 @@ METRICS = {
     "ps_worker_pull_duration_seconds": ("histogram", {"rank"}),
     "ps_worker_push_duration_seconds": ("histogram", {"rank"}),
     "ps_worker_allreduce_duration_seconds": ("histogram", {"rank"}),
+    "ps_worker_step_seconds_total": ("counter", {"rank", "part"}),
     # Coordinator.
     "ps_coordinator_members": ("gauge", {"role", "state"}),
     "ps_coordinator_shard_map_version": ("gauge", set()),

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <fstream>
 #include <thread>
 #include <utility>
@@ -17,6 +18,7 @@
 #include "common/status_macros.h"
 #include "google/protobuf/text_format.h"
 #include "proto/coordinator.grpc.pb.h"
+#include "tests/testing/json_line.h"
 
 namespace ps {
 namespace testing {
@@ -162,6 +164,42 @@ std::string ResultJson(absl::string_view stdout_text) {
     if (absl::StartsWith(line, "RESULT ")) json = std::string(line.substr(7));
   }
   return json;
+}
+
+absl::Status CheckStepBreakdown(absl::string_view result_json, double tolerance) {
+  const size_t at = result_json.find("\"step_ms\":{");
+  if (at == absl::string_view::npos) {
+    return absl::FailedPreconditionError(absl::StrCat("no step_ms in ", result_json));
+  }
+  const size_t end = result_json.find('}', at);
+  const absl::string_view step_ms = result_json.substr(at, end - at + 1);
+  double parts = 0;
+  for (const char* part : {"read", "pull", "compute", "push", "allreduce", "wait", "other"}) {
+    const double ms = JsonField(step_ms, part);
+    if (!(ms >= 0)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("step_ms.", part, " is ", ms, ": ", step_ms));
+    }
+    parts += ms;
+  }
+  const double copy = JsonField(step_ms, "copy");
+  if (!std::isnan(copy) && !(copy >= 0)) {
+    return absl::FailedPreconditionError(absl::StrCat("step_ms.copy is ", copy));
+  }
+  if (!std::isnan(copy)) parts += copy;
+  const double total = JsonField(step_ms, "total");
+  if (!(std::abs(parts - total) <= tolerance * total)) {
+    return absl::FailedPreconditionError(absl::StrCat("step_ms's parts add up to ", parts,
+                                                      " ms, its total is ", total, ": ", step_ms));
+  }
+  const double steps = JsonField(result_json, "steps");
+  const double run_ms = 1e3 * JsonField(result_json, "seconds") / steps;
+  if (!(std::abs(total - run_ms) <= tolerance * run_ms)) {
+    return absl::FailedPreconditionError(absl::StrCat("step_ms.total is ", total,
+                                                      " ms, the run's seconds / steps ", run_ms,
+                                                      " ms: ", result_json));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status WriteJobFile(const config::Job& job, const std::string& path) {

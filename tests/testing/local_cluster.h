@@ -109,6 +109,12 @@ class LocalCluster {
 // report), or "" if there is none.
 std::string ResultJson(absl::string_view stdout_text);
 
+// Checks the step breakdown of a ps_worker's RESULT `result_json` (its "step_ms" object, issue
+// 38): every part present and >= 0 (copy may be null: not measured), the parts adding up to its
+// "total" within `tolerance` (relative), and that total within `tolerance` of the run's
+// seconds / steps (in ms). OK, or FAILED_PRECONDITION naming the figure that is off.
+absl::Status CheckStepBreakdown(absl::string_view result_json, double tolerance = 0.05);
+
 // Writes `job` in protobuf text format to `path`. INTERNAL if it cannot be printed,
 // FAILED_PRECONDITION if the file cannot be written.
 absl::Status WriteJobFile(const config::Job& job, const std::string& path);

@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
 #include "cuda_kernels/blas.h"
 #include "cuda_kernels/dense.h"
 #include "cuda_kernels/device.h"
@@ -411,10 +412,18 @@ absl::StatusOr<float> GpuModel::Run(int batch, const float* dense, const float* 
   void* const s = d.stream;
   GPU_MODEL_RETURN_IF_ERROR(Reserve(batch));
 
-  // Inputs. The parameters may have changed on the host since the last pass.
+  // Inputs. The parameters may have changed on the host since the last pass. A training pass
+  // waits for its copies apart from its kernels, so that their wall time is known
+  // (last_copy_time).
+  const absl::Time copy_start = absl::Now();
   GPU_MODEL_CHECK_CUDA(CopyBytes(d.params.data(), params_.data(), d.params.bytes(), s));
   GPU_MODEL_CHECK_CUDA(CopyBytes(d.dense.data(), dense, d.dense.bytes(), s));
   GPU_MODEL_CHECK_CUDA(CopyBytes(d.emb.data(), emb, d.emb.bytes(), s));
+  if (labels != nullptr) {
+    GPU_MODEL_CHECK_CUDA(CopyBytes(d.labels.data(), labels, d.labels.bytes(), s));
+    GPU_MODEL_CHECK_CUDA(cuda::StreamSynchronize(s));
+  }
+  absl::Duration copy_time = absl::Now() - copy_start;
   GPU_MODEL_RETURN_IF_ERROR(Forward(batch));
   const float* logits = d.top_outs.back().data();
 
@@ -425,17 +434,20 @@ absl::StatusOr<float> GpuModel::Run(int batch, const float* dense, const float* 
     return 0.0f;
   }
 
-  GPU_MODEL_CHECK_CUDA(CopyBytes(d.labels.data(), labels, d.labels.bytes(), s));
   GPU_MODEL_CHECK_CUDA(cuda::SigmoidBce(logits, d.labels.data(), batch, loss_scale, d.probs.data(),
                                         d.dlogit.data(), d.loss.data(), s));
   GPU_MODEL_RETURN_IF_ERROR(Backward(batch));
+  GPU_MODEL_CHECK_CUDA(cuda::StreamSynchronize(s));  // the kernels done: then the copies alone
 
+  const absl::Time results_start = absl::Now();
   double loss = 0;
   GPU_MODEL_CHECK_CUDA(CopyBytes(dense_grad, d.grad.data(), d.grad.bytes(), s));
   GPU_MODEL_CHECK_CUDA(CopyBytes(emb_grad, d.emb_grad.data(), d.emb_grad.bytes(), s));
   GPU_MODEL_CHECK_CUDA(CopyBytes(probs, d.probs.data(), d.probs.bytes(), s));
   GPU_MODEL_CHECK_CUDA(cuda::Copy(&loss, d.loss.data(), sizeof(double), s));
   GPU_MODEL_CHECK_CUDA(cuda::StreamSynchronize(s));
+  copy_time += absl::Now() - results_start;
+  last_copy_time_ = copy_time;
   return static_cast<float>(loss / batch);
 }
 

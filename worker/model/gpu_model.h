@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "worker/model/cpu_model.h"
 #include "worker/model/model_spec.h"
@@ -52,6 +53,11 @@ class GpuModel {
   // As CpuModel::Predict. A device failure is fatal, as above.
   void Predict(int batch_size, const float* dense, const float* emb, float* probs);
 
+  // The wall time of the last ForwardBackward's host-to-device copies (parameters, inputs,
+  // labels) and device-to-host ones (gradients, probabilities, loss): the pass waits for its
+  // copies apart from its kernels to know it. Zero before the first.
+  absl::Duration last_copy_time() const { return last_copy_time_; }
+
  private:
   using Layer = DenseLayer;
   struct Device;  // device buffers, stream and cuBLAS handle (gpu_model.cc)
@@ -85,6 +91,7 @@ class GpuModel {
   const int top_in_;   // the top MLP's input width
   std::vector<float> params_;
   std::unique_ptr<Device> dev_;
+  absl::Duration last_copy_time_;
 };
 
 }  // namespace worker

@@ -1,5 +1,6 @@
 #include "worker/model/model.h"
 
+#include <type_traits>
 #include <utility>
 
 #include "absl/strings/str_format.h"
@@ -28,6 +29,13 @@ class ModelOf final : public Model {
   }
   void Predict(int batch_size, const float* dense, const float* emb, float* probs) override {
     net_->Predict(batch_size, dense, emb, probs);
+  }
+  std::optional<absl::Duration> last_copy_time() const override {
+    if constexpr (std::is_same_v<Net, GpuModel>) {
+      return net_->last_copy_time();
+    } else {
+      return std::nullopt;
+    }
   }
 
  private:

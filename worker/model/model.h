@@ -6,9 +6,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "worker/model/model_spec.h"
 
@@ -37,6 +39,9 @@ class Model {
                                 const float* labels, float loss_scale, float* dense_grad,
                                 float* emb_grad, float* probs) = 0;
   virtual void Predict(int batch_size, const float* dense, const float* emb, float* probs) = 0;
+  // The wall time of the last ForwardBackward's copies between host and device (GpuModel's
+  // last_copy_time), or nullopt for a backend without copies (the CPU).
+  virtual std::optional<absl::Duration> last_copy_time() const = 0;
 };
 
 // Creates the model of `spec` on `backend` with parameters initialised from `seed` (the same on

@@ -16,6 +16,7 @@ TEST_CASE("the backend is chosen at run time", "[worker][model]") {
   auto cpu = CreateModel(shape, 1, Backend::kCpu);
   REQUIRE(cpu.ok());
   CHECK(std::string((*cpu)->backend()) == "cpu");
+  CHECK(!(*cpu)->last_copy_time().has_value());  // no copies: the step breakdown has no copy
   auto automatic = CreateModel(shape, 1, Backend::kAuto);
   REQUIRE(automatic.ok());
   CHECK(std::string((*automatic)->backend()) == (cuda::DeviceCount() > 0 ? "gpu" : "cpu"));
