@@ -18,7 +18,11 @@ model_bench times them; before them, warm-up steps for at least 0.2 s (model_ben
 Prints one JSON line per measurement:
 
   {"bench":"torch_model","family":"dlrm","batch":4096,"pooled":false,"threads":1,
-   "samples_per_s":...,"torch":"1.13.0a0"}
+   "samples_per_s":...,"cores_busy":...,"torch":"1.13.0a0"}
+
+(cores_busy: the process's CPU time over the wall time while measuring, --threads at most: the
+libraries under torch are held to --threads through the environment, which torch.set_num_threads
+alone does not do.)
 
 With --ours=FILE (model_bench's JSON lines from the same machine and threads) it then prints,
 for each measurement both have,
@@ -39,8 +43,28 @@ import statistics
 import sys
 import time
 
-import torch
-import torch.nn.functional as F
+
+def _pin_library_threads() -> None:
+    """Holds every library under torch to --threads before torch loads them.
+
+    torch.set_num_threads alone does not: Debian's torch does its matrix products in the system
+    BLAS (OpenBLAS, whose own thread pool takes every core) and oneDNN (OpenMP), which read their
+    thread counts from the environment when they load. Measured here with --threads=1 before this:
+    1.99 cores busy for one F.linear call.
+    """
+    threads = "1"
+    for i, arg in enumerate(sys.argv):
+        if arg.startswith("--threads="):
+            threads = arg.split("=", 1)[1]
+        elif arg == "--threads" and i + 1 < len(sys.argv):
+            threads = sys.argv[i + 1]
+    for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[name] = threads
+
+
+_pin_library_threads()
+import torch  # noqa: E402  (after the thread counts are pinned)
+import torch.nn.functional as F  # noqa: E402
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -107,8 +131,9 @@ def zipf_ranks(n: int, generator: torch.Generator, ids: int = 1000000,
     return torch.searchsorted(cdf, uniforms).clamp(max=ids - 1)
 
 
-def measure(family: str, batch: int, pooled: bool, reps: int) -> float:
-    """Samples a second of one family's forward+backward step: the median over `reps`."""
+def measure(family: str, batch: int, pooled: bool, reps: int) -> tuple:
+    """Samples a second of one family's forward+backward step (the median over `reps`), and the
+    cores the process kept busy meanwhile (its CPU time over the wall time: --threads at most)."""
     generator = torch.Generator().manual_seed(7)
     spec = torch_models.bench_spec(family)
     model = torch_models.FamilyModel(spec, generator)
@@ -134,12 +159,14 @@ def measure(family: str, batch: int, pooled: bool, reps: int) -> float:
     once = time.perf_counter() - start
     calls = max(1, int(REP_SECONDS / max(once, 1e-6)))
     seconds = []
+    cpu_start, wall_start = time.process_time(), time.perf_counter()
     for _ in range(reps):
         start = time.perf_counter()
         for _ in range(calls):
             step()
         seconds.append((time.perf_counter() - start) / calls)
-    return batch / statistics.median(seconds)
+    cores_busy = (time.process_time() - cpu_start) / (time.perf_counter() - wall_start)
+    return batch / statistics.median(seconds), cores_busy
 
 
 def read_ours(path: str) -> dict:
@@ -193,10 +220,11 @@ def main() -> int:
     for family in families:
         for batch in batches:
             for pooled in args.pooled:
-                samples_per_s = measure(family, batch, pooled, args.reps)
+                samples_per_s, cores_busy = measure(family, batch, pooled, args.reps)
                 record = {"bench": "torch_model", "family": family, "batch": batch,
                           "pooled": pooled, "threads": args.threads,
-                          "samples_per_s": round(samples_per_s), "torch": torch.__version__}
+                          "samples_per_s": round(samples_per_s),
+                          "cores_busy": round(cores_busy, 2), "torch": torch.__version__}
                 print(json.dumps(record, separators=(",", ":")), flush=True)
                 results.append(record)
 
