@@ -12,7 +12,7 @@
 //    "ours_ms":...,"mpi_ms":...,"streams":2}
 //
 //   bazel build -c opt //tests/bench:allreduce_bench &&
-//   bazel-out/k8-opt/bin/tests/bench/allreduce_bench
+//   bazel-out/k8-opt/bin/tests/bench/allreduce_bench [--sizes_mib=0.125,1,16,64]
 #include <unistd.h>
 
 #include <algorithm>
@@ -44,7 +44,8 @@
 #include "worker/collective/allreduce.h"
 
 ABSL_FLAG(int, ranks, 2, "ranks (processes) in the group");
-ABSL_FLAG(std::string, sizes_mib, "1,16,64", "buffer sizes in MiB, comma-separated");
+ABSL_FLAG(std::string, sizes_mib, "0.125,1,16,64",
+          "buffer sizes in MiB, comma-separated (fractions allowed: 0.125 is 128 KiB)");
 ABSL_FLAG(int, warmup, 3, "untimed AllReduces per size");
 ABSL_FLAG(int, iterations, 15, "timed AllReduces per size");
 ABSL_FLAG(int, rounds, 3,
@@ -93,8 +94,10 @@ std::string FindOnPath(const std::string& name) {
 std::vector<int64_t> SizesBytes() {
   std::vector<int64_t> sizes;
   for (const absl::string_view text : absl::StrSplit(absl::GetFlag(FLAGS_sizes_mib), ',')) {
-    int64_t mib = 0;
-    if (absl::SimpleAtoi(text, &mib) && mib > 0) sizes.push_back(mib << 20);
+    double mib = 0;  // fractions too: 0.125 is 128 KiB
+    if (absl::SimpleAtod(text, &mib) && mib > 0) {
+      sizes.push_back(static_cast<int64_t>(mib * (1 << 20)) / 4 * 4);  // whole floats
+    }
   }
   return sizes;
 }
