@@ -56,6 +56,8 @@ ABSL_FLAG(int64_t, min_bytes_per_stream, ps::worker::AllReduce::GlooOptions().mi
           "Gloo: smallest part of a buffer given its own connection");
 ABSL_FLAG(int64_t, segment_bytes, ps::worker::AllReduce::GlooOptions().segment_bytes,
           "Gloo: largest message in flight");
+ABSL_FLAG(int64_t, ring_min_bytes, ps::worker::AllReduce::GlooOptions().ring_min_bytes,
+          "parts of at least this many bytes by Gloo's ring, smaller ones by its bcube (0: ring)");
 ABSL_FLAG(bool, mpi, true, "also run the Open MPI reference");
 ABSL_FLAG(std::string, mpirun, "mpirun", "Open MPI's mpirun");
 ABSL_FLAG(std::string, bin_dir, "",
@@ -130,6 +132,7 @@ worker::AllReduce::GlooOptions Options() {
   options.streams = absl::GetFlag(FLAGS_streams);
   options.min_bytes_per_stream = absl::GetFlag(FLAGS_min_bytes_per_stream);
   options.segment_bytes = absl::GetFlag(FLAGS_segment_bytes);
+  options.ring_min_bytes = absl::GetFlag(FLAGS_ring_min_bytes);
   return options;
 }
 
@@ -203,6 +206,7 @@ std::optional<std::map<int64_t, double>> RunOurs(const std::string& bin) {
           absl::StrCat("--streams=", absl::GetFlag(FLAGS_streams)),
           absl::StrCat("--min_bytes_per_stream=", absl::GetFlag(FLAGS_min_bytes_per_stream)),
           absl::StrCat("--segment_bytes=", absl::GetFlag(FLAGS_segment_bytes)),
+          absl::StrCat("--ring_min_bytes=", absl::GetFlag(FLAGS_ring_min_bytes)),
       };
       results[rank] =
           testing::RunProcess(g_self, args, absl::Seconds(absl::GetFlag(FLAGS_timeout_s)));

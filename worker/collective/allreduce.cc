@@ -79,6 +79,7 @@ class GlooAllReduce final : public AllReduce {
         timeout_(ToMillis(timeout)),
         min_bytes_per_stream_(options.min_bytes_per_stream),
         segment_bytes_(options.segment_bytes),
+        ring_min_bytes_(options.ring_min_bytes),
         streams_(std::move(streams)) {
     // A thread per stream after the first, for the group's life: starting them on every call
     // would cost a visible part of a MiB-sized AllReduce. Streams left without one (when the
@@ -196,6 +197,9 @@ class GlooAllReduce final : public AllReduce {
       options.setReduceFunction(&SumFloats);
       options.setMaxSegmentSize(segment_bytes_);
       options.setTimeout(timeout_);
+      options.setAlgorithm(part.size() * sizeof(float) >= ring_min_bytes_
+                               ? gloo::AllreduceOptions::Algorithm::RING
+                               : gloo::AllreduceOptions::Algorithm::BCUBE);
       gloo::allreduce(options);
       return absl::OkStatus();
     } catch (const std::exception& e) {
@@ -209,6 +213,7 @@ class GlooAllReduce final : public AllReduce {
   const std::chrono::milliseconds timeout_;
   const size_t min_bytes_per_stream_;
   const size_t segment_bytes_;
+  const size_t ring_min_bytes_;
   const std::vector<Stream> streams_;
   std::vector<std::unique_ptr<Helper>> helpers_;  // [i]: stream i + 1's
 

@@ -21,7 +21,7 @@ namespace worker {
 class AllReduce {
  public:
   // How a Gloo group connects and splits its work. Every rank of a group must use the same
-  // streams, min_bytes_per_stream and segment_bytes.
+  // streams, min_bytes_per_stream, segment_bytes and ring_min_bytes.
   struct GlooOptions {
     // The host name or IP address this rank listens on and advertises to its peers; it must reach
     // them. Default "": this machine's host name (gethostname), as Gloo resolves it. Use
@@ -41,6 +41,16 @@ class AllReduce {
     // The largest message Gloo's ring keeps in flight (two per peer), in bytes (default 1 MiB, >=
     // 4096): smaller overlaps reduction and transfer more, at more per-message overhead.
     size_t segment_bytes = size_t{1} << 20;
+    // Which of Gloo's algorithms reduces a part (one stream's): its ring for parts of at least
+    // this many bytes, its bcube (log2(ranks) exchanges of halves: a few large messages) for
+    // smaller ones, such as a recommender's dense part (DEEPFM's job: 46 KB), where the ring's
+    // hand-shakes per segment and step are what the time goes to. Default 2 MiB (0: the ring
+    // always). On a 2-core machine's loopback, 2 ranks (allreduce_bench --ring_min_bytes=0 and
+    // the default in turn, 3 invocations each, 2026-11-28): 1 MiB in 1.77 ms against 3.06 by the
+    // ring, 128 KiB in 1.31 against 1.48 (medians; the small sizes' latency varies 2 to 3x between
+    // invocations there); from 4 MiB on the ring is faster (5.5 against 5.9 ms at 4 MiB, 15.7
+    // against 18.1 at 16).
+    size_t ring_min_bytes = size_t{2} << 20;
   };
 
   virtual ~AllReduce() = default;

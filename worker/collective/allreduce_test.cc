@@ -54,12 +54,15 @@ TEST_CASE("Gloo AllReduce sums exactly across ranks", "[collective][gloo]") {
   const int ranks = GENERATE(2, 3);
   const size_t elements = GENERATE(size_t{1}, size_t{1000}, size_t{1} << 20);
   const int streams = GENERATE(1, 3);
-  CAPTURE(ranks, elements, streams);
+  // Gloo's ring for every part, its bcube for every part, and the default split between them.
+  const size_t ring_min_bytes = GENERATE(size_t{0}, size_t{2} << 20, ~size_t{0});
+  CAPTURE(ranks, elements, streams, ring_min_bytes);
   std::unique_ptr<Daemon> daemon = StartCoordinator();
 
   AllReduce::GlooOptions options;
   options.hostname = "127.0.0.1";
   options.streams = streams;
+  options.ring_min_bytes = ring_min_bytes;
   // Small enough that a MiB-sized buffer is split across every stream, with a remainder.
   options.min_bytes_per_stream = 64 << 10;
   // Rounds alternate between the full buffer and a third of it, so that one group reduces
