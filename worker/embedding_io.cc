@@ -226,41 +226,49 @@ namespace {
 // cannot guess them.
 constexpr size_t kPrefetch = 8;
 
+// Calls fn(r, slot, begin, end) for every bag of table `t` (sample r, slot `slot`) in GatherKeys'
+// order: the bag's values are keys.index[begin, end).
+template <typename Fn>
+void ForEachBag(const TableSlots& t, int samples, const TableKeys& keys, Fn fn) {
+  const uint32_t* ends = keys.ends.data();
+  uint32_t begin = 0;
+  for (int r = 0; r < samples; ++r) {
+    for (int s : t.slots) {
+      const uint32_t end = *ends++;
+      fn(r, s, begin, end);
+      begin = end;
+    }
+  }
+}
+
 // PoolRows for one table, with its dim a compile-time constant when kDim > 0.
 template <int kDim>
 void PoolTable(const EmbeddingLayout& layout, const TableSlots& t, int samples,
                const TableKeys& keys, const float* rows, float* emb) {
   const int dim = kDim > 0 ? kDim : t.dim;
-  const int width = layout.width();
-  const uint32_t* ends = keys.ends.data();
   const uint32_t* index = keys.index.data();
   const size_t total = keys.index.size();
-  uint32_t begin = 0;
-  for (int r = 0; r < samples; ++r) {
-    for (int s : t.slots) {
-      const uint32_t end = *ends++;
-      float* out = emb + size_t(r) * width + layout.slots()[s].offset;
-      const uint32_t count = end - begin;
-      if (count == 1) {
-        if (begin + kPrefetch < total) {
-          __builtin_prefetch(rows + size_t(index[begin + kPrefetch]) * dim);
-        }
-        std::memcpy(out, rows + size_t(index[begin]) * dim, dim * sizeof(float));
-      } else {
-        std::fill(out, out + dim, 0.0f);
-        for (uint32_t k = begin; k < end; ++k) {
-          if (k + kPrefetch < total) __builtin_prefetch(rows + size_t(index[k + kPrefetch]) * dim);
-          const float* row = rows + size_t(index[k]) * dim;
-          for (int c = 0; c < dim; ++c) out[c] += row[c];
-        }
-        if (count > 1 && layout.slots()[s].mean) {
-          const float scale = 1.0f / static_cast<float>(count);
-          for (int c = 0; c < dim; ++c) out[c] *= scale;
-        }
+  ForEachBag(t, samples, keys, [&](int r, int s, uint32_t begin, uint32_t end) {
+    float* out = emb + size_t(r) * layout.width() + layout.slots()[s].offset;
+    const uint32_t count = end - begin;
+    if (count == 1) {
+      if (begin + kPrefetch < total) {
+        __builtin_prefetch(rows + size_t(index[begin + kPrefetch]) * dim);
       }
-      begin = end;
+      std::memcpy(out, rows + size_t(index[begin]) * dim, dim * sizeof(float));
+      return;
     }
-  }
+    std::fill(out, out + dim, 0.0f);
+    for (uint32_t k = begin; k < end; ++k) {
+      if (k + kPrefetch < total) __builtin_prefetch(rows + size_t(index[k + kPrefetch]) * dim);
+      const float* row = rows + size_t(index[k]) * dim;
+      for (int c = 0; c < dim; ++c) out[c] += row[c];
+    }
+    if (count > 1 && layout.slots()[s].mean) {
+      const float scale = 1.0f / static_cast<float>(count);
+      for (int c = 0; c < dim; ++c) out[c] *= scale;
+    }
+  });
 }
 
 // SpreadGrads for one table, with its dim a compile-time constant when kDim > 0.
@@ -268,32 +276,20 @@ template <int kDim>
 void SpreadTable(const EmbeddingLayout& layout, const TableSlots& t, int samples,
                  const TableKeys& keys, const float* emb_grad, float* grads) {
   const int dim = kDim > 0 ? kDim : t.dim;
-  const int width = layout.width();
-  const uint32_t* ends = keys.ends.data();
   const uint32_t* index = keys.index.data();
   const size_t total = keys.index.size();
-  uint32_t begin = 0;
-  for (int r = 0; r < samples; ++r) {
-    for (int s : t.slots) {
-      const uint32_t end = *ends++;
-      const float* in = emb_grad + size_t(r) * width + layout.slots()[s].offset;
-      const uint32_t count = end - begin;
-      const float scale =
-          layout.slots()[s].mean && count > 1 ? 1.0f / static_cast<float>(count) : 1.0f;
-      for (uint32_t k = begin; k < end; ++k) {
-        if (k + kPrefetch < total)
-          __builtin_prefetch(grads + size_t(index[k + kPrefetch]) * dim, 1);
-        float* out = grads + size_t(index[k]) * dim;
-        for (int c = 0; c < dim; ++c) out[c] += in[c] * scale;
-      }
-      begin = end;
+  ForEachBag(t, samples, keys, [&](int r, int s, uint32_t begin, uint32_t end) {
+    const float* in = emb_grad + size_t(r) * layout.width() + layout.slots()[s].offset;
+    const uint32_t count = end - begin;
+    const float scale =
+        layout.slots()[s].mean && count > 1 ? 1.0f / static_cast<float>(count) : 1.0f;
+    for (uint32_t k = begin; k < end; ++k) {
+      if (k + kPrefetch < total) __builtin_prefetch(grads + size_t(index[k + kPrefetch]) * dim, 1);
+      float* out = grads + size_t(index[k]) * dim;
+      for (int c = 0; c < dim; ++c) out[c] += in[c] * scale;
     }
-  }
+  });
 }
-
-}  // namespace
-
-namespace {
 
 // Calls fn(std::integral_constant<int, D>) with D = dim for the common dims, else D = 0 (the dim
 // read at run time): the table loops get a compile-time trip count where it matters.
