@@ -7,15 +7,22 @@
 namespace ps {
 namespace worker {
 
+StepPipeline::Overlap StepPipeline::OverlapOf(const StepSync& sync, bool pipeline) {
+  if (!pipeline) return Overlap::kNone;
+  if (sync.can_prefetch()) return Overlap::kPrefetch;
+  return sync.mode() == config::Training::SYNC ? Overlap::kPullAhead : Overlap::kNone;
+}
+
 StepPipeline::StepPipeline(Client* client, StepSync* sync, BatchReader* reader,
-                           EmbeddingLayout layout, WaitTime* waited, StepBreakdown* breakdown)
+                           EmbeddingLayout layout, WaitTime* waited, StepBreakdown* breakdown,
+                           bool pipeline)
     : client_(client),
       sync_(sync),
       reader_(reader),
       waited_(waited),
       breakdown_(breakdown),
       layout_(std::move(layout)),
-      pipelined_(sync->can_prefetch()) {}
+      overlap_(OverlapOf(*sync, pipeline)) {}
 
 absl::Status StepPipeline::BeginPull(StepData* d, int64_t step) {
   PS_RETURN_IF_ERROR(waited_->Measure([&] { return sync_->BeforePull(step); }));
@@ -51,7 +58,7 @@ absl::StatusOr<bool> StepPipeline::AwaitRows(
 }
 
 absl::Status StepPipeline::Prefetch(int64_t next_step, int64_t end) {
-  if (!pipelined_ || next_step >= end) return absl::OkStatus();
+  if (overlap_ != Overlap::kPrefetch || next_step >= end) return absl::OkStatus();
   return ReadAndPull(&slots_[1 - cur_], next_step);
 }
 
@@ -63,19 +70,45 @@ absl::Status StepPipeline::FinishPendingPush() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<int64_t> StepPipeline::Push(int64_t step, const std::vector<float>& emb_grad) {
-  PS_RETURN_IF_ERROR(FinishPendingPush());  // the previous step's (pipelined)
+absl::Status StepPipeline::BeginPush(int64_t step, const std::vector<float>& emb_grad) {
+  PS_RETURN_IF_ERROR(FinishPendingPush());  // the previous step's (kPrefetch)
   client_->SetClock(step);
   StartPush(client_, layout_, slots_[cur_], emb_grad, step, &push_);
-  if (pipelined_) return step + 1;
+  return absl::OkStatus();
+}
+
+absl::Status StepPipeline::PullAhead(int64_t next_step, int64_t end) {
+  if (overlap_ != Overlap::kPullAhead || next_step >= end) return absl::OkStatus();
+  PS_RETURN_IF_ERROR(ReadAndPull(&slots_[1 - cur_], next_step));
+  ahead_step_ = next_step;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> StepPipeline::EndPush(int64_t end) {
+  const int64_t step = push_.step;
+  if (overlap_ == Overlap::kPrefetch) return step + 1;
   PS_RETURN_IF_ERROR(FinishPush(&push_));
   PS_ASSIGN_OR_RETURN(const int64_t next, sync_->AfterPush(step));
   push_.step = -1;
+  if (ahead_step_ >= 0 && ahead_step_ != next) {
+    // The cluster went on without this worker: the batch read ahead is pulled again for the step
+    // it goes on with (as Advance would read it then).
+    StepData* d = &slots_[1 - cur_];
+    DrainPull(d);
+    ahead_step_ = -1;
+    if (next < end) {
+      PS_RETURN_IF_ERROR(BeginPull(d, next));
+      ahead_step_ = next;
+    }
+  }
   return next;
 }
 
 absl::Status StepPipeline::Advance(int64_t next_step, int64_t end) {
-  if (!pipelined_ && next_step < end) PS_RETURN_IF_ERROR(ReadAndPull(&slots_[1 - cur_], next_step));
+  if (overlap_ == Overlap::kNone && next_step < end) {
+    PS_RETURN_IF_ERROR(ReadAndPull(&slots_[1 - cur_], next_step));
+  }
+  ahead_step_ = -1;
   cur_ = 1 - cur_;
   return absl::OkStatus();
 }

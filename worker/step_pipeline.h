@@ -1,16 +1,28 @@
 // The sparse side of a worker's training step: reading the batch, pulling its embedding rows and
-// pushing their gradients, under the job's consistency protocol (StepSync). In the modes where
-// StepSync::can_prefetch() (ASYNC, and BOUNDED_STALENESS with staleness >= 2) the pipeline
-// overlaps steps: the next batch is read and its rows pulled while this step computes, and a
-// step's push is waited for only when the next step pushes. Otherwise each step reads and pulls
-// after the previous push was acknowledged.
+// pushing their gradients, under the job's consistency protocol (StepSync), with the next step's
+// read and pull overlapped with this one as far as the mode allows (Overlap):
+//   kPrefetch   ASYNC, and BOUNDED_STALENESS with staleness >= 2 (StepSync::can_prefetch()): the
+//               next batch is read and its rows pulled while this step computes, and a step's
+//               push is waited for only when the next step pushes.
+//   kPullAhead  SYNC: the next batch is read and its rows pulled as soon as this step's push is
+//               sent. The servers hold a pull of step t + 1 until step t is applied, so the rows
+//               are exactly those of the unpipelined step; the pull's round trip and the read
+//               overlap the push, the dense AllReduce and the wait for the other workers.
+//   kNone       BOUNDED_STALENESS with staleness < 2, or pipelining turned off: each step reads
+//               and pulls after the previous push was acknowledged and the step ended.
+// In every mode the push is started before, and waited for after, what the caller does between
+// BeginPush and EndPush (the dense AllReduce), so the two overlap.
 //
 // A step, as the trainer drives it:
-//   AwaitRows(&step, ...)   the current batch's rows (SYNC: catching up when the cluster went on)
-//   Prefetch(step + 1, end) pipelined modes: the next batch's read and pull start now
+//   AwaitRows(&step, ...)    the current batch's rows (SYNC: catching up when the cluster went on)
+//   Prefetch(step + 1, end)  kPrefetch: the next batch's read and pull start now
 //   ... compute on batch() and rows() ...
-//   step = Push(step, emb_grad)
-//   Advance(step, end)      otherwise: the next batch's read and pull start now; then it is current
+//   BeginPush(step, grad)    the push starts (kPrefetch: after the previous step's is done)
+//   PullAhead(step + 1, end) kPullAhead: the next batch's read and pull start now
+//   ... the dense AllReduce ...
+//   step = EndPush(end)      kPrefetch: step + 1 at once; otherwise waits for the push, ends the
+//   step Advance(step, end)       kNone: the next batch's read and pull start now; then it is
+//   current
 #ifndef PS_WORKER_STEP_PIPELINE_H_
 #define PS_WORKER_STEP_PIPELINE_H_
 
@@ -36,16 +48,26 @@ namespace worker {
 // and outlive it; `waited` receives the time spent in StepSync::BeforePull (waiting for the other
 // workers); `breakdown`, when not null, the time spent reading batches (StepPart::kRead, measured
 // inside the caller's laps: every call that reads is Start, Prefetch or Advance).
+//
+// `pipeline` false turns the overlap of steps off (kNone in every mode), for comparison: a SYNC
+// run trains exactly the same model either way.
 class StepPipeline {
  public:
+  // How far the next step's read and pull overlap this step (the file comment).
+  enum class Overlap { kNone, kPullAhead, kPrefetch };
+
+  // The overlap the mode of `sync` allows, or kNone when not `pipeline`.
+  static Overlap OverlapOf(const StepSync& sync, bool pipeline);
+
   StepPipeline(Client* client, StepSync* sync, BatchReader* reader, EmbeddingLayout layout,
-               WaitTime* waited, StepBreakdown* breakdown = nullptr);
+               WaitTime* waited, StepBreakdown* breakdown = nullptr, bool pipeline = true);
 
   StepPipeline(const StepPipeline&) = delete;
   StepPipeline& operator=(const StepPipeline&) = delete;
 
-  // Whether steps overlap (StepSync::can_prefetch()).
-  bool pipelined() const { return pipelined_; }
+  Overlap overlap() const { return overlap_; }
+  // Whether a step's push is still in flight when the next step computes (kPrefetch).
+  bool pipelined() const { return overlap_ == Overlap::kPrefetch; }
 
   // Reads the first batch and starts the pull of its rows for step `step`. Errors of the reader
   // and of StepSync::BeforePull.
@@ -65,18 +87,29 @@ class StepPipeline {
   const Batch& batch() const { return slots_[cur_].batch; }
   const std::vector<float>& rows() const { return slots_[cur_].emb; }
 
-  // Pipelined: reads the next batch and starts its pull for `next_step`, when next_step < end.
+  // kPrefetch: reads the next batch and starts its pull for `next_step`, when next_step < end.
   // Otherwise nothing. Errors as Start.
   absl::Status Prefetch(int64_t next_step, int64_t end);
 
-  // Pushes `emb_grad` (laid out as rows()) for the current batch as step `step`. Pipelined: first
-  // waits for the previous step's push and ends that step (StepSync::AfterPush), and returns
-  // step + 1 at once; otherwise waits for this push, ends the step and returns the step to
-  // continue with (StepSync::AfterPush). Errors of the pushes and of StepSync.
-  absl::StatusOr<int64_t> Push(int64_t step, const std::vector<float>& emb_grad);
+  // Starts the push of `emb_grad` (laid out as rows()) for the current batch as step `step`.
+  // kPrefetch: first waits for the previous step's push and ends that step (StepSync::AfterPush).
+  // Errors of that push and of StepSync. `emb_grad` may change once this returns.
+  absl::Status BeginPush(int64_t step, const std::vector<float>& emb_grad);
 
-  // Not pipelined: reads the next batch and starts its pull for `next_step`, when next_step <
-  // end. Then the next batch becomes the current one. Errors as Start.
+  // kPullAhead, after BeginPush(next_step - 1): reads the next batch and starts its pull for
+  // `next_step`, when next_step < end (the servers answer it once the step pushed is applied).
+  // Otherwise nothing. Errors as Start.
+  absl::Status PullAhead(int64_t next_step, int64_t end);
+
+  // After BeginPush: returns the step to continue with. kPrefetch: that step + 1 at once (its push
+  // is waited for by the next BeginPush, or Finish). Otherwise waits for the push and ends the
+  // step (StepSync::AfterPush, which may skip steps in SYNC: a straggler outside the quorum); a
+  // pull PullAhead started for another step than the one returned is then started again, for
+  // that one when it is < `end`. Errors of the pushes and of StepSync.
+  absl::StatusOr<int64_t> EndPush(int64_t end);
+
+  // kNone: reads the next batch and starts its pull for `next_step`, when next_step < end. Then
+  // the next batch becomes the current one. Errors as Start.
   absl::Status Advance(int64_t next_step, int64_t end);
 
   // Waits for the push still in flight and ends its step, then for any pull still in flight (a
@@ -98,11 +131,12 @@ class StepPipeline {
   WaitTime* const waited_;
   StepBreakdown* const breakdown_;
   const EmbeddingLayout layout_;
-  const bool pipelined_;
+  const Overlap overlap_;
 
   StepData slots_[2];
   int cur_ = 0;
   PushData push_;
+  int64_t ahead_step_ = -1;  // kPullAhead: the step the next batch's pull was started for, or -1
 };
 
 }  // namespace worker

@@ -138,6 +138,9 @@ TEST_CASE("StepPipeline pulls each step's rows and pushes its gradients, overlap
   breakdown.Start();
   StepPipeline pipeline(client->get(), &sync, reader->get(), LayoutOf(job), &waited, &breakdown);
   CHECK(pipeline.pipelined() == (mode == config::Training::ASYNC));
+  CHECK(pipeline.overlap() == (mode == config::Training::ASYNC
+                                   ? StepPipeline::Overlap::kPrefetch
+                                   : StepPipeline::Overlap::kPullAhead));
 
   const auto no_catch_up = [](int64_t) -> absl::StatusOr<int64_t> {
     FAIL("no step was applied without this worker");
@@ -162,7 +165,11 @@ TEST_CASE("StepPipeline pulls each step's rows and pushes its gradients, overlap
     REQUIRE(pipeline.Prefetch(step + 1, kSteps).ok());
     const std::vector<float> grads(pipeline.rows().size(), -1.0f);
     const int64_t this_step = step;
-    absl::StatusOr<int64_t> next = pipeline.Push(step, grads);
+    REQUIRE(pipeline.BeginPush(step, grads).ok());
+    // SYNC: the next step's pull is held by the store until this step is applied (its EndStep
+    // in EndPush), so it still sees this step's pushes (checked above, at the next step).
+    REQUIRE(pipeline.PullAhead(step + 1, kSteps).ok());
+    absl::StatusOr<int64_t> next = pipeline.EndPush(kSteps);
     REQUIRE(next.ok());
     step = *next;
     CHECK(step == this_step + 1);
@@ -223,6 +230,80 @@ TEST_CASE("StepPipeline catches a SYNC straggler up with the step the cluster is
   } else {
     CHECK(client.pulled == std::vector<int64_t>{0});
   }
+  REQUIRE(pipeline.Finish().ok());
+}
+
+TEST_CASE(
+    "StepPipeline pulls the batch read ahead again when a SYNC straggler's step ends "
+    "past the cluster's",
+    "[worker][step_pipeline]") {
+  auto dir = testing::ScopedTempDir::Create("step_pipeline");
+  REQUIRE(dir.ok());
+  const config::Job job = CountingJob(config::Training::SYNC, WriteData((*dir)->path()));
+  // The quorum applied steps 1 and 2 without this worker, while it pushed step 0.
+  StragglerClient client(job, {1, 2});
+  auto reader = BatchReader::Open(job, kSchema, 0, 1, 2, nullptr);
+  REQUIRE(reader.ok());
+  StepSync sync(job, &client, nullptr, 1);
+  WaitTime waited;
+  StepPipeline pipeline(&client, &sync, reader->get(), LayoutOf(job), &waited);
+  REQUIRE(pipeline.overlap() == StepPipeline::Overlap::kPullAhead);
+  const auto no_catch_up = [](int64_t) -> absl::StatusOr<int64_t> {
+    FAIL("the pull of the step continued with is not refused");
+    return 0;
+  };
+  const int64_t end = GENERATE(10, 3);
+  INFO("training runs " << end << " steps");
+  REQUIRE(pipeline.Start(0).ok());
+  int64_t step = 0;
+  REQUIRE(*pipeline.AwaitRows(&step, no_catch_up));
+  REQUIRE(pipeline.BeginPush(0, std::vector<float>(pipeline.rows().size(), -1.0f)).ok());
+  REQUIRE(pipeline.PullAhead(1, end).ok());  // refused: step 1 was applied without us
+  absl::StatusOr<int64_t> next = pipeline.EndPush(end);
+  REQUIRE(next.ok());
+  CHECK(*next == 3);  // EndStep(0) said step 2 is applied
+  CHECK(client.ended == std::vector<int64_t>{0});
+  REQUIRE(pipeline.Advance(*next, end).ok());
+  if (end > 3) {
+    // The batch read ahead, pulled again for step 3.
+    CHECK(client.pulled == std::vector<int64_t>{0, 1, 3});
+    step = *next;
+    REQUIRE(*pipeline.AwaitRows(&step, no_catch_up));
+    CHECK(step == 3);
+    CHECK(pipeline.batch().size == 2);
+  } else {
+    CHECK(client.pulled == std::vector<int64_t>{0, 1});
+  }
+  REQUIRE(pipeline.Finish().ok());
+}
+
+TEST_CASE("StepPipeline without pipelining reads and pulls each step after the step before",
+          "[worker][step_pipeline]") {
+  auto dir = testing::ScopedTempDir::Create("step_pipeline");
+  REQUIRE(dir.ok());
+  const config::Job job = CountingJob(config::Training::SYNC, WriteData((*dir)->path()));
+  StragglerClient client(job, {});
+  auto reader = BatchReader::Open(job, kSchema, 0, 1, 2, nullptr);
+  REQUIRE(reader.ok());
+  StepSync sync(job, &client, nullptr, 1);
+  WaitTime waited;
+  StepPipeline pipeline(&client, &sync, reader->get(), LayoutOf(job), &waited, nullptr,
+                        /*pipeline=*/false);
+  REQUIRE(pipeline.overlap() == StepPipeline::Overlap::kNone);
+  const auto no_catch_up = [](int64_t) -> absl::StatusOr<int64_t> {
+    FAIL("no step was applied without this worker");
+    return 0;
+  };
+  REQUIRE(pipeline.Start(0).ok());
+  int64_t step = 0;
+  REQUIRE(*pipeline.AwaitRows(&step, no_catch_up));
+  REQUIRE(pipeline.BeginPush(0, std::vector<float>(pipeline.rows().size(), -1.0f)).ok());
+  REQUIRE(pipeline.PullAhead(1, 2).ok());
+  CHECK(client.pulled == std::vector<int64_t>{0});  // nothing pulled ahead
+  REQUIRE(*pipeline.EndPush(2) == 1);
+  REQUIRE(pipeline.Advance(1, 2).ok());
+  CHECK(client.pulled == std::vector<int64_t>{0, 1});  // after the step ended
+  CHECK(client.ended == std::vector<int64_t>{0});
   REQUIRE(pipeline.Finish().ok());
 }
 

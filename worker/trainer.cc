@@ -124,8 +124,9 @@ absl::StatusOr<std::unique_ptr<TrainingRun>> TrainingRun::Create(
                                                  run->compute_->optimizer_state()));
   }
   PS_RETURN_IF_ERROR(run->CreatePolicies(coordinator));
-  run->pipeline_ = std::make_unique<StepPipeline>(
-      client, &run->sync_, run->reader_.get(), std::move(layout), &run->waited_, &run->breakdown_);
+  run->pipeline_ =
+      std::make_unique<StepPipeline>(client, &run->sync_, run->reader_.get(), std::move(layout),
+                                     &run->waited_, &run->breakdown_, options.pipeline);
   // A resumed job reads on from the block of its first step.
   run->step_ = options.start_step;
   PS_RETURN_IF_ERROR(run->reader_->Skip(options.start_step));
@@ -226,6 +227,15 @@ absl::StatusOr<bool> TrainingRun::Step() {
   const std::optional<absl::Duration> copy_time = compute_->model()->last_copy_time();
   if (copy_time.has_value() && n > 0) breakdown_.Attribute(StepPart::kCopy, *copy_time);
   EndLap(StepPart::kCompute);
+  // The embedding push is under way while the dense gradients are summed (and, in SYNC, the next
+  // batch is read and its pull waits on the servers for this step).
+  const absl::Time push_start = absl::Now();
+  const int64_t this_step = step_;
+  PS_RETURN_IF_ERROR(pipeline_->BeginPush(step_, compute_->emb_grad()));
+  absl::Duration push_time = absl::Now() - push_start;
+  EndLap(StepPart::kPush);
+  PS_RETURN_IF_ERROR(pipeline_->PullAhead(step_ + 1, dense_->end()));
+  EndLap(StepPart::kPull);  // issuing the next batch's pull; its read is measured inside
   if (job_.training().dense_sync_every() <= 1) {
     absl::Duration allreduce_time;
     PS_RETURN_IF_ERROR(dense_->SumGradients(step_, compute_->dense_grad(), &allreduce_time));
@@ -234,10 +244,10 @@ absl::StatusOr<bool> TrainingRun::Step() {
     // exchange of speeds) are waits.
     EndLap(StepPart::kAllReduce, StepPart::kWait, allreduce_time);
   }
-  const absl::Time push_start = absl::Now();
-  const int64_t this_step = step_;
-  PS_ASSIGN_OR_RETURN(step_, pipeline_->Push(step_, compute_->emb_grad()));
-  reporter_->RecordPush(absl::ToDoubleMilliseconds(absl::Now() - push_start));
+  const absl::Time end_push_start = absl::Now();
+  PS_ASSIGN_OR_RETURN(step_, pipeline_->EndPush(dense_->end()));
+  push_time += absl::Now() - end_push_start;
+  reporter_->RecordPush(absl::ToDoubleMilliseconds(push_time));
   EndLap(StepPart::kPush);
   compute_->ApplyDense(n);
   EndLap(StepPart::kCompute);

@@ -51,6 +51,10 @@ struct TrainerOptions {
   // the step's own work took (its time less its waits on the other workers), so the worker runs
   // at 1 / slowdown of its speed. >= 1; 1: no slowdown.
   double slowdown = 1.0;
+  // Overlap each step's read and pull with the step before, as far as the mode allows
+  // (worker/step_pipeline.h); false: one after the other, for comparison (a SYNC run trains
+  // exactly the same model either way).
+  bool pipeline = true;
   // Where the model runs: CUDA when a device is present (kAuto), or as forced.
   Backend backend = Backend::kAuto;
   // A sync job restored from a checkpoint: its folder (ShardMap.restore_from) and its step t
@@ -113,7 +117,9 @@ struct TrainResult {
 // ended it); BOUNDED_STALENESS waits before a pull at step t until every worker has finished step
 // t - staleness - 1; ASYNC never waits for pushes. In ASYNC and BOUNDED_STALENESS (staleness >= 2)
 // the worker pipelines: it pulls the next batch's rows while it computes, and does not wait for
-// its push before computing on.
+// its push before computing on; in SYNC it reads the next batch and starts its pull once a step's
+// push is sent (the servers answer it when the step is applied: the same rows). In every mode the
+// embedding push is in flight while the dense gradients are summed (TrainerOptions::pipeline).
 //
 // Dense part: with training.dense_sync_every = 1 the dense gradients are summed by AllReduce
 // every step (all workers keep identical parameters); with k > 1 every worker applies its own

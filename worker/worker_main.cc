@@ -70,6 +70,9 @@ ABSL_FLAG(std::string, collective, "auto",
 ABSL_FLAG(int, compute_threads, 0,
           "threads of the CPU model's matrix products (0: one per core); workers sharing a "
           "machine should split its cores");
+ABSL_FLAG(bool, pipeline, true,
+          "overlap each step's read and pull with the step before as far as the mode allows "
+          "(false: one after the other; a SYNC run trains the same model either way)");
 ABSL_FLAG(double, slowdown, 1.0,
           "experiments: run at 1/slowdown of full speed (an induced straggler)");
 
@@ -247,6 +250,7 @@ int Run(const std::string& address, const std::string& collective_host,
   trainer.progress_interval = absl::Seconds(absl::GetFlag(FLAGS_progress_s));
   trainer.max_steps = absl::GetFlag(FLAGS_max_steps);
   trainer.slowdown = std::max(1.0, absl::GetFlag(FLAGS_slowdown));
+  trainer.pipeline = absl::GetFlag(FLAGS_pipeline);
   trainer.backend = backend;
   trainer.resume_from = restored;
   trainer.start_step = (*client)->start_step();

@@ -216,6 +216,13 @@ absl::Status LocalClient::Pull(absl::string_view table, absl::Span<const uint64_
   // applied.
   PS_RETURN_IF_ERROR(store_->CheckPullStep(clock));
   PS_RETURN_IF_ERROR(WaitApplied(clock - 1));
+  return PullRows(*info, clock, keys, values);
+}
+
+absl::Status LocalClient::PullRows(const TableInfo& table, int64_t clock,
+                                   absl::Span<const uint64_t> keys, absl::Span<float> values) {
+  const TableInfo* info = &table;
+  const uint32_t dim = info->dim;
   const ShardPlan plan = PlanKeys(*info, keys);
   std::vector<float> rows;
   return ForEachRequest(
@@ -293,7 +300,19 @@ absl::Status LocalClient::Push(absl::string_view table, absl::Span<const uint64_
 
 void LocalClient::PullAsync(absl::string_view table, absl::Span<const uint64_t> keys,
                             absl::Span<float> values, Callback done) {
-  done(Pull(table, keys, values));
+  const int64_t clock = clock_.load(std::memory_order_relaxed);
+  absl::StatusOr<const TableInfo*> info = FindTable(table);
+  if (!sync_ || clock <= 0 || !info.ok() || values.size() != keys.size() * (*info)->dim ||
+      !store_->CheckPullStep(clock).ok()) {
+    done(Pull(table, keys, values));  // at once: its rows, or its error
+    return;
+  }
+  // Held as a server holds it, until step clock - 1 is applied (at once if it is).
+  store_->RunWhenApplied(clock - 1, [this, info = *info, clock, keys, values,
+                                     done = std::move(done)](absl::Status applied) {
+    if (applied.ok()) applied = store_->CheckPullStep(clock);
+    done(applied.ok() ? PullRows(*info, clock, keys, values) : applied);
+  });
 }
 
 void LocalClient::PushAsync(absl::string_view table, absl::Span<const uint64_t> keys,

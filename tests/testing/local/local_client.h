@@ -94,7 +94,10 @@ class LocalClient final : public Client {
   absl::Status PushDense(absl::string_view name, absl::Span<const float> values,
                          DenseUpdate update) override;
 
-  // Run inline: `done` gets what Pull or Push returns, before these return.
+  // Run inline: `done` gets what Pull or Push returns, before these return; except a sync-mode
+  // pull whose step clock - 1 is not applied yet, which waits as a server holds it: `done` then
+  // runs on the thread that applies that step (after its EndStep), with the rows of the step
+  // (UNAVAILABLE if the store shuts down first). `keys` and `values` must stay in place until then.
   void PullAsync(absl::string_view table, absl::Span<const uint64_t> keys, absl::Span<float> values,
                  Callback done) override;
   void PushAsync(absl::string_view table, absl::Span<const uint64_t> keys,
@@ -145,6 +148,10 @@ class LocalClient final : public Client {
   absl::Status ForEachRequest(const TableInfo& table, const ShardPlan& plan, Send send) const;
 
   void FillHeader(rpc::RequestHeader* header, int64_t clock) const;
+
+  // Pull's reading of the rows as they are at step `clock` (applied already), after its checks.
+  absl::Status PullRows(const TableInfo& info, int64_t clock, absl::Span<const uint64_t> keys,
+                        absl::Span<float> values);
 
   // Sync mode: waits until the store has applied `step` (at once in other modes or for step < 0).
   // DEADLINE_EXCEEDED after step_wait_timeout.

@@ -276,6 +276,30 @@ TEST_CASE("LocalClient asynchronous calls complete inline", "[local_client]") {
         absl::StatusCode::kNotFound);
 }
 
+TEST_CASE("LocalClient holds a sync pull ahead of its step until the step before is applied",
+          "[local_client]") {
+  std::unique_ptr<LocalClient> client = NewClient(config::Training::SYNC);
+  const std::vector<uint64_t> keys = {5, 6};
+  const std::vector<float> grads(keys.size() * kDim, 1.0f);
+  client->SetClock(0);
+  REQUIRE(client->Push("emb", keys, grads).ok());
+  // The pull of step 1, issued before step 0 ends, is answered when it is applied, with its rows.
+  client->SetClock(1);
+  std::vector<float> rows(keys.size() * kDim, 7.0f);
+  std::future<absl::Status> pulled = client->PullAsync("emb", keys, absl::MakeSpan(rows));
+  CHECK(pulled.wait_for(std::chrono::seconds(0)) == std::future_status::timeout);
+  REQUIRE(client->EndStep(0).ok());
+  REQUIRE(pulled.wait_for(std::chrono::seconds(0)) == std::future_status::ready);
+  REQUIRE(pulled.get().ok());
+  CHECK(rows == std::vector<float>(rows.size(), -kLearningRate));
+  // Once its step before is applied a pull is answered at once; a straggler's pull of an applied
+  // step is refused at once.
+  CHECK(client->PullAsync("emb", keys, absl::MakeSpan(rows)).get().ok());
+  client->SetClock(0);
+  CHECK(client->PullAsync("emb", keys, absl::MakeSpan(rows)).get().code() ==
+        absl::StatusCode::kAborted);
+}
+
 TEST_CASE("LocalClient pushes from many threads are each applied once", "[local_client]") {
   std::unique_ptr<LocalClient> client = NewClient();
   constexpr int kThreads = 4;
