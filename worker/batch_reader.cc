@@ -70,7 +70,7 @@ absl::StatusOr<int64_t> BatchReader::CountBlocks() {
   }
   PS_RETURN_IF_ERROR(text_->Rewind());
   // A pass read through, after the part of a pass read before (which starts over).
-  text_bytes_done_ = read_bytes() + text_bytes_;
+  text_bytes_done_ = ReadBytesNow() + text_bytes_;
   text_pass_lines_read_ = 0;
   text_lines_per_pass_ = lines_read;
   return blocks;
@@ -89,7 +89,82 @@ absl::Status BatchReader::Skip(int64_t blocks) {
   return absl::OkStatus();
 }
 
+BatchReader::~BatchReader() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+absl::Status BatchReader::ReadAhead(int64_t batches) {
+  if (balancer_ != nullptr) {
+    return absl::FailedPreconditionError(
+        "a worker's share of a block changes with the batch balancer: it cannot be read ahead");
+  }
+  if (thread_.joinable()) return absl::FailedPreconditionError("already reading ahead");
+  {
+    absl::MutexLock lock(&mu_);
+    want_ = batches > 0;
+    left_ = std::max<int64_t>(0, batches - 1);
+  }
+  thread_ = std::thread([this] { ReadAheadLoop(); });
+  return absl::OkStatus();
+}
+
+bool BatchReader::WantedOrStopped() const { return want_ || stop_; }
+
+bool BatchReader::Idle() const { return !want_ && !reading_; }
+
+void BatchReader::ReadAheadLoop() {
+  mu_.Lock();
+  while (true) {
+    mu_.Await(absl::Condition(this, &BatchReader::WantedOrStopped));
+    if (stop_) break;
+    want_ = false;
+    reading_ = true;
+    Batch batch = std::move(ahead_);
+    mu_.Unlock();
+    absl::Status status = ReadNext(&batch);
+    mu_.Lock();
+    reading_ = false;
+    ahead_ = std::move(batch);
+    ahead_status_ = std::move(status);
+    ready_ = true;
+  }
+  mu_.Unlock();
+}
+
 absl::Status BatchReader::Next(Batch* batch) {
+  if (!thread_.joinable()) return ReadNext(batch);
+  {
+    absl::MutexLock lock(&mu_);
+    if (ready_ || want_ || reading_) {
+      mu_.Await(absl::Condition(&ready_));
+      std::swap(*batch, ahead_);
+      absl::Status status = std::move(ahead_status_);
+      ready_ = false;
+      if (status.ok() && left_ > 0) {
+        --left_;
+        want_ = true;
+      }
+      return status;
+    }
+  }
+  return ReadNext(batch);  // past the batches read ahead: the thread is idle
+}
+
+void BatchReader::AwaitIdle() const {
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(this, &BatchReader::Idle));
+}
+
+int64_t BatchReader::skipped_lines() const {
+  AwaitIdle();
+  return text_ != nullptr ? text_->skipped_lines() : 0;
+}
+
+absl::Status BatchReader::ReadNext(Batch* batch) {
   int64_t begin = int64_t{rank_} * batch_size_;
   int64_t count = batch_size_;
   if (balancer_ != nullptr) {  // this worker's share, after the lower ranks' shares
@@ -101,6 +176,11 @@ absl::Status BatchReader::Next(Batch* batch) {
 }
 
 int64_t BatchReader::read_bytes() const {
+  AwaitIdle();
+  return ReadBytesNow();
+}
+
+int64_t BatchReader::ReadBytesNow() const {
   if (binary_ != nullptr) return binary_->read_bytes();
   int64_t pass = 0;
   if (text_lines_per_pass_ > 0) {

@@ -89,6 +89,8 @@ TEST_CASE("BatchReader reads a balanced share after the lower ranks' shares",
   CHECK(Lines(batch) == std::vector<int>{4, 5});
   REQUIRE((*rank1)->Next(&batch).ok());
   CHECK(Lines(batch) == std::vector<int>{10, 11});
+  // Shares decided step by step cannot be read ahead.
+  CHECK((*rank1)->ReadAhead(4).code() == absl::StatusCode::kFailedPrecondition);
 }
 
 TEST_CASE("BatchReader refuses data without a line, and a missing file",
@@ -239,6 +241,62 @@ TEST_CASE("BatchReader refuses binary files of another schema, and empty binary 
   Batch batch;
   CHECK((*reader)->Next(&batch).code() == absl::StatusCode::kFailedPrecondition);
   CHECK((*reader)->Skip(1).code() == absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_CASE(
+    "BatchReader reading ahead on its thread gives the batches, errors and counts that "
+    "reading in place does",
+    "[worker][batch_reader]") {
+  auto dir = testing::ScopedTempDir::Create("batch_reader");
+  REQUIRE(dir.ok());
+  // Malformed lines among them (skipped and counted alike).
+  const std::string text = WriteLines((*dir)->path(), 23);
+  {
+    std::ofstream out(text, std::ios::app);
+    out << "not a line\n1\t5\t0000abcd\n";
+  }
+  const bool binary = GENERATE(false, true);
+  const config::Job job = binary ? ConvertToBinary(text, 4) : JobReading(text);
+  const int ahead = GENERATE(0, 1, 5, 40);  // batches read ahead; the loop takes 12
+  INFO((binary ? "binary" : "text") << ", " << ahead << " batches read ahead");
+  auto in_place = BatchReader::Open(job, kSchema, 1, 2, 3, nullptr);
+  auto on_thread = BatchReader::Open(job, kSchema, 1, 2, 3, nullptr);
+  REQUIRE(in_place.ok());
+  REQUIRE(on_thread.ok());
+  REQUIRE((*in_place)->CountBlocks().ok());
+  REQUIRE((*on_thread)->CountBlocks().ok());
+  REQUIRE((*in_place)->Skip(1).ok());
+  REQUIRE((*on_thread)->Skip(1).ok());
+  REQUIRE((*on_thread)->ReadAhead(ahead).ok());
+  CHECK((*on_thread)->ReadAhead(ahead).code() == absl::StatusCode::kFailedPrecondition);
+  Batch a, b;
+  for (int step = 0; step < 12; ++step) {  // past the end of the data, and past `ahead`
+    INFO("step " << step);
+    REQUIRE((*in_place)->Next(&a).ok());
+    REQUIRE((*on_thread)->Next(&b).ok());
+    CHECK(Lines(b) == Lines(a));
+    CHECK(b.labels == a.labels);
+    CHECK(b.keys == a.keys);
+    if (step + 1 >= ahead) {  // nothing is read ahead past the batches asked for
+      CHECK((*on_thread)->read_bytes() == (*in_place)->read_bytes());
+      CHECK((*on_thread)->skipped_lines() == (*in_place)->skipped_lines());
+    }
+  }
+}
+
+TEST_CASE("BatchReader reading ahead hands over the data's error at the batch that meets it",
+          "[worker][batch_reader]") {
+  auto dir = testing::ScopedTempDir::Create("batch_reader");
+  REQUIRE(dir.ok());
+  const std::string path = absl::StrCat((*dir)->path(), "/empty.tsv");
+  { std::ofstream out(path); }
+  auto reader = BatchReader::Open(JobReading(path), kSchema, 0, 1, 2, nullptr);
+  REQUIRE(reader.ok());
+  REQUIRE((*reader)->ReadAhead(3).ok());
+  Batch batch;
+  CHECK((*reader)->Next(&batch).code() == absl::StatusCode::kFailedPrecondition);
+  // After an error the thread reads no further: the next call reads in place, with its error.
+  CHECK((*reader)->Next(&batch).code() == absl::StatusCode::kFailedPrecondition);
 }
 
 }  // namespace

@@ -130,6 +130,10 @@ absl::StatusOr<std::unique_ptr<TrainingRun>> TrainingRun::Create(
   // A resumed job reads on from the block of its first step.
   run->step_ = options.start_step;
   PS_RETURN_IF_ERROR(run->reader_->Skip(options.start_step));
+  // Parsing on its own thread, a batch ahead (not with balanced shares, decided step by step).
+  if (options.pipeline && !run->balanced_) {
+    PS_RETURN_IF_ERROR(run->reader_->ReadAhead(run->total_steps_ - options.start_step));
+  }
   run->EndLap(StepPart::kRead);
   // The first batch's read and pull: in the first step's time.
   PS_RETURN_IF_ERROR(run->pipeline_->Start(run->step_));
