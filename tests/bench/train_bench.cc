@@ -59,6 +59,9 @@ ABSL_FLAG(std::string, bin_dir, "",
 ABSL_FLAG(int, timeout_s, 1800, "how long one setup may take");
 ABSL_FLAG(std::string, backend, "auto",
           "ps: the workers' --backend (auto, cpu or gpu); the local setup computes on the CPU");
+ABSL_FLAG(bool, pipeline, true,
+          "both setups: overlap each step's read and pull with the step before (the workers' "
+          "--pipeline); false: one after the other");
 ABSL_FLAG(std::string, collective, "auto",
           "ps: the workers' --collective (auto, gloo or nccl; several workers sharing one GPU "
           "need gloo)");
@@ -136,8 +139,10 @@ absl::StatusOr<Measurement> RunCluster(const std::string& job_path) {
   options.servers = absl::GetFlag(FLAGS_servers);
   PS_ASSIGN_OR_RETURN(std::unique_ptr<testing::LocalCluster> cluster,
                       testing::LocalCluster::Start(job_path, options));
-  const std::vector<std::string> worker_flags = {"--backend=" + absl::GetFlag(FLAGS_backend),
-                                                 "--collective=" + absl::GetFlag(FLAGS_collective)};
+  const std::vector<std::string> worker_flags = {
+      "--backend=" + absl::GetFlag(FLAGS_backend),
+      "--collective=" + absl::GetFlag(FLAGS_collective),
+      absl::GetFlag(FLAGS_pipeline) ? "--pipeline=true" : "--pipeline=false"};
   PS_ASSIGN_OR_RETURN(const std::vector<testing::ProcessResult> workers,
                       cluster->RunWorkers(std::vector<std::vector<std::string>>(
                                               absl::GetFlag(FLAGS_workers), worker_flags),
@@ -178,6 +183,7 @@ absl::StatusOr<Measurement> RunLocal(config::Job job) {
                       testing::LocalClient::Create(job, testing::LocalClientOptions{}));
   SoloAllReduce allreduce;
   worker::TrainerOptions options;  // as ps_worker's: progress to stderr every 5 s
+  options.pipeline = absl::GetFlag(FLAGS_pipeline);
   PS_ASSIGN_OR_RETURN(worker::TrainResult result,
                       worker::Train(job, client.get(), /*coordinator=*/nullptr, client->worker_id(),
                                     &allreduce, options));
@@ -197,17 +203,18 @@ void Print(const char* setup, int servers, int workers, const Measurement& m,
            const std::string& teacher_auc) {
   absl::PrintF(
       "{\"bench\":\"train\",\"setup\":\"%s\",\"servers\":%d,\"workers\":%d,\"rows\":%d,"
-      "\"epochs\":%d,\"batch\":%d,\"mode\":\"%s\",\"backend\":\"%s\",\"cpus\":%d,\"samples\":%s,"
+      "\"epochs\":%d,\"batch\":%d,\"mode\":\"%s\",\"backend\":\"%s\",\"pipeline\":%s,\"cpus\":%d,"
+      "\"samples\":%s,"
       "\"steps\":%s,"
       "\"seconds\":%s,\"samples_per_s\":%s,\"heldout_auc\":%s,\"heldout_logloss\":%s,"
       "\"teacher_auc\":%s,\"mean_pull_ms\":%s,\"mean_push_ms\":%s}\n",
       setup, servers, workers, absl::GetFlag(FLAGS_rows), absl::GetFlag(FLAGS_epochs),
       absl::GetFlag(FLAGS_batch), absl::GetFlag(FLAGS_mode),
       std::string(setup) == "local" ? "cpu" : absl::GetFlag(FLAGS_backend),
-      std::thread::hardware_concurrency(), JsonNumber(m.samples), JsonNumber(m.steps),
-      JsonNumber(m.seconds), JsonNumber(m.samples_per_s), JsonNumber(m.heldout_auc),
-      JsonNumber(m.heldout_logloss), teacher_auc, JsonNumber(m.mean_pull_ms),
-      JsonNumber(m.mean_push_ms));
+      absl::GetFlag(FLAGS_pipeline) ? "true" : "false", std::thread::hardware_concurrency(),
+      JsonNumber(m.samples), JsonNumber(m.steps), JsonNumber(m.seconds),
+      JsonNumber(m.samples_per_s), JsonNumber(m.heldout_auc), JsonNumber(m.heldout_logloss),
+      teacher_auc, JsonNumber(m.mean_pull_ms), JsonNumber(m.mean_push_ms));
   std::fflush(stdout);
 }
 
