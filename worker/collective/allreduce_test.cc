@@ -13,17 +13,18 @@
 #include <cstring>
 #include <functional>
 #include <memory>
-#include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/coordinator_client.h"
 #include "cuda_kernels/device.h"
 #include "tests/testing/daemon.h"
 #include "worker/collective/internal/nccl_comm.h"
+#include "worker/collective/internal/random_values_for_test.h"
 
 namespace ps {
 namespace worker {
@@ -113,17 +114,6 @@ TEST_CASE("Gloo AllReduce sums exactly across ranks", "[collective][gloo]") {
   }
 }
 
-// Rank `rank`'s values in round `round`: floats of mixed signs and magnitudes, so that sums round
-// and the order of additions shows.
-std::vector<float> RandomValues(int rank, int round, size_t n) {
-  std::mt19937 random(1000 * round + rank + 7);
-  std::uniform_real_distribution<float> mantissa(-1.0f, 1.0f);
-  std::uniform_int_distribution<int> exponent(-8, 8);
-  std::vector<float> values(n);
-  for (float& v : values) v = std::ldexp(mantissa(random), exponent(random));
-  return values;
-}
-
 TEST_CASE("Gloo AllReduce on one host sums through shared memory unless told not to",
           "[collective][gloo][shm]") {
   const int ranks = GENERATE(2, 3);
@@ -161,7 +151,7 @@ TEST_CASE("Gloo AllReduce on one host sums through shared memory unless told not
     if (!allreduce.ok()) return;
     used[rank] = (*allreduce)->shared_memory();
     for (int round = 0; round < rounds && summed[rank].ok(); ++round) {
-      std::vector<float> data = RandomValues(rank, round, size_of(round));
+      std::vector<float> data = internal::RandomValues(rank, round, size_of(round));
       summed[rank] = (*allreduce)->SumInPlace(absl::MakeSpan(data));
       results[rank].push_back(std::move(data));
     }
@@ -181,7 +171,7 @@ TEST_CASE("Gloo AllReduce on one host sums through shared memory unless told not
     std::vector<float> expected(n, 0.0f);
     std::vector<double> magnitude(n, 0.0);
     for (int rank = 0; rank < ranks; ++rank) {
-      const std::vector<float> values = RandomValues(rank, round, n);
+      const std::vector<float> values = internal::RandomValues(rank, round, n);
       for (size_t i = 0; i < n; ++i) {
         expected[i] = rank == 0 ? values[i] : expected[i] + values[i];
         magnitude[i] += std::fabs(values[i]);
@@ -203,6 +193,78 @@ TEST_CASE("Gloo AllReduce on one host sums through shared memory unless told not
       CHECK(wrong == 0);
     }
   }
+}
+
+constexpr char kRankBinary[] = "worker/collective/allreduce_test_rank";
+
+TEST_CASE("Gloo AllReduce among processes of one host gives every rank the same bits",
+          "[collective][gloo][shm][processes]") {
+  const int ranks = GENERATE(2, 3);
+  const bool shared_memory = GENERATE(true, false);
+  CAPTURE(ranks, shared_memory);
+  std::unique_ptr<Daemon> daemon = StartCoordinator();
+  const std::vector<size_t> sizes = {1, 17, 1001, 300001};
+  constexpr int kRounds = 2;
+
+  std::vector<absl::StatusOr<testing::ProcessResult>> results(ranks, absl::UnknownError("not run"));
+  RunRanks(ranks, [&](int rank) {
+    results[rank] = testing::RunProcess(
+        kRankBinary,
+        {absl::StrCat("--coordinator=", daemon->address()), absl::StrCat("--rank=", rank),
+         absl::StrCat("--ranks=", ranks), "--sizes=1,17,1001,300001",
+         absl::StrCat("--rounds=", kRounds), absl::StrCat("--shared_memory=", shared_memory)},
+        absl::Seconds(60));
+  });
+  // Every rank's lines: "shared_memory <0|1>", then "<round> <size> <digest>" per call.
+  std::string expected = absl::StrCat("shared_memory ", shared_memory ? 1 : 0, "\n");
+  for (int round = 0; round < kRounds; ++round) {
+    for (const size_t n : sizes) {
+      absl::StrAppendFormat(&expected, "%d %d %016x\n", round, n,
+                            internal::Digest(internal::SerialSum(ranks, round, n)));
+    }
+  }
+  for (int rank = 0; rank < ranks; ++rank) {
+    CAPTURE(rank);
+    REQUIRE(results[rank].ok());
+    INFO(results[rank]->stderr_text);
+    REQUIRE(results[rank]->exit_code == 0);
+    if (shared_memory) {
+      // The serial sum in rank order, bit for bit, on every rank.
+      CHECK(results[rank]->stdout_text == expected);
+    } else {
+      // Gloo's order of additions is its own: the same calls, and the same bits on every rank.
+      CHECK(results[rank]->stdout_text.size() == expected.size());
+      CHECK(results[rank]->stdout_text == results[0]->stdout_text);
+    }
+  }
+}
+
+TEST_CASE("Gloo AllReduce through shared memory times out when a peer process dies",
+          "[collective][gloo][shm][processes]") {
+  std::unique_ptr<Daemon> daemon = StartCoordinator();
+  // Rank 1 joins, then waits to be killed.
+  auto peer = Daemon::Launch(
+      kRankBinary, {absl::StrCat("--coordinator=", daemon->address()), "--group=dies", "--rank=1",
+                    "--ranks=2", "--rounds=0", "--then_wait", "--timeout_s=30"});
+  REQUIRE(peer.ok());
+  auto client = CoordinatorClient::Connect(daemon->address(), absl::Seconds(10));
+  REQUIRE(client.ok());
+  AllReduce::GlooOptions options;
+  options.hostname = "127.0.0.1";
+  constexpr absl::Duration kTimeout = absl::Seconds(5);  // also what the peer may take to start
+  auto allreduce = AllReduce::CreateGloo(client->get(), "dies", 0, 2, kTimeout, options);
+  INFO(allreduce.status().ToString());
+  REQUIRE(allreduce.ok());
+  REQUIRE((*allreduce)->shared_memory());
+  (*peer)->Kill();
+
+  std::vector<float> data(1000, 1.0f);
+  const absl::Time start = absl::Now();
+  const absl::Status status = (*allreduce)->SumInPlace(absl::MakeSpan(data));
+  INFO(status.ToString());
+  CHECK(absl::IsDeadlineExceeded(status));
+  CHECK(absl::Now() - start < kTimeout + absl::Seconds(5));
+  CHECK(absl::IsFailedPrecondition((*allreduce)->SumInPlace(absl::MakeSpan(data))));
 }
 
 TEST_CASE("Gloo AllReduce of a group of one does nothing and needs no coordinator",

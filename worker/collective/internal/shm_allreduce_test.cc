@@ -9,7 +9,6 @@
 #include <cstring>
 #include <functional>
 #include <memory>
-#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -20,6 +19,7 @@
 #include "absl/time/clock.h"
 #include "common/coordinator_client.h"
 #include "tests/testing/daemon.h"
+#include "worker/collective/internal/random_values_for_test.h"
 
 namespace ps {
 namespace worker {
@@ -53,17 +53,6 @@ void RunRanks(const Daemon& daemon, int ranks,
     });
   }
   for (std::thread& thread : threads) thread.join();
-}
-
-// Rank `rank`'s values in round `round`: floats of mixed signs and magnitudes, so that sums round
-// and their order matters.
-std::vector<float> Values(int rank, int round, size_t n) {
-  std::mt19937 random(1000 * round + rank + 17);
-  std::uniform_real_distribution<float> mantissa(-1.0f, 1.0f);
-  std::uniform_int_distribution<int> exponent(-8, 8);
-  std::vector<float> values(n);
-  for (float& v : values) v = std::ldexp(mantissa(random), exponent(random));
-  return values;
 }
 
 // Segments of this test's groups still named in /dev/shm.
@@ -106,7 +95,7 @@ TEST_CASE("Shared-memory AllReduce sums in rank order, the same bits on every ra
     }
     // The same object reduces several buffers in turn.
     for (int round = 0; round < kRounds && summed[rank].ok(); ++round) {
-      std::vector<float> data = Values(rank, round, elements);
+      std::vector<float> data = RandomValues(rank, round, elements);
       summed[rank] = (*shm)->SumInPlace(absl::MakeSpan(data), absl::Now() + absl::Seconds(30));
       results[rank].push_back(std::move(data));
     }
@@ -119,13 +108,7 @@ TEST_CASE("Shared-memory AllReduce sums in rank order, the same bits on every ra
     REQUIRE(results[rank].size() == static_cast<size_t>(kRounds));
   }
   for (int round = 0; round < kRounds; ++round) {
-    // The serial sum in rank order.
-    std::vector<float> expected(elements, 0.0f);
-    for (int rank = 0; rank < ranks; ++rank) {
-      const std::vector<float> values = Values(rank, round, elements);
-      for (size_t i = 0; i < elements; ++i)
-        expected[i] = rank == 0 ? values[i] : expected[i] + values[i];
-    }
+    const std::vector<float> expected = SerialSum(ranks, round, elements);
     for (int rank = 0; rank < ranks; ++rank) {
       CAPTURE(round, rank);
       const std::vector<float>& got = results[rank][round];
