@@ -263,9 +263,11 @@ absl::StatusOr<std::unique_ptr<AllReduce>> AllReduce::CreateGloo(CoordinatorClie
     return absl::InvalidArgumentError(absl::StrCat(
         "segment_bytes must be at least ", kMinSegmentBytes, ", got ", options.segment_bytes));
   }
-  if (options.shared_memory_slot_bytes == 0 || options.shared_memory_slot_bytes % 64 != 0) {
+  if (options.shared_memory_slot_bytes == 0 || options.shared_memory_slot_bytes % 64 != 0 ||
+      options.shared_memory_slot_bytes > (size_t{1} << 30)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("shared_memory_slot_bytes must be a positive multiple of 64, got ",
+        absl::StrCat("shared_memory_slot_bytes must be a positive multiple of 64 of at most 1 GiB, "
+                     "got ",
                      options.shared_memory_slot_bytes));
   }
   if (size == 1) {

@@ -72,7 +72,8 @@ class AllReduce {
     // (8 to 11 ms against 19 to 22); to be confirmed on an idle machine. Rank 0's value is used by
     // every rank.
     size_t shared_memory_max_bytes = ~size_t{0};
-    // The segment's slot per rank, in bytes (default 1 MiB; a positive multiple of 64): larger
+    // The segment's slot per rank, in bytes (default 1 MiB; a positive multiple of 64, at most 1
+    // GiB): larger
     // buffers go through in chunks of this size, two barriers each. The segment takes (ranks + 2)
     // slots and two pages of /dev/shm (a container's is often 64 MiB). In the same functional runs
     // 4 MiB slots did no better at 16 MiB and 256 KiB ones worse. Rank 0's value is used by every
@@ -96,10 +97,12 @@ class AllReduce {
   // SumInPlace does nothing.
   //
   // `timeout` also bounds each SumInPlace. Errors: INVALID_ARGUMENT for a rank outside [0, size),
-  // a size < 1, an empty group name, a non-positive timeout or bad options (a
-  // shared_memory_slot_bytes that is not a positive multiple of 64; or a null coordinator
-  // for size > 1); DEADLINE_EXCEEDED when a rank does not join in time; UNAVAILABLE when the
-  // coordinator or a peer cannot be reached or the address cannot be bound.
+  // a size < 1, an empty group name, a non-positive timeout, bad options (such as a
+  // shared_memory_slot_bytes that is not a positive multiple of 64 of at most 1 GiB) or a null
+  // coordinator for size > 1; DEADLINE_EXCEEDED when a rank does not join in time (or does not
+  // publish its part of the shared memory's set-up); UNAVAILABLE when the coordinator or a peer
+  // cannot be reached or the address cannot be bound. A segment that cannot be created or mapped
+  // is no error: the group uses Gloo alone.
   static absl::StatusOr<std::unique_ptr<AllReduce>> CreateGloo(CoordinatorClient* coordinator,
                                                                const std::string& group, int rank,
                                                                int size, absl::Duration timeout);

@@ -29,6 +29,7 @@ namespace {
 constexpr uint64_t kMagic = 0x70732d73686d6172;  // "ps-shmar"
 constexpr size_t kPage = 4096;
 constexpr size_t kLine = 64;
+constexpr size_t kMaxSlotBytes = size_t{1} << 30;
 // How long a barrier spins before it sleeps: about what a peer's copy of a few hundred KiB takes,
 // and less than a futex sleep and wake-up cost together on a busy machine.
 constexpr absl::Duration kSpin = absl::Microseconds(50);
@@ -139,9 +140,9 @@ absl::StatusOr<std::unique_ptr<ShmAllReduce>> ShmAllReduce::Join(
   if (rank < 0 || rank >= size) {
     return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " outside [0, ", size, ")"));
   }
-  if (slot_bytes == 0 || slot_bytes % kLine != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("shared-memory slot of ", slot_bytes, " bytes: a positive multiple of 64"));
+  if (slot_bytes == 0 || slot_bytes % kLine != 0 || slot_bytes > kMaxSlotBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shared-memory slot of ", slot_bytes, " bytes: a positive multiple of 64, at most 1 GiB"));
   }
   const std::string prefix = absl::StrCat("collective/shm/", group, "/");
   auto wait = [&](const std::vector<std::string>& keys) {
@@ -202,7 +203,8 @@ absl::StatusOr<std::unique_ptr<ShmAllReduce>> ShmAllReduce::Join(
     uint64_t random[2] = {};
     if (fields.size() == 5 && absl::SimpleAtoi(fields[1], &random[0]) &&
         absl::SimpleAtoi(fields[2], &random[1]) && absl::SimpleAtoi(fields[3], &slot_bytes) &&
-        absl::SimpleAtoi(fields[4], &max_bytes) && slot_bytes > 0 && slot_bytes % kLine == 0) {
+        absl::SimpleAtoi(fields[4], &max_bytes) && slot_bytes > 0 && slot_bytes % kLine == 0 &&
+        slot_bytes <= kMaxSlotBytes) {
       const Layout layout = LayoutOf(size, slot_bytes);
       const int fd = shm_open(fields[0].c_str(), O_RDWR | O_CLOEXEC, 0);
       struct stat st = {};

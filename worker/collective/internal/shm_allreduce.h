@@ -49,11 +49,11 @@ class ShmAllReduce {
   // `deadline`. Every rank publishes `host_identity`, or "" when `enable` is false (then it and
   // every other rank of the group get nullptr). When every rank published the same non-empty
   // identity, rank 0 creates a segment named after the group and random bytes, with slots of
-  // `slot_bytes` (a multiple of 64, > 0), writes `slot_bytes`, `max_bytes` and the random bytes in
-  // its header and publishes its name; every other rank maps it and checks the random bytes; each
-  // publishes whether that worked, and rank 0 unlinks the segment once every rank has answered
-  // (from then on it lives only as long as the mappings: nothing leaks when a process dies; a rank
-  // 0 that dies between creating and unlinking leaves the name in /dev/shm).
+  // `slot_bytes` (a positive multiple of 64, at most 1 GiB), writes `slot_bytes`, `max_bytes` and
+  // the random bytes in its header and publishes its name; every other rank maps it and checks the
+  // random bytes; each publishes whether that worked, and rank 0 unlinks the segment once every
+  // rank has answered (from then on it lives only as long as the mappings: nothing leaks when a
+  // process dies; a rank 0 that dies between creating and unlinking leaves the name in /dev/shm).
   //
   // Returns the mapping when every rank mapped the segment; nullptr when identities differ or any
   // rank could not create, size or map it (all ranks then agree on nullptr: they read the same

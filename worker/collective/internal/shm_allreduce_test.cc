@@ -239,6 +239,7 @@ TEST_CASE("Shared-memory AllReduce refuses bad arguments", "[collective][shm]") 
   CHECK(absl::IsInvalidArgument(join(-1, 2, 4096)));
   CHECK(absl::IsInvalidArgument(join(0, 2, 0)));
   CHECK(absl::IsInvalidArgument(join(0, 2, 100)));
+  CHECK(absl::IsInvalidArgument(join(0, 2, (size_t{1} << 30) + 64)));
 }
 
 TEST_CASE("HostIdentity is the same on every call of one process", "[collective][shm]") {
