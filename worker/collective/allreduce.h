@@ -134,11 +134,13 @@ class AllReduce {
   // OK for an empty span and, for a group of size 1, without doing anything. Errors (after which
   // `data` holds unspecified values and this object is broken: every later call returns
   // FAILED_PRECONDITION with the first error): DEADLINE_EXCEEDED when a peer does not take part
-  // within the timeout; UNAVAILABLE when a connection to a peer breaks; INTERNAL for other
-  // failures of the library, including element counts that differ between ranks where the
-  // library notices them (otherwise such a mismatch ends in DEADLINE_EXCEEDED).
-  // INVALID_ARGUMENT, without breaking the group, for a span the implementation cannot take (Gloo's:
-  // over 2^31 - 1 elements).
+  // within the timeout (through shared memory also when it died: there is no connection to
+  // break); UNAVAILABLE when a connection to a peer breaks; INTERNAL for other failures of the
+  // library, including element counts that differ between ranks where the library notices them
+  // (the shared memory always does, on every rank; otherwise such a mismatch ends in
+  // DEADLINE_EXCEEDED, as does an empty span on some ranks only).
+  // INVALID_ARGUMENT, without breaking the group, for a span the implementation cannot take
+  // (Gloo's: over 2^31 - 1 elements).
   virtual absl::Status SumInPlace(absl::Span<float> data) = 0;
 
   virtual int rank() const = 0;
