@@ -158,6 +158,11 @@ absl::StatusOr<std::unique_ptr<worker::AllReduce>> JoinDenseGroup(
                          ? " (do all workers use the same --collective?)"
                          : ""));
   }
+  if ((*allreduce)->shared_memory()) {
+    std::fprintf(stderr,
+                 "worker %d: dense AllReduce through shared memory (every worker on this host)\n",
+                 rank);
+  }
   return allreduce;
 }
 

@@ -1,5 +1,6 @@
-// allreduce_bench: bus bandwidth of our Gloo AllReduce against Open MPI's MPI_Allreduce, both over
-// TCP on this machine.
+// allreduce_bench: bus bandwidth of our Gloo AllReduce against Open MPI's MPI_Allreduce on this
+// machine: ours through shared memory (the ranks being on one host) or, with
+// --shared_memory=false, over TCP; Open MPI's over TCP.
 //
 // Starts a ps_coordinator and --ranks rank processes (this binary again, with --role=rank) that
 // form a Gloo group through it and time SumInPlace on buffers of each --sizes_mib; then runs
@@ -9,7 +10,8 @@
 // the heap (common/process_tuning.h). Prints one JSON line
 // per size, bandwidth being the bus bandwidth 2(n-1)/n * bytes / time, in GB/s (10^9 bytes):
 //   {"bench":"allreduce","ranks":2,"bytes":16777216,"ours_gbps":...,"mpi_gbps":...,"ratio":...,
-//    "ours_ms":...,"mpi_ms":...,"streams":2}
+//    "ours_ms":...,"mpi_ms":...,"streams":2,"shared_memory":1,"shared_memory_used":1,"rounds":3}
+// ("shared_memory": --shared_memory; "shared_memory_used": whether that size went through it).
 //
 //   bazel build -c opt //tests/bench:allreduce_bench &&
 //   bazel-out/k8-opt/bin/tests/bench/allreduce_bench [--sizes_mib=0.125,1,16,64]
@@ -29,6 +31,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -58,6 +61,15 @@ ABSL_FLAG(int64_t, segment_bytes, ps::worker::AllReduce::GlooOptions().segment_b
           "Gloo: largest message in flight");
 ABSL_FLAG(int64_t, ring_min_bytes, ps::worker::AllReduce::GlooOptions().ring_min_bytes,
           "parts of at least this many bytes by Gloo's ring, smaller ones by its bcube (0: ring)");
+ABSL_FLAG(bool, shared_memory, ps::worker::AllReduce::GlooOptions().shared_memory,
+          "sum through shared memory, the ranks being on one host (false: Gloo over TCP)");
+ABSL_FLAG(int64_t, shared_memory_max_bytes,
+          static_cast<int64_t>(std::min<uint64_t>(
+              ps::worker::AllReduce::GlooOptions().shared_memory_max_bytes, INT64_MAX)),
+          "largest buffer summed through shared memory, larger ones by Gloo");
+ABSL_FLAG(int64_t, shared_memory_slot_bytes,
+          ps::worker::AllReduce::GlooOptions().shared_memory_slot_bytes,
+          "shared memory: each rank's slot (larger buffers go through in chunks of it)");
 ABSL_FLAG(bool, mpi, true, "also run the Open MPI reference");
 ABSL_FLAG(std::string, mpirun, "mpirun", "Open MPI's mpirun");
 ABSL_FLAG(std::string, bin_dir, "",
@@ -74,6 +86,8 @@ namespace ps {
 namespace {
 
 std::string g_self;  // this binary's path
+// Whether a run of ours summed through shared memory (rank 0 says so).
+bool g_shared_memory_used = false;
 
 // --bin_dir, else this binary's runfiles (under `bazel run`), else the -c opt output folder.
 std::string BinDir() {
@@ -133,6 +147,9 @@ worker::AllReduce::GlooOptions Options() {
   options.min_bytes_per_stream = absl::GetFlag(FLAGS_min_bytes_per_stream);
   options.segment_bytes = absl::GetFlag(FLAGS_segment_bytes);
   options.ring_min_bytes = absl::GetFlag(FLAGS_ring_min_bytes);
+  options.shared_memory = absl::GetFlag(FLAGS_shared_memory);
+  options.shared_memory_max_bytes = absl::GetFlag(FLAGS_shared_memory_max_bytes);
+  options.shared_memory_slot_bytes = absl::GetFlag(FLAGS_shared_memory_slot_bytes);
   return options;
 }
 
@@ -150,6 +167,9 @@ int RunRank() {
   if (!allreduce.ok()) {
     std::fprintf(stderr, "rank %d: %s\n", rank, allreduce.status().ToString().c_str());
     return 1;
+  }
+  if (rank == 0) {
+    std::printf("{\"shared_memory_used\":%d}\n", (*allreduce)->shared_memory() ? 1 : 0);
   }
   float token = 0;
   for (const int64_t bytes : SizesBytes()) {
@@ -207,6 +227,10 @@ std::optional<std::map<int64_t, double>> RunOurs(const std::string& bin) {
           absl::StrCat("--min_bytes_per_stream=", absl::GetFlag(FLAGS_min_bytes_per_stream)),
           absl::StrCat("--segment_bytes=", absl::GetFlag(FLAGS_segment_bytes)),
           absl::StrCat("--ring_min_bytes=", absl::GetFlag(FLAGS_ring_min_bytes)),
+          absl::StrCat("--shared_memory=", absl::GetFlag(FLAGS_shared_memory)),
+          absl::StrCat("--shared_memory_max_bytes=", absl::GetFlag(FLAGS_shared_memory_max_bytes)),
+          absl::StrCat("--shared_memory_slot_bytes=",
+                       absl::GetFlag(FLAGS_shared_memory_slot_bytes)),
       };
       results[rank] =
           testing::RunProcess(g_self, args, absl::Seconds(absl::GetFlag(FLAGS_timeout_s)));
@@ -221,6 +245,9 @@ std::optional<std::map<int64_t, double>> RunOurs(const std::string& bin) {
                                       : results[rank].status().ToString().c_str());
       return std::nullopt;
     }
+  }
+  if (absl::StrContains(results[0]->stdout_text, "{\"shared_memory_used\":1}")) {
+    g_shared_memory_used = true;
   }
   return ParseMedians(results[0]->stdout_text);
 }
@@ -289,9 +316,13 @@ int RunBench() {
       absl::StrAppendFormat(&line, ",\"mpi_gbps\":%.3f,\"ratio\":%.3f,\"mpi_ms\":%.3f", mpi_gbps,
                             mpi_gbps > 0 ? ours_gbps / mpi_gbps : 0.0, mpi_seconds * 1e3);
     }
-    absl::StrAppendFormat(&line, ",\"ours_ms\":%.3f,\"streams\":%d,\"rounds\":%d}\n",
-                          our_seconds * 1e3, absl::GetFlag(FLAGS_streams),
-                          absl::GetFlag(FLAGS_rounds));
+    absl::StrAppendFormat(
+        &line,
+        ",\"ours_ms\":%.3f,\"streams\":%d,\"shared_memory\":%d,"
+        "\"shared_memory_used\":%d,\"rounds\":%d}\n",
+        our_seconds * 1e3, absl::GetFlag(FLAGS_streams), absl::GetFlag(FLAGS_shared_memory) ? 1 : 0,
+        g_shared_memory_used && bytes <= absl::GetFlag(FLAGS_shared_memory_max_bytes) ? 1 : 0,
+        absl::GetFlag(FLAGS_rounds));
     std::fputs(line.c_str(), stdout);
   }
   std::fflush(stdout);

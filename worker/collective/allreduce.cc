@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "worker/collective/internal/group_args.h"
+#include "worker/collective/internal/shm_allreduce.h"
 #include "worker/collective/kv_store.h"
 
 namespace ps {
@@ -73,14 +74,15 @@ struct Stream {
 class GlooAllReduce final : public AllReduce {
  public:
   GlooAllReduce(int rank, int size, absl::Duration timeout, const GlooOptions& options,
-                std::vector<Stream> streams)
+                std::vector<Stream> streams, std::unique_ptr<internal::ShmAllReduce> shm)
       : rank_(rank),
         size_(size),
         timeout_(ToMillis(timeout)),
         min_bytes_per_stream_(options.min_bytes_per_stream),
         segment_bytes_(options.segment_bytes),
         ring_min_bytes_(options.ring_min_bytes),
-        streams_(std::move(streams)) {
+        streams_(std::move(streams)),
+        shm_(std::move(shm)) {
     // A thread per stream after the first, for the group's life: starting them on every call
     // would cost a visible part of a MiB-sized AllReduce. Streams left without one (when the
     // system refuses threads) run on the caller's thread after the others.
@@ -115,8 +117,14 @@ class GlooAllReduce final : public AllReduce {
           absl::StrCat("AllReduce group is broken by an earlier error: ", broken_.ToString()));
     }
 
-    // Every rank computes the same parts from the same element count.
     const size_t bytes = data.size() * sizeof(float);
+    if (shm_ != nullptr && bytes <= shm_->max_bytes()) {
+      absl::Status status = shm_->SumInPlace(data, absl::Now() + absl::FromChrono(timeout_));
+      if (!status.ok()) broken_ = status;
+      return status;
+    }
+
+    // Every rank computes the same parts from the same element count.
     const size_t parts = std::clamp<size_t>(bytes / min_bytes_per_stream_, 1, streams_.size());
     // Parts are multiples of 16 floats: each starts a multiple of 64 bytes after the first.
     const size_t per_part = (data.size() / parts + 15) / 16 * 16;
@@ -160,6 +168,7 @@ class GlooAllReduce final : public AllReduce {
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  bool shared_memory() const override { return shm_ != nullptr; }
 
  private:
   // A thread that reduces stream `stream`'s part of the calls that have one. Waits with the
@@ -215,6 +224,8 @@ class GlooAllReduce final : public AllReduce {
   const size_t segment_bytes_;
   const size_t ring_min_bytes_;
   const std::vector<Stream> streams_;
+  // The group's shared memory when every rank is on this host; null otherwise.
+  const std::unique_ptr<internal::ShmAllReduce> shm_;
   std::vector<std::unique_ptr<Helper>> helpers_;  // [i]: stream i + 1's
 
   // The first error of SumInPlace; OK while the group works. Only the caller's thread uses it.
@@ -252,8 +263,15 @@ absl::StatusOr<std::unique_ptr<AllReduce>> AllReduce::CreateGloo(CoordinatorClie
     return absl::InvalidArgumentError(absl::StrCat(
         "segment_bytes must be at least ", kMinSegmentBytes, ", got ", options.segment_bytes));
   }
+  if (options.shared_memory_slot_bytes == 0 || options.shared_memory_slot_bytes % 64 != 0 ||
+      options.shared_memory_slot_bytes > (size_t{1} << 30)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shared_memory_slot_bytes must be a positive multiple of 64 of at most 1 GiB, "
+                     "got ",
+                     options.shared_memory_slot_bytes));
+  }
   if (size == 1) {
-    return std::unique_ptr<AllReduce>(new GlooAllReduce(rank, size, timeout, options, {}));
+    return std::unique_ptr<AllReduce>(new GlooAllReduce(rank, size, timeout, options, {}, nullptr));
   }
 
   const absl::Time deadline = absl::Now() + timeout;
@@ -283,8 +301,17 @@ absl::StatusOr<std::unique_ptr<AllReduce>> AllReduce::CreateGloo(CoordinatorClie
       return StatusFromException(e, what);
     }
   }
+  // Gloo's contexts are there for every group: buffers over the shared memory's limit go to them.
+  absl::StatusOr<std::unique_ptr<internal::ShmAllReduce>> shm = internal::ShmAllReduce::Join(
+      coordinator, group, rank, size, options.shared_memory, internal::HostIdentity(),
+      options.shared_memory_slot_bytes, options.shared_memory_max_bytes, deadline);
+  if (!shm.ok()) {
+    return absl::Status(shm.status().code(),
+                        absl::StrCat("Gloo group \"", group, "\" rank ", rank, " of ", size,
+                                     ", shared memory: ", shm.status().message()));
+  }
   return std::unique_ptr<AllReduce>(
-      new GlooAllReduce(rank, size, timeout, options, std::move(streams)));
+      new GlooAllReduce(rank, size, timeout, options, std::move(streams), *std::move(shm)));
 }
 
 }  // namespace worker

@@ -1,5 +1,6 @@
-// AllReduce of dense gradients among a job's workers: Gloo over TCP on CPUs, NCCL on GPUs. Groups
-// bootstrap through the coordinator's rendezvous store (worker/collective/kv_store.h).
+// AllReduce of dense gradients among a job's workers: on CPUs through shared memory among ranks of
+// one host, else Gloo over TCP; NCCL on GPUs. Groups bootstrap through the coordinator's
+// rendezvous store (worker/collective/kv_store.h).
 #ifndef PS_WORKER_COLLECTIVE_ALLREDUCE_H_
 #define PS_WORKER_COLLECTIVE_ALLREDUCE_H_
 
@@ -21,7 +22,8 @@ namespace worker {
 class AllReduce {
  public:
   // How a Gloo group connects and splits its work. Every rank of a group must use the same
-  // streams, min_bytes_per_stream, segment_bytes and ring_min_bytes.
+  // streams, min_bytes_per_stream, segment_bytes and ring_min_bytes (the shared memory's limits
+  // are rank 0's).
   struct GlooOptions {
     // The host name or IP address this rank listens on and advertises to its peers; it must reach
     // them. Default "": this machine's host name (gethostname), as Gloo resolves it. Use
@@ -51,6 +53,32 @@ class AllReduce {
     // invocations there); from 4 MiB on the ring is faster (5.5 against 5.9 ms at 4 MiB, 15.7
     // against 18.1 at 16).
     size_t ring_min_bytes = size_t{2} << 20;
+    // Whether a group whose ranks are all on this host sums through shared memory rather than
+    // Gloo (default true). At CreateGloo every rank publishes its host identity (host name, boot
+    // id, IPC namespace: internal/shm_allreduce.h); when all agree and every rank maps the POSIX
+    // shared-memory segment that rank 0 creates (then unlinks at once, so nothing is left behind),
+    // buffers of up to `shared_memory_max_bytes` go through it: each rank copies its buffer into
+    // its slot, sums its 1/size part over the slots in rank order, and copies the result out,
+    // with a barrier in the segment (spin, then futex) in between, and no event loop thread or
+    // socket. Every rank then gets bit-identical values, the serial sum in rank order (Gloo's
+    // order of additions differs, so the two may differ by rounding). Otherwise (ranks on several
+    // hosts, any rank with this false, or a segment that cannot be created or mapped: a small
+    // /dev/shm, another mount namespace) every buffer goes to Gloo as before, on every rank.
+    bool shared_memory = true;
+    // The largest buffer, in bytes, summed through shared memory; larger ones go to Gloo. Default
+    // unlimited: every size goes through the segment, in chunks of a slot, since in functional
+    // runs on a 2-core machine (2 ranks, allreduce_bench --shared_memory=1 against 0, one round
+    // each, the machine loaded) 16 MiB chunked through it took about half the time of Gloo's ring
+    // (8 to 11 ms against 19 to 22); to be confirmed on an idle machine. Rank 0's value is used by
+    // every rank.
+    size_t shared_memory_max_bytes = ~size_t{0};
+    // The segment's slot per rank, in bytes (default 1 MiB; a positive multiple of 64, at most 1
+    // GiB): larger
+    // buffers go through in chunks of this size, two barriers each. The segment takes (ranks + 2)
+    // slots and two pages of /dev/shm (a container's is often 64 MiB). In the same functional runs
+    // 4 MiB slots did no better at 16 MiB and 256 KiB ones worse. Rank 0's value is used by every
+    // rank.
+    size_t shared_memory_slot_bytes = size_t{1} << 20;
   };
 
   virtual ~AllReduce() = default;
@@ -59,17 +87,22 @@ class AllReduce {
   AllReduce& operator=(const AllReduce&) = delete;
 
   // Joins group `group` as rank `rank` of `size` over Gloo's TCP transport, with the default
-  // GlooOptions, and waits up to `timeout` for every rank to join. Gloo picks the algorithm (a
-  // segmented ring). `group` names the group's keys in the coordinator's store
-  // ("collective/gloo/<group>/..."): it must be the same on every rank and not reused for another
-  // group while the coordinator runs (the store keeps the old addresses). `coordinator` is used
+  // GlooOptions, and waits up to `timeout` for every rank to join. When every rank is on this
+  // host, the group also maps a shared-memory segment and sums buffers there
+  // (GlooOptions::shared_memory). `group` names the group's keys in the coordinator's store
+  // ("collective/gloo/<group>/...", "collective/shm/<group>/..."): it must be the same on every
+  // rank and not reused for another group while the coordinator runs (the store keeps the old
+  // addresses). `coordinator` is used
   // only during this call. A group of size 1 needs no coordinator (it may be null) and its
   // SumInPlace does nothing.
   //
   // `timeout` also bounds each SumInPlace. Errors: INVALID_ARGUMENT for a rank outside [0, size),
-  // a size < 1, an empty group name, a non-positive timeout or bad options (or a null coordinator
-  // for size > 1); DEADLINE_EXCEEDED when a rank does not join in time; UNAVAILABLE when the
-  // coordinator or a peer cannot be reached or the address cannot be bound.
+  // a size < 1, an empty group name, a non-positive timeout, bad options (such as a
+  // shared_memory_slot_bytes that is not a positive multiple of 64 of at most 1 GiB) or a null
+  // coordinator for size > 1; DEADLINE_EXCEEDED when a rank does not join in time (or does not
+  // publish its part of the shared memory's set-up); UNAVAILABLE when the coordinator or a peer
+  // cannot be reached or the address cannot be bound. A segment that cannot be created or mapped
+  // is no error: the group uses Gloo alone.
   static absl::StatusOr<std::unique_ptr<AllReduce>> CreateGloo(CoordinatorClient* coordinator,
                                                                const std::string& group, int rank,
                                                                int size, absl::Duration timeout);
@@ -101,15 +134,21 @@ class AllReduce {
   // OK for an empty span and, for a group of size 1, without doing anything. Errors (after which
   // `data` holds unspecified values and this object is broken: every later call returns
   // FAILED_PRECONDITION with the first error): DEADLINE_EXCEEDED when a peer does not take part
-  // within the timeout; UNAVAILABLE when a connection to a peer breaks; INTERNAL for other
-  // failures of the library, including element counts that differ between ranks where the
-  // library notices them (otherwise such a mismatch ends in DEADLINE_EXCEEDED).
-  // INVALID_ARGUMENT, without breaking the group, for a span the implementation cannot take (Gloo's:
-  // over 2^31 - 1 elements).
+  // within the timeout (through shared memory also when it died: there is no connection to
+  // break); UNAVAILABLE when a connection to a peer breaks; INTERNAL for other failures of the
+  // library, including element counts that differ between ranks where the library notices them
+  // (the shared memory always does, on every rank; otherwise such a mismatch ends in
+  // DEADLINE_EXCEEDED, as does an empty span on some ranks only).
+  // INVALID_ARGUMENT, without breaking the group, for a span the implementation cannot take
+  // (Gloo's: over 2^31 - 1 elements).
   virtual absl::Status SumInPlace(absl::Span<float> data) = 0;
 
   virtual int rank() const = 0;
   virtual int size() const = 0;
+
+  // Whether this group sums (some sizes of) buffers through shared memory of one host (see
+  // GlooOptions::shared_memory); the same on every rank. False for NCCL groups.
+  virtual bool shared_memory() const { return false; }
 
  protected:
   AllReduce() = default;
