@@ -1,11 +1,12 @@
 // allreduce_bench: bus bandwidth of our Gloo AllReduce against Open MPI's MPI_Allreduce on this
 // machine: ours through shared memory (the ranks being on one host) or, with
-// --shared_memory=false, over TCP; Open MPI's over TCP.
+// --shared_memory=false, over TCP; Open MPI's likewise through its shared memory (vader) or over
+// TCP (--mpi_btl).
 //
 // Starts a ps_coordinator and --ranks rank processes (this binary again, with --role=rank) that
 // form a Gloo group through it and time SumInPlace on buffers of each --sizes_mib; then runs
-// mpi_allreduce under `mpirun --mca btl tcp,self` on the same sizes, --rounds times in turn. Each
-// side's figure is the median over rounds of the median of --iterations AllReduces (after
+// mpi_allreduce under `mpirun --mca btl <--mpi_btl>` on the same sizes, --rounds times in turn.
+// Each side's figure is the median over rounds of the median of --iterations AllReduces (after
 // --warmup), each started after a barrier. Like the daemons, the ranks keep large freed buffers in
 // the heap (common/process_tuning.h). Prints one JSON line
 // per size, bandwidth being the bus bandwidth 2(n-1)/n * bytes / time, in GB/s (10^9 bytes):
@@ -72,6 +73,10 @@ ABSL_FLAG(int64_t, shared_memory_slot_bytes,
           "shared memory: each rank's slot (larger buffers go through in chunks of it)");
 ABSL_FLAG(bool, mpi, true, "also run the Open MPI reference");
 ABSL_FLAG(std::string, mpirun, "mpirun", "Open MPI's mpirun");
+ABSL_FLAG(std::string, mpi_btl, "auto",
+          "Open MPI's transports (--mca btl): auto is vader,self (its shared memory) when ours "
+          "may use shared memory (--shared_memory), else tcp,self, so that both sides cross the "
+          "same medium");
 ABSL_FLAG(std::string, bin_dir, "",
           "folder holding server/coordinator/ps_coordinator and tests/bench/mpi_allreduce "
           "(default: this binary's runfiles)");
@@ -252,6 +257,13 @@ std::optional<std::map<int64_t, double>> RunOurs(const std::string& bin) {
   return ParseMedians(results[0]->stdout_text);
 }
 
+// The transports Open MPI runs with (--mpi_btl).
+std::string MpiBtl() {
+  const std::string btl = absl::GetFlag(FLAGS_mpi_btl);
+  if (btl != "auto") return btl;
+  return absl::GetFlag(FLAGS_shared_memory) ? "vader,self" : "tcp,self";
+}
+
 std::optional<std::map<int64_t, double>> RunMpi(const std::string& bin) {
   std::vector<std::string> sizes;
   for (const int64_t bytes : SizesBytes()) sizes.push_back(absl::StrCat(bytes));
@@ -262,7 +274,7 @@ std::optional<std::map<int64_t, double>> RunMpi(const std::string& bin) {
       absl::StrCat(absl::GetFlag(FLAGS_ranks)),
       "--mca",
       "btl",
-      "tcp,self",
+      MpiBtl(),
       bin + "/tests/bench/mpi_allreduce",
       absl::StrCat("--sizes=", absl::StrJoin(sizes, ",")),
       absl::StrCat("--warmup=", absl::GetFlag(FLAGS_warmup)),
@@ -313,8 +325,9 @@ int RunBench() {
     if (with_mpi) {
       const double mpi_seconds = Median(mpi[bytes]);
       const double mpi_gbps = gbps(bytes, mpi_seconds);
-      absl::StrAppendFormat(&line, ",\"mpi_gbps\":%.3f,\"ratio\":%.3f,\"mpi_ms\":%.3f", mpi_gbps,
-                            mpi_gbps > 0 ? ours_gbps / mpi_gbps : 0.0, mpi_seconds * 1e3);
+      absl::StrAppendFormat(
+          &line, ",\"mpi_gbps\":%.3f,\"ratio\":%.3f,\"mpi_ms\":%.3f,\"mpi_btl\":\"%s\"", mpi_gbps,
+          mpi_gbps > 0 ? ours_gbps / mpi_gbps : 0.0, mpi_seconds * 1e3, MpiBtl());
     }
     absl::StrAppendFormat(
         &line,
