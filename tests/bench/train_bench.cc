@@ -9,7 +9,8 @@
 //          every shard) and a size-1 AllReduce: the same model, data and training settings,
 //          without servers, RPCs or collectives.
 // Prints one JSON line per setup and, when both ran, one with their ratio:
-//   {"bench":"train","setup":"ps","servers":2,"workers":2,"samples_per_s":...,"heldout_auc":...}
+//   {"bench":"train","setup":"ps","servers":2,"workers":2,"samples_per_s":...,"heldout_auc":...,
+//    "step_ms":{...}}   (rank 0's step breakdown, as its RESULT line gives it)
 //   {"bench":"train","setup":"local","servers":0,"workers":1,"samples_per_s":...,...}
 //   {"bench":"train","setup":"ratio","servers":2,"workers":2,"ratio":...}   (ps / local)
 //
@@ -41,6 +42,7 @@
 #include "tests/testing/runfiles.h"
 #include "tests/testing/temp_dir.h"
 #include "worker/collective/allreduce.h"
+#include "worker/progress_report.h"
 #include "worker/trainer.h"
 
 ABSL_FLAG(int, servers, 2, "ps: server processes");
@@ -95,7 +97,19 @@ struct Measurement {
   double seconds = 0;
   double mean_pull_ms = 0;
   double mean_push_ms = 0;
+  // The step's breakdown (RESULT's step_ms: milliseconds a step by part), a JSON object.
+  std::string step_ms = "null";
 };
+
+// The value of `"step_ms":{...}` in a RESULT line, or "null".
+std::string StepMsObject(const std::string& json) {
+  const std::string key = "\"step_ms\":{";
+  const size_t at = json.find(key);
+  if (at == std::string::npos) return "null";
+  const size_t begin = at + key.size() - 1;
+  const size_t end = json.find('}', begin);  // the breakdown's parts are numbers: no nesting
+  return end == std::string::npos ? "null" : json.substr(begin, end - begin + 1);
+}
 
 absl::StatusOr<config::Training::Mode> ParseMode(const std::string& mode) {
   if (mode == "sync") return config::Training::SYNC;
@@ -159,6 +173,7 @@ absl::StatusOr<Measurement> RunCluster(const std::string& job_path) {
   m.seconds = JsonField(rank0, "seconds");
   m.mean_pull_ms = JsonField(rank0, "mean_pull_ms");
   m.mean_push_ms = JsonField(rank0, "mean_push_ms");
+  m.step_ms = StepMsObject(rank0);
   return m;
 }
 
@@ -196,6 +211,7 @@ absl::StatusOr<Measurement> RunLocal(config::Job job) {
   m.seconds = result.seconds;
   m.mean_pull_ms = result.mean_pull_ms;
   m.mean_push_ms = result.mean_push_ms;
+  m.step_ms = worker::StepBreakdownJson(result.step_times, result.steps, result.copy_measured);
   return m;
 }
 
@@ -207,14 +223,14 @@ void Print(const char* setup, int servers, int workers, const Measurement& m,
       "\"samples\":%s,"
       "\"steps\":%s,"
       "\"seconds\":%s,\"samples_per_s\":%s,\"heldout_auc\":%s,\"heldout_logloss\":%s,"
-      "\"teacher_auc\":%s,\"mean_pull_ms\":%s,\"mean_push_ms\":%s}\n",
+      "\"teacher_auc\":%s,\"mean_pull_ms\":%s,\"mean_push_ms\":%s,\"step_ms\":%s}\n",
       setup, servers, workers, absl::GetFlag(FLAGS_rows), absl::GetFlag(FLAGS_epochs),
       absl::GetFlag(FLAGS_batch), absl::GetFlag(FLAGS_mode),
       std::string(setup) == "local" ? "cpu" : absl::GetFlag(FLAGS_backend),
       absl::GetFlag(FLAGS_pipeline) ? "true" : "false", std::thread::hardware_concurrency(),
       JsonNumber(m.samples), JsonNumber(m.steps), JsonNumber(m.seconds),
       JsonNumber(m.samples_per_s), JsonNumber(m.heldout_auc), JsonNumber(m.heldout_logloss),
-      teacher_auc, JsonNumber(m.mean_pull_ms), JsonNumber(m.mean_push_ms));
+      teacher_auc, JsonNumber(m.mean_pull_ms), JsonNumber(m.mean_push_ms), m.step_ms);
   std::fflush(stdout);
 }
 
