@@ -20,6 +20,7 @@
 #include "common/data_paths.h"
 #include "common/job_config.h"
 #include "common/schema_columns.h"
+#include "common/text_lines.h"
 
 namespace ps {
 namespace {
@@ -97,17 +98,6 @@ absl::StatusOr<Scan> ScanFile(const std::string& file, int64_t max_lines) {
 }
 
 // The first line of `file` (plain or gzip), without its newline, read up to kChunkBytes.
-absl::StatusOr<std::string> FirstLine(const std::string& file) {
-  gzFile in = gzopen(file.c_str(), "rb");
-  if (in == nullptr) return absl::PermissionDeniedError(std::strerror(errno));
-  std::string line(kChunkBytes, '\0');
-  const char* got = gzgets(in, line.data(), static_cast<int>(line.size()));
-  gzclose(in);
-  if (got == nullptr) return std::string();
-  line.resize(std::strlen(line.data()));
-  if (!line.empty() && line.back() == '\n') line.pop_back();
-  return line;
-}
 
 std::string Bytes(int64_t bytes) {
   if (bytes >= 1000000000) return absl::StrFormat("%.1f GB", bytes / 1e9);

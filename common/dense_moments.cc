@@ -1,11 +1,9 @@
 #include "common/dense_moments.h"
 
-#include <zlib.h>
-
-#include <cerrno>
 #include <cmath>
-#include <cstring>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -14,6 +12,7 @@
 #include "common/data_paths.h"
 #include "common/schema_columns.h"
 #include "common/status_macros.h"
+#include "common/text_lines.h"
 
 namespace ps {
 namespace {
@@ -34,40 +33,6 @@ struct Moments {
     m2 += delta * (x - mean);
   }
 };
-
-// Reads `file` line by line (plain or gzip), handing each line without its newline to `fn` until
-// it returns false or the file ends. NOT_FOUND or PERMISSION_DENIED naming the file.
-template <typename Fn>
-absl::Status ForEachLine(const std::string& file, Fn fn) {
-  gzFile in = gzopen(file.c_str(), "rb");
-  if (in == nullptr) {
-    const std::string reason = std::strerror(errno);
-    return errno == ENOENT
-               ? absl::NotFoundError(absl::StrCat("cannot read ", file, ": ", reason))
-               : absl::PermissionDeniedError(absl::StrCat("cannot read ", file, ": ", reason));
-  }
-  gzbuffer(in, 1 << 16);
-  std::string line;
-  char buffer[1 << 16];
-  bool more = true;
-  while (more) {
-    line.clear();
-    bool ended = false;
-    while (gzgets(in, buffer, sizeof(buffer)) != nullptr) {
-      line += buffer;
-      if (!line.empty() && line.back() == '\n') {
-        line.pop_back();
-        ended = true;
-        break;
-      }
-    }
-    if (!ended && line.empty()) break;  // the end of the file
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    more = fn(line);
-  }
-  gzclose(in);
-  return absl::OkStatus();
-}
 
 }  // namespace
 
