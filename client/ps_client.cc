@@ -345,7 +345,8 @@ class ClientImpl final : public Client, SparseCall::Host, DenseCalls::Host {
       }
       owners = &readers;
     }
-    if (absl::Status planned = call->Plan(*owners, MaxKeysPerRequest(call->table->dim));
+    if (absl::Status planned = call->Plan(*owners, MaxKeysPerRequest(call->table->dim),
+                                          call->retry_of == nullptr ? &plans_ : nullptr);
         !planned.ok()) {
       return Finish(call, std::move(planned));
     }
@@ -472,6 +473,8 @@ class ClientImpl final : public Client, SparseCall::Host, DenseCalls::Host {
   std::atomic<uint64_t> next_sequence_{1};
   std::atomic<int64_t> clock_{-1};
   DenseCalls dense_;
+  // Recent calls' plans: a worker's push of the keys it just pulled reuses the pull's.
+  client_internal::PlanCache plans_;
 
   mutable absl::Mutex routing_mu_;
   std::shared_ptr<const Routing> routing_ ABSL_GUARDED_BY(routing_mu_);

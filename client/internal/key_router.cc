@@ -1,8 +1,10 @@
 #include "client/internal/key_router.h"
 
 #include <algorithm>
+#include <cstring>
 #include <memory>
 #include <numeric>
+#include <utility>
 
 #include "common/finite.h"
 #include "common/hash.h"
@@ -130,6 +132,39 @@ KeyPlan PlanKeys(absl::Span<const uint64_t> keys, uint64_t name_hash,
                &plan.parts);
   }
   return plan;
+}
+
+std::optional<KeyPlan> PlanCache::Find(absl::Span<const uint64_t> keys, uint64_t name_hash,
+                                       absl::Span<const uint32_t> shard_to_server,
+                                       uint32_t max_keys_per_part) const {
+  if (keys.size() < kMinKeys) return std::nullopt;
+  absl::MutexLock lock(&mu_);
+  for (auto it = entries_.rbegin(); it != entries_.rend(); ++it) {
+    const Entry& e = *it;
+    if (e.name_hash != name_hash || e.max_keys_per_part != max_keys_per_part ||
+        e.keys.size() != keys.size() || e.shard_to_server.size() != shard_to_server.size() ||
+        !std::equal(e.shard_to_server.begin(), e.shard_to_server.end(), shard_to_server.begin()) ||
+        std::memcmp(e.keys.data(), keys.data(), keys.size() * sizeof(uint64_t)) != 0) {
+      continue;
+    }
+    return e.plan;
+  }
+  return std::nullopt;
+}
+
+void PlanCache::Remember(absl::Span<const uint64_t> keys, uint64_t name_hash,
+                         absl::Span<const uint32_t> shard_to_server, uint32_t max_keys_per_part,
+                         const KeyPlan& plan) {
+  if (keys.size() < kMinKeys || capacity_ == 0) return;
+  Entry e;
+  e.name_hash = name_hash;
+  e.max_keys_per_part = max_keys_per_part;
+  e.shard_to_server.assign(shard_to_server.begin(), shard_to_server.end());
+  e.keys.assign(keys.begin(), keys.end());
+  e.plan = plan;
+  absl::MutexLock lock(&mu_);
+  entries_.push_back(std::move(e));
+  while (entries_.size() > capacity_) entries_.pop_front();
 }
 
 std::vector<Part> Reroute(const Part& part, absl::Span<const uint32_t> shard_to_server) {

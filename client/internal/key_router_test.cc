@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <limits>
+#include <optional>
 #include <random>
 #include <set>
 
@@ -102,6 +103,66 @@ TEST_CASE("reroute regroups a part's segments by the new map", "[client][router]
   CHECK(parts[0].segments.size() == 2);
   CHECK(parts[1].server == 2);
   CHECK(parts[1].num_keys == 2);
+}
+
+// Two plans are the same when every field is.
+void CheckSamePlan(const KeyPlan& a, const KeyPlan& b) {
+  CHECK(a.unique == b.unique);
+  CHECK(a.order == b.order);
+  CHECK(a.unique_of == b.unique_of);
+  CHECK(a.shard_begin == b.shard_begin);
+  CHECK(a.shard_end == b.shard_end);
+  REQUIRE(a.parts.size() == b.parts.size());
+  for (size_t i = 0; i < a.parts.size(); ++i) {
+    CHECK(a.parts[i].server == b.parts[i].server);
+    CHECK(a.parts[i].num_keys == b.parts[i].num_keys);
+    REQUIRE(a.parts[i].segments.size() == b.parts[i].segments.size());
+    for (size_t j = 0; j < a.parts[i].segments.size(); ++j) {
+      CHECK(a.parts[i].segments[j].shard == b.parts[i].segments[j].shard);
+      CHECK(a.parts[i].segments[j].begin == b.parts[i].segments[j].begin);
+      CHECK(a.parts[i].segments[j].count == b.parts[i].segments[j].count);
+    }
+  }
+}
+
+TEST_CASE("the plan cache gives back a recent call's plan for the very same keys only",
+          "[client][router]") {
+  std::mt19937_64 rng(17);
+  const std::vector<uint32_t> map = {0, 1, 0, 1, 2, 2, 0, 1};
+  const uint64_t table = NameHash("t");
+  std::vector<uint64_t> keys(1000);
+  for (uint64_t& k : keys) k = rng() % 5000;
+  PlanCache cache(2);
+  CHECK_FALSE(cache.Find(keys, table, map, 64).has_value());
+  const KeyPlan plan = PlanKeys(keys, table, map, 64);
+  cache.Remember(keys, table, map, 64, plan);
+  const std::optional<KeyPlan> found = cache.Find(keys, table, map, 64);
+  REQUIRE(found.has_value());
+  CheckSamePlan(*found, plan);
+  // Anything different misses: a key, the table, the map, the request size, the length.
+  std::vector<uint64_t> other = keys;
+  other[500] ^= 1;
+  CHECK_FALSE(cache.Find(other, table, map, 64).has_value());
+  CHECK_FALSE(cache.Find(keys, NameHash("u"), map, 64).has_value());
+  std::vector<uint32_t> moved = map;
+  moved[3] = 2;
+  CHECK_FALSE(cache.Find(keys, table, moved, 64).has_value());
+  CHECK_FALSE(cache.Find(keys, table, map, 65).has_value());
+  CHECK_FALSE(
+      cache.Find(absl::MakeConstSpan(keys.data(), keys.size() - 1), table, map, 64).has_value());
+  // The most recent `capacity` are kept.
+  cache.Remember(other, table, map, 64, PlanKeys(other, table, map, 64));
+  CHECK(cache.Find(keys, table, map, 64).has_value());
+  std::vector<uint64_t> third = keys;
+  third[0] ^= 2;
+  cache.Remember(third, table, map, 64, PlanKeys(third, table, map, 64));
+  CHECK_FALSE(cache.Find(keys, table, map, 64).has_value());
+  CHECK(cache.Find(other, table, map, 64).has_value());
+  CHECK(cache.Find(third, table, map, 64).has_value());
+  // Small calls are not worth it.
+  const std::vector<uint64_t> few(keys.begin(), keys.begin() + PlanCache::kMinKeys - 1);
+  cache.Remember(few, table, map, 64, PlanKeys(few, table, map, 64));
+  CHECK_FALSE(cache.Find(few, table, map, 64).has_value());
 }
 
 }  // namespace

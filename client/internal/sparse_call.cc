@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_format.h"
 #include "client/internal/sparse_wire.h"
+#include "common/finite.h"
 #include "common/grpc_status.h"
 #include "proto/ps.pb.h"
 
@@ -81,12 +83,24 @@ void SparseCall::Request::WritePayload(char* keys_out, char* grads_out) const {
   }
 }
 
-absl::Status SparseCall::Plan(absl::Span<const uint32_t> owners, uint32_t max_keys_per_request) {
+absl::Status SparseCall::Plan(absl::Span<const uint32_t> owners, uint32_t max_keys_per_request,
+                              PlanCache* cache) {
   const uint32_t dim = table->dim;
   const bool push = kind == Kind::kPush;
   max_keys_per_request_ = max_keys_per_request;
-  plan_ = PlanKeys(keys, table->name_hash, owners, max_keys_per_request,
-                   push ? grads : absl::Span<const float>(), push ? dim : 0);
+  std::optional<KeyPlan> found;
+  if (cache != nullptr) found = cache->Find(keys, table->name_hash, owners, max_keys_per_request);
+  if (found.has_value()) {
+    plan_ = *std::move(found);
+    FiniteCheck finite;
+    if (push) finite.Add(grads.data(), grads.size());
+    plan_.rows_finite = finite.ok();
+  } else {
+    plan_ = PlanKeys(keys, table->name_hash, owners, max_keys_per_request,
+                     push ? grads : absl::Span<const float>(), push ? dim : 0);
+    if (cache != nullptr)
+      cache->Remember(keys, table->name_hash, owners, max_keys_per_request, plan_);
+  }
   if (!plan_.rows_finite) {
     // Before any request is sent: nothing is applied anywhere.
     return absl::InvalidArgumentError(absl::StrFormat(

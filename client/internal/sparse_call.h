@@ -103,9 +103,12 @@ class SparseCall {
   std::shared_ptr<const PushTicket> retry_of;
 
   // Plans the call's keys over `owners` (the server of each shard), at most `max_keys_per_request`
-  // keys a request, and for a push sums the gradients of repeated keys. INVALID_ARGUMENT, naming
-  // the table, for a push with a NaN or Inf gradient (nothing planned to be sent). OK otherwise.
-  absl::Status Plan(absl::Span<const uint32_t> owners, uint32_t max_keys_per_request);
+  // keys a request, and for a push sums the gradients of repeated keys. With `cache` (not owned),
+  // takes the plan of a recent call on the same keys from it, or remembers this one's there.
+  // INVALID_ARGUMENT, naming the table, for a push with a NaN or Inf gradient (nothing planned to
+  // be sent). OK otherwise.
+  absl::Status Plan(absl::Span<const uint32_t> owners, uint32_t max_keys_per_request,
+                    PlanCache* cache = nullptr);
 
   // The planned requests, without sequence numbers (a push numbers them); the plan keeps the
   // keys. Empty for a call without keys. Call once, after Plan.
