@@ -9,7 +9,7 @@
 //   AwaitRows(&step, ...)   the current batch's rows (SYNC: catching up when the cluster went on)
 //   Prefetch(step + 1, end) pipelined modes: the next batch's read and pull start now
 //   ... compute on batch() and rows() ...
-//   step = Push(step, emb_grad)
+//   step = Push(step, emb_grad)   or PushRows(step, row_grads) for a model that pools on its device
 //   Advance(step, end)      otherwise: the next batch's read and pull start now; then it is current
 #ifndef PS_WORKER_STEP_PIPELINE_H_
 #define PS_WORKER_STEP_PIPELINE_H_
@@ -47,6 +47,12 @@ class StepPipeline {
   // Whether steps overlap (StepSync::can_prefetch()).
   bool pipelined() const { return pipelined_; }
 
+  // Whether the rows of the batches AwaitRows waits for from now on stay unpooled, for a model
+  // that pools them on its device (AwaitPull instead of FinishPull; rows() is then empty but for
+  // direct batches). False until set.
+  void set_pool_on_device(bool on) { pool_on_device_ = on; }
+  const EmbeddingLayout& layout() const { return layout_; }
+
   // Reads the first batch and starts the pull of its rows for step `step`. Errors of the reader
   // and of StepSync::BeforePull.
   absl::Status Start(int64_t step);
@@ -64,6 +70,8 @@ class StepPipeline {
   // The current batch and its rows (valid after AwaitRows returned true, until Advance).
   const Batch& batch() const { return slots_[cur_].batch; }
   const std::vector<float>& rows() const { return slots_[cur_].emb; }
+  // The current batch and its rows, pooled or not (StepCompute::ForwardBackward(layout(), ...)).
+  StepData* current() { return &slots_[cur_]; }
 
   // Pipelined: reads the next batch and starts its pull for `next_step`, when next_step < end.
   // Otherwise nothing. Errors as Start.
@@ -74,6 +82,9 @@ class StepPipeline {
   // step + 1 at once; otherwise waits for this push, ends the step and returns the step to
   // continue with (StepSync::AfterPush). Errors of the pushes and of StepSync.
   absl::StatusOr<int64_t> Push(int64_t step, const std::vector<float>& emb_grad);
+  // As Push, with the gradients of the current batch's distinct rows per table, from a model that
+  // pooled on its device (StartPushRows; takes the contents of *row_grads).
+  absl::StatusOr<int64_t> PushRows(int64_t step, std::vector<std::vector<float>>* row_grads);
 
   // Not pipelined: reads the next batch and starts its pull for `next_step`, when next_step <
   // end. Then the next batch becomes the current one. Errors as Start.
@@ -90,6 +101,10 @@ class StepPipeline {
   absl::Status BeginPull(StepData* d, int64_t step);
   // Waits for the push in flight, if any, and ends its step.
   absl::Status FinishPendingPush();
+  // Waits for `d`'s pulls: FinishPull, or AwaitPull when pool_on_device_.
+  absl::Status WaitPull(StepData* d);
+  // Push and PushRows around `start`, which starts the current batch's pushes.
+  absl::StatusOr<int64_t> PushWith(int64_t step, absl::FunctionRef<void()> start);
 
   // Constant after construction.
   Client* const client_;
@@ -100,6 +115,7 @@ class StepPipeline {
   const EmbeddingLayout layout_;
   const bool pipelined_;
 
+  bool pool_on_device_ = false;
   StepData slots_[2];
   int cur_ = 0;
   PushData push_;

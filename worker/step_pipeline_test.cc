@@ -226,6 +226,71 @@ TEST_CASE("StepPipeline catches a SYNC straggler up with the step the cluster is
   REQUIRE(pipeline.Finish().ok());
 }
 
+TEST_CASE("StepPipeline leaves the rows unpooled for a device and pushes the rows' gradients",
+          "[worker][step_pipeline]") {
+  const auto mode = GENERATE(config::Training::SYNC, config::Training::ASYNC);
+  INFO(config::Training::Mode_Name(mode));
+  auto dir = testing::ScopedTempDir::Create("step_pipeline_rows");
+  REQUIRE(dir.ok());
+  // Two tables, one a field: the pull is not direct (each table's distinct keys are pulled).
+  config::Job job = CountingJob(mode, WriteData((*dir)->path()));
+  *job.add_tables() = job.tables(0);
+  job.mutable_tables(1)->set_name("emb2");
+  job.mutable_model()->clear_shared_table();
+  auto client = testing::LocalClient::Create(job, {});
+  REQUIRE(client.ok());
+  auto reader = BatchReader::Open(job, kSchema, 0, 1, 2, nullptr);
+  REQUIRE(reader.ok());
+  StepSync sync(job, client->get(), nullptr, 1);
+  WaitTime waited;
+  StepPipeline pipeline(client->get(), &sync, reader->get(), LayoutOf(job), &waited);
+  pipeline.set_pool_on_device(true);
+  REQUIRE(pipeline.layout().tables().size() == 2);
+
+  const auto no_catch_up = [](int64_t) -> absl::StatusOr<int64_t> { return 0; };
+  constexpr int64_t kSteps = 3;
+  REQUIRE(pipeline.Start(0).ok());
+  int64_t step = 0;
+  std::vector<uint64_t> keys;
+  while (step < kSteps) {
+    INFO("step " << step);
+    absl::StatusOr<bool> pulled = pipeline.AwaitRows(&step, no_catch_up);
+    REQUIRE(pulled.ok());
+    REQUIRE(*pulled);
+    StepData* d = pipeline.current();
+    CHECK(!d->direct);
+    CHECK(!d->pooled);
+    keys = d->batch.keys;
+    REQUIRE(d->rows.size() == 2);
+    for (const std::vector<float>& rows : d->rows) {
+      REQUIRE(rows.size() == kDim);  // one distinct key a table
+      if (mode == config::Training::SYNC) {
+        for (float v : rows) CHECK(v == 2.0f * step);
+      }
+    }
+    REQUIRE(pipeline.Prefetch(step + 1, kSteps).ok());
+    // What a device computes from a gradient of -1 on every pooled float: -2 for each table's one
+    // key (two samples read it).
+    std::vector<std::vector<float>> row_grads;
+    SpreadGrads(pipeline.layout(), d->batch.size, d->tables,
+                std::vector<float>(size_t(d->batch.size) * pipeline.layout().width(), -1.0f).data(),
+                &row_grads);
+    CHECK(row_grads[0] == std::vector<float>(kDim, -2.0f));
+    absl::StatusOr<int64_t> next = pipeline.PushRows(step, &row_grads);
+    REQUIRE(next.ok());
+    step = *next;
+    REQUIRE(pipeline.Advance(step, kSteps).ok());
+  }
+  REQUIRE(pipeline.Finish().ok());
+  // Every push applied, once: both tables' rows counted 2 a step.
+  (*client)->SetClock(kSteps);
+  for (int t = 0; t < 2; ++t) {
+    std::vector<float> row(kDim);
+    REQUIRE((*client)->Pull(t == 0 ? "emb" : "emb2", {keys[t]}, absl::MakeSpan(row)).ok());
+    for (float v : row) CHECK(v == 2.0f * kSteps);
+  }
+}
+
 }  // namespace
 }  // namespace worker
 }  // namespace ps

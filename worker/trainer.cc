@@ -126,6 +126,7 @@ absl::StatusOr<std::unique_ptr<TrainingRun>> TrainingRun::Create(
   PS_RETURN_IF_ERROR(run->CreatePolicies(coordinator));
   run->pipeline_ = std::make_unique<StepPipeline>(
       client, &run->sync_, run->reader_.get(), std::move(layout), &run->waited_, &run->breakdown_);
+  run->pipeline_->set_pool_on_device(run->compute_->model()->pools_rows());
   // A resumed job reads on from the block of its first step.
   run->step_ = options.start_step;
   PS_RETURN_IF_ERROR(run->reader_->Skip(options.start_step));
@@ -222,7 +223,8 @@ absl::StatusOr<bool> TrainingRun::Step() {
 
   const Batch& batch = pipeline_->batch();
   const int n = batch.size;
-  const float loss = compute_->ForwardBackward(batch, pipeline_->rows());
+  PS_ASSIGN_OR_RETURN(const float loss,
+                      compute_->ForwardBackward(pipeline_->layout(), pipeline_->current()));
   const std::optional<absl::Duration> copy_time = compute_->model()->last_copy_time();
   if (copy_time.has_value() && n > 0) breakdown_.Attribute(StepPart::kCopy, *copy_time);
   EndLap(StepPart::kCompute);
@@ -236,7 +238,9 @@ absl::StatusOr<bool> TrainingRun::Step() {
   }
   const absl::Time push_start = absl::Now();
   const int64_t this_step = step_;
-  PS_ASSIGN_OR_RETURN(step_, pipeline_->Push(step_, compute_->emb_grad()));
+  PS_ASSIGN_OR_RETURN(step_, compute_->rows_on_device()
+                                 ? pipeline_->PushRows(step_, compute_->row_grads())
+                                 : pipeline_->Push(step_, compute_->emb_grad()));
   reporter_->RecordPush(absl::ToDoubleMilliseconds(absl::Now() - push_start));
   EndLap(StepPart::kPush);
   compute_->ApplyDense(n);
