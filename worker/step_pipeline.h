@@ -8,7 +8,7 @@
 // A step, as the trainer drives it:
 //   AwaitRows(&step, ...)   the current batch's rows (SYNC: catching up when the cluster went on)
 //   Prefetch(step + 1, end) pipelined modes: the next batch's read and pull start now
-//   ... compute on batch() and rows() ...
+//   ... compute on current() (the batch, its rows) ...
 //   step = Push(step, emb_grad)   or PushRows(step, row_grads) for a model that pools on its device
 //   Advance(step, end)      otherwise: the next batch's read and pull start now; then it is current
 #ifndef PS_WORKER_STEP_PIPELINE_H_
@@ -48,8 +48,8 @@ class StepPipeline {
   bool pipelined() const { return pipelined_; }
 
   // Whether the rows of the batches AwaitRows waits for from now on stay unpooled, for a model
-  // that pools them on its device (AwaitPull instead of FinishPull; rows() is then empty but for
-  // direct batches). False until set.
+  // that pools them on its device (AwaitPull instead of FinishPull; current()->emb is then unset
+  // but for direct batches). False until set.
   void set_pool_on_device(bool on) { pool_on_device_ = on; }
   const EmbeddingLayout& layout() const { return layout_; }
 
@@ -62,23 +62,22 @@ class StepPipeline {
   // ends it (StepSync::AfterPush), sets *step to the step the cluster is at, calls
   // `catch_up(*step)` (the dense collectives of the steps skipped; it returns the steps training
   // now runs) and pulls the same batch again for *step, until a pull succeeds. Returns true with
-  // the rows in rows(); false when *step reached the steps training runs (nothing pulled); the
+  // the rows in current(); false when *step reached the steps training runs (nothing pulled); the
   // error of the pull, of StepSync, or of catch_up.
   absl::StatusOr<bool> AwaitRows(int64_t* step,
                                  absl::FunctionRef<absl::StatusOr<int64_t>(int64_t)> catch_up);
 
-  // The current batch and its rows (valid after AwaitRows returned true, until Advance).
+  // The current batch and its rows, pooled into current()->emb or not (pool_on_device), valid
+  // after AwaitRows returned true, until Advance (StepCompute::ForwardBackward(layout(), ...)).
   const Batch& batch() const { return slots_[cur_].batch; }
-  const std::vector<float>& rows() const { return slots_[cur_].emb; }
-  // The current batch and its rows, pooled or not (StepCompute::ForwardBackward(layout(), ...)).
   StepData* current() { return &slots_[cur_]; }
 
   // Pipelined: reads the next batch and starts its pull for `next_step`, when next_step < end.
   // Otherwise nothing. Errors as Start.
   absl::Status Prefetch(int64_t next_step, int64_t end);
 
-  // Pushes `emb_grad` (laid out as rows()) for the current batch as step `step`. Pipelined: first
-  // waits for the previous step's push and ends that step (StepSync::AfterPush), and returns
+  // Pushes `emb_grad` (laid out as current()->emb) for the current batch as step `step`. Pipelined:
+  // first waits for the previous step's push and ends that step (StepSync::AfterPush), and returns
   // step + 1 at once; otherwise waits for this push, ends the step and returns the step to
   // continue with (StepSync::AfterPush). Errors of the pushes and of StepSync.
   absl::StatusOr<int64_t> Push(int64_t step, const std::vector<float>& emb_grad);

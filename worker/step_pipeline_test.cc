@@ -153,14 +153,14 @@ TEST_CASE("StepPipeline pulls each step's rows and pushes its gradients, overlap
     REQUIRE(pulled.ok());
     REQUIRE(*pulled);
     REQUIRE(pipeline.batch().size == 2);
-    REQUIRE(pipeline.rows().size() == 2 * 2 * kDim);
-    if (step == 0) first_rows = pipeline.rows();
+    REQUIRE(pipeline.current()->emb.size() == 2 * 2 * kDim);
+    if (step == 0) first_rows = pipeline.current()->emb;
     if (mode == config::Training::SYNC) {
       // Each step's pull sees every push before it: 2 samples x 1 push of each key per step.
-      for (float v : pipeline.rows()) CHECK(v == 2.0f * step);
+      for (float v : pipeline.current()->emb) CHECK(v == 2.0f * step);
     }
     REQUIRE(pipeline.Prefetch(step + 1, kSteps).ok());
-    const std::vector<float> grads(pipeline.rows().size(), -1.0f);
+    const std::vector<float> grads(pipeline.current()->emb.size(), -1.0f);
     const int64_t this_step = step;
     absl::StatusOr<int64_t> next = pipeline.Push(step, grads);
     REQUIRE(next.ok());
@@ -219,7 +219,7 @@ TEST_CASE("StepPipeline catches a SYNC straggler up with the step the cluster is
   if (*pulled) {
     CHECK(client.pulled == std::vector<int64_t>{0, 3});
     CHECK(pipeline.batch().size == 2);
-    CHECK(pipeline.rows() == std::vector<float>(2 * 2 * kDim, 0.0f));
+    CHECK(pipeline.current()->emb == std::vector<float>(2 * 2 * kDim, 0.0f));
   } else {
     CHECK(client.pulled == std::vector<int64_t>{0});
   }

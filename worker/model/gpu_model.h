@@ -61,8 +61,9 @@ class GpuModel {
   // copy stream into (*row_grads)[g] (resized to table g's rows x dim floats; rows no value
   // reads get zeros). Fills dense_grad (num_params()) and probs (in.batch) and returns the mean
   // loss, as ForwardBackward. The sums run in the order of the host's PoolRows and SpreadGrads
-  // (worker/embedding_io.h); on a GPU the results differ from theirs only by fused
-  // multiply-adds' rounding; on the host emulation they are the same floats.
+  // (worker/embedding_io.h): against ForwardBackward over PoolRows' output followed by
+  // SpreadGrads, the pooled inputs are the same floats, and the rows' gradients are too on the
+  // host emulation, a fused multiply-add's rounding apart on a GPU.
   // INVALID_ARGUMENT for an input CheckPooledInput refuses, a value naming a row outside its
   // table's rows, or a batch < 1 (outputs untouched); RESOURCE_EXHAUSTED or INTERNAL on a device
   // failure (outputs unspecified).
@@ -76,8 +77,8 @@ class GpuModel {
 
   // The wall time of the last ForwardBackward's or ForwardBackwardRows' host-to-device copies
   // (parameters, inputs or rows and bags, labels) and device-to-host ones (gradients,
-  // probabilities, loss): the pass waits for its
-  // copies apart from its kernels to know it. Zero before the first.
+  // probabilities, loss): the pass waits for its copies apart from its kernels to know it. Zero
+  // before the first.
   absl::Duration last_copy_time() const { return last_copy_time_; }
 
  private:
