@@ -45,13 +45,27 @@ std::vector<float> RandomFloats(size_t n, std::mt19937_64* rng, float scale = 1.
   return v;
 }
 
-// batch x fields x slots row numbers; about a third of the slots are empty (-1), and rows repeat.
-std::vector<int32_t> RandomIndex(int64_t bags, int slots, int num_rows, std::mt19937_64* rng) {
-  std::vector<int32_t> index(bags * slots);
-  for (int32_t& r : index) {
-    r = (*rng)() % 3 == 0 ? -1 : static_cast<int32_t>((*rng)() % num_rows);
+// A table's bags over num_rows rows: batch x slots bags of 0 to max_values values each (about a
+// quarter empty), rows repeating; slot j pools by MEAN when mean_slots.
+struct HostBags {
+  std::vector<uint32_t> index, ends;
+  std::vector<int32_t> offset;
+  std::vector<uint8_t> mean;
+};
+
+HostBags RandomBags(int batch, int slots, int dim, int max_values, int num_rows, bool mean_slots,
+                    std::mt19937_64* rng) {
+  HostBags h;
+  for (int j = 0; j < slots; ++j) {
+    h.offset.push_back(j * dim + 2 * j);  // gaps between the slots' floats
+    h.mean.push_back(mean_slots && j % 2 == 0);
   }
-  return index;
+  for (int64_t bag = 0; bag < int64_t(batch) * slots; ++bag) {
+    const int values = (*rng)() % 4 == 0 ? 0 : 1 + static_cast<int>((*rng)() % max_values);
+    for (int k = 0; k < values; ++k) h.index.push_back(static_cast<uint32_t>((*rng)() % num_rows));
+    h.ends.push_back(static_cast<uint32_t>(h.index.size()));
+  }
+  return h;
 }
 
 void CheckClose(const std::vector<float>& got, const std::vector<float>& want, double rel,
@@ -63,72 +77,90 @@ void CheckClose(const std::vector<float>& got, const std::vector<float>& want, d
   }
 }
 
-TEST_CASE("GatherPooled pools the slots of every bag", "[cuda][embedding]") {
-  const Pooling pooling = GENERATE(Pooling::kSum, Pooling::kMean);
+TEST_CASE("GatherPooled pools the values of every bag at its slot's offset", "[cuda][embedding]") {
+  const bool mean = GENERATE(false, true);
   const int dim = GENERATE(1, 16, 33);
-  const int batch = 37, fields = 5, slots = 3, num_rows = 50;
-  const int64_t stride = fields * dim + 7;  // pooled rows inside wider rows
+  const int batch = 37, slots = 3, num_rows = 50;
   std::mt19937_64 rng(dim);
+  const HostBags h = RandomBags(batch, slots, dim, 4, num_rows, mean, &rng);
+  const int64_t stride = h.offset.back() + dim + 5;  // pooled rows inside wider rows
   const std::vector<float> rows = RandomFloats(size_t(num_rows) * dim, &rng);
-  const std::vector<int32_t> index = RandomIndex(int64_t(batch) * fields, slots, num_rows, &rng);
   std::vector<float> want(batch * stride, 42.0f);
+  uint32_t begin = 0;
   for (int s = 0; s < batch; ++s) {
-    for (int f = 0; f < fields; ++f) {
+    for (int j = 0; j < slots; ++j) {
+      const uint32_t end = h.ends[s * slots + j];
       for (int d = 0; d < dim; ++d) {
         float sum = 0.0f;
-        int count = 0;
-        for (int k = 0; k < slots; ++k) {
-          const int32_t r = index[(s * fields + f) * slots + k];
-          if (r < 0) continue;
-          sum += rows[size_t(r) * dim + d];
-          ++count;
-        }
-        if (pooling == Pooling::kMean && count > 0) sum /= static_cast<float>(count);
-        want[s * stride + f * dim + d] = sum;
+        for (uint32_t k = begin; k < end; ++k) sum += rows[size_t(h.index[k]) * dim + d];
+        if (h.mean[j] && end - begin > 1) sum *= 1.0f / static_cast<float>(end - begin);
+        want[s * stride + h.offset[j] + d] = sum;
       }
+      begin = end;
     }
   }
   DeviceArray<float> d_rows = Upload(rows);
-  DeviceArray<int32_t> d_index = Upload(index);
+  DeviceArray<uint32_t> d_index = Upload(h.index);
+  DeviceArray<uint32_t> d_ends = Upload(h.ends);
+  DeviceArray<int32_t> d_offset = Upload(h.offset);
+  DeviceArray<uint8_t> d_mean = Upload(h.mean);
   DeviceArray<float> d_out = Upload(std::vector<float>(batch * stride, 42.0f));
-  REQUIRE_OK(GatherPooled(d_rows.data(), num_rows, dim, d_index.data(), batch, fields, slots,
-                          pooling, d_out.data(), stride, nullptr));
-  // The same additions in the same order: only division rounding may differ.
-  CheckClose(Download(d_out), want, 1e-6, 0.0);
+  Bags bags;
+  bags.index = d_index.data();
+  bags.ends = d_ends.data();
+  bags.batch = batch;
+  bags.slots = slots;
+  bags.slot_offset = d_offset.data();
+  bags.slot_mean = d_mean.data();
+  REQUIRE_OK(GatherPooled(d_rows.data(), num_rows, dim, bags, d_out.data(), stride, nullptr));
+  // The same additions in the same order, the same scaling: the same floats.
+  CHECK(Download(d_out) == want);
 }
 
 TEST_CASE("ScatterRows sums the gradients of every row's bags, the same on every run",
           "[cuda][embedding]") {
-  const Pooling pooling = GENERATE(Pooling::kSum, Pooling::kMean);
+  const bool mean = GENERATE(false, true);
   const int dim = GENERATE(1, 16, 33);
-  const int batch = 300, fields = 4, slots = 2, num_rows = 40;  // hot rows: ~45 bags each
-  const int64_t stride = fields * dim + dim;                    // bag gradients inside wider rows
+  const int batch = 300, slots = 4, num_rows = 40;  // hot rows: ~60 values each
   std::mt19937_64 rng(dim + 100);
-  const std::vector<int32_t> index = RandomIndex(int64_t(batch) * fields, slots, num_rows, &rng);
+  const HostBags h = RandomBags(batch, slots, dim, 3, num_rows, mean, &rng);
+  const int64_t stride = h.offset.back() + dim + dim;  // bag gradients inside wider rows
   const std::vector<float> bag_grad = RandomFloats(batch * stride, &rng, 0.01f);
   RowCsr csr;
-  REQUIRE_OK(BuildRowCsr(index.data(), int64_t(batch) * fields, slots, num_rows, pooling, &csr));
+  REQUIRE_OK(
+      BuildRowCsr(h.index.data(), h.ends.data(), batch, slots, h.mean.data(), num_rows, &csr));
+  // The host's spreading (worker/embedding_io's SpreadGrads): every value adds its bag's
+  // gradient, scaled, to its row, in the values' order.
   std::vector<float> want(size_t(num_rows) * dim, 0.0f);
-  for (int r = 0; r < num_rows; ++r) {
-    for (int d = 0; d < dim; ++d) {
-      float acc = 0.0f;
-      for (int j = csr.offsets[r]; j < csr.offsets[r + 1]; ++j) {
-        const int b = csr.bags[j];
-        acc += csr.bag_weight[b] * bag_grad[(b / fields) * stride + (b % fields) * dim + d];
+  uint32_t begin = 0;
+  for (int64_t bag = 0; bag < int64_t(batch) * slots; ++bag) {
+    const uint32_t end = h.ends[bag];
+    const int j = static_cast<int>(bag % slots);
+    const float scale =
+        h.mean[j] && end - begin > 1 ? 1.0f / static_cast<float>(end - begin) : 1.0f;
+    for (uint32_t k = begin; k < end; ++k) {
+      for (int d = 0; d < dim; ++d) {
+        want[size_t(h.index[k]) * dim + d] +=
+            bag_grad[(bag / slots) * stride + h.offset[j] + d] * scale;
       }
-      want[size_t(r) * dim + d] = acc;
     }
+    begin = end;
   }
   DeviceArray<float> d_grad = Upload(bag_grad);
+  DeviceArray<int32_t> d_offset = Upload(h.offset);
   DeviceArray<int32_t> d_offsets = Upload(csr.offsets);
   DeviceArray<int32_t> d_bags = Upload(csr.bags);
   DeviceArray<float> d_weight = Upload(csr.bag_weight);
   DeviceArray<float> d_out;
   REQUIRE_OK(d_out.Resize(want.size()));
+  Bags bags;
+  bags.batch = batch;
+  bags.slots = slots;
+  bags.slot_offset = d_offset.data();
   std::vector<std::vector<float>> runs;
   for (int run = 0; run < 3; ++run) {
     REQUIRE_OK(Zero(d_out.data(), d_out.bytes(), nullptr));
-    REQUIRE_OK(ScatterRows(d_grad.data(), fields, stride, dim, d_offsets.data(), d_bags.data(),
+    REQUIRE_OK(ScatterRows(d_grad.data(), stride, dim, bags, d_offsets.data(), d_bags.data(),
                            d_weight.data(), num_rows, d_out.data(), nullptr));
     runs.push_back(Download(d_out));
   }

@@ -21,47 +21,67 @@ namespace ps {
 namespace cuda {
 namespace {
 
-TEST_CASE("BuildRowCsr lists the bags of every row in order", "[cuda][embedding]") {
-  // 3 bags of 2 slots over 4 rows: bag 0 reads rows 2 and 0, bag 1 row 2 twice, bag 2 nothing.
-  const std::vector<int32_t> index = {2, 0, 2, 2, -1, -1};
+TEST_CASE("BuildRowCsr lists the bags of every row in the values' order", "[cuda][embedding]") {
+  // 2 samples of 2 slots (4 bags) over 4 rows: bag 0 reads rows 2 and 0, bag 1 row 2 twice, bag 2
+  // nothing, bag 3 row 2; slot 1 pools by MEAN.
+  const std::vector<uint32_t> index = {2, 0, 2, 2, 2};
+  const std::vector<uint32_t> ends = {2, 4, 4, 5};
   RowCsr csr;
   SECTION("sum") {
-    REQUIRE_OK(BuildRowCsr(index.data(), 3, 2, 4, Pooling::kSum, &csr));
-    CHECK(csr.offsets == std::vector<int32_t>{0, 1, 1, 4, 4});
-    CHECK(csr.bags == std::vector<int32_t>{0, 0, 1, 1});
-    CHECK(csr.bag_weight == std::vector<float>{1.0f, 1.0f, 1.0f});
+    const std::vector<uint8_t> mean = {0, 0};
+    REQUIRE_OK(BuildRowCsr(index.data(), ends.data(), 2, 2, mean.data(), 4, &csr));
+    CHECK(csr.offsets == std::vector<int32_t>{0, 1, 1, 5, 5});
+    CHECK(csr.bags == std::vector<int32_t>{0, 0, 1, 1, 3});
+    CHECK(csr.bag_weight == std::vector<float>{1.0f, 1.0f, 1.0f, 1.0f});
   }
   SECTION("mean") {
-    REQUIRE_OK(BuildRowCsr(index.data(), 3, 2, 4, Pooling::kMean, &csr));
-    CHECK(csr.bags == std::vector<int32_t>{0, 0, 1, 1});
-    CHECK(csr.bag_weight == std::vector<float>{0.5f, 0.5f, 1.0f});
+    const std::vector<uint8_t> mean = {1, 1};
+    REQUIRE_OK(BuildRowCsr(index.data(), ends.data(), 2, 2, mean.data(), 4, &csr));
+    CHECK(csr.bags == std::vector<int32_t>{0, 0, 1, 1, 3});
+    CHECK(csr.bag_weight == std::vector<float>{0.5f, 0.5f, 1.0f, 1.0f});
   }
-  SECTION("a row out of range is an invalid argument") {
-    const std::vector<int32_t> bad = {0, 4};
-    const Error e = BuildRowCsr(bad.data(), 1, 2, 4, Pooling::kSum, &csr);
+  SECTION("mean on one slot only") {
+    const std::vector<uint8_t> mean = {0, 1};
+    REQUIRE_OK(BuildRowCsr(index.data(), ends.data(), 2, 2, mean.data(), 4, &csr));
+    CHECK(csr.bag_weight == std::vector<float>{1.0f, 0.5f, 1.0f, 1.0f});
+  }
+  SECTION("a row out of range or decreasing ends are invalid arguments") {
+    const std::vector<uint8_t> mean = {0};
+    const std::vector<uint32_t> bad = {0, 4};
+    const std::vector<uint32_t> bad_ends = {2};
+    const Error e = BuildRowCsr(bad.data(), bad_ends.data(), 1, 1, mean.data(), 4, &csr);
     CHECK(e.kind == Error::kInvalidArgument);
     CHECK(e.message.find("row 4 of 4") != std::string::npos);
-    const std::vector<int32_t> negative = {-2};
-    CHECK(BuildRowCsr(negative.data(), 1, 1, 4, Pooling::kSum, &csr).kind ==
+    const std::vector<uint32_t> decreasing = {2, 1};
+    CHECK(BuildRowCsr(bad.data(), decreasing.data(), 2, 1, mean.data(), 4, &csr).kind ==
+          Error::kInvalidArgument);
+    CHECK(BuildRowCsr(bad.data(), bad_ends.data(), 1, 0, mean.data(), 4, &csr).kind ==
           Error::kInvalidArgument);
   }
 }
 
 TEST_CASE("launchers reject bad arguments before touching the device", "[cuda]") {
   float* const none = nullptr;
-  CHECK(GatherPooled(none, 1, 0, nullptr, 1, 1, 1, Pooling::kSum, none, 0, nullptr).kind ==
+  Bags bags;
+  bags.batch = 1;
+  bags.slots = 1;
+  CHECK(GatherPooled(none, 1, 0, bags, none, 0, nullptr).kind == Error::kInvalidArgument);
+  CHECK(GatherPooled(none, 1, 4, bags, none, 3, nullptr).kind == Error::kInvalidArgument);
+  CHECK(ScatterRows(none, 3, 4, bags, nullptr, nullptr, nullptr, 1, none, nullptr).kind ==
         Error::kInvalidArgument);
-  CHECK(GatherPooled(none, 1, 4, nullptr, 1, 2, 1, Pooling::kSum, none, 7, nullptr).kind ==
-        Error::kInvalidArgument);
-  CHECK(ScatterRows(none, 2, 7, 4, nullptr, nullptr, nullptr, 1, none, nullptr).kind ==
-        Error::kInvalidArgument);
+  Bags no_slots = bags;
+  no_slots.slots = 0;
+  CHECK(GatherPooled(none, 1, 4, no_slots, none, 4, nullptr).kind == Error::kInvalidArgument);
   CHECK(BiasRelu(none, none, -1, 3, true, nullptr).kind == Error::kInvalidArgument);
   CHECK(BiasReluBackward(none, none, 3, -1, true, none, nullptr).kind == Error::kInvalidArgument);
   CHECK(SigmoidBce(none, none, -1, 1.0f, none, none, nullptr, nullptr).kind ==
         Error::kInvalidArgument);
   CHECK(Sigmoid(none, -1, none, nullptr).kind == Error::kInvalidArgument);
   // Empty work is no work: nothing is launched, so this succeeds even without a GPU.
-  CHECK(GatherPooled(none, 0, 4, nullptr, 0, 3, 1, Pooling::kSum, none, 12, nullptr).ok());
+  Bags empty;
+  empty.slots = 3;
+  CHECK(GatherPooled(none, 0, 4, empty, none, 12, nullptr).ok());
+  CHECK(ScatterRows(none, 12, 4, empty, nullptr, nullptr, nullptr, 0, none, nullptr).ok());
   CHECK(BiasRelu(none, none, 0, 3, true, nullptr).ok());
 }
 

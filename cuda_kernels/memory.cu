@@ -29,6 +29,26 @@ Error DeviceFree(void* ptr) {
   return FromCuda(cudaFree(ptr), "cudaFree");
 }
 
+Error HostAlloc(size_t bytes, void** ptr) {
+  if (bytes == 0) {
+    *ptr = nullptr;
+    return Error();
+  }
+  void* p = nullptr;
+  const cudaError_t e = cudaMallocHost(&p, bytes);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return FromCuda(e, "cudaMallocHost");
+  }
+  *ptr = p;
+  return Error();
+}
+
+Error HostFree(void* ptr) {
+  if (ptr == nullptr) return Error();
+  return FromCuda(cudaFreeHost(ptr), "cudaFreeHost");
+}
+
 Error Copy(void* dst, const void* src, size_t bytes, void* stream) {
   if (bytes == 0) return Error();
   return FromCuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, AsStream(stream)),
@@ -66,6 +86,32 @@ Error StreamDestroy(void* stream) {
 
 Error StreamSynchronize(void* stream) {
   return FromCuda(cudaStreamSynchronize(AsStream(stream)), "cudaStreamSynchronize");
+}
+
+Error EventCreate(void** event) {
+  cudaEvent_t ev = nullptr;
+  const cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return FromCuda(e, "cudaEventCreate");
+  }
+  *event = ev;
+  return Error();
+}
+
+Error EventDestroy(void* event) {
+  if (event == nullptr) return Error();
+  return FromCuda(cudaEventDestroy(static_cast<cudaEvent_t>(event)), "cudaEventDestroy");
+}
+
+Error EventRecord(void* event, void* stream) {
+  return FromCuda(cudaEventRecord(static_cast<cudaEvent_t>(event), AsStream(stream)),
+                  "cudaEventRecord");
+}
+
+Error StreamWaitEvent(void* stream, void* event) {
+  return FromCuda(cudaStreamWaitEvent(AsStream(stream), static_cast<cudaEvent_t>(event), 0),
+                  "cudaStreamWaitEvent");
 }
 
 }  // namespace cuda

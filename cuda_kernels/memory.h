@@ -1,6 +1,7 @@
-// Device memory, copies and streams behind plain pointers, so that code compiled without CUDA's
-// headers can drive the kernels. Streams are opaque `void*` (a cudaStream_t); nullptr is the
-// legacy default stream. Every call works on the calling thread's current device.
+// Device and pinned host memory, copies, streams and events behind plain pointers, so that code
+// compiled without CUDA's headers can drive the kernels. Streams are opaque `void*` (a
+// cudaStream_t); nullptr is the legacy default stream. Every call works on the calling thread's
+// current device.
 #ifndef PS_CUDA_KERNELS_MEMORY_H_
 #define PS_CUDA_KERNELS_MEMORY_H_
 
@@ -18,6 +19,13 @@ Error DeviceAlloc(size_t bytes, void** ptr);
 // Frees what DeviceAlloc returned; nullptr is ignored.
 Error DeviceFree(void* ptr);
 
+// Allocates `bytes` of page-locked (pinned) host memory into *ptr (nullptr for 0 bytes): copies
+// from and to it are truly asynchronous and run at the link's full speed. kOutOfMemory when the
+// host cannot lock that much; kRuntime without a GPU. *ptr is untouched on failure.
+Error HostAlloc(size_t bytes, void** ptr);
+// Frees what HostAlloc returned; nullptr is ignored.
+Error HostFree(void* ptr);
+
 // Copies `bytes` between any two of host and device memory (unified addressing tells which), in
 // stream order. From pageable host memory the call returns once the source may be reused; into
 // pageable host memory it returns once the data is there.
@@ -33,6 +41,15 @@ Error StreamCreate(void** stream);
 Error StreamDestroy(void* stream);
 // Waits for all work queued on the stream; reports faults of kernels that ran on it.
 Error StreamSynchronize(void* stream);
+
+// A new event into *event (timing disabled), or the error (kRuntime without a GPU).
+Error EventCreate(void** event);
+Error EventDestroy(void* event);
+// Marks the point of `stream` reached by the work queued on it so far.
+Error EventRecord(void* event, void* stream);
+// Makes later work queued on `stream` wait until the work before the event's last record is done
+// (the host does not wait).
+Error StreamWaitEvent(void* stream, void* event);
 
 // An owned device array of T that grows on demand. Not copyable. Thread-compatible.
 template <typename T>
@@ -62,6 +79,44 @@ class DeviceArray {
       size_ = capacity_ = 0;
       void* p = nullptr;
       Error e = DeviceAlloc(n * sizeof(T), &p);
+      if (!e.ok()) return e;
+      data_ = static_cast<T*>(p);
+      capacity_ = n;
+    }
+    size_ = n;
+    return Error();
+  }
+
+  T* data() { return data_; }
+  const T* data() const { return data_; }
+  size_t size() const { return size_; }
+  size_t bytes() const { return size_ * sizeof(T); }
+
+ private:
+  T* data_ = nullptr;
+  size_t size_ = 0;
+  size_t capacity_ = 0;
+};
+
+// An owned array of T in pinned host memory (HostAlloc) that grows on demand, as DeviceArray. Not
+// copyable. Thread-compatible.
+template <typename T>
+class PinnedArray {
+ public:
+  PinnedArray() = default;
+  ~PinnedArray() { HostFree(data_); }
+  PinnedArray(const PinnedArray&) = delete;
+  PinnedArray& operator=(const PinnedArray&) = delete;
+
+  // Makes room for n elements. Reallocates (without keeping the contents) only when n exceeds
+  // every earlier size. On failure the array is empty.
+  Error Resize(size_t n) {
+    if (n > capacity_) {
+      HostFree(data_);
+      data_ = nullptr;
+      size_ = capacity_ = 0;
+      void* p = nullptr;
+      Error e = HostAlloc(n * sizeof(T), &p);
       if (!e.ok()) return e;
       data_ = static_cast<T*>(p);
       capacity_ = n;

@@ -17,7 +17,9 @@
 # $OUT/device_check.jsonl, with every step's full output in $OUT/device_check.log.
 #
 #   machine      GPU, driver, cores
-#   gpu_test     the three GPU tests (kernels, the CUDA model against the CPU one, NCCL)
+#   gpu_test     the GPU tests (kernels, the CUDA model against the CPU one, NCCL) and
+#                step_compute_test, whose GPU route (rows pooled and scattered on the device)
+#                runs where there is a device
 #   train        train_bench, the quickstart's model on 1M rows, 2 epochs, 2 servers, 2 workers,
 #                SYNC, with --backend=gpu and --backend=cpu (--collective=gloo: the two workers
 #                share the one GPU, which NCCL does not allow), and their ratio (target >= 5x,
@@ -36,7 +38,7 @@ binaries=(
   tests/bench/train_bench tests/bench/ps_bench tests/bench/failover_bench
   tests/bench/checkpoint_bench
   cuda_kernels/kernels_gpu_test worker/model/gpu_model_test
-  worker/collective/nccl_allreduce_gpu_test
+  worker/collective/nccl_allreduce_gpu_test worker/step_compute_test
 )
 
 if [[ "${1:-}" != "--on_device" ]]; then
@@ -133,7 +135,7 @@ fi
 
 # gpu_test: Catch2's summary line says how many assertions and test cases passed.
 for t in cuda_kernels/kernels_gpu_test worker/model/gpu_model_test \
-  worker/collective/nccl_allreduce_gpu_test; do
+  worker/collective/nccl_allreduce_gpu_test worker/step_compute_test; do
   STEP_TEXT=""
   step "gpu_test" 120 "./$t"
   summary=$(grep -E "^(All tests passed|test cases:)" <<<"$STEP_TEXT" | tail -1 | tr -d '"')

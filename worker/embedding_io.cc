@@ -214,9 +214,39 @@ absl::Status FinishPull(const EmbeddingLayout& layout, StepData* d) {
   absl::Status status;
   for (auto& f : d->pending) status.Update(f.get());
   d->pending.clear();
+  d->pooled = status.ok();
   if (!status.ok() || d->direct) return status;
   PoolRows(layout, d->batch.size, d->tables, d->rows, d->emb.data());
   return absl::OkStatus();
+}
+
+absl::Status AwaitPull(StepData* d) {
+  absl::Status status;
+  for (auto& f : d->pending) status.Update(f.get());
+  d->pending.clear();
+  d->pooled = status.ok() && d->direct;
+  return status;
+}
+
+PooledInput PooledInputOf(const EmbeddingLayout& layout, const StepData& d) {
+  PooledInput in;
+  in.batch = d.batch.size;
+  in.dense = d.batch.dense.data();
+  in.labels = d.batch.labels.data();
+  in.tables.resize(layout.tables().size());
+  for (size_t g = 0; g < layout.tables().size(); ++g) {
+    const TableSlots& t = layout.tables()[g];
+    PooledTable& out = in.tables[g];
+    out.dim = t.dim;
+    out.rows = d.rows[g];
+    out.index = d.tables[g].index;
+    out.ends = d.tables[g].ends;
+    for (int s : t.slots) {
+      out.slot_offset.push_back(layout.slots()[s].offset);
+      out.slot_mean.push_back(layout.slots()[s].mean ? 1 : 0);
+    }
+  }
+  return in;
 }
 
 namespace {
@@ -349,6 +379,21 @@ void StartPush(Client* client, const EmbeddingLayout& layout, const StepData& d,
   SpreadGrads(layout, n, d.tables, emb_grad.data(), &p->grads);
   for (size_t g = 0; g < groups; ++g) {
     p->keys[g] = d.tables[g].unique;
+    p->pending.push_back(client->PushAsync(layout.tables()[g].table, p->keys[g], p->grads[g]));
+  }
+}
+
+void StartPushRows(Client* client, const EmbeddingLayout& layout, const StepData& d,
+                   std::vector<std::vector<float>>* row_grads, int64_t step, PushData* p) {
+  p->step = step;
+  p->pending.clear();
+  const size_t groups = layout.tables().size();
+  p->keys.resize(groups);
+  p->grads.resize(groups);
+  row_grads->resize(groups);
+  for (size_t g = 0; g < groups; ++g) {
+    p->keys[g] = d.tables[g].unique;
+    p->grads[g].swap((*row_grads)[g]);
     p->pending.push_back(client->PushAsync(layout.tables()[g].table, p->keys[g], p->grads[g]));
   }
 }

@@ -25,6 +25,7 @@
 #include "proto/job.pb.h"
 #include "worker/data/batch.h"
 #include "worker/model/model_spec.h"
+#include "worker/model/pooled_input.h"
 
 namespace ps {
 namespace worker {
@@ -131,6 +132,9 @@ struct StepData {
   std::vector<std::future<absl::Status>> pending;
   // The batch's pooled inputs in the model's layout: batch.size x layout.width() floats.
   std::vector<float> emb;
+  // Whether `emb` holds the batch's pooled inputs: set by FinishPull (and for a direct batch by
+  // AwaitPull); false after AwaitPull of a batch whose rows stay unpooled in `rows`.
+  bool pooled = false;
 };
 
 // Starts the pulls of `d->batch`'s rows. `d` must stay in place until FinishPull returns.
@@ -139,6 +143,18 @@ void StartPull(Client* client, const EmbeddingLayout& layout, StepData* d);
 // Waits for the pulls StartPull began and pools the rows into `d->emb`. Returns the first
 // error of the client's pulls (then `d->emb` is unspecified).
 absl::Status FinishPull(const EmbeddingLayout& layout, StepData* d);
+
+// Waits for the pulls StartPull began, without pooling: the rows stay in `d->rows`, one per
+// distinct key (for a model that pools them on its device: PooledInputOf), except for a direct
+// batch, whose rows are its pooled inputs in `d->emb`. Sets d->pooled accordingly. Returns the
+// first error of the client's pulls.
+absl::Status AwaitPull(StepData* d);
+
+// The batch of `d` (pulled, after AwaitPull or FinishPull, not direct) as a model that pools on
+// its device takes it: per table of `layout`, the distinct rows of `d->rows`, the index and ends
+// of `d->tables`, and the offsets and MEAN flags of the table's slots. The spans point into `d`,
+// which must stay unchanged while the result is used; dense and labels are d->batch's.
+PooledInput PooledInputOf(const EmbeddingLayout& layout, const StepData& d);
 
 // Waits for whatever pulls of `d` are still in flight, ignoring their outcome (a batch that
 // will not be used, before its buffers go).
@@ -157,7 +173,15 @@ struct PushData {
 void StartPush(Client* client, const EmbeddingLayout& layout, const StepData& d,
                const std::vector<float>& emb_grad, int64_t step, PushData* p);
 
-// Waits for the pushes StartPush began; the first error of the client's pushes.
+// Starts the pushes of `row_grads` (per table of `layout`, the gradient of each distinct key `d`
+// pulled, in the order of d.tables[g].unique: what SpreadGrads computes, here from a model that
+// pooled on its device) as step `step`. Takes the vectors' contents (they are swapped into `p`;
+// *row_grads gets p's previous buffers back). `d` must not be direct. `p` must stay in place
+// until FinishPush returns.
+void StartPushRows(Client* client, const EmbeddingLayout& layout, const StepData& d,
+                   std::vector<std::vector<float>>* row_grads, int64_t step, PushData* p);
+
+// Waits for the pushes StartPush or StartPushRows began; the first error of the client's pushes.
 absl::Status FinishPush(PushData* p);
 
 }  // namespace worker

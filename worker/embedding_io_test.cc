@@ -242,6 +242,57 @@ TEST_CASE("wide features pool their fields and hash crosses into the linear tabl
   CHECK(d.emb[7] != RowOf(c, "lin", 1, 1)[0]);
 }
 
+TEST_CASE("for a device: the rows unpooled, as a PooledInput, and the rows' gradients pushed",
+          "[worker][embedding_io]") {
+  const bool mean = GENERATE(false, true);
+  CAPTURE(mean);
+  const config::Job job =
+      PooledJob(mean ? config::Model::MEAN : config::Model::SUM, config::Model::WIDE_DEEP);
+  auto client = ps::testing::LocalClient::Create(job, {});
+  REQUIRE(client.ok());
+  Client* c = client->get();
+  const EmbeddingLayout layout = LayoutOf(job);
+  const std::vector<float> t5 = RowOf(c, "t", 5, 2), u9 = RowOf(c, "u", 9, 2);
+  StepData d;
+  d.batch = PooledBatch();
+  StartPull(c, layout, &d);
+  REQUIRE(AwaitPull(&d).ok());
+  CHECK(!d.pooled);
+  CHECK(!d.direct);
+  REQUIRE(d.rows.size() == 3);  // u, t, lin
+  CHECK(std::vector<float>(d.rows[1].begin(), d.rows[1].begin() + 2) == t5);
+
+  const PooledInput in = PooledInputOf(layout, d);
+  CHECK(in.batch == 2);
+  CHECK(in.dense == d.batch.dense.data());
+  REQUIRE(in.tables.size() == 3);
+  CHECK(CheckPooledInput(in, layout.width()).ok());
+  // Table "u": user (offset 0) and site (offset 4); "t": tags (offset 2); "lin": the wide
+  // features (offsets 6 and 7), the cross pooled by SUM whatever the job's pooling.
+  CHECK(in.tables[0].slot_offset == std::vector<int32_t>{0, 4});
+  CHECK(in.tables[1].slot_offset == std::vector<int32_t>{2});
+  CHECK(in.tables[2].slot_offset == std::vector<int32_t>{6, 7});
+  const uint8_t m = mean ? 1 : 0;
+  CHECK(in.tables[0].slot_mean == std::vector<uint8_t>{m, m});
+  CHECK(in.tables[2].slot_mean == std::vector<uint8_t>{m, 0});
+  CHECK(in.tables[1].dim == 2);
+  CHECK(in.tables[1].num_rows() == 2);
+  CHECK(in.tables[1].index.data() == d.tables[1].index.data());
+  CHECK(in.tables[1].ends.size() == 2);
+
+  // The rows' gradients go out as they are: -1 on every float of key 5 of "t" and of key 9 of
+  // "u", nothing on the others.
+  std::vector<std::vector<float>> row_grads(3);
+  for (size_t g = 0; g < 3; ++g) row_grads[g].assign(d.rows[g].size(), 0.0f);
+  row_grads[0][2] = row_grads[0][3] = -1.0f;  // "u": keys 1, 9, 2
+  row_grads[1][0] = row_grads[1][1] = -1.0f;  // "t": keys 5, 6
+  PushData push;
+  StartPushRows(c, layout, d, &row_grads, -1, &push);
+  REQUIRE(FinishPush(&push).ok());
+  CHECK(RowOf(c, "t", 5, 2) == std::vector<float>{t5[0] + 1, t5[1] + 1});
+  CHECK(RowOf(c, "u", 9, 2) == std::vector<float>{u9[0] + 1, u9[1] + 1});
+}
+
 TEST_CASE("the deduper finds every distinct key once, batch after batch",
           "[worker][embedding_io]") {
   std::mt19937_64 rng(11);

@@ -1,9 +1,18 @@
+// StepCompute on the CPU backend, and its two routes of a step: the host's pooling (the CPU) and
+// the device's (the GPU). Built twice: as step_compute_test over the real backends (the GPU route
+// is checked where there is a device, skipped here), and as step_compute_emulated_test over
+// cuda_kernels' host stand-in (worker/model:model_emulated), where the GPU route runs on the
+// host and its pooling and scatter must give the host's floats exactly.
 #include "worker/step_compute.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "worker/embedding_io.h"
 #include "worker/testing/tiny_model.h"
 
 namespace ps {
@@ -97,6 +106,184 @@ TEST_CASE("StepCompute: an empty batch adds nothing, and local SGD applies nothi
   for (float g : compute->dense_grad()) CHECK(g == 0.0f);
   CHECK(compute->probs().empty());
   CHECK(compute->optimizer_state().size() == 0);  // sgd keeps none
+}
+
+// A job of three fields: "user" (single-valued, table "u", dim 2), "tags" (multi-valued, table
+// "t", dim 2) and "site" (single-valued, table "u"), pooled by `pooling`; WIDE_DEEP adds two wide
+// features: "tags", and the cross of "user" and "site" (table "lin", dim 1).
+config::Job RowsJob(config::Model::Pooling pooling, config::Model::Type type) {
+  config::Job job;
+  for (auto [name, dim] : {std::pair<const char*, int>{"u", 2}, {"t", 2}, {"lin", 1}}) {
+    config::Table* t = job.add_tables();
+    t->set_name(name);
+    t->set_dim(dim);
+  }
+  job.mutable_training()->set_batch_size(300);
+  job.mutable_training()->mutable_dense_optimizer()->set_type("sgd");
+  job.mutable_training()->set_seed(3);
+  config::Model* m = job.mutable_model();
+  m->set_type(type);
+  m->set_pooling(pooling);
+  m->add_top_mlp(4);
+  if (type == config::Model::DLRM) m->add_bottom_mlp(2);
+  if (type == config::Model::WIDE_DEEP) {
+    m->set_linear_table("lin");
+    m->add_wide()->add_fields("tags");
+    config::Model::WideFeature* cross = m->add_wide();
+    cross->add_fields("user");
+    cross->add_fields("site");
+  }
+  config::Schema* s = job.mutable_data()->mutable_schema();
+  s->set_label("1");
+  s->add_dense()->set_column("5");
+  s->add_dense()->set_column("6");
+  const char* names[] = {"user", "tags", "site"};
+  const char* tables[] = {"u", "t", "u"};
+  for (int f = 0; f < 3; ++f) {
+    config::SparseField* field = s->add_sparse();
+    field->set_column(std::to_string(f + 2));
+    field->set_name(names[f]);
+    field->set_table(tables[f]);
+    if (f == 1) field->set_separator("|");
+  }
+  return job;
+}
+
+// A seeded batch of `n` samples of RowsJob, pulled: few distinct keys (samples share them), 0 to
+// 4 tags a sample (about a fifth without any, some repeated within a sample), random rows.
+StepData RowsStep(const EmbeddingLayout& layout, int n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 0.5f);
+  StepData d;
+  Batch& b = d.batch;
+  b.size = n;
+  b.offsets = {0};
+  for (int r = 0; r < n; ++r) {
+    b.labels.push_back(static_cast<float>(rng() % 2));
+    for (int i = 0; i < 2; ++i) b.dense.push_back(std::fabs(normal(rng)));
+    b.keys.push_back(rng() % 9);  // user
+    b.offsets.push_back(b.keys.size());
+    const int tags = rng() % 5 == 0 ? 0 : 1 + rng() % 4;
+    for (int k = 0; k < tags; ++k) b.keys.push_back(100 + rng() % 7);
+    b.offsets.push_back(b.keys.size());
+    b.keys.push_back(rng() % 9);  // site: the same table as user, keys shared with it
+    b.offsets.push_back(b.keys.size());
+  }
+  GatherKeys(layout, b, &d.dedup, &d.tables);
+  d.rows.resize(layout.tables().size());
+  for (size_t g = 0; g < layout.tables().size(); ++g) {
+    for (size_t k = 0; k < d.tables[g].unique.size() * layout.tables()[g].dim; ++k) {
+      d.rows[g].push_back(normal(rng));
+    }
+  }
+  d.emb.resize(size_t(n) * layout.width());
+  REQUIRE(AwaitPull(&d).ok());  // nothing in flight: the rows stay unpooled
+  CHECK(!d.pooled);
+  return d;
+}
+
+void CheckClose(const std::string& what, const std::vector<float>& got,
+                const std::vector<float>& want, bool exact) {
+  INFO(what);
+  REQUIRE(got.size() == want.size());
+  double scale = 0;
+  for (float v : want) scale = std::max(scale, double(std::fabs(v)));
+  for (size_t i = 0; i < want.size(); ++i) {
+    INFO(what << "[" << i << "]");
+    if (exact) {
+      CHECK(got[i] == want[i]);
+    } else {
+      CHECK(std::fabs(double(got[i]) - want[i]) <= 1e-4 * std::fabs(want[i]) + 1e-5 * scale);
+    }
+  }
+}
+
+std::vector<float> Floats(absl::Span<const float> s) { return {s.begin(), s.end()}; }
+
+TEST_CASE("StepCompute routes a step to the host's pooling or to the device's",
+          "[worker][step_compute]") {
+  const bool mean = GENERATE(false, true);
+  const config::Model::Type type = GENERATE(config::Model::DLRM, config::Model::WIDE_DEEP);
+  const int n = GENERATE(1, 7, 300);
+  INFO((mean ? "MEAN" : "SUM") << ", type " << type << ", batch " << n);
+  const config::Job job = RowsJob(mean ? config::Model::MEAN : config::Model::SUM, type);
+  absl::StatusOr<ModelSpec> spec = ModelSpec::FromJob(job);
+  REQUIRE(spec.ok());
+  absl::StatusOr<EmbeddingLayout> layout = EmbeddingLayout::FromJob(job, *spec);
+  REQUIRE(layout.ok());
+
+  // The CPU backend, as the trainer drove it before the GPU route: FinishPull's pooling, then
+  // SpreadGrads of the pooled inputs' gradient.
+  StepData host = RowsStep(*layout, n, 40 + n);
+  PoolRows(*layout, n, host.tables, host.rows, host.emb.data());
+  auto cpu = StepCompute::Create(job, Backend::kCpu, 1, false);
+  REQUIRE(cpu.ok());
+  const float cpu_loss = (*cpu)->ForwardBackward(host.batch, host.emb);
+  std::vector<std::vector<float>> cpu_rows;
+  SpreadGrads(*layout, n, host.tables, (*cpu)->emb_grad().data(), &cpu_rows);
+
+  SECTION("the CPU pools unpooled rows on the host, bit for bit as FinishPull") {
+    auto again = StepCompute::Create(job, Backend::kCpu, 1, false);
+    REQUIRE(again.ok());
+    StepData d = RowsStep(*layout, n, 40 + n);
+    absl::StatusOr<float> loss = (*again)->ForwardBackward(*layout, &d);
+    REQUIRE(loss.ok());
+    CHECK(!(*again)->rows_on_device());
+    CHECK(d.pooled);
+    CHECK(d.emb == host.emb);
+    CHECK(*loss == cpu_loss);
+    CHECK((*again)->emb_grad() == (*cpu)->emb_grad());
+    CHECK(Floats((*again)->dense_grad()) == Floats((*cpu)->dense_grad()));
+  }
+
+  SECTION("the GPU pools and scatters on the device") {
+    auto gpu = StepCompute::Create(job, Backend::kGpu, 1, false);
+    if (!gpu.ok()) {
+      REQUIRE(gpu.status().code() == absl::StatusCode::kFailedPrecondition);
+      WARN("no CUDA device: the GPU route is not checked here (step_compute_emulated_test is)");
+      return;
+    }
+    StepData d = RowsStep(*layout, n, 40 + n);
+    absl::StatusOr<float> loss = (*gpu)->ForwardBackward(*layout, &d);
+    INFO(loss.status().ToString());
+    REQUIRE(loss.ok());
+    CHECK((*gpu)->rows_on_device());
+    CHECK(!d.pooled);
+    CHECK(*loss == Approx(cpu_loss).epsilon(1e-5));
+    CheckClose("dense_grad", Floats((*gpu)->dense_grad()), Floats((*cpu)->dense_grad()), false);
+    CheckClose("probs", (*gpu)->probs(), (*cpu)->probs(), false);
+    REQUIRE((*gpu)->row_grads()->size() == cpu_rows.size());
+    for (size_t g = 0; g < cpu_rows.size(); ++g) {
+      CheckClose("row_grads " + std::to_string(g), (*gpu)->row_grads()->at(g), cpu_rows[g], false);
+    }
+
+    // The same GPU model on the host's pooling: the device's pooling and scatter are the host's
+    // floats (on a real device up to the scatter's fused multiply-adds).
+#ifdef PS_GPU_EMULATED
+    const bool exact = true;
+#else
+    const bool exact = false;
+#endif
+    auto gpu_host = StepCompute::Create(job, Backend::kGpu, 1, false);
+    REQUIRE(gpu_host.ok());
+    (*gpu_host)->ForwardBackward(host.batch, host.emb);
+    std::vector<std::vector<float>> want;
+    SpreadGrads(*layout, n, host.tables, (*gpu_host)->emb_grad().data(), &want);
+    for (size_t g = 0; g < want.size(); ++g) {
+      CheckClose("row_grads vs the host's " + std::to_string(g), (*gpu)->row_grads()->at(g),
+                 want[g], exact);
+    }
+    CheckClose("dense_grad vs the host's", Floats((*gpu)->dense_grad()),
+               Floats((*gpu_host)->dense_grad()), exact);
+
+    // An empty batch: nothing to push, zero gradients.
+    StepData empty = RowsStep(*layout, 0, 1);
+    absl::StatusOr<float> none = (*gpu)->ForwardBackward(*layout, &empty);
+    REQUIRE(none.ok());
+    CHECK(*none == 0.0f);
+    for (float g : (*gpu)->dense_grad()) CHECK(g == 0.0f);
+    for (const std::vector<float>& g : *(*gpu)->row_grads()) CHECK(g.empty());
+  }
 }
 
 }  // namespace

@@ -42,7 +42,7 @@ absl::Status StepPipeline::Start(int64_t step) { return ReadAndPull(&slots_[cur_
 absl::StatusOr<bool> StepPipeline::AwaitRows(
     int64_t* step, absl::FunctionRef<absl::StatusOr<int64_t>(int64_t)> catch_up) {
   StepData& d = slots_[cur_];
-  absl::Status pulled = FinishPull(layout_, &d);
+  absl::Status pulled = WaitPull(&d);
   while (pulled.code() == absl::StatusCode::kAborted && sync_->mode() == config::Training::SYNC) {
     // A straggler outside the quorum: the cluster applied this step without us. Catch up
     // (joining the collectives of the steps skipped) and pull the same batch again for the
@@ -51,7 +51,7 @@ absl::StatusOr<bool> StepPipeline::AwaitRows(
     PS_ASSIGN_OR_RETURN(const int64_t end, catch_up(*step));
     if (*step >= end) return false;
     PS_RETURN_IF_ERROR(BeginPull(&d, *step));
-    pulled = FinishPull(layout_, &d);
+    pulled = WaitPull(&d);
   }
   PS_RETURN_IF_ERROR(pulled);
   return true;
@@ -70,10 +70,24 @@ absl::Status StepPipeline::FinishPendingPush() {
   return absl::OkStatus();
 }
 
+absl::Status StepPipeline::WaitPull(StepData* d) {
+  return pool_on_device_ ? AwaitPull(d) : FinishPull(layout_, d);
+}
+
 absl::Status StepPipeline::BeginPush(int64_t step, const std::vector<float>& emb_grad) {
+  return BeginPushWith(step,
+                       [&] { StartPush(client_, layout_, slots_[cur_], emb_grad, step, &push_); });
+}
+
+absl::Status StepPipeline::BeginPushRows(int64_t step, std::vector<std::vector<float>>* row_grads) {
+  return BeginPushWith(
+      step, [&] { StartPushRows(client_, layout_, slots_[cur_], row_grads, step, &push_); });
+}
+
+absl::Status StepPipeline::BeginPushWith(int64_t step, absl::FunctionRef<void()> start) {
   PS_RETURN_IF_ERROR(FinishPendingPush());  // the previous step's (kPrefetch)
   client_->SetClock(step);
-  StartPush(client_, layout_, slots_[cur_], emb_grad, step, &push_);
+  start();
   return absl::OkStatus();
 }
 

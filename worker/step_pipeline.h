@@ -16,8 +16,9 @@
 // A step, as the trainer drives it:
 //   AwaitRows(&step, ...)    the current batch's rows (SYNC: catching up when the cluster went on)
 //   Prefetch(step + 1, end)  kPrefetch: the next batch's read and pull start now
-//   ... compute on batch() and rows() ...
-//   BeginPush(step, grad)    the push starts (kPrefetch: after the previous step's is done)
+//   ... compute on current() (the batch, its rows) ...
+//   BeginPush(step, grad)    the push starts (kPrefetch: after the previous step's is done), or
+//                            BeginPushRows(step, row_grads) for a model that pools on its device
 //   PullAhead(step + 1, end) kPullAhead: the next batch's read and pull start now
 //   ... the dense AllReduce ...
 //   step = EndPush(end)      kPrefetch: step + 1 at once; otherwise waits for the push, ends the
@@ -69,6 +70,12 @@ class StepPipeline {
   // Whether a step's push is still in flight when the next step computes (kPrefetch).
   bool pipelined() const { return overlap_ == Overlap::kPrefetch; }
 
+  // Whether the rows of the batches AwaitRows waits for from now on stay unpooled, for a model
+  // that pools them on its device (AwaitPull instead of FinishPull; current()->emb is then unset
+  // but for direct batches). False until set.
+  void set_pool_on_device(bool on) { pool_on_device_ = on; }
+  const EmbeddingLayout& layout() const { return layout_; }
+
   // Reads the first batch and starts the pull of its rows for step `step`. Errors of the reader
   // and of StepSync::BeforePull.
   absl::Status Start(int64_t step);
@@ -78,23 +85,28 @@ class StepPipeline {
   // ends it (StepSync::AfterPush), sets *step to the step the cluster is at, calls
   // `catch_up(*step)` (the dense collectives of the steps skipped; it returns the steps training
   // now runs) and pulls the same batch again for *step, until a pull succeeds. Returns true with
-  // the rows in rows(); false when *step reached the steps training runs (nothing pulled); the
+  // the rows in current(); false when *step reached the steps training runs (nothing pulled); the
   // error of the pull, of StepSync, or of catch_up.
   absl::StatusOr<bool> AwaitRows(int64_t* step,
                                  absl::FunctionRef<absl::StatusOr<int64_t>(int64_t)> catch_up);
 
-  // The current batch and its rows (valid after AwaitRows returned true, until Advance).
+  // The current batch and its rows, pooled into current()->emb or not (pool_on_device), valid
+  // after AwaitRows returned true, until Advance (StepCompute::ForwardBackward(layout(), ...)).
   const Batch& batch() const { return slots_[cur_].batch; }
-  const std::vector<float>& rows() const { return slots_[cur_].emb; }
+  StepData* current() { return &slots_[cur_]; }
 
   // kPrefetch: reads the next batch and starts its pull for `next_step`, when next_step < end.
   // Otherwise nothing. Errors as Start.
   absl::Status Prefetch(int64_t next_step, int64_t end);
 
-  // Starts the push of `emb_grad` (laid out as rows()) for the current batch as step `step`.
-  // kPrefetch: first waits for the previous step's push and ends that step (StepSync::AfterPush).
-  // Errors of that push and of StepSync. `emb_grad` may change once this returns.
+  // Starts the push of `emb_grad` (laid out as current()->emb) for the current batch as step
+  // `step`. kPrefetch: first waits for the previous step's push and ends that step
+  // (StepSync::AfterPush). Errors of that push and of StepSync. `emb_grad` may change once this
+  // returns.
   absl::Status BeginPush(int64_t step, const std::vector<float>& emb_grad);
+  // As BeginPush, with the gradients of the current batch's distinct rows per table, from a model
+  // that pooled on its device (StartPushRows; takes the contents of *row_grads).
+  absl::Status BeginPushRows(int64_t step, std::vector<std::vector<float>>* row_grads);
 
   // kPullAhead, after BeginPush(next_step - 1): reads the next batch and starts its pull for
   // `next_step`, when next_step < end (the servers answer it once the step pushed is applied).
@@ -123,6 +135,10 @@ class StepPipeline {
   absl::Status BeginPull(StepData* d, int64_t step);
   // Waits for the push in flight, if any, and ends its step.
   absl::Status FinishPendingPush();
+  // Waits for `d`'s pulls: FinishPull, or AwaitPull when pool_on_device_.
+  absl::Status WaitPull(StepData* d);
+  // BeginPush and BeginPushRows around `start`, which starts the current batch's pushes.
+  absl::Status BeginPushWith(int64_t step, absl::FunctionRef<void()> start);
 
   // Constant after construction.
   Client* const client_;
@@ -133,6 +149,7 @@ class StepPipeline {
   const EmbeddingLayout layout_;
   const Overlap overlap_;
 
+  bool pool_on_device_ = false;
   StepData slots_[2];
   int cur_ = 0;
   PushData push_;

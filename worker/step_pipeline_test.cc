@@ -118,9 +118,10 @@ class StragglerClient final : public Client {
   int64_t clock_ = -1;
 };
 
-TEST_CASE("StepPipeline pulls each step's rows and pushes its gradients, overlapping steps where "
-          "the mode allows",
-          "[worker][step_pipeline]") {
+TEST_CASE(
+    "StepPipeline pulls each step's rows and pushes its gradients, overlapping steps where "
+    "the mode allows",
+    "[worker][step_pipeline]") {
   const auto mode = GENERATE(config::Training::SYNC, config::Training::ASYNC);
   INFO(config::Training::Mode_Name(mode));
   auto dir = testing::ScopedTempDir::Create("step_pipeline");
@@ -156,14 +157,14 @@ TEST_CASE("StepPipeline pulls each step's rows and pushes its gradients, overlap
     REQUIRE(pulled.ok());
     REQUIRE(*pulled);
     REQUIRE(pipeline.batch().size == 2);
-    REQUIRE(pipeline.rows().size() == 2 * 2 * kDim);
-    if (step == 0) first_rows = pipeline.rows();
+    REQUIRE(pipeline.current()->emb.size() == 2 * 2 * kDim);
+    if (step == 0) first_rows = pipeline.current()->emb;
     if (mode == config::Training::SYNC) {
       // Each step's pull sees every push before it: 2 samples x 1 push of each key per step.
-      for (float v : pipeline.rows()) CHECK(v == 2.0f * step);
+      for (float v : pipeline.current()->emb) CHECK(v == 2.0f * step);
     }
     REQUIRE(pipeline.Prefetch(step + 1, kSteps).ok());
-    const std::vector<float> grads(pipeline.rows().size(), -1.0f);
+    const std::vector<float> grads(pipeline.current()->emb.size(), -1.0f);
     const int64_t this_step = step;
     REQUIRE(pipeline.BeginPush(step, grads).ok());
     // SYNC: the next step's pull is held by the store until this step is applied (its EndStep
@@ -188,8 +189,8 @@ TEST_CASE("StepPipeline pulls each step's rows and pushes its gradients, overlap
   REQUIRE((*again)->Next(&batch).ok());
   std::vector<float> rows(2 * kDim);
   (*client)->SetClock(kSteps);
-  REQUIRE((*client)->Pull("emb", absl::MakeConstSpan(batch.keys.data(), 2), absl::MakeSpan(rows))
-              .ok());
+  REQUIRE(
+      (*client)->Pull("emb", absl::MakeConstSpan(batch.keys.data(), 2), absl::MakeSpan(rows)).ok());
   for (float v : rows) CHECK(v == 2.0f * kSteps);
 }
 
@@ -226,7 +227,7 @@ TEST_CASE("StepPipeline catches a SYNC straggler up with the step the cluster is
   if (*pulled) {
     CHECK(client.pulled == std::vector<int64_t>{0, 3});
     CHECK(pipeline.batch().size == 2);
-    CHECK(pipeline.rows() == std::vector<float>(2 * 2 * kDim, 0.0f));
+    CHECK(pipeline.current()->emb == std::vector<float>(2 * 2 * kDim, 0.0f));
   } else {
     CHECK(client.pulled == std::vector<int64_t>{0});
   }
@@ -257,7 +258,7 @@ TEST_CASE(
   REQUIRE(pipeline.Start(0).ok());
   int64_t step = 0;
   REQUIRE(*pipeline.AwaitRows(&step, no_catch_up));
-  REQUIRE(pipeline.BeginPush(0, std::vector<float>(pipeline.rows().size(), -1.0f)).ok());
+  REQUIRE(pipeline.BeginPush(0, std::vector<float>(pipeline.current()->emb.size(), -1.0f)).ok());
   REQUIRE(pipeline.PullAhead(1, end).ok());  // refused: step 1 was applied without us
   absl::StatusOr<int64_t> next = pipeline.EndPush(end);
   REQUIRE(next.ok());
@@ -297,7 +298,7 @@ TEST_CASE("StepPipeline without pipelining reads and pulls each step after the s
   REQUIRE(pipeline.Start(0).ok());
   int64_t step = 0;
   REQUIRE(*pipeline.AwaitRows(&step, no_catch_up));
-  REQUIRE(pipeline.BeginPush(0, std::vector<float>(pipeline.rows().size(), -1.0f)).ok());
+  REQUIRE(pipeline.BeginPush(0, std::vector<float>(pipeline.current()->emb.size(), -1.0f)).ok());
   REQUIRE(pipeline.PullAhead(1, 2).ok());
   CHECK(client.pulled == std::vector<int64_t>{0});  // nothing pulled ahead
   REQUIRE(*pipeline.EndPush(2) == 1);
@@ -305,6 +306,73 @@ TEST_CASE("StepPipeline without pipelining reads and pulls each step after the s
   CHECK(client.pulled == std::vector<int64_t>{0, 1});  // after the step ended
   CHECK(client.ended == std::vector<int64_t>{0});
   REQUIRE(pipeline.Finish().ok());
+}
+
+TEST_CASE("StepPipeline leaves the rows unpooled for a device and pushes the rows' gradients",
+          "[worker][step_pipeline]") {
+  const auto mode = GENERATE(config::Training::SYNC, config::Training::ASYNC);
+  INFO(config::Training::Mode_Name(mode));
+  auto dir = testing::ScopedTempDir::Create("step_pipeline_rows");
+  REQUIRE(dir.ok());
+  // Two tables, one a field: the pull is not direct (each table's distinct keys are pulled).
+  config::Job job = CountingJob(mode, WriteData((*dir)->path()));
+  *job.add_tables() = job.tables(0);
+  job.mutable_tables(1)->set_name("emb2");
+  job.mutable_model()->clear_shared_table();
+  auto client = testing::LocalClient::Create(job, {});
+  REQUIRE(client.ok());
+  auto reader = BatchReader::Open(job, kSchema, 0, 1, 2, nullptr);
+  REQUIRE(reader.ok());
+  StepSync sync(job, client->get(), nullptr, 1);
+  WaitTime waited;
+  StepPipeline pipeline(client->get(), &sync, reader->get(), LayoutOf(job), &waited);
+  pipeline.set_pool_on_device(true);
+  REQUIRE(pipeline.layout().tables().size() == 2);
+
+  const auto no_catch_up = [](int64_t) -> absl::StatusOr<int64_t> { return 0; };
+  constexpr int64_t kSteps = 3;
+  REQUIRE(pipeline.Start(0).ok());
+  int64_t step = 0;
+  std::vector<uint64_t> keys;
+  while (step < kSteps) {
+    INFO("step " << step);
+    absl::StatusOr<bool> pulled = pipeline.AwaitRows(&step, no_catch_up);
+    REQUIRE(pulled.ok());
+    REQUIRE(*pulled);
+    StepData* d = pipeline.current();
+    CHECK(!d->direct);
+    CHECK(!d->pooled);
+    keys = d->batch.keys;
+    REQUIRE(d->rows.size() == 2);
+    for (const std::vector<float>& rows : d->rows) {
+      REQUIRE(rows.size() == kDim);  // one distinct key a table
+      if (mode == config::Training::SYNC) {
+        for (float v : rows) CHECK(v == 2.0f * step);
+      }
+    }
+    REQUIRE(pipeline.Prefetch(step + 1, kSteps).ok());
+    // What a device computes from a gradient of -1 on every pooled float: -2 for each table's one
+    // key (two samples read it).
+    std::vector<std::vector<float>> row_grads;
+    SpreadGrads(pipeline.layout(), d->batch.size, d->tables,
+                std::vector<float>(size_t(d->batch.size) * pipeline.layout().width(), -1.0f).data(),
+                &row_grads);
+    CHECK(row_grads[0] == std::vector<float>(kDim, -2.0f));
+    REQUIRE(pipeline.BeginPushRows(step, &row_grads).ok());
+    REQUIRE(pipeline.PullAhead(step + 1, kSteps).ok());
+    absl::StatusOr<int64_t> next = pipeline.EndPush(kSteps);
+    REQUIRE(next.ok());
+    step = *next;
+    REQUIRE(pipeline.Advance(step, kSteps).ok());
+  }
+  REQUIRE(pipeline.Finish().ok());
+  // Every push applied, once: both tables' rows counted 2 a step.
+  (*client)->SetClock(kSteps);
+  for (int t = 0; t < 2; ++t) {
+    std::vector<float> row(kDim);
+    REQUIRE((*client)->Pull(t == 0 ? "emb" : "emb2", {keys[t]}, absl::MakeSpan(row)).ok());
+    for (float v : row) CHECK(v == 2.0f * kSteps);
+  }
 }
 
 }  // namespace

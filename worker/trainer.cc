@@ -127,6 +127,7 @@ absl::StatusOr<std::unique_ptr<TrainingRun>> TrainingRun::Create(
   run->pipeline_ =
       std::make_unique<StepPipeline>(client, &run->sync_, run->reader_.get(), std::move(layout),
                                      &run->waited_, &run->breakdown_, options.pipeline);
+  run->pipeline_->set_pool_on_device(run->compute_->model()->pools_rows());
   // A resumed job reads on from the block of its first step.
   run->step_ = options.start_step;
   PS_RETURN_IF_ERROR(run->reader_->Skip(options.start_step));
@@ -227,7 +228,8 @@ absl::StatusOr<bool> TrainingRun::Step() {
 
   const Batch& batch = pipeline_->batch();
   const int n = batch.size;
-  const float loss = compute_->ForwardBackward(batch, pipeline_->rows());
+  PS_ASSIGN_OR_RETURN(const float loss,
+                      compute_->ForwardBackward(pipeline_->layout(), pipeline_->current()));
   const std::optional<absl::Duration> copy_time = compute_->model()->last_copy_time();
   if (copy_time.has_value() && n > 0) breakdown_.Attribute(StepPart::kCopy, *copy_time);
   EndLap(StepPart::kCompute);
@@ -235,7 +237,9 @@ absl::StatusOr<bool> TrainingRun::Step() {
   // batch is read and its pull waits on the servers for this step).
   const absl::Time push_start = absl::Now();
   const int64_t this_step = step_;
-  PS_RETURN_IF_ERROR(pipeline_->BeginPush(step_, compute_->emb_grad()));
+  PS_RETURN_IF_ERROR(compute_->rows_on_device()
+                         ? pipeline_->BeginPushRows(step_, compute_->row_grads())
+                         : pipeline_->BeginPush(step_, compute_->emb_grad()));
   absl::Duration push_time = absl::Now() - push_start;
   EndLap(StepPart::kPush);
   PS_RETURN_IF_ERROR(pipeline_->PullAhead(step_ + 1, dense_->end()));

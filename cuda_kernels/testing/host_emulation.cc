@@ -1,8 +1,10 @@
 // A host stand-in for the cuda_kernels functions a CUDA model calls (device.h, memory.h, blas.h,
-// dense.h, interaction.h), for tests that run without a GPU: "device" memory is host memory, a
-// stream is nothing (every call completes before it returns), the GEMM is a plain loop, and
-// interaction.h's kernels call their per-thread functions (internal/interaction_math.h) for every
-// thread index in turn, as the device does. A program links this instead of the real libraries
+// dense.h, interaction.h, embedding.h), for tests that run without a GPU: "device" memory is host
+// memory, a stream is nothing (every call completes before it returns), the GEMM is a plain loop,
+// and interaction.h's and embedding.h's kernels call their per-thread functions
+// (internal/interaction_math.h, internal/embedding_math.h) for every thread index in turn, as the
+// device does. Pinned host memory is plain host memory and events are nothing. A program links this
+// instead of the real libraries
 // (//cuda_kernels and //cuda_kernels:blas), never with them.
 //
 // Fresh allocations are filled with NaN, so a model that reads a float it never wrote shows it in
@@ -19,7 +21,9 @@
 #include "cuda_kernels/blas.h"
 #include "cuda_kernels/dense.h"
 #include "cuda_kernels/device.h"
+#include "cuda_kernels/embedding.h"
 #include "cuda_kernels/interaction.h"
+#include "cuda_kernels/internal/embedding_math.h"
 #include "cuda_kernels/internal/interaction_math.h"
 #include "cuda_kernels/memory.h"
 
@@ -62,6 +66,9 @@ Error DeviceFree(void* ptr) {
   return Error();
 }
 
+Error HostAlloc(size_t bytes, void** ptr) { return DeviceAlloc(bytes, ptr); }
+Error HostFree(void* ptr) { return DeviceFree(ptr); }
+
 Error Copy(void* dst, const void* src, size_t bytes, void* stream) {
   if (bytes > 0) std::memcpy(dst, src, bytes);
   return Error();
@@ -90,6 +97,14 @@ Error StreamCreate(void** stream) {
 }
 Error StreamDestroy(void* stream) { return Error(); }
 Error StreamSynchronize(void* stream) { return Error(); }
+
+Error EventCreate(void** event) {
+  *event = nullptr;
+  return Error();
+}
+Error EventDestroy(void* event) { return Error(); }
+Error EventRecord(void* event, void* stream) { return Error(); }
+Error StreamWaitEvent(void* stream, void* event) { return Error(); }
 
 Error Blas::Create(void* stream, std::unique_ptr<Blas>* out) {
   out->reset(new Blas(nullptr));
@@ -264,6 +279,38 @@ Error CrossBackward(const float* g, const float* x0, const float* u, int batch, 
 Error Add(const float* x, int64_t n, float* y, void* stream) {
   if (n < 0) return Invalid("Add", "negative n");
   for (int64_t t = 0; t < n; ++t) internal::AddThread(t, x, y);
+  return Error();
+}
+
+// embedding.h: the same checks as embedding.cu, then every thread in turn.
+
+Error GatherPooled(const float* rows, int64_t num_rows, int dim, const Bags& bags, float* out,
+                   int64_t out_stride, void* stream) {
+  if (num_rows < 0 || bags.batch < 0 || dim < 1 || bags.slots < 1 || out_stride < dim) {
+    return Invalid("GatherPooled", "bad sizes");
+  }
+  const int64_t n = internal::GatherThreads(bags, dim);
+  for (int64_t t = 0; t < n; ++t) {
+    internal::GatherPooledThread(t, rows, num_rows, dim, bags, out, out_stride);
+  }
+  return Error();
+}
+
+Error BuildRowCsr(const uint32_t* index, const uint32_t* ends, int batch, int slots,
+                  const uint8_t* slot_mean, int64_t num_rows, RowCsr* csr) {
+  return internal::BuildRowCsrOnHost(index, ends, batch, slots, slot_mean, num_rows, csr);
+}
+
+Error ScatterRows(const float* bag_grad, int64_t in_stride, int dim, const Bags& b,
+                  const int32_t* offsets, const int32_t* bags, const float* bag_weight,
+                  int64_t num_rows, float* row_grad, void* stream) {
+  if (num_rows < 0 || dim < 1 || b.slots < 1 || b.batch < 0 || in_stride < dim) {
+    return Invalid("ScatterRows", "bad sizes");
+  }
+  for (int64_t t = 0; t < num_rows * dim; ++t) {
+    internal::ScatterRowsThread(t, bag_grad, in_stride, dim, b, offsets, bags, bag_weight,
+                                row_grad);
+  }
   return Error();
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -11,6 +12,7 @@
 #include "cuda_kernels/blas.h"
 #include "cuda_kernels/dense.h"
 #include "cuda_kernels/device.h"
+#include "cuda_kernels/embedding.h"
 #include "cuda_kernels/interaction.h"
 #include "cuda_kernels/memory.h"
 
@@ -59,6 +61,21 @@ cuda::Error CopyBytes(void* dst, const void* src, size_t bytes, void* stream) {
   return cuda::Copy(dst, src, bytes, stream);
 }
 
+// Copies `n` elements of host memory `src` into the pinned `staging` (grown to n), then from
+// there into `dev` (grown to n) on `stream`: the copy is asynchronous, and both arrays must stay
+// unchanged until the stream reached it.
+template <typename T>
+cuda::Error StageAndCopy(const T* src, size_t n, cuda::PinnedArray<T>* staging,
+                         cuda::DeviceArray<T>* dev, void* stream) {
+  cuda::Error e = staging->Resize(n);
+  if (!e.ok()) return e;
+  e = dev->Resize(n);
+  if (!e.ok()) return e;
+  if (n == 0) return e;
+  std::memcpy(staging->data(), src, n * sizeof(T));
+  return cuda::Copy(dev->data(), staging->data(), n * sizeof(T), stream);
+}
+
 int SumOf(const std::vector<int>& v) {
   int s = 0;
   for (int x : v) s += x;
@@ -70,9 +87,49 @@ int SumOf(const std::vector<int>& v) {
 struct GpuModel::Device {
   ~Device() {
     blas.reset();
+    cuda::StreamSynchronize(copy_stream);
     cuda::StreamSynchronize(stream);
+    cuda::EventDestroy(inputs_copied);
+    cuda::EventDestroy(grads_ready);
+    cuda::StreamDestroy(copy_stream);
     cuda::StreamDestroy(stream);
   }
+
+  // One table of a ForwardBackwardRows pass: its rows and bags, staged in pinned host memory
+  // and copied on the copy stream, the transpose of its bags, and its rows' gradients.
+  struct Table {
+    cuda::RowCsr csr;  // built on the host
+    cuda::PinnedArray<float> rows_host;
+    cuda::PinnedArray<uint32_t> index_host;
+    cuda::PinnedArray<uint32_t> ends_host;
+    cuda::PinnedArray<int32_t> offsets_host;  // csr.offsets
+    cuda::PinnedArray<int32_t> bags_host;     // csr.bags
+    cuda::PinnedArray<float> weight_host;     // csr.bag_weight
+    cuda::PinnedArray<int32_t> slot_offset_host;
+    cuda::PinnedArray<uint8_t> slot_mean_host;
+    cuda::PinnedArray<float> grad_host;  // the rows' gradients, back from the device
+    cuda::DeviceArray<float> rows;
+    cuda::DeviceArray<uint32_t> index;
+    cuda::DeviceArray<uint32_t> ends;
+    cuda::DeviceArray<int32_t> offsets;
+    cuda::DeviceArray<int32_t> bags;
+    cuda::DeviceArray<float> weight;
+    cuda::DeviceArray<int32_t> slot_offset;
+    cuda::DeviceArray<uint8_t> slot_mean;
+    cuda::DeviceArray<float> row_grad;
+
+    // The bags as the kernels read them, after the copies.
+    cuda::Bags DeviceBags(int batch) {
+      cuda::Bags b;
+      b.index = index.data();
+      b.ends = ends.data();
+      b.batch = batch;
+      b.slots = static_cast<int>(slot_offset.size());
+      b.slot_offset = slot_offset.data();
+      b.slot_mean = slot_mean.data();
+      return b;
+    }
+  };
 
   // Runs dense layers over `x` (batch x layers[0].in, rows contiguous), layer i's output into
   // outs[i]; returns the last output.
@@ -121,7 +178,13 @@ struct GpuModel::Device {
     return dy;
   }
 
-  void* stream = nullptr;
+  void* stream = nullptr;  // the kernels' and the dense buffers' copies
+  // ForwardBackwardRows: the rows, bags and row gradients travel on their own stream; the compute
+  // stream waits for inputs_copied, the copy stream for grads_ready.
+  void* copy_stream = nullptr;
+  void* inputs_copied = nullptr;
+  void* grads_ready = nullptr;
+  std::vector<std::unique_ptr<Table>> tables;
   std::unique_ptr<cuda::Blas> blas;
   cuda::DeviceArray<float> params;
   cuda::DeviceArray<float> grad;  // dense parameter gradients
@@ -163,6 +226,9 @@ absl::StatusOr<std::unique_ptr<GpuModel>> GpuModel::Create(const ModelSpec& spec
 
   auto dev = std::make_unique<Device>();
   GPU_MODEL_CHECK_CUDA(cuda::StreamCreate(&dev->stream));
+  GPU_MODEL_CHECK_CUDA(cuda::StreamCreate(&dev->copy_stream));
+  GPU_MODEL_CHECK_CUDA(cuda::EventCreate(&dev->inputs_copied));
+  GPU_MODEL_CHECK_CUDA(cuda::EventCreate(&dev->grads_ready));
   GPU_MODEL_CHECK_CUDA(cuda::Blas::Create(dev->stream, &dev->blas));
   GPU_MODEL_CHECK_CUDA(dev->params.Resize(layout.num_params));
   GPU_MODEL_CHECK_CUDA(dev->grad.Resize(layout.num_params));
@@ -446,6 +512,107 @@ absl::StatusOr<float> GpuModel::Run(int batch, const float* dense, const float* 
   GPU_MODEL_CHECK_CUDA(CopyBytes(probs, d.probs.data(), d.probs.bytes(), s));
   GPU_MODEL_CHECK_CUDA(cuda::Copy(&loss, d.loss.data(), sizeof(double), s));
   GPU_MODEL_CHECK_CUDA(cuda::StreamSynchronize(s));
+  copy_time += absl::Now() - results_start;
+  last_copy_time_ = copy_time;
+  return static_cast<float>(loss / batch);
+}
+
+absl::StatusOr<float> GpuModel::ForwardBackwardRows(const PooledInput& in, float loss_scale,
+                                                    float* dense_grad,
+                                                    std::vector<std::vector<float>>* row_grads,
+                                                    float* probs) {
+  GPU_MODEL_RETURN_IF_ERROR(CheckPooledInput(in, emb_width_));
+  const int batch = in.batch;
+  if (batch < 1) return absl::InvalidArgumentError("ForwardBackwardRows needs a batch >= 1");
+  Device& d = *dev_;
+  void* const s = d.stream;
+  void* const cs = d.copy_stream;
+  const size_t groups = in.tables.size();
+  while (d.tables.size() < groups) d.tables.push_back(std::make_unique<Device::Table>());
+  // The bags' transposes, on the host (they check every value's row): before any copy starts.
+  for (size_t g = 0; g < groups; ++g) {
+    const PooledTable& t = in.tables[g];
+    GPU_MODEL_CHECK_CUDA(cuda::BuildRowCsr(t.index.data(), t.ends.data(), batch, t.slots(),
+                                           t.slot_mean.data(), t.num_rows(), &d.tables[g]->csr));
+  }
+  GPU_MODEL_RETURN_IF_ERROR(Reserve(batch));
+
+  // Inputs: the tables' rows and bags through pinned memory on the copy stream, the parameters
+  // (changed on the host since the last pass), dense features and labels on the compute stream,
+  // which then waits for the copy stream. The pass waits for its copies apart from its kernels,
+  // so that their wall time is known (last_copy_time).
+  const absl::Time copy_start = absl::Now();
+  for (size_t g = 0; g < groups; ++g) {
+    const PooledTable& t = in.tables[g];
+    Device::Table& dt = *d.tables[g];
+    GPU_MODEL_CHECK_CUDA(StageAndCopy(t.rows.data(), t.rows.size(), &dt.rows_host, &dt.rows, cs));
+    GPU_MODEL_CHECK_CUDA(
+        StageAndCopy(t.index.data(), t.index.size(), &dt.index_host, &dt.index, cs));
+    GPU_MODEL_CHECK_CUDA(StageAndCopy(t.ends.data(), t.ends.size(), &dt.ends_host, &dt.ends, cs));
+    GPU_MODEL_CHECK_CUDA(StageAndCopy(dt.csr.offsets.data(), dt.csr.offsets.size(),
+                                      &dt.offsets_host, &dt.offsets, cs));
+    GPU_MODEL_CHECK_CUDA(
+        StageAndCopy(dt.csr.bags.data(), dt.csr.bags.size(), &dt.bags_host, &dt.bags, cs));
+    GPU_MODEL_CHECK_CUDA(StageAndCopy(dt.csr.bag_weight.data(), dt.csr.bag_weight.size(),
+                                      &dt.weight_host, &dt.weight, cs));
+    GPU_MODEL_CHECK_CUDA(StageAndCopy(t.slot_offset.data(), t.slot_offset.size(),
+                                      &dt.slot_offset_host, &dt.slot_offset, cs));
+    GPU_MODEL_CHECK_CUDA(StageAndCopy(t.slot_mean.data(), t.slot_mean.size(), &dt.slot_mean_host,
+                                      &dt.slot_mean, cs));
+    GPU_MODEL_CHECK_CUDA(dt.row_grad.Resize(t.rows.size()));
+    GPU_MODEL_CHECK_CUDA(dt.grad_host.Resize(t.rows.size()));
+  }
+  GPU_MODEL_CHECK_CUDA(cuda::EventRecord(d.inputs_copied, cs));
+  GPU_MODEL_CHECK_CUDA(CopyBytes(d.params.data(), params_.data(), d.params.bytes(), s));
+  GPU_MODEL_CHECK_CUDA(CopyBytes(d.dense.data(), in.dense, d.dense.bytes(), s));
+  GPU_MODEL_CHECK_CUDA(CopyBytes(d.labels.data(), in.labels, d.labels.bytes(), s));
+  GPU_MODEL_CHECK_CUDA(cuda::StreamWaitEvent(s, d.inputs_copied));
+  GPU_MODEL_CHECK_CUDA(cuda::StreamSynchronize(s));
+  absl::Duration copy_time = absl::Now() - copy_start;
+
+  // Pooling into emb (the tables' slots cover every float of it: CheckPooledInput), the dense
+  // part, and the scatter of emb's gradient into the rows' gradients.
+  for (size_t g = 0; g < groups; ++g) {
+    Device::Table& dt = *d.tables[g];
+    const PooledTable& t = in.tables[g];
+    GPU_MODEL_CHECK_CUDA(cuda::GatherPooled(dt.rows.data(), t.num_rows(), t.dim,
+                                            dt.DeviceBags(batch), d.emb.data(), emb_width_, s));
+  }
+  GPU_MODEL_RETURN_IF_ERROR(Forward(batch));
+  GPU_MODEL_CHECK_CUDA(cuda::SigmoidBce(d.top_outs.back().data(), d.labels.data(), batch,
+                                        loss_scale, d.probs.data(), d.dlogit.data(), d.loss.data(),
+                                        s));
+  GPU_MODEL_RETURN_IF_ERROR(Backward(batch));
+  for (size_t g = 0; g < groups; ++g) {
+    Device::Table& dt = *d.tables[g];
+    const PooledTable& t = in.tables[g];
+    GPU_MODEL_CHECK_CUDA(cuda::ScatterRows(d.emb_grad.data(), emb_width_, t.dim,
+                                           dt.DeviceBags(batch), dt.offsets.data(), dt.bags.data(),
+                                           dt.weight.data(), t.num_rows(), dt.row_grad.data(), s));
+  }
+  GPU_MODEL_CHECK_CUDA(cuda::EventRecord(d.grads_ready, s));
+  GPU_MODEL_CHECK_CUDA(cuda::StreamWaitEvent(cs, d.grads_ready));
+  GPU_MODEL_CHECK_CUDA(cuda::StreamSynchronize(s));  // the kernels done: then the copies alone
+
+  // Results: the rows' gradients on the copy stream into pinned memory, the rest on the compute
+  // stream.
+  const absl::Time results_start = absl::Now();
+  for (size_t g = 0; g < groups; ++g) {
+    Device::Table& dt = *d.tables[g];
+    GPU_MODEL_CHECK_CUDA(
+        CopyBytes(dt.grad_host.data(), dt.row_grad.data(), dt.row_grad.bytes(), cs));
+  }
+  double loss = 0;
+  GPU_MODEL_CHECK_CUDA(CopyBytes(dense_grad, d.grad.data(), d.grad.bytes(), s));
+  GPU_MODEL_CHECK_CUDA(CopyBytes(probs, d.probs.data(), d.probs.bytes(), s));
+  GPU_MODEL_CHECK_CUDA(cuda::Copy(&loss, d.loss.data(), sizeof(double), s));
+  GPU_MODEL_CHECK_CUDA(cuda::StreamSynchronize(cs));
+  GPU_MODEL_CHECK_CUDA(cuda::StreamSynchronize(s));
+  row_grads->resize(groups);
+  for (size_t g = 0; g < groups; ++g) {
+    const Device::Table& dt = *d.tables[g];
+    (*row_grads)[g].assign(dt.grad_host.data(), dt.grad_host.data() + dt.grad_host.size());
+  }
   copy_time += absl::Now() - results_start;
   last_copy_time_ = copy_time;
   return static_cast<float>(loss / batch);

@@ -1,10 +1,12 @@
 // Every model family of cpu_model.h (DLRM with and without dot_interaction, WIDE_DEEP, DEEPFM,
 // DCN_V2 of full and low rank) on a CUDA GPU: the same network, the same initial parameters and
 // the same results within float rounding, with the GEMMs in cuBLAS (no TF32) and the rest in the
-// kernels of cuda_kernels/ (dense.h, interaction.h). Inputs and outputs are host buffers, as for
-// CpuModel, copied to and from the device on every call; the dense parameters live on the host
-// too (params(), which the dense optimizer updates in place) and are copied to the device at the
-// start of every pass.
+// kernels of cuda_kernels/ (dense.h, interaction.h, embedding.h). Inputs and outputs are host
+// buffers, as for CpuModel, copied to and from the device on every call; the dense parameters
+// live on the host too (params(), which the dense optimizer updates in place) and are copied to
+// the device at the start of every pass. Two ways in: ForwardBackward takes the embeddings pooled
+// on the host (CpuModel's layout); ForwardBackwardRows takes the batch's distinct rows and bags
+// (pooled_input.h), pools them on the device and gives back the gradients of the rows.
 #ifndef PS_WORKER_MODEL_GPU_MODEL_H_
 #define PS_WORKER_MODEL_GPU_MODEL_H_
 
@@ -17,6 +19,7 @@
 #include "absl/types/span.h"
 #include "worker/model/cpu_model.h"
 #include "worker/model/model_spec.h"
+#include "worker/model/pooled_input.h"
 
 namespace ps {
 namespace worker {
@@ -50,12 +53,32 @@ class GpuModel {
   float ForwardBackward(int batch_size, const float* dense, const float* emb, const float* labels,
                         float loss_scale, float* dense_grad, float* emb_grad, float* probs);
 
+  // The pass of ForwardBackward over `in` (pooled_input.h): the distinct rows of every table, its
+  // bags and the batch's index arrays are staged in pinned host memory and copied to the device
+  // on a copy stream, pooled there (cuda::GatherPooled, SUM or MEAN per slot) into the model's
+  // emb layout, the dense part runs as in ForwardBackward, and the gradient of emb is scattered
+  // back into the gradient of every distinct row (cuda::ScatterRows), which comes back on the
+  // copy stream into (*row_grads)[g] (resized to table g's rows x dim floats; rows no value
+  // reads get zeros). Fills dense_grad (num_params()) and probs (in.batch) and returns the mean
+  // loss, as ForwardBackward. The sums run in the order of the host's PoolRows and SpreadGrads
+  // (worker/embedding_io.h): against ForwardBackward over PoolRows' output followed by
+  // SpreadGrads, the pooled inputs are the same floats, and the rows' gradients are too on the
+  // host emulation, a fused multiply-add's rounding apart on a GPU.
+  // INVALID_ARGUMENT for an input CheckPooledInput refuses, a value naming a row outside its
+  // table's rows, or a batch < 1 (outputs untouched); RESOURCE_EXHAUSTED or INTERNAL on a device
+  // failure (outputs unspecified).
+  absl::StatusOr<float> ForwardBackwardRows(const PooledInput& in, float loss_scale,
+                                            float* dense_grad,
+                                            std::vector<std::vector<float>>* row_grads,
+                                            float* probs);
+
   // As CpuModel::Predict. A device failure is fatal, as above.
   void Predict(int batch_size, const float* dense, const float* emb, float* probs);
 
-  // The wall time of the last ForwardBackward's host-to-device copies (parameters, inputs,
-  // labels) and device-to-host ones (gradients, probabilities, loss): the pass waits for its
-  // copies apart from its kernels to know it. Zero before the first.
+  // The wall time of the last ForwardBackward's or ForwardBackwardRows' host-to-device copies
+  // (parameters, inputs or rows and bags, labels) and device-to-host ones (gradients,
+  // probabilities, loss): the pass waits for its copies apart from its kernels to know it. Zero
+  // before the first.
   absl::Duration last_copy_time() const { return last_copy_time_; }
 
  private:

@@ -29,8 +29,12 @@ namespace ps {
 namespace worker {
 namespace {
 
+using testing::HostPool;
+using testing::HostSpread;
 using testing::Inputs;
 using testing::RandomInputs;
+using testing::RandomRowInputs;
+using testing::RowInputs;
 
 // The configurations compared: every family and variant CpuModel runs.
 ModelSpec Config(const std::string& name) {
@@ -204,6 +208,133 @@ TEST_CASE("a smaller batch after a larger one reuses the workspace", "[worker][m
     CheckNear("emb_grad", gpu_eg, cpu_eg);
     // The pass's copies in and out, timed apart from its kernels (the step breakdown's copy).
     CHECK((*gpu)->last_copy_time() > absl::ZeroDuration());
+  }
+}
+
+// The fewest tables such that slot i (the fields, then the linear inputs) can read table i %
+// tables: the slots of one table share its dim.
+int SharedTables(const ModelSpec& spec) {
+  std::vector<int> dims = spec.field_dims;
+  for (int i = 0; i < spec.num_linear; ++i) dims.push_back(1);
+  for (int t = 1;; ++t) {
+    bool fits = true;
+    for (size_t i = 0; i < dims.size(); ++i) fits = fits && dims[i] == dims[i % t];
+    if (fits) return t;
+  }
+}
+
+// Whether two float vectors are the same floats.
+void CheckSame(const std::string& what, const std::vector<float>& got,
+               const std::vector<float>& want) {
+#ifdef PS_GPU_EMULATED
+  INFO(what);
+  CHECK(got == want);
+#else
+  // On a GPU the scatter's sums use fused multiply-adds: a rounding apart.
+  CheckNear(what, got, want);
+#endif
+}
+
+TEST_CASE("ForwardBackwardRows pools and scatters on the device as the host pools and spreads",
+          "[worker][model][gpu]") {
+  const std::string name = GENERATE(as<std::string>{}, "dlrm", "dlrm_small", "dlrm_dot",
+                                    "dlrm_mixed_dims", "wide_deep", "deepfm", "dcn_v2_rank8");
+  const std::string pooling = GENERATE(as<std::string>{}, "sum", "mean", "mixed");
+  const int batch = GENERATE(1, 7, 300);
+  const ModelSpec spec = Config(name);
+  const int tables = SharedTables(spec);
+  // Few rows a table: samples and slots share keys, and some rows are read by no value.
+  const int num_rows = 3 + batch / 4;
+  INFO(name << ", " << pooling << ", batch " << batch << ", " << tables << " tables");
+  const RowInputs r = RandomRowInputs(spec, batch, tables, num_rows, /*max_values=*/4,
+                                      pooling == "mixed", pooling == "mean", 31 + batch);
+  auto cpu_or = CpuModel::Create(spec, 5);
+  auto gpu_or = GpuModel::Create(spec, 5);
+  REQUIRE(cpu_or.ok());
+  REQUIRE(gpu_or.ok());
+  CpuModel& cpu = **cpu_or;
+  GpuModel& gpu = **gpu_or;
+  const int width = spec.emb_width();
+
+  // The CPU backend's step: the host pools, the CPU model runs, the host spreads.
+  const std::vector<float> emb = HostPool(r.in, width);
+  std::vector<float> cpu_dg(cpu.num_params()), cpu_eg(emb.size()), cpu_p(batch);
+  const float cpu_loss =
+      cpu.ForwardBackward(batch, r.base.dense.data(), emb.data(), r.base.labels.data(), 0.5f,
+                          cpu_dg.data(), cpu_eg.data(), cpu_p.data());
+  const std::vector<std::vector<float>> cpu_rows = HostSpread(r.in, width, cpu_eg);
+
+  // The GPU's: rows and bags in, rows' gradients out. Outputs start as 1e30: every float must be
+  // written, the gradients of rows no value reads too.
+  std::vector<float> gpu_dg(cpu.num_params(), 1e30f), gpu_p(batch, 1e30f);
+  std::vector<std::vector<float>> gpu_rows(tables, std::vector<float>(7, 1e30f));
+  absl::StatusOr<float> gpu_loss =
+      gpu.ForwardBackwardRows(r.in, 0.5f, gpu_dg.data(), &gpu_rows, gpu_p.data());
+  INFO(gpu_loss.status().ToString());
+  REQUIRE(gpu_loss.ok());
+  CHECK(*gpu_loss == Approx(cpu_loss).epsilon(1e-5));
+  CHECK(gpu.last_copy_time() > absl::ZeroDuration());
+  CheckNear("dense_grad", gpu_dg, cpu_dg);
+  CheckNear("probs", gpu_p, cpu_p);
+  REQUIRE(gpu_rows.size() == cpu_rows.size());
+  for (int g = 0; g < tables; ++g)
+    CheckNear("row_grad " + std::to_string(g), gpu_rows[g], cpu_rows[g]);
+
+  // Against the GPU's own pass over the host-pooled emb: the device's pooling and scatter are
+  // the host's floats (up to fused multiply-adds on a real device).
+  std::vector<float> ref_dg(cpu.num_params()), ref_eg(emb.size()), ref_p(batch);
+  const float ref_loss =
+      gpu.ForwardBackward(batch, r.base.dense.data(), emb.data(), r.base.labels.data(), 0.5f,
+                          ref_dg.data(), ref_eg.data(), ref_p.data());
+  const std::vector<std::vector<float>> ref_rows = HostSpread(r.in, width, ref_eg);
+#ifdef PS_GPU_EMULATED
+  CHECK(*gpu_loss == ref_loss);
+#else
+  CHECK(*gpu_loss == Approx(ref_loss).epsilon(1e-6));
+#endif
+  CheckSame("dense_grad", gpu_dg, ref_dg);
+  CheckSame("probs", gpu_p, ref_p);
+  for (int g = 0; g < tables; ++g)
+    CheckSame("row_grad " + std::to_string(g), gpu_rows[g], ref_rows[g]);
+
+  // A second, smaller batch reuses the buffers.
+  if (batch > 1) {
+    const RowInputs small = RandomRowInputs(spec, 2, tables, 3, 2, false, true, 77);
+    const std::vector<float> small_emb = HostPool(small.in, width);
+    std::vector<float> eg(small_emb.size()), p(2);
+    gpu.ForwardBackward(2, small.base.dense.data(), small_emb.data(), small.base.labels.data(),
+                        1.0f, ref_dg.data(), eg.data(), p.data());
+    REQUIRE(gpu.ForwardBackwardRows(small.in, 1.0f, gpu_dg.data(), &gpu_rows, gpu_p.data()).ok());
+    const std::vector<std::vector<float>> want = HostSpread(small.in, width, eg);
+    for (int g = 0; g < tables; ++g) CheckSame("small row_grad", gpu_rows[g], want[g]);
+  }
+}
+
+TEST_CASE("ForwardBackwardRows refuses inputs that do not fit", "[worker][model][gpu]") {
+  const ModelSpec spec = Config("dlrm_small");
+  auto gpu = GpuModel::Create(spec, 5);
+  REQUIRE(gpu.ok());
+  RowInputs r = RandomRowInputs(spec, 4, 1, 3, 2, false, false, 9);
+  std::vector<float> dg((*gpu)->num_params()), p(4);
+  std::vector<std::vector<float>> rows;
+  SECTION("a value names a row the table does not have") {
+    REQUIRE(!r.index[0].empty());
+    r.index[0][0] = 3;
+    CHECK((*gpu)->ForwardBackwardRows(r.in, 1.0f, dg.data(), &rows, p.data()).status().code() ==
+          absl::StatusCode::kInvalidArgument);
+  }
+  SECTION("a slot missing") {
+    r.in.tables[0].slot_offset.pop_back();
+    r.in.tables[0].slot_mean.pop_back();
+    CHECK((*gpu)->ForwardBackwardRows(r.in, 1.0f, dg.data(), &rows, p.data()).status().code() ==
+          absl::StatusCode::kInvalidArgument);
+  }
+  SECTION("an empty batch") {
+    r.in.batch = 0;
+    r.in.tables[0].ends = {};
+    r.in.tables[0].index = {};
+    CHECK((*gpu)->ForwardBackwardRows(r.in, 1.0f, dg.data(), &rows, p.data()).status().code() ==
+          absl::StatusCode::kInvalidArgument);
   }
 }
 

@@ -30,6 +30,18 @@ class ModelOf final : public Model {
   void Predict(int batch_size, const float* dense, const float* emb, float* probs) override {
     net_->Predict(batch_size, dense, emb, probs);
   }
+  bool pools_rows() const override { return std::is_same_v<Net, GpuModel>; }
+  absl::StatusOr<float> ForwardBackwardRows(const PooledInput& in, float loss_scale,
+                                            float* dense_grad,
+                                            std::vector<std::vector<float>>* row_grads,
+                                            float* probs) override {
+    if constexpr (std::is_same_v<Net, GpuModel>) {
+      return net_->ForwardBackwardRows(in, loss_scale, dense_grad, row_grads, probs);
+    } else {
+      return absl::UnimplementedError(
+          "the CPU backend pools rows on the host: call ForwardBackward");
+    }
+  }
   std::optional<absl::Duration> last_copy_time() const override {
     if constexpr (std::is_same_v<Net, GpuModel>) {
       return net_->last_copy_time();

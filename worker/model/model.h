@@ -8,11 +8,13 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "worker/model/model_spec.h"
+#include "worker/model/pooled_input.h"
 
 namespace ps {
 namespace worker {
@@ -39,8 +41,19 @@ class Model {
                                 const float* labels, float loss_scale, float* dense_grad,
                                 float* emb_grad, float* probs) = 0;
   virtual void Predict(int batch_size, const float* dense, const float* emb, float* probs) = 0;
-  // The wall time of the last ForwardBackward's copies between host and device (GpuModel's
-  // last_copy_time), or nullopt for a backend without copies (the CPU).
+  // Whether the model pools the batch's rows itself, on its device (the GPU): then training
+  // steps go through ForwardBackwardRows with the pulled rows unpooled; else (the CPU) the worker
+  // pools on the host and calls ForwardBackward.
+  virtual bool pools_rows() const = 0;
+  // GpuModel::ForwardBackwardRows on a model that pools_rows(): the pass over distinct rows and
+  // bags, the rows' gradients in (*row_grads)[g] per table of `in`. Its errors; UNIMPLEMENTED on
+  // a model that does not pool rows (outputs untouched).
+  virtual absl::StatusOr<float> ForwardBackwardRows(const PooledInput& in, float loss_scale,
+                                                    float* dense_grad,
+                                                    std::vector<std::vector<float>>* row_grads,
+                                                    float* probs) = 0;
+  // The wall time of the last ForwardBackward's (or ForwardBackwardRows') copies between host and
+  // device (GpuModel's last_copy_time), or nullopt for a backend without copies (the CPU).
   virtual std::optional<absl::Duration> last_copy_time() const = 0;
 };
 

@@ -17,9 +17,17 @@ TEST_CASE("the backend is chosen at run time", "[worker][model]") {
   REQUIRE(cpu.ok());
   CHECK(std::string((*cpu)->backend()) == "cpu");
   CHECK(!(*cpu)->last_copy_time().has_value());  // no copies: the step breakdown has no copy
+  // The CPU pools on the host: the rows' entry is not its.
+  CHECK(!(*cpu)->pools_rows());
+  std::vector<std::vector<float>> row_grads;
+  CHECK((*cpu)
+            ->ForwardBackwardRows(PooledInput(), 1.0f, nullptr, &row_grads, nullptr)
+            .status()
+            .code() == absl::StatusCode::kUnimplemented);
   auto automatic = CreateModel(shape, 1, Backend::kAuto);
   REQUIRE(automatic.ok());
   CHECK(std::string((*automatic)->backend()) == (cuda::DeviceCount() > 0 ? "gpu" : "cpu"));
+  CHECK((*automatic)->pools_rows() == (cuda::DeviceCount() > 0));
   // Every backend starts from the same parameters.
   CHECK(std::vector<float>((*cpu)->params().begin(), (*cpu)->params().end()) ==
         std::vector<float>((*automatic)->params().begin(), (*automatic)->params().end()));
