@@ -2,7 +2,12 @@
 # The checks that need a lent GPU machine, as one prepared run. Two halves:
 #
 #   deploy/device_check.sh                 # here: builds the bundle into .device/bundle
+#   deploy/device_check.sh --dry_run       # here: builds it, then checks the tarball is complete
 #   deploy/device_check.sh --on_device     # there, from the repository root, the bundle carried
+#
+# The dry run unpacks the tarball as the device does and checks that every binary the checks run
+# is in it, executable, and finds every shared library it needs in the bundle or the base system
+# (the CUDA toolkit's from /usr/local/cuda, as on the device), and that the job file is there.
 #
 # Here it builds (`bazel build -c opt`) the daemons, the benchmarks and the GPU tests, and packs
 # them with their shared libraries, the CUDA toolkit's left out (the device has CUDA installed),
@@ -43,12 +48,44 @@ binaries=(
 
 if [[ "${1:-}" != "--on_device" ]]; then
   set -e
+  dry_run=0
+  [[ "${1:-}" == "--dry_run" ]] && dry_run=1
   ./deploy/bundle.sh -o="$bundle" --without_cuda_libs "${binaries[@]}"
   # The tarball travels (about a third of the folder's size, which is over the tool's limit).
   size_mb=$(du -sm "$bundle.tar.gz" | cut -f1)
   if ((size_mb > 60)); then
     echo "device_check: $bundle.tar.gz is $size_mb MiB, over what the device tool carries" >&2
     exit 1
+  fi
+  if ((dry_run)); then
+    unpacked=$(mktemp -d)
+    trap 'rm -rf "$unpacked"' EXIT
+    tar -C "$unpacked" -xzf "$bundle.tar.gz"
+    missing=0
+    for b in "${binaries[@]}"; do
+      path="$unpacked/bundle/bin/$b"
+      if [[ ! -x "$path" ]]; then
+        echo "device_check: dry run: $b is not in the bundle" >&2
+        missing=$((missing + 1))
+        continue
+      fi
+      unresolved=$(LD_LIBRARY_PATH="$unpacked/bundle/lib:/usr/local/cuda/lib64" ldd "$path" |
+        grep "not found" || true)
+      if [[ -n "$unresolved" ]]; then
+        echo "device_check: dry run: $b needs libraries the bundle lacks: $unresolved" >&2
+        missing=$((missing + 1))
+      fi
+    done
+    if [[ ! -f "$unpacked/bundle/bin/deploy/jobs/quickstart.pbtxt" ]]; then
+      echo "device_check: dry run: the bundle lacks deploy/jobs/quickstart.pbtxt" >&2
+      missing=$((missing + 1))
+    fi
+    if ((missing > 0)); then
+      echo "device_check: dry run: $missing problems" >&2
+      exit 1
+    fi
+    echo "device_check: dry run: the ${#binaries[@]} binaries and the job are in" \
+      "$bundle.tar.gz, with every library they need"
   fi
   echo "device_check: $bundle.tar.gz ($size_mb MiB) is ready. With the device tool:"
   echo "  run(command=\"deploy/device_check.sh --on_device\", carry=[\"$bundle.tar.gz\"]," \
