@@ -25,6 +25,7 @@
 #include "proto/job.pb.h"
 #include "worker/data/batch.h"
 #include "worker/model/model_spec.h"
+#include "worker/row_cache.h"
 
 namespace ps {
 namespace worker {
@@ -131,13 +132,25 @@ struct StepData {
   std::vector<std::future<absl::Status>> pending;
   // The batch's pooled inputs in the model's layout: batch.size x layout.width() floats.
   std::vector<float> emb;
+  // Set by StartPull with a row cache (else null): the cache, the step pulled for, and per table
+  // the places in tables[g].unique of the keys it missed, their keys and their pulled rows.
+  RowCache* cache = nullptr;
+  int64_t step = 0;
+  std::vector<std::vector<uint32_t>> misses;
+  std::vector<std::vector<uint64_t>> miss_keys;
+  std::vector<std::vector<float>> miss_rows;
 };
 
 // Starts the pulls of `d->batch`'s rows. `d` must stay in place until FinishPull returns.
-void StartPull(Client* client, const EmbeddingLayout& layout, StepData* d);
+// With `cache` (not owned; training.row_cache), the pull is for step `step`: each table's
+// distinct keys are looked up in the cache, whose fresh rows are copied now, and only the misses
+// are pulled (none for a table whose keys all hit). Without it, every distinct key is pulled.
+void StartPull(Client* client, const EmbeddingLayout& layout, StepData* d,
+               RowCache* cache = nullptr, int64_t step = 0);
 
-// Waits for the pulls StartPull began and pools the rows into `d->emb`. Returns the first
-// error of the client's pulls (then `d->emb` is unspecified).
+// Waits for the pulls StartPull began and pools the rows into `d->emb`; with a cache, first puts
+// the pulled misses' rows in their places and admits them into the cache. Returns the first
+// error of the client's pulls (then `d->emb` is unspecified and nothing is admitted).
 absl::Status FinishPull(const EmbeddingLayout& layout, StepData* d);
 
 // Waits for whatever pulls of `d` are still in flight, ignoring their outcome (a batch that
