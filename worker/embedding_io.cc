@@ -386,6 +386,18 @@ void StartPush(Client* client, const EmbeddingLayout& layout, const StepData& d,
   }
 }
 
+absl::StatusOr<std::unique_ptr<RowCache>> MakeRowCache(const config::Job& job,
+                                                       const EmbeddingLayout& layout,
+                                                       metrics::Registry* registry, int rank) {
+  if (!job.training().has_row_cache()) return std::unique_ptr<RowCache>();
+  std::vector<int> dims;
+  for (const TableSlots& t : layout.tables()) dims.push_back(t.dim);
+  RowCache::Options options = RowCache::OptionsOf(job.training().row_cache(), std::move(dims));
+  options.registry = registry;
+  options.rank = rank;
+  return RowCache::Create(options);
+}
+
 void DrainPull(StepData* d) {
   for (auto& f : d->pending) f.wait();
   d->pending.clear();

@@ -16,12 +16,14 @@
 
 #include <cstdint>
 #include <future>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "client/ps_client.h"
+#include "common/metrics/registry.h"
 #include "proto/job.pb.h"
 #include "worker/data/batch.h"
 #include "worker/model/model_spec.h"
@@ -152,6 +154,13 @@ void StartPull(Client* client, const EmbeddingLayout& layout, StepData* d,
 // the pulled misses' rows in their places and admits them into the cache. Returns the first
 // error of the client's pulls (then `d->emb` is unspecified and nothing is admitted).
 absl::Status FinishPull(const EmbeddingLayout& layout, StepData* d);
+
+// The row cache of `job`'s training.row_cache for the tables of `layout`, its series in
+// `registry` (may be null) labelled with `rank`; null when the job has none. Errors of
+// RowCache::Create.
+absl::StatusOr<std::unique_ptr<RowCache>> MakeRowCache(const config::Job& job,
+                                                       const EmbeddingLayout& layout,
+                                                       metrics::Registry* registry, int rank);
 
 // Waits for whatever pulls of `d` are still in flight, ignoring their outcome (a batch that
 // will not be used, before its buffers go).

@@ -8,19 +8,21 @@ namespace ps {
 namespace worker {
 
 StepPipeline::StepPipeline(Client* client, StepSync* sync, BatchReader* reader,
-                           EmbeddingLayout layout, WaitTime* waited, StepBreakdown* breakdown)
+                           EmbeddingLayout layout, WaitTime* waited, StepBreakdown* breakdown,
+                           RowCache* cache)
     : client_(client),
       sync_(sync),
       reader_(reader),
       waited_(waited),
       breakdown_(breakdown),
+      cache_(cache),
       layout_(std::move(layout)),
       pipelined_(sync->can_prefetch()) {}
 
 absl::Status StepPipeline::BeginPull(StepData* d, int64_t step) {
   PS_RETURN_IF_ERROR(waited_->Measure([&] { return sync_->BeforePull(step); }));
   client_->SetClock(step);
-  StartPull(client_, layout_, d);
+  StartPull(client_, layout_, d, cache_, step);
   return absl::OkStatus();
 }
 

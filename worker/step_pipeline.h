@@ -35,11 +35,13 @@ namespace worker {
 // flight. Thread-compatible. `client`, `sync`, `reader`, `waited` and `breakdown` are not owned
 // and outlive it; `waited` receives the time spent in StepSync::BeforePull (waiting for the other
 // workers); `breakdown`, when not null, the time spent reading batches (StepPart::kRead, measured
-// inside the caller's laps: every call that reads is Start, Prefetch or Advance).
+// inside the caller's laps: every call that reads is Start, Prefetch or Advance). `cache`, when
+// not null (not owned, outliving it; training.row_cache), serves the pulls' fresh rows
+// (StartPull).
 class StepPipeline {
  public:
   StepPipeline(Client* client, StepSync* sync, BatchReader* reader, EmbeddingLayout layout,
-               WaitTime* waited, StepBreakdown* breakdown = nullptr);
+               WaitTime* waited, StepBreakdown* breakdown = nullptr, RowCache* cache = nullptr);
 
   StepPipeline(const StepPipeline&) = delete;
   StepPipeline& operator=(const StepPipeline&) = delete;
@@ -97,6 +99,7 @@ class StepPipeline {
   BatchReader* const reader_;
   WaitTime* const waited_;
   StepBreakdown* const breakdown_;
+  RowCache* const cache_;
   const EmbeddingLayout layout_;
   const bool pipelined_;
 
