@@ -582,7 +582,7 @@ TEST_CASE(
     "[integration][modes][training]") {
   // The two dense paths balance at different points: after every step's AllReduce
   // (dense_sync_every 1), or after the averaging of local SGD (8). ASYNC again with a row cache
-  // (training.row_cache, refresh_steps 4) of half the table.
+  // (training.row_cache, refresh_steps 4) of half the table (26 fields of 200 values).
   const auto [mode, staleness, dense_sync_every, refresh_steps] =
       GENERATE(values<std::tuple<const char*, int, int, int>>({
           {"ASYNC", 0, 1, 0},
@@ -623,7 +623,7 @@ TEST_CASE(
         )pb",
         data.train, data.heldout, mode, staleness, dense_sync_every,
         refresh_steps > 0
-            ? absl::StrCat("row_cache { max_rows: 100 refresh_steps: ", refresh_steps, " }")
+            ? absl::StrCat("row_cache { max_rows: 2600 refresh_steps: ", refresh_steps, " }")
             : "");
   }
   auto cluster = testing::LocalCluster::Start(job_path, {});
