@@ -82,15 +82,20 @@ struct RowCacheStats {
 class RowCache {
  public:
   struct Options {
-    // training.row_cache's max_rows (per table, >= 1) and refresh_steps (>= 1).
+    // training.row_cache.max_rows: rows kept per table, 1 to 2^30. Default 1.
     uint64_t max_rows = 1;
+    // training.row_cache.refresh_steps: a row pulled for step t0 is served at steps up to
+    // t0 + refresh_steps; >= 1. Default 1.
     int64_t refresh_steps = 1;
-    // Per table of the layout (EmbeddingLayout::tables(), in order): its dim (>= 1).
+    // Per table of the layout (EmbeddingLayout::tables(), in order): its dim (>= 1). At least
+    // one table; default none (refused).
     std::vector<int> dims;
     // If set (not owned, outliving the cache), its series are registered here, labelled
     // rank="<rank>": ps_worker_row_cache_lookups_total, ps_worker_row_cache_hits_total,
     // ps_worker_row_cache_bytes_total{source="cache"|"server"} and ps_worker_row_cache_rows.
+    // Default null: no series.
     metrics::Registry* registry = nullptr;
+    // The worker's rank, for the series' label. Default 0.
     int rank = 0;
   };
 
