@@ -32,6 +32,8 @@ constexpr uint32_t kMaxDim = 4096;
 // The largest dim of a table whose weights are FP16 or BF16 (Table.value_type).
 constexpr uint32_t kMaxCompactDim = 1024;
 constexpr uint32_t kMaxShards = 65536;
+// training.row_cache.max_rows: slots are 32-bit, and the index has twice as many.
+constexpr uint64_t kMaxRowCacheRows = uint64_t{1} << 30;
 constexpr uint32_t kMinMessageBytes = 1u << 20;
 constexpr uint32_t kMaxMessageBytes = 1u << 30;
 
@@ -635,6 +637,31 @@ absl::Status CheckJob(const Checker& c, const Where& root, const config::Job& jo
                      "in a SYNC job, keeping the best model cannot be combined with periodic "
                      "checkpoints (cluster.checkpoint_every_steps or checkpoint_every_seconds): "
                      "set restore_best: false, or drop the periodic checkpoints");
+    }
+  }
+
+  if (tr.has_row_cache()) {
+    const config::RowCache& rc = tr.row_cache();
+    const Where wr = Nested(wt, tr, "row_cache", -1, "row_cache");
+    if (tr.mode() == config::Training::SYNC) {
+      return c.Error(wt, tr, "row_cache",
+                     "not in SYNC training: rows served from the cache would miss pushes of "
+                     "earlier steps, and a SYNC pull must see exactly those (use "
+                     "BOUNDED_STALENESS or ASYNC)");
+    }
+    if (rc.max_rows() < 1 || rc.max_rows() > kMaxRowCacheRows) {
+      return c.Error(
+          wr, rc, "max_rows",
+          absl::StrFormat("must be between 1 and %d, got %d", kMaxRowCacheRows, rc.max_rows()));
+    }
+    if (rc.refresh_steps() < 1) return c.Error(wr, rc, "refresh_steps", "must be >= 1");
+    if (tr.mode() == config::Training::BOUNDED_STALENESS &&
+        static_cast<int64_t>(rc.refresh_steps()) > tr.staleness()) {
+      return c.Error(wr, rc, "refresh_steps",
+                     absl::StrFormat("must be at most training.staleness (%d) in "
+                                     "BOUNDED_STALENESS, got %d: a cached row may be that many "
+                                     "steps old, and the bound allows only staleness",
+                                     tr.staleness(), rc.refresh_steps()));
     }
   }
 

@@ -342,6 +342,47 @@ TEST_CASE("evaluation during training and early stopping are checked", "[common]
             .ok());
 }
 
+TEST_CASE("row_cache is refused in SYNC and bounded by the staleness", "[common][job][row_cache]") {
+  // kGoodJob is BOUNDED_STALENESS with staleness 2; row_cache goes on line 14.
+  const auto with_cache = [](const std::string& cache) {
+    return Replace(kGoodJob, "staleness: 2", "staleness: 2\n  row_cache { " + cache + " }");
+  };
+  const absl::StatusOr<config::Job> job =
+      ParseJob(with_cache("max_rows: 1000 refresh_steps: 2"), "job.pbtxt");
+  REQUIRE(job.ok());
+  CHECK(job->training().row_cache().max_rows() == 1000);
+  CHECK(job->training().row_cache().refresh_steps() == 2);
+  CHECK(ParseJob(with_cache("max_rows: 1"), "job.pbtxt")->training().row_cache().refresh_steps() ==
+        1);
+  CHECK_FALSE(ParseJob(kGoodJob, "job.pbtxt")->training().has_row_cache());
+
+  // SYNC: the cache would change its exact result.
+  CHECK(ErrorOf(Replace(with_cache("max_rows: 1000"), "BOUNDED_STALENESS", "SYNC")) ==
+        "job.pbtxt:14:3: training.row_cache: not in SYNC training: rows served from the cache "
+        "would miss pushes of earlier steps, and a SYNC pull must see exactly those (use "
+        "BOUNDED_STALENESS or ASYNC)");
+  CHECK(ErrorOf(with_cache("refresh_steps: 1")) ==
+        "job.pbtxt:14:3: training.row_cache.max_rows: must be between 1 and 1073741824, got 0");
+  CHECK(ErrorOf(with_cache("max_rows: 1073741825")) ==
+        "job.pbtxt:14:15: training.row_cache.max_rows: must be between 1 and 1073741824, got "
+        "1073741825");
+  CHECK(ErrorOf(with_cache("max_rows: 10 refresh_steps: 0")) ==
+        "job.pbtxt:14:28: training.row_cache.refresh_steps: must be >= 1");
+  // BOUNDED_STALENESS: a cached row's age comes out of the staleness bound.
+  CHECK(absl::StrContains(ErrorOf(with_cache("max_rows: 10 refresh_steps: 3")),
+                          "job.pbtxt:14:28: training.row_cache.refresh_steps: must be at most "
+                          "training.staleness (2) in BOUNDED_STALENESS, got 3"));
+  CHECK(absl::StrContains(
+      ErrorOf(Replace(with_cache("max_rows: 10"), "staleness: 2", "staleness: 0")),
+      "training.row_cache.refresh_steps: must be at most training.staleness (0)"));
+  // ASYNC has no bound: any refresh_steps >= 1.
+  const std::string async =
+      Replace(with_cache("max_rows: 10 refresh_steps: 50"), "BOUNDED_STALENESS", "ASYNC");
+  CHECK(ParseJob(async, "job.pbtxt").ok());
+  CHECK(absl::StrContains(ErrorOf(Replace(async, "refresh_steps: 50", "refresh_steps: 0")),
+                          "training.row_cache.refresh_steps: must be >= 1"));
+}
+
 TEST_CASE("JobFieldPosition finds where a field was written", "[common][job]") {
   const std::string text =
       "name: \"t\"\n"

@@ -14,6 +14,11 @@
 // three sleep seeded random delays below 2 ms, which only vary the interleaving. What every
 // pull saw is checked against what its mode promises, and progress in steps, never in time.
 //
+// A worker with a row cache (training.row_cache) serves the probe keys from a worker::RowCache
+// while fresh and pulls the rest, as the trainer does: what it saw must still keep the mode's
+// promise (StepSync tightens BOUNDED_STALENESS's wait by refresh_steps), and the cache must have
+// served some of it.
+//
 // Then the modes that apply pushes on arrival train for real: ps_worker processes in ASYNC and
 // BOUNDED_STALENESS mode reach the synthetic teacher's held-out AUC within 0.03.
 #include <grpcpp/grpcpp.h>
@@ -33,6 +38,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
@@ -48,6 +54,7 @@
 #include "tests/testing/temp_dir.h"
 #include "worker/data/synthetic.h"
 // From //worker:trainer's dependencies (//worker:step_sync itself is private to worker/).
+#include "worker/row_cache.h"
 #include "worker/step_sync.h"
 
 namespace ps {
@@ -80,13 +87,19 @@ struct ModeCase {
   // of step t + 1 starts before step t computes, and the push of t is waited for (and the step
   // ended) only when t + 1 pushes.
   bool prefetch = false;
+  // training.row_cache's refresh_steps (0: no row cache).
+  int refresh_steps = 0;
 };
 
+// The staleness of the servers' rows: staleness less the row cache's refresh_steps.
+int PullStaleness(const ModeCase& c) { return c.staleness - c.refresh_steps; }
+
 std::string Describe(const ModeCase& c) {
-  return absl::StrFormat("%s (staleness %d, sync_quorum %g, sync_timeout_ms %d%s%s)", c.name,
-                         c.staleness, c.quorum, c.timeout_ms,
-                         c.read_from_replicas ? ", reads from replicas" : "",
-                         c.prefetch ? ", prefetching" : "");
+  return absl::StrFormat(
+      "%s (staleness %d, sync_quorum %g, sync_timeout_ms %d%s%s%s)", c.name, c.staleness, c.quorum,
+      c.timeout_ms, c.read_from_replicas ? ", reads from replicas" : "",
+      c.prefetch ? ", prefetching" : "",
+      c.refresh_steps > 0 ? absl::StrCat(", row cache refreshed every ", c.refresh_steps) : "");
 }
 
 std::string WriteProbeJob(const ModeCase& c, int id) {
@@ -100,10 +113,13 @@ std::string WriteProbeJob(const ModeCase& c, int id) {
              initializer { kind: ZEROS }
              optimizer { type: "sgd" learning_rate: 1 }
            }
-           training { mode: %s staleness: %d sync_quorum: %f sync_timeout_ms: %d }
+           training { mode: %s staleness: %d sync_quorum: %f sync_timeout_ms: %d %s }
            cluster { num_shards: 16 num_servers: 2 num_workers: %d %s }
       )pb",
       id, kTable, config::Training::Mode_Name(c.mode), c.staleness, c.quorum, c.timeout_ms,
+      c.refresh_steps > 0
+          ? absl::StrCat("row_cache { max_rows: 100 refresh_steps: ", c.refresh_steps, " }")
+          : "",
       kWorkers, c.read_from_replicas ? "replication_factor: 2 read_from_replicas: true" : "");
   return path;
 }
@@ -117,11 +133,12 @@ int64_t StragglerHold(const ModeCase& c) {
     case config::Training::SYNC:
       return c.quorum < 1.0f ? 3 : 1;  // ended t + 2; ended t (the straggler ends every step last)
     case config::Training::BOUNDED_STALENESS:
-      // Ended t + s: the pull of t + s + 1 waits for the straggler's t. Prefetching, the
-      // straggler holding its push of t has ended only t - 2 (it ends t - 1 when it pushes t),
-      // and the others start the pull of u + 1 before they push u and end u - 1: the pull of
-      // t + s - 1 is the furthest they start, so they end t + s - 3 and go on with t + s - 2.
-      return c.prefetch ? c.staleness - 2 : c.staleness + 1;
+      // Ended t + s: the pull of t + s + 1 waits for the straggler's t (s: PullStaleness).
+      // Prefetching, the straggler holding its push of t has ended only t - 2 (it ends t - 1
+      // when it pushes t), and the others start the pull of u + 1 before they push u and end
+      // u - 1: the pull of t + s - 1 is the furthest they start, so they end t + s - 3 and go on
+      // with t + s - 2.
+      return c.prefetch ? PullStaleness(c) - 2 : PullStaleness(c) + 1;
     default:
       return kMaxStaleness + 2;  // further than any staleness tested lets a worker go
   }
@@ -182,6 +199,8 @@ struct WorkerRun {
   // The straggler: the first step before which the others did not get StragglerHold ahead within
   // kHoldDeadline (its mode held them back), or -1.
   int64_t held_back_at = -1;
+  // With a row cache: what it did.
+  worker::RowCacheStats cache;
 };
 
 // The keys every step pulls: the shared key and every step's key.
@@ -217,6 +236,33 @@ void RunWorker(const std::string& coordinator_address, int rank, uint32_t seed, 
   const std::vector<uint64_t> keys = ProbeKeys();
   std::vector<float> values(keys.size());
   const std::vector<float> grads = {-1.0f, -1.0f};
+  // With a row cache: the probe keys' rows come from it while fresh, the misses are pulled.
+  std::unique_ptr<worker::RowCache> cache;
+  if ((*client)->job().training().has_row_cache()) {
+    absl::StatusOr<std::unique_ptr<worker::RowCache>> made = worker::RowCache::Create(
+        worker::RowCache::OptionsOf((*client)->job().training().row_cache(), {1}));
+    if (!made.ok()) {
+      out->status = made.status();
+      return;
+    }
+    cache = std::move(*made);
+  }
+  std::vector<uint32_t> misses;
+  std::vector<uint64_t> miss_keys;
+  std::vector<float> miss_values;
+  const auto pull = [&](int64_t step) {
+    if (cache == nullptr) return (*client)->Pull(kTable, keys, absl::MakeSpan(values));
+    cache->Lookup(0, step, keys, values.data(), &misses);
+    miss_keys.clear();
+    for (uint32_t i : misses) miss_keys.push_back(keys[i]);
+    miss_values.resize(miss_keys.size());
+    if (miss_keys.empty()) return absl::OkStatus();
+    const absl::Status pulled = (*client)->Pull(kTable, miss_keys, absl::MakeSpan(miss_values));
+    if (!pulled.ok()) return pulled;
+    for (size_t m = 0; m < misses.size(); ++m) values[misses[m]] = miss_values[m];
+    cache->Admit(0, step, miss_keys, miss_values.data());
+    return absl::OkStatus();
+  };
 
   int64_t step = 0;
   while (step < kSteps) {
@@ -227,7 +273,7 @@ void RunWorker(const std::string& coordinator_address, int rank, uint32_t seed, 
       return;
     }
     (*client)->SetClock(step);
-    status = (*client)->Pull(kTable, keys, absl::MakeSpan(values));
+    status = pull(step);
     if (status.code() == absl::StatusCode::kAborted && sync.mode() == config::Training::SYNC) {
       // The cluster applied this step without us: end it and go on where the cluster is, as the
       // trainer does.
@@ -280,6 +326,7 @@ void RunWorker(const std::string& coordinator_address, int rank, uint32_t seed, 
     step = *next;
     progress->Ended(rank, step);
   }
+  if (cache != nullptr) out->cache = cache->stats();
 }
 
 // One worker, prefetching: the trainer's pipelined protocol (worker/step_pipeline.h, kPrefetch)
@@ -419,6 +466,10 @@ TEST_CASE("every mode's pulls see what the mode promises, with a straggler",
       {"BOUNDED_STALENESS", config::Training::BOUNDED_STALENESS, kMaxStaleness, 1.0f, 10000, false,
        true},
       {"ASYNC", config::Training::ASYNC, 0, 1.0f, 10000, false, true},
+      // Rows up to 2 steps old from the cache, up to 2 more from the servers.
+      {"BOUNDED_STALENESS", config::Training::BOUNDED_STALENESS, kMaxStaleness, 1.0f, 10000, false,
+       false, 2},
+      {"ASYNC", config::Training::ASYNC, 0, 1.0f, 10000, false, false, 3},
   }));
   static int next_id = 0;
   const int id = next_id++;
@@ -557,13 +608,21 @@ TEST_CASE("every mode's pulls see what the mode promises, with a straggler",
     if (c.timeout_ms > 1000) CHECK(fast_iterations == kSteps);
   }
   if (c.mode == config::Training::BOUNDED_STALENESS && !c.prefetch) {
-    CHECK(max_lead == c.staleness + 1);
+    CHECK(max_lead == PullStaleness(c) + 1);
   }
   if (c.mode == config::Training::BOUNDED_STALENESS && c.prefetch) {
     // The straggler holds its push of t until the others go on with t + s - 2 (above): they have
     // completed s - 1 steps more than its t - 1 then; never more than the bound lets them.
     CHECK(max_lead >= c.staleness - 1);
     CHECK(max_lead <= c.staleness + 1);
+  }
+  if (c.refresh_steps > 0) {
+    // The cache served part of every worker's probe keys.
+    for (int w = 0; w < kWorkers; ++w) {
+      INFO("worker " << w << ": " << runs[w].cache.hits << " hits of " << runs[w].cache.lookups);
+      CHECK(runs[w].cache.hits > 0);
+      CHECK(runs[w].cache.hits < runs[w].cache.lookups);
+    }
   }
   if (c.mode == config::Training::ASYNC) CHECK(max_lead > kMaxStaleness + 1);
 
@@ -643,15 +702,19 @@ TEST_CASE(
     "within 0.03, the straggler taking smaller batches",
     "[integration][modes][training]") {
   // The two dense paths balance at different points: after every step's AllReduce
-  // (dense_sync_every 1), or after the averaging of local SGD (8).
-  const auto [mode, staleness, dense_sync_every] =
-      GENERATE(values<std::tuple<const char*, int, int>>({
-          {"ASYNC", 0, 1},
-          {"BOUNDED_STALENESS", 4, 8},
+  // (dense_sync_every 1), or after the averaging of local SGD (8). ASYNC again with a row cache
+  // (training.row_cache, refresh_steps 4) of half the table (26 fields of 200 values).
+  const auto [mode, staleness, dense_sync_every, refresh_steps] =
+      GENERATE(values<std::tuple<const char*, int, int, int>>({
+          {"ASYNC", 0, 1, 0},
+          {"BOUNDED_STALENESS", 4, 8, 0},
+          {"ASYNC", 0, 1, 4},
       }));
-  INFO(mode << " staleness " << staleness << " dense_sync_every " << dense_sync_every);
+  INFO(mode << " staleness " << staleness << " dense_sync_every " << dense_sync_every
+            << " row cache refresh_steps " << refresh_steps);
   const TeacherData& data = Data();
-  const std::string job_path = absl::StrCat(testing::TempDir(), "/modes_training_", mode, ".pbtxt");
+  const std::string job_path =
+      absl::StrCat(testing::TempDir(), "/modes_training_", mode, "_", refresh_steps, ".pbtxt");
   {
     std::ofstream job(job_path);
     job << absl::StrFormat(
@@ -675,11 +738,14 @@ TEST_CASE(
                batch_size: 256
                epochs: 2
                dense_optimizer { type: "adam" learning_rate: 0.002 }
-               seed: 3
+               seed: 3 %s
              }
              cluster { num_shards: 16 num_servers: 2 num_workers: 2 }
         )pb",
-        data.train, data.heldout, mode, staleness, dense_sync_every);
+        data.train, data.heldout, mode, staleness, dense_sync_every,
+        refresh_steps > 0
+            ? absl::StrCat("row_cache { max_rows: 2600 refresh_steps: ", refresh_steps, " }")
+            : "");
   }
   auto cluster = testing::LocalCluster::Start(job_path, {});
   INFO(cluster.status().ToString());
@@ -705,6 +771,16 @@ TEST_CASE(
   CHECK(testing::CheckStepBreakdown(straggler_line).ToString() == "OK");
   CHECK(auc > data.teacher_auc - 0.03);
   CHECK(auc <= data.teacher_auc + 0.01);  // a learner cannot beat the truth by much
+  if (refresh_steps > 0) {
+    // The cache served part of the rows; RESULT's row_cache object is null without one.
+    for (const std::string& line : {result_line, straggler_line}) {
+      const double hit_rate = testing::JsonField(line, "hit_rate");
+      CHECK(hit_rate > 0);
+      CHECK(hit_rate < 1);
+    }
+  } else {
+    CHECK(absl::StrContains(result_line, "\"row_cache\":null"));
+  }
   CHECK((*cluster)->Terminate(absl::Seconds(10)).ok());
 }
 

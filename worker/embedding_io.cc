@@ -133,24 +133,45 @@ absl::StatusOr<EmbeddingLayout> EmbeddingLayout::FromJob(const config::Job& job,
   return layout;
 }
 
-void StartPull(Client* client, const EmbeddingLayout& layout, StepData* d) {
+void StartPull(Client* client, const EmbeddingLayout& layout, StepData* d, RowCache* cache,
+               int64_t step) {
   const Batch& batch = d->batch;
   const int n = batch.size;
   d->emb.resize(size_t(n) * layout.width());
   d->pending.clear();
-  d->direct = layout.direct() && batch.SingleValued();
+  d->cache = cache;
+  d->step = step;
+  // The cache looks up distinct keys: no direct pull of the batch's keys with it.
+  d->direct = cache == nullptr && layout.direct() && batch.SingleValued();
   if (d->direct) {
     d->pending.push_back(
         client->PullAsync(layout.tables()[0].table, batch.keys, absl::MakeSpan(d->emb)));
     return;
   }
   GatherKeys(layout, batch, &d->dedup, &d->tables);
-  d->rows.resize(layout.tables().size());
-  for (size_t g = 0; g < layout.tables().size(); ++g) {
+  const size_t groups = layout.tables().size();
+  d->rows.resize(groups);
+  if (cache != nullptr) {
+    d->misses.resize(groups);
+    d->miss_keys.resize(groups);
+    d->miss_rows.resize(groups);
+  }
+  for (size_t g = 0; g < groups; ++g) {
     const TableSlots& t = layout.tables()[g];
     const std::vector<uint64_t>& unique = d->tables[g].unique;
     d->rows[g].resize(unique.size() * t.dim);
-    d->pending.push_back(client->PullAsync(t.table, unique, absl::MakeSpan(d->rows[g])));
+    if (cache == nullptr) {
+      d->pending.push_back(client->PullAsync(t.table, unique, absl::MakeSpan(d->rows[g])));
+      continue;
+    }
+    cache->Lookup(static_cast<int>(g), step, unique, d->rows[g].data(), &d->misses[g]);
+    std::vector<uint64_t>& keys = d->miss_keys[g];
+    keys.clear();
+    for (uint32_t i : d->misses[g]) keys.push_back(unique[i]);
+    d->miss_rows[g].resize(keys.size() * t.dim);
+    if (!keys.empty()) {
+      d->pending.push_back(client->PullAsync(t.table, keys, absl::MakeSpan(d->miss_rows[g])));
+    }
   }
 }
 
@@ -210,21 +231,43 @@ void GatherKeys(const EmbeddingLayout& layout, const Batch& batch, KeyDeduper* d
   }
 }
 
+namespace {
+
+// With a row cache: puts the pulled misses' rows in their places among the distinct rows and
+// admits them into the cache. Nothing without one.
+void PlaceMisses(const EmbeddingLayout& layout, StepData* d) {
+  if (d->cache == nullptr) return;
+  for (size_t g = 0; g < layout.tables().size(); ++g) {
+    const int dim = layout.tables()[g].dim;
+    const std::vector<uint32_t>& misses = d->misses[g];
+    const float* pulled = d->miss_rows[g].data();
+    float* rows = d->rows[g].data();
+    for (size_t m = 0; m < misses.size(); ++m) {
+      std::memcpy(rows + size_t(misses[m]) * dim, pulled + m * dim, dim * sizeof(float));
+    }
+    d->cache->Admit(static_cast<int>(g), d->step, d->miss_keys[g], pulled);
+  }
+}
+
+}  // namespace
+
 absl::Status FinishPull(const EmbeddingLayout& layout, StepData* d) {
   absl::Status status;
   for (auto& f : d->pending) status.Update(f.get());
   d->pending.clear();
   d->pooled = status.ok();
   if (!status.ok() || d->direct) return status;
+  PlaceMisses(layout, d);
   PoolRows(layout, d->batch.size, d->tables, d->rows, d->emb.data());
   return absl::OkStatus();
 }
 
-absl::Status AwaitPull(StepData* d) {
+absl::Status AwaitPull(const EmbeddingLayout& layout, StepData* d) {
   absl::Status status;
   for (auto& f : d->pending) status.Update(f.get());
   d->pending.clear();
   d->pooled = status.ok() && d->direct;
+  if (status.ok() && !d->direct) PlaceMisses(layout, d);
   return status;
 }
 
@@ -396,6 +439,18 @@ void StartPushRows(Client* client, const EmbeddingLayout& layout, const StepData
     p->grads[g].swap((*row_grads)[g]);
     p->pending.push_back(client->PushAsync(layout.tables()[g].table, p->keys[g], p->grads[g]));
   }
+}
+
+absl::StatusOr<std::unique_ptr<RowCache>> MakeRowCache(const config::Job& job,
+                                                       const EmbeddingLayout& layout,
+                                                       metrics::Registry* registry, int rank) {
+  if (!job.training().has_row_cache()) return std::unique_ptr<RowCache>();
+  std::vector<int> dims;
+  for (const TableSlots& t : layout.tables()) dims.push_back(t.dim);
+  RowCache::Options options = RowCache::OptionsOf(job.training().row_cache(), std::move(dims));
+  options.registry = registry;
+  options.rank = rank;
+  return RowCache::Create(options);
 }
 
 void DrainPull(StepData* d) {

@@ -16,16 +16,19 @@
 
 #include <cstdint>
 #include <future>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "client/ps_client.h"
+#include "common/metrics/registry.h"
 #include "proto/job.pb.h"
 #include "worker/data/batch.h"
 #include "worker/model/model_spec.h"
 #include "worker/model/pooled_input.h"
+#include "worker/row_cache.h"
 
 namespace ps {
 namespace worker {
@@ -135,26 +138,45 @@ struct StepData {
   // Whether `emb` holds the batch's pooled inputs: set by FinishPull (and for a direct batch by
   // AwaitPull); false after AwaitPull of a batch whose rows stay unpooled in `rows`.
   bool pooled = false;
+  // Set by StartPull with a row cache (else null): the cache, the step pulled for, and per table
+  // the places in tables[g].unique of the keys it missed, their keys and their pulled rows.
+  RowCache* cache = nullptr;
+  int64_t step = 0;
+  std::vector<std::vector<uint32_t>> misses;
+  std::vector<std::vector<uint64_t>> miss_keys;
+  std::vector<std::vector<float>> miss_rows;
 };
 
 // Starts the pulls of `d->batch`'s rows. `d` must stay in place until FinishPull returns.
-void StartPull(Client* client, const EmbeddingLayout& layout, StepData* d);
+// With `cache` (not owned; training.row_cache), the pull is for step `step`: each table's
+// distinct keys are looked up in the cache, whose fresh rows are copied now, and only the misses
+// are pulled (none for a table whose keys all hit). Without it, every distinct key is pulled.
+void StartPull(Client* client, const EmbeddingLayout& layout, StepData* d,
+               RowCache* cache = nullptr, int64_t step = 0);
 
-// Waits for the pulls StartPull began and pools the rows into `d->emb`. Returns the first
-// error of the client's pulls (then `d->emb` is unspecified).
+// Waits for the pulls StartPull began and pools the rows into `d->emb`; with a cache, first puts
+// the pulled misses' rows in their places and admits them into the cache. Returns the first
+// error of the client's pulls (then `d->emb` is unspecified and nothing is admitted).
 absl::Status FinishPull(const EmbeddingLayout& layout, StepData* d);
 
-// Waits for the pulls StartPull began, without pooling: the rows stay in `d->rows`, one per
-// distinct key (for a model that pools them on its device: PooledInputOf), except for a direct
-// batch, whose rows are its pooled inputs in `d->emb`. Sets d->pooled accordingly. Returns the
-// first error of the client's pulls.
-absl::Status AwaitPull(StepData* d);
+// Waits for the pulls StartPull began, without pooling (with a cache, the pulled misses put in
+// place and admitted, as FinishPull does): the rows stay in `d->rows`, one per distinct key (for a
+// model that pools them on its device: PooledInputOf), except for a direct batch, whose rows are
+// its pooled inputs in `d->emb`. Sets d->pooled accordingly. Returns the first error of the
+// client's pulls.
+absl::Status AwaitPull(const EmbeddingLayout& layout, StepData* d);
 
 // The batch of `d` (pulled, after AwaitPull or FinishPull, not direct) as a model that pools on
 // its device takes it: per table of `layout`, the distinct rows of `d->rows`, the index and ends
 // of `d->tables`, and the offsets and MEAN flags of the table's slots. The spans point into `d`,
 // which must stay unchanged while the result is used; dense and labels are d->batch's.
 PooledInput PooledInputOf(const EmbeddingLayout& layout, const StepData& d);
+// The row cache of `job`'s training.row_cache for the tables of `layout`, its series in
+// `registry` (may be null) labelled with `rank`; null when the job has none. Errors of
+// RowCache::Create.
+absl::StatusOr<std::unique_ptr<RowCache>> MakeRowCache(const config::Job& job,
+                                                       const EmbeddingLayout& layout,
+                                                       metrics::Registry* registry, int rank);
 
 // Waits for whatever pulls of `d` are still in flight, ignoring their outcome (a batch that
 // will not be used, before its buffers go).

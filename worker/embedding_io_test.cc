@@ -101,6 +101,61 @@ TEST_CASE("a push of the model's gradients moves the rows a pull lays out", "[wo
   CHECK(d.pending.empty());
 }
 
+TEST_CASE("with a row cache a pull serves fresh rows from it and pulls only the misses",
+          "[worker][embedding_io][row_cache]") {
+  const bool shared = GENERATE(false, true);  // one table (direct without a cache), or three
+  CAPTURE(shared);
+  const config::Job job = TwoTableJob(shared);
+  auto client = ps::testing::LocalClient::Create(job, {});
+  REQUIRE(client.ok());
+  const EmbeddingLayout layout = LayoutOf(job);
+  std::vector<int> dims;
+  for (const TableSlots& t : layout.tables()) dims.push_back(t.dim);
+  RowCache::Options options;
+  options.max_rows = 16;
+  options.refresh_steps = 1;
+  options.dims = dims;
+  auto cache = RowCache::Create(options);
+  REQUIRE(cache.ok());
+  const auto pull = [&](RowCache* c, int64_t step) {
+    StepData d;
+    d.batch = TwoSamples();
+    StartPull(client->get(), layout, &d, c, step);
+    REQUIRE(FinishPull(layout, &d).ok());
+    return d.emb;
+  };
+
+  // Step 0 pulls everything: the same floats as without the cache.
+  const std::vector<float> initial = pull(nullptr, 0);
+  CHECK(pull(cache->get(), 0) == initial);
+  CHECK((*cache)->stats().hits == 0);
+  CHECK((*cache)->stats().lookups == 6);
+  CHECK((*cache)->stats().rows == 6);
+
+  // A push moves the rows on the server (sgd, learning rate 1).
+  StepData d;
+  d.batch = TwoSamples();
+  StartPull(client->get(), layout, &d);
+  REQUIRE(FinishPull(layout, &d).ok());
+  const std::vector<float> grads(d.emb.size(), 1.0f);
+  PushData push;
+  StartPush(client->get(), layout, d, grads, 0, &push);
+  REQUIRE(FinishPush(&push).ok());
+  const std::vector<float> moved = pull(nullptr, 1);
+  REQUIRE(moved != initial);
+
+  // Step 1: every row is fresh (pulled for step 0), served from the cache as it was pulled.
+  CHECK(pull(cache->get(), 1) == initial);
+  CHECK((*cache)->stats().hits == 6);
+  CHECK((*cache)->stats().cache_bytes == 6 * 2 * 4);
+  // Step 2: refresh_steps passed; pulled again, with the push in them, then cached.
+  CHECK(pull(cache->get(), 2) == moved);
+  CHECK((*cache)->stats().hits == 6);
+  CHECK((*cache)->stats().pulled_bytes == 2 * 6 * 2 * 4);
+  CHECK(pull(cache->get(), 3) == moved);
+  CHECK((*cache)->stats().hits == 12);
+}
+
 // A schema'd job of three fields: "user" (single-valued, table "u", dim 2), "tags"
 // (multi-valued, table "t", dim 2) and "site" (single-valued, table "u"), pooled by `pooling`;
 // for WIDE_DEEP, two wide features: "tags", and the cross of "user" and "site".
@@ -256,7 +311,7 @@ TEST_CASE("for a device: the rows unpooled, as a PooledInput, and the rows' grad
   StepData d;
   d.batch = PooledBatch();
   StartPull(c, layout, &d);
-  REQUIRE(AwaitPull(&d).ok());
+  REQUIRE(AwaitPull(layout, &d).ok());
   CHECK(!d.pooled);
   CHECK(!d.direct);
   REQUIRE(d.rows.size() == 3);  // u, t, lin

@@ -158,6 +158,17 @@ void ProgressReporter::MaybeReport(int64_t step, int samples, int64_t total_step
   if (batches_ > 0) final_loss_ = loss_ / batches_;
   const double mean_pull_ms = interval_steps_ > 0 ? pull_ms_ / interval_steps_ : 0;
   const double mean_push_ms = interval_steps_ > 0 ? push_ms_ / interval_steps_ : 0;
+  // The row cache's hit rate over the interval ("" without a cache).
+  std::string cache_text, cache_json;
+  if (options_.row_cache != nullptr) {
+    const RowCacheStats now_stats = options_.row_cache->stats();
+    const int64_t lookups = now_stats.lookups - cache_at_report_.lookups;
+    const double hit_rate =
+        lookups > 0 ? static_cast<double>(now_stats.hits - cache_at_report_.hits) / lookups : 0;
+    cache_text = absl::StrFormat("  cache hits %.1f%%", 100 * hit_rate);
+    cache_json = absl::StrFormat(",\"row_cache_hit_rate\":%.4f", hit_rate);
+    cache_at_report_ = now_stats;
+  }
   if (series_) {
     series_->samples_per_second->Set(rate);
     series_->loss->Set(final_loss_);
@@ -171,18 +182,18 @@ void ProgressReporter::MaybeReport(int64_t step, int samples, int64_t total_step
             : "";
     absl::FPrintF(options_.progress,
                   "worker %d: step %d/%d  batch %d  %.0f samples/s  loss %.4f  auc %.4f  "
-                  "pull %.2f ms  push %.2f ms%s\n",
+                  "pull %.2f ms  push %.2f ms%s%s\n",
                   options_.rank, step + 1, total_steps, samples, rate, final_loss_, auc_.Auc(),
-                  mean_pull_ms, mean_push_ms, breakdown);
+                  mean_pull_ms, mean_push_ms, cache_text, breakdown);
     std::fflush(options_.progress);
   }
   if (metrics_ != nullptr) {
     absl::FPrintF(metrics_,
                   "{\"rank\":%d,\"step\":%d,\"batch\":%d,\"seconds\":%.3f,"
                   "\"samples_per_s\":%.1f,\"loss\":%.6f,\"auc\":%.6f,\"pull_ms\":%.3f,"
-                  "\"push_ms\":%.3f%s}\n",
+                  "\"push_ms\":%.3f%s%s}\n",
                   options_.rank, step + 1, samples, absl::ToDoubleSeconds(now - start_), rate,
-                  final_loss_, auc_.Auc(), mean_pull_ms, mean_push_ms,
+                  final_loss_, auc_.Auc(), mean_pull_ms, mean_push_ms, cache_json,
                   interval_timed_steps_ > 0
                       ? absl::StrCat(",\"step_ms\":",
                                      StepBreakdownJson(interval_times_, interval_timed_steps_,

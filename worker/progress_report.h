@@ -3,7 +3,8 @@
 // metrics file; and its Prometheus series (WorkerMetrics). A line's loss and AUC are those of the
 // interval's batches (the mean loss, a running AUC), its pull_ms and push_ms the means per step
 // over the interval, and so is its step breakdown (StepTimes: where the step's wall time went,
-// part by part, worker/step_breakdown.h).
+// part by part, worker/step_breakdown.h), and with a row cache the share of the interval's keys
+// it served.
 #ifndef PS_WORKER_PROGRESS_REPORT_H_
 #define PS_WORKER_PROGRESS_REPORT_H_
 
@@ -19,6 +20,7 @@
 #include "absl/types/span.h"
 #include "common/metrics/registry.h"
 #include "worker/data/classifier_metrics.h"
+#include "worker/row_cache.h"
 #include "worker/step_breakdown.h"
 
 namespace ps {
@@ -68,6 +70,9 @@ class ProgressReporter {
     // device, which it times: GpuModel). When false (default; the CPU, which has no copies), copy
     // is left out of the lines and the series, and is null in the JSON.
     bool copy_measured = false;
+    // If set (not owned, outliving this; training.row_cache), the lines and the JSON give the
+    // share of the interval's lookups it served: "cache hits 87.1%", "row_cache_hit_rate":0.871.
+    const RowCache* row_cache = nullptr;
   };
 
   // Opens the metrics file; FAILED_PRECONDITION when it cannot be opened. `start` is when
@@ -143,6 +148,7 @@ class ProgressReporter {
   int64_t timed_steps_ = 0;
   StepTimes interval_times_;
   int64_t interval_timed_steps_ = 0;
+  RowCacheStats cache_at_report_;  // options_.row_cache's stats at the last report
 };
 
 }  // namespace worker

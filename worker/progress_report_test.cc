@@ -153,6 +153,51 @@ TEST_CASE("The step breakdown shows copy only where it is measured", "[worker][p
         "\"allreduce\":0.000,\"wait\":0.000,\"other\":0.000,\"total\":0.000}");
 }
 
+TEST_CASE("With a row cache, the lines and the JSON give the interval's hit rate",
+          "[worker][progress_report][row_cache]") {
+  auto dir = testing::ScopedTempDir::Create("progress_report_cache");
+  REQUIRE(dir.ok());
+  RowCache::Options cache_options;
+  cache_options.max_rows = 10;
+  cache_options.dims = {1};
+  auto cache = RowCache::Create(cache_options);
+  REQUIRE(cache.ok());
+  char* buffer = nullptr;
+  size_t size = 0;
+  FILE* progress = open_memstream(&buffer, &size);
+  REQUIRE(progress != nullptr);
+  ProgressReporter::Options options;
+  options.progress = progress;
+  options.metrics_path = absl::StrCat((*dir)->path(), "/metrics.jsonl");
+  options.row_cache = cache->get();
+  const absl::Time start = absl::FromUnixSeconds(0);
+  auto reporter = ProgressReporter::Create(options, start);
+  REQUIRE(reporter.ok());
+  const std::vector<uint64_t> keys = {1, 2, 3, 4};
+  const std::vector<float> rows = {1, 2, 3, 4};
+  std::vector<float> out(4);
+  std::vector<uint32_t> misses;
+  // Step 0: 4 lookups, no hit; step 1: 3 hits of 4.
+  (*cache)->Lookup(0, 0, keys, out.data(), &misses);
+  (*cache)->Admit(0, 0, keys, rows.data());
+  (*reporter)->StepDone(0, 1, 1.0f, std::vector<float>{0.5f}, std::vector<float>{1.0f});
+  (*reporter)->MaybeReport(0, 1, 2, false, start + absl::Seconds(1));
+  const std::vector<uint64_t> next = {1, 2, 3, 9};
+  (*cache)->Lookup(0, 1, next, out.data(), &misses);
+  (*reporter)->StepDone(1, 1, 1.0f, std::vector<float>{0.5f}, std::vector<float>{1.0f});
+  (*reporter)->MaybeReport(1, 1, 2, true, start + absl::Seconds(2));
+  (*reporter)->CloseMetrics();
+  std::fclose(progress);
+  const std::string text(buffer, size);
+  std::free(buffer);
+  CHECK(absl::StrContains(text, "cache hits 0.0%"));
+  CHECK(absl::StrContains(text, "cache hits 75.0%"));
+  const std::vector<std::string> lines = ReadLines(options.metrics_path);
+  REQUIRE(lines.size() == 2);
+  CHECK(absl::StrContains(lines[0], "\"row_cache_hit_rate\":0.0000"));
+  CHECK(absl::StrContains(lines[1], "\"row_cache_hit_rate\":0.7500"));
+}
+
 TEST_CASE("ProgressReporter refuses a metrics file it cannot open", "[worker][progress_report]") {
   ProgressReporter::Options options;
   options.metrics_path = "/nonexistent/dir/metrics.jsonl";

@@ -177,7 +177,7 @@ StepData RowsStep(const EmbeddingLayout& layout, int n, uint64_t seed) {
     }
   }
   d.emb.resize(size_t(n) * layout.width());
-  REQUIRE(AwaitPull(&d).ok());  // nothing in flight: the rows stay unpooled
+  REQUIRE(AwaitPull(layout, &d).ok());  // nothing in flight: the rows stay unpooled
   CHECK(!d.pooled);
   return d;
 }

@@ -15,19 +15,20 @@ StepPipeline::Overlap StepPipeline::OverlapOf(const StepSync& sync, bool pipelin
 
 StepPipeline::StepPipeline(Client* client, StepSync* sync, BatchReader* reader,
                            EmbeddingLayout layout, WaitTime* waited, StepBreakdown* breakdown,
-                           bool pipeline)
+                           bool pipeline, RowCache* cache)
     : client_(client),
       sync_(sync),
       reader_(reader),
       waited_(waited),
       breakdown_(breakdown),
+      cache_(cache),
       layout_(std::move(layout)),
       overlap_(OverlapOf(*sync, pipeline)) {}
 
 absl::Status StepPipeline::BeginPull(StepData* d, int64_t step) {
   PS_RETURN_IF_ERROR(waited_->Measure([&] { return sync_->BeforePull(step); }));
   client_->SetClock(step);
-  StartPull(client_, layout_, d);
+  StartPull(client_, layout_, d, cache_, step);
   return absl::OkStatus();
 }
 
@@ -71,7 +72,7 @@ absl::Status StepPipeline::FinishPendingPush() {
 }
 
 absl::Status StepPipeline::WaitPull(StepData* d) {
-  return pool_on_device_ ? AwaitPull(d) : FinishPull(layout_, d);
+  return pool_on_device_ ? AwaitPull(layout_, d) : FinishPull(layout_, d);
 }
 
 absl::Status StepPipeline::BeginPush(int64_t step, const std::vector<float>& emb_grad) {

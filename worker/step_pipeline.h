@@ -48,7 +48,9 @@ namespace worker {
 // flight. Thread-compatible. `client`, `sync`, `reader`, `waited` and `breakdown` are not owned
 // and outlive it; `waited` receives the time spent in StepSync::BeforePull (waiting for the other
 // workers); `breakdown`, when not null, the time spent reading batches (StepPart::kRead, measured
-// inside the caller's laps: every call that reads is Start, Prefetch or Advance).
+// inside the caller's laps: every call that reads is Start, Prefetch or Advance). `cache`, when
+// not null (not owned, outliving it; training.row_cache), serves the pulls' fresh rows
+// (StartPull).
 //
 // `pipeline` false turns the overlap of steps off (kNone in every mode), for comparison: a SYNC
 // run trains exactly the same model either way.
@@ -61,7 +63,8 @@ class StepPipeline {
   static Overlap OverlapOf(const StepSync& sync, bool pipeline);
 
   StepPipeline(Client* client, StepSync* sync, BatchReader* reader, EmbeddingLayout layout,
-               WaitTime* waited, StepBreakdown* breakdown = nullptr, bool pipeline = true);
+               WaitTime* waited, StepBreakdown* breakdown = nullptr, bool pipeline = true,
+               RowCache* cache = nullptr);
 
   StepPipeline(const StepPipeline&) = delete;
   StepPipeline& operator=(const StepPipeline&) = delete;
@@ -146,6 +149,7 @@ class StepPipeline {
   BatchReader* const reader_;
   WaitTime* const waited_;
   StepBreakdown* const breakdown_;
+  RowCache* const cache_;
   const EmbeddingLayout layout_;
   const Overlap overlap_;
 

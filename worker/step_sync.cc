@@ -13,7 +13,10 @@ StepSync::StepSync(const config::Job& job, Client* client, CoordinatorClient* co
       coordinator_(coordinator),
       member_id_(member_id),
       mode_(job.training().mode()),
-      staleness_(job.training().staleness()),
+      pull_staleness_(mode_ != config::Training::BOUNDED_STALENESS ? 0
+                      : job.training().has_row_cache()
+                          ? job.training().staleness() - job.training().row_cache().refresh_steps()
+                          : job.training().staleness()),
       wait_timeout_(wait_timeout),
       checkpoints_(mode_ == config::Training::SYNC && !job.cluster().checkpoint_dir().empty()) {}
 
@@ -39,7 +42,7 @@ absl::Status StepSync::Refresh(int64_t step) {
 
 absl::Status StepSync::BeforePull(int64_t step) {
   if (mode_ != config::Training::BOUNDED_STALENESS) return absl::OkStatus();
-  const int64_t needed = step - staleness_ - 1;
+  const int64_t needed = step - pull_staleness_ - 1;
   if (needed < 0) return absl::OkStatus();
   PS_RETURN_IF_ERROR(NeedCoordinator());
   return coordinator_->WaitClock(needed, wait_timeout_).status();
@@ -68,7 +71,7 @@ absl::StatusOr<int64_t> StepSync::AfterPush(int64_t step) {
 
 bool StepSync::can_prefetch() const {
   return mode_ == config::Training::ASYNC ||
-         (mode_ == config::Training::BOUNDED_STALENESS && staleness_ >= 2);
+         (mode_ == config::Training::BOUNDED_STALENESS && pull_staleness_ >= 2);
 }
 
 }  // namespace worker

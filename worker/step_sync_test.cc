@@ -53,6 +53,54 @@ TEST_CASE("without a coordinator, bounded staleness is refused, naming why",
   CHECK(sync.AfterPush(0).status().code() == absl::StatusCode::kFailedPrecondition);
 }
 
+TEST_CASE("a row cache tightens bounded staleness's wait by its refresh_steps",
+          "[worker][step_sync][row_cache]") {
+  config::Job job = OneWorkerJob(config::Training::BOUNDED_STALENESS);
+  job.mutable_training()->set_staleness(3);
+  auto client = testing::LocalClient::Create(job, {});
+  REQUIRE(client.ok());
+  // The first step that waits (for step 0) is the one that needs the coordinator's clocks.
+  const auto first_wait = [&](const config::Job& j) {
+    StepSync sync(j, client->get(), /*coordinator=*/nullptr, (*client)->worker_id());
+    for (int64_t step = 0; step < 10; ++step) {
+      const absl::Status pulled = sync.BeforePull(step);
+      if (!pulled.ok()) {
+        CHECK(pulled.code() == absl::StatusCode::kFailedPrecondition);
+        return step;
+      }
+    }
+    return int64_t{-1};
+  };
+  {
+    StepSync sync(job, client->get(), nullptr, (*client)->worker_id());
+    CHECK(sync.pull_staleness() == 3);
+    CHECK(sync.can_prefetch());
+    CHECK(first_wait(job) == 4);  // step t waits for t - 3 - 1
+  }
+  job.mutable_training()->mutable_row_cache()->set_max_rows(100);
+  job.mutable_training()->mutable_row_cache()->set_refresh_steps(1);
+  {
+    StepSync sync(job, client->get(), nullptr, (*client)->worker_id());
+    CHECK(sync.pull_staleness() == 2);
+    CHECK(sync.can_prefetch());
+    CHECK(first_wait(job) == 3);  // t - (3 - 1) - 1
+  }
+  job.mutable_training()->mutable_row_cache()->set_refresh_steps(2);
+  {
+    // One step of staleness left to the servers: the next pull waits for this step's push.
+    StepSync sync(job, client->get(), nullptr, (*client)->worker_id());
+    CHECK(sync.pull_staleness() == 1);
+    CHECK_FALSE(sync.can_prefetch());
+    CHECK(first_wait(job) == 2);
+  }
+  // ASYNC waits for nothing, with a cache or without.
+  job.mutable_training()->set_mode(config::Training::ASYNC);
+  StepSync async(job, client->get(), nullptr, (*client)->worker_id());
+  CHECK(async.pull_staleness() == 0);
+  CHECK(async.can_prefetch());
+  CHECK(first_wait(job) == -1);
+}
+
 }  // namespace
 }  // namespace worker
 }  // namespace ps

@@ -91,6 +91,7 @@ class TrainingRun {
   absl::Duration lap_waited_;  // waited_.waited() when the current lap started
   std::unique_ptr<StepCompute> compute_;
   std::unique_ptr<BatchReader> reader_;
+  std::unique_ptr<RowCache> row_cache_;  // training.row_cache, else null
   std::unique_ptr<StepPipeline> pipeline_;
   std::unique_ptr<ProgressReporter> reporter_;
   std::unique_ptr<EvaluationPolicy> evaluation_;
@@ -112,6 +113,8 @@ absl::StatusOr<std::unique_ptr<TrainingRun>> TrainingRun::Create(
   PS_ASSIGN_OR_RETURN(run->compute_,
                       StepCompute::Create(job, options.backend, world, run->balanced_));
   PS_ASSIGN_OR_RETURN(EmbeddingLayout layout, EmbeddingLayout::FromJob(job, run->compute_->spec()));
+  PS_ASSIGN_OR_RETURN(run->row_cache_,
+                      MakeRowCache(job, layout, options.metrics, allreduce->rank()));
   PS_ASSIGN_OR_RETURN(const SchemaOptions schema, SchemaOf(job));
   PS_ASSIGN_OR_RETURN(run->reader_,
                       BatchReader::Open(job, schema, allreduce->rank(), world,
@@ -124,9 +127,9 @@ absl::StatusOr<std::unique_ptr<TrainingRun>> TrainingRun::Create(
                                                  run->compute_->optimizer_state()));
   }
   PS_RETURN_IF_ERROR(run->CreatePolicies(coordinator));
-  run->pipeline_ =
-      std::make_unique<StepPipeline>(client, &run->sync_, run->reader_.get(), std::move(layout),
-                                     &run->waited_, &run->breakdown_, options.pipeline);
+  run->pipeline_ = std::make_unique<StepPipeline>(
+      client, &run->sync_, run->reader_.get(), std::move(layout), &run->waited_, &run->breakdown_,
+      options.pipeline, run->row_cache_.get());
   run->pipeline_->set_pool_on_device(run->compute_->model()->pools_rows());
   // A resumed job reads on from the block of its first step.
   run->step_ = options.start_step;
@@ -167,6 +170,7 @@ absl::Status TrainingRun::CreatePolicies(CoordinatorClient* coordinator) {
   // Only a backend with copies between host and device measures them (GpuModel); on the CPU copy
   // stays out of the reports rather than show as a measured 0.
   report.copy_measured = compute_->model()->last_copy_time().has_value();
+  report.row_cache = row_cache_.get();
   start_ = absl::Now();
   breakdown_.Start();
   PS_ASSIGN_OR_RETURN(reporter_, ProgressReporter::Create(report, start_));
@@ -317,6 +321,7 @@ absl::StatusOr<TrainResult> TrainingRun::Finish() {
   result.mean_push_ms = reporter_->mean_push_ms();
   result.step_times = reporter_->run_times();
   result.copy_measured = reporter_->copy_measured();
+  if (row_cache_ != nullptr) result.row_cache = row_cache_->stats();
   result.mean_batch =
       result.steps > 0 ? static_cast<double>(reporter_->samples()) / result.steps : 0;
   PS_RETURN_IF_ERROR(dense_->PushModel());

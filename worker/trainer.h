@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,7 @@
 #include "worker/evaluation_policy.h"
 #include "worker/model/model.h"
 #include "worker/progress_report.h"
+#include "worker/row_cache.h"
 #include "worker/step_breakdown.h"
 
 namespace ps {
@@ -107,6 +109,8 @@ struct TrainResult {
   // same), else -1; and, on worker 0, the folder of its checkpoint (else empty).
   int64_t kept_step = -1;
   std::string kept_checkpoint;
+  // training.row_cache: what this worker's cache did over the run; nullopt without one.
+  std::optional<RowCacheStats> row_cache;
 };
 
 // Trains the job's model on this worker's share of the data. `client` (registered as this

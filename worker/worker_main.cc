@@ -33,6 +33,7 @@
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "client/ps_client.h"
 #include "common/coordinator_client.h"
@@ -88,6 +89,16 @@ std::string JsonEscaped(const std::string& s) {
   return absl::StrReplaceAll(s, {{"\\", "\\\\"}, {"\"", "\\\""}});
 }
 
+// The row cache's figures over the run as a JSON object, or null without a cache.
+std::string RowCacheJson(const worker::TrainResult& result) {
+  if (!result.row_cache.has_value()) return "null";
+  const worker::RowCacheStats& c = *result.row_cache;
+  return absl::StrFormat(
+      "{\"lookups\":%d,\"hits\":%d,\"hit_rate\":%.4f,\"cache_bytes\":%d,\"pulled_bytes\":%d,"
+      "\"rows\":%d}",
+      c.lookups, c.hits, c.hit_rate(), c.cache_bytes, c.pulled_bytes, c.rows);
+}
+
 // The last line on stdout: `RESULT {json}` with the run's figures.
 void PrintResult(const worker::TrainResult& result, int rank, const config::Job& job) {
   // The best held-out AUC of the evaluations during training (NaN without any).
@@ -104,7 +115,7 @@ void PrintResult(const worker::TrainResult& result, int rank, const config::Job&
       "\"read_bytes\":%lld,\"heldout_by_rank\":0,\"evaluations\":%d,\"best_heldout_auc\":%s,"
       "\"stopped_early_at\":%s,"
       "\"mean_pull_ms\":%.3f,\"mean_push_ms\":%.3f,\"mean_batch\":%.1f,\"checkpoint\":\"%s\","
-      "\"kept_step\":%s,\"kept_checkpoint\":\"%s\",\"step_ms\":%s}\n",
+      "\"kept_step\":%s,\"kept_checkpoint\":\"%s\",\"row_cache\":%s,\"step_ms\":%s}\n",
       result.backend.c_str(), rank, job.cluster().num_workers(), job.cluster().num_servers(),
       static_cast<long long>(result.steps), static_cast<long long>(result.samples),
       result.samples_per_s, result.seconds, JsonNumber(result.final_loss).c_str(),
@@ -116,7 +127,7 @@ void PrintResult(const worker::TrainResult& result, int rank, const config::Job&
       result.mean_pull_ms, result.mean_push_ms, result.mean_batch,
       JsonEscaped(result.checkpoint).c_str(),
       result.kept_step >= 0 ? absl::StrCat(result.kept_step).c_str() : "null",
-      JsonEscaped(result.kept_checkpoint).c_str(),
+      JsonEscaped(result.kept_checkpoint).c_str(), RowCacheJson(result).c_str(),
       worker::StepBreakdownJson(result.step_times, result.steps, result.copy_measured).c_str());
 }
 

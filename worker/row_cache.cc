@@ -1,0 +1,241 @@
+#include "worker/row_cache.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace ps {
+namespace worker {
+namespace {
+
+// An index entry without a slot.
+constexpr uint32_t kEmpty = ~uint32_t{0};
+constexpr uint64_t kMaxRows = uint64_t{1} << 30;
+
+}  // namespace
+
+HostRowStorage::HostRowStorage(uint32_t slots, int dim) : dim_(dim), floats_(size_t(slots) * dim) {}
+
+void HostRowStorage::ReadRows(absl::Span<const uint32_t> slots, absl::Span<const uint32_t> places,
+                              float* rows) const {
+  const size_t bytes = size_t(dim_) * sizeof(float);
+  for (size_t i = 0; i < slots.size(); ++i) {
+    std::memcpy(rows + size_t(places[i]) * dim_, floats_.data() + size_t(slots[i]) * dim_, bytes);
+  }
+}
+
+void HostRowStorage::WriteRows(absl::Span<const uint32_t> slots, absl::Span<const uint32_t> places,
+                               const float* rows) {
+  const size_t bytes = size_t(dim_) * sizeof(float);
+  for (size_t i = 0; i < slots.size(); ++i) {
+    std::memcpy(floats_.data() + size_t(slots[i]) * dim_, rows + size_t(places[i]) * dim_, bytes);
+  }
+}
+
+// One table's slots: slot s holds keys[s]'s row (in storage), pulled for steps[s]. Slots
+// [0, used) are taken; the index maps a key to its slot by linear probing.
+struct RowCache::Table {
+  int dim = 0;
+  uint32_t capacity = 0;
+  uint32_t used = 0;
+  uint32_t hand = 0;  // CLOCK's
+  std::vector<uint64_t> keys;
+  std::vector<int64_t> steps;
+  std::vector<uint8_t> referenced;
+  std::vector<uint32_t> index;  // slots, or kEmpty
+  uint64_t mask = 0;
+  int shift = 63;
+  std::unique_ptr<RowStorage> storage;
+
+  // Fibonacci hashing: keys may be small integers, whose low bits alone do not spread.
+  uint64_t Home(uint64_t key) const { return (key * 0x9E3779B97F4A7C15ull) >> shift; }
+};
+
+RowCache::Options RowCache::OptionsOf(const config::RowCache& row_cache, std::vector<int> dims) {
+  Options options;
+  options.max_rows = row_cache.max_rows();
+  options.refresh_steps = row_cache.refresh_steps();
+  options.dims = std::move(dims);
+  return options;
+}
+
+absl::StatusOr<std::unique_ptr<RowCache>> RowCache::Create(const Options& options) {
+  if (options.max_rows < 1 || options.max_rows > kMaxRows) {
+    return absl::InvalidArgumentError(absl::StrCat("row cache: max_rows must be between 1 and ",
+                                                   kMaxRows, ", got ", options.max_rows));
+  }
+  if (options.refresh_steps < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("row cache: refresh_steps must be >= 1, got ", options.refresh_steps));
+  }
+  if (options.dims.empty()) return absl::InvalidArgumentError("row cache: no table");
+  for (int dim : options.dims) {
+    if (dim < 1) return absl::InvalidArgumentError(absl::StrCat("row cache: dim ", dim));
+  }
+  return std::unique_ptr<RowCache>(new RowCache(options));
+}
+
+RowCache::RowCache(const Options& options) : refresh_steps_(options.refresh_steps) {
+  const uint32_t capacity = static_cast<uint32_t>(options.max_rows);
+  uint64_t index_size = 16;
+  int shift = 60;
+  while (index_size < 2 * uint64_t{capacity}) {
+    index_size *= 2;
+    --shift;
+  }
+  for (int dim : options.dims) {
+    auto t = std::make_unique<Table>();
+    t->dim = dim;
+    t->capacity = capacity;
+    t->keys.resize(capacity);
+    t->steps.resize(capacity);
+    t->referenced.resize(capacity);
+    t->index.assign(index_size, kEmpty);
+    t->mask = index_size - 1;
+    t->shift = shift;
+    t->storage = std::make_unique<HostRowStorage>(capacity, dim);
+    tables_.push_back(std::move(t));
+  }
+  if (options.registry != nullptr) {
+    const metrics::Labels rank = {{"rank", absl::StrCat(options.rank)}};
+    metrics::Registry* r = options.registry;
+    lookups_series_ =
+        r->GetCounter("ps_worker_row_cache_lookups_total",
+                      "Distinct keys of the batches looked up in the row cache.", rank);
+    hits_series_ = r->GetCounter("ps_worker_row_cache_hits_total",
+                                 "Keys served from the row cache (fresh rows), not pulled.", rank);
+    const std::string bytes_help =
+        "Bytes of embedding rows the worker used, by where they came from: the row cache, or "
+        "pulled from the servers.";
+    metrics::Labels cache = rank;
+    cache.emplace_back("source", "cache");
+    metrics::Labels server = rank;
+    server.emplace_back("source", "server");
+    cache_bytes_series_ = r->GetCounter("ps_worker_row_cache_bytes_total", bytes_help, cache);
+    server_bytes_series_ = r->GetCounter("ps_worker_row_cache_bytes_total", bytes_help, server);
+    rows_series_ =
+        r->GetGauge("ps_worker_row_cache_rows", "Rows held in the row cache, every table.", rank);
+  }
+}
+
+RowCache::~RowCache() = default;
+
+uint32_t RowCache::Probe(const Table& t, uint64_t key) const {
+  uint64_t i = t.Home(key);
+  while (true) {
+    const uint32_t slot = t.index[i];
+    if (slot == kEmpty || t.keys[slot] == key) return static_cast<uint32_t>(i);
+    i = (i + 1) & t.mask;
+  }
+}
+
+void RowCache::Unindex(Table& t, uint32_t slot) {
+  uint64_t i = Probe(t, t.keys[slot]);
+  if (t.index[i] != slot) {
+    std::fprintf(stderr, "row cache: slot %u is not in the index\n", slot);
+    std::abort();
+  }
+  // Backward-shift deletion: moves back every later entry of the run whose home is not in
+  // (i, j], so that no probe stops at the hole.
+  uint64_t j = i;
+  while (true) {
+    j = (j + 1) & t.mask;
+    const uint32_t moved = t.index[j];
+    if (moved == kEmpty) break;
+    const uint64_t home = t.Home(t.keys[moved]);
+    const bool stays = i <= j ? (i < home && home <= j) : (i < home || home <= j);
+    if (stays) continue;
+    t.index[i] = moved;
+    i = j;
+  }
+  t.index[i] = kEmpty;
+}
+
+uint32_t RowCache::TakeSlot(Table& t, int64_t step) {
+  if (t.used < t.capacity) return t.used++;
+  const int64_t oldest_fresh = step - refresh_steps_;
+  // Two laps at most: the first clears every mark it passes.
+  while (true) {
+    const uint32_t s = t.hand;
+    t.hand = t.hand + 1 == t.capacity ? 0 : t.hand + 1;
+    if (t.steps[s] >= oldest_fresh && t.referenced[s] != 0) {
+      t.referenced[s] = 0;
+      continue;
+    }
+    Unindex(t, s);
+    return s;
+  }
+}
+
+void RowCache::Lookup(int table, int64_t step, absl::Span<const uint64_t> keys, float* rows,
+                      std::vector<uint32_t>* misses) {
+  Table& t = *tables_[table];
+  misses->clear();
+  slots_.clear();
+  places_.clear();
+  const int64_t oldest_fresh = step - refresh_steps_;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const uint32_t slot = t.index[Probe(t, keys[i])];
+    if (slot != kEmpty && t.steps[slot] >= oldest_fresh) {
+      t.referenced[slot] = 1;
+      slots_.push_back(slot);
+      places_.push_back(static_cast<uint32_t>(i));
+    } else {
+      misses->push_back(static_cast<uint32_t>(i));
+    }
+  }
+  t.storage->ReadRows(slots_, places_, rows);
+  const int64_t hits = static_cast<int64_t>(slots_.size());
+  const int64_t bytes = hits * t.dim * static_cast<int64_t>(sizeof(float));
+  stats_.lookups += static_cast<int64_t>(keys.size());
+  stats_.hits += hits;
+  stats_.cache_bytes += bytes;
+  if (lookups_series_ != nullptr) {
+    lookups_series_->Increment(keys.size());
+    hits_series_->Increment(hits);
+    cache_bytes_series_->Increment(bytes);
+  }
+}
+
+void RowCache::Admit(int table, int64_t step, absl::Span<const uint64_t> keys,
+                     const float* pulled) {
+  Table& t = *tables_[table];
+  slots_.clear();
+  places_.clear();
+  const uint32_t used_before = t.used;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    uint32_t at = Probe(t, keys[i]);
+    uint32_t slot = t.index[at];
+    if (slot != kEmpty) {
+      t.referenced[slot] = 1;  // an expired row read again
+    } else {
+      slot = TakeSlot(t, step);
+      at = Probe(t, keys[i]);  // TakeSlot's eviction may have moved entries
+      t.index[at] = slot;
+      t.keys[slot] = keys[i];
+      t.referenced[slot] = 0;
+    }
+    t.steps[slot] = step;
+    slots_.push_back(slot);
+    places_.push_back(static_cast<uint32_t>(i));
+  }
+  // In order: a slot taken twice in this call ends with its later row.
+  t.storage->WriteRows(slots_, places_, pulled);
+  const int64_t bytes =
+      static_cast<int64_t>(keys.size()) * t.dim * static_cast<int64_t>(sizeof(float));
+  stats_.pulled_bytes += bytes;
+  stats_.rows += t.used - used_before;
+  if (server_bytes_series_ != nullptr) {
+    server_bytes_series_->Increment(bytes);
+    rows_series_->Set(static_cast<double>(stats_.rows));
+  }
+}
+
+RowCacheStats RowCache::stats() const { return stats_; }
+
+}  // namespace worker
+}  // namespace ps

@@ -1,0 +1,160 @@
+// A worker's cache of hot embedding rows (training.row_cache): per table, a fixed number of rows,
+// each with the step whose pull brought it, so that a batch's popular keys (Zipf-distributed
+// data names the same few keys every step) are served from the worker's memory for
+// refresh_steps steps instead of being pulled again each step. Never used in SYNC training
+// (job validation refuses it there): a cached row misses the pushes since its pull.
+//
+// Freshness: a row pulled for step t0 is served at steps t0 .. t0 + refresh_steps (Lookup at step
+// t hits when t0 >= t - refresh_steps), then counts as a miss and is pulled again; the pull's row
+// replaces it in place. What that costs the staleness bound is StepSync's part (step_sync.h).
+//
+// Eviction: CLOCK (second chance). Each table's slots form a ring with a hand; a hit marks its
+// slot referenced. A row admitted into a full table takes the first slot from the hand on that
+// is expired (pulled before step - refresh_steps) or not referenced, clearing the marks it passes.
+// So a row read since the hand last passed stays, a row seen once goes first, and nothing is
+// allocated or sorted per step (LRU would need a list update per hit). A new row starts
+// unreferenced: a key must be read again while cached to be kept over others.
+//
+// Memory: allocated once, in Create: per table max_rows x dim floats (RowStorage) plus per slot
+// its key, step and mark (17 bytes), and an open-addressing index of 2 x max_rows (rounded up to
+// a power of two) 32-bit places.
+//
+// Storage: the rows live behind RowStorage, on the host (HostRowStorage). The worker pools rows on
+// the host today; a backend that pools on the device can give a device buffer of its own that
+// copies between slots and a batch's rows (ReadRows / WriteRows take whole batches, not single
+// rows, for that reason), without changing the index or the eviction.
+#ifndef PS_WORKER_ROW_CACHE_H_
+#define PS_WORKER_ROW_CACHE_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "common/metrics/registry.h"
+#include "proto/job.pb.h"
+
+namespace ps {
+namespace worker {
+
+// The rows of one table's cache slots. Implementations need not be thread-safe: RowCache calls
+// them from its own (thread-compatible) methods only.
+class RowStorage {
+ public:
+  virtual ~RowStorage() = default;
+  // For each i, copies slot slots[i]'s row to rows + places[i] * dim (host memory).
+  virtual void ReadRows(absl::Span<const uint32_t> slots, absl::Span<const uint32_t> places,
+                        float* rows) const = 0;
+  // For each i, copies rows + places[i] * dim (host memory) into slot slots[i].
+  virtual void WriteRows(absl::Span<const uint32_t> slots, absl::Span<const uint32_t> places,
+                         const float* rows) = 0;
+};
+
+// RowStorage in host memory: one array of slots x dim floats, allocated at construction.
+// Thread-compatible.
+class HostRowStorage final : public RowStorage {
+ public:
+  HostRowStorage(uint32_t slots, int dim);
+  void ReadRows(absl::Span<const uint32_t> slots, absl::Span<const uint32_t> places,
+                float* rows) const override;
+  void WriteRows(absl::Span<const uint32_t> slots, absl::Span<const uint32_t> places,
+                 const float* rows) override;
+
+ private:
+  const int dim_;
+  std::vector<float> floats_;
+};
+
+// What a RowCache did, since it was made.
+struct RowCacheStats {
+  int64_t lookups = 0;       // keys looked up (a batch's distinct keys, per table)
+  int64_t hits = 0;          // of which served from the cache
+  int64_t cache_bytes = 0;   // bytes of rows served from the cache (hits x dim x 4)
+  int64_t pulled_bytes = 0;  // bytes of rows admitted after a pull (the misses pulled)
+  int64_t rows = 0;          // rows resident now, every table
+  double hit_rate() const { return lookups > 0 ? static_cast<double>(hits) / lookups : 0.0; }
+};
+
+// A RowCache holds the cached rows of every table a worker pulls. Thread-compatible: the worker
+// calls it from its training thread only (StartPull's Lookup and FinishPull's Admit are never
+// concurrent); the Prometheus series it updates are thread-safe for scrapes.
+class RowCache {
+ public:
+  struct Options {
+    // training.row_cache.max_rows: rows kept per table, 1 to 2^30. Default 1.
+    uint64_t max_rows = 1;
+    // training.row_cache.refresh_steps: a row pulled for step t0 is served at steps up to
+    // t0 + refresh_steps; >= 1. Default 1.
+    int64_t refresh_steps = 1;
+    // Per table of the layout (EmbeddingLayout::tables(), in order): its dim (>= 1). At least
+    // one table; default none (refused).
+    std::vector<int> dims;
+    // If set (not owned, outliving the cache), its series are registered here, labelled
+    // rank="<rank>": ps_worker_row_cache_lookups_total, ps_worker_row_cache_hits_total,
+    // ps_worker_row_cache_bytes_total{source="cache"|"server"} and ps_worker_row_cache_rows.
+    // Default null: no series.
+    metrics::Registry* registry = nullptr;
+    // The worker's rank, for the series' label. Default 0.
+    int rank = 0;
+  };
+
+  // Allocates every table's slots, index and rows. INVALID_ARGUMENT when max_rows is 0 or above
+  // 2^30, refresh_steps < 1, there is no table, or a dim < 1.
+  static absl::StatusOr<std::unique_ptr<RowCache>> Create(const Options& options);
+  // The options of `row_cache` for tables of `dims`.
+  static Options OptionsOf(const config::RowCache& row_cache, std::vector<int> dims);
+
+  ~RowCache();
+  RowCache(const RowCache&) = delete;
+  RowCache& operator=(const RowCache&) = delete;
+
+  // Looks up table `table`'s distinct `keys` for a pull at `step`. Each key whose row is cached
+  // and fresh (pulled for a step >= step - refresh_steps) is a hit: its row is copied to
+  // rows + i * dim (i its place in keys) and its slot marked referenced. `*misses` is set to the
+  // places in `keys` of the others, in order, which the caller pulls. `rows` holds keys.size() x
+  // dim floats; the misses' rows are left as they were. `keys` must be distinct.
+  void Lookup(int table, int64_t step, absl::Span<const uint64_t> keys, float* rows,
+              std::vector<uint32_t>* misses);
+
+  // Admits the rows of `keys` pulled for `step` (pulled + i * dim for keys[i]; distinct keys):
+  // a key already cached (an expired row pulled again) gets its row and step replaced in place
+  // and is marked referenced; a new one takes a free slot, else the one CLOCK evicts. When one
+  // call admits more keys than fit, its later keys may evict its earlier ones.
+  void Admit(int table, int64_t step, absl::Span<const uint64_t> keys, const float* pulled);
+
+  RowCacheStats stats() const;
+  int64_t refresh_steps() const { return refresh_steps_; }
+  size_t num_tables() const { return tables_.size(); }
+
+ private:
+  struct Table;
+  explicit RowCache(const Options& options);
+
+  // Where `key` is in table t's index: the position of its entry, or of the empty one it would
+  // take.
+  uint32_t Probe(const Table& t, uint64_t key) const;
+  // Removes the key of slot `slot` from table t's index (backward-shift deletion).
+  void Unindex(Table& t, uint32_t slot);
+  // The slot a new row of table t takes at `step`: a free one, else CLOCK's victim (unindexed).
+  uint32_t TakeSlot(Table& t, int64_t step);
+
+  // Constant after construction.
+  const int64_t refresh_steps_;
+  std::vector<std::unique_ptr<Table>> tables_;
+  metrics::Counter* lookups_series_ = nullptr;
+  metrics::Counter* hits_series_ = nullptr;
+  metrics::Counter* cache_bytes_series_ = nullptr;
+  metrics::Counter* server_bytes_series_ = nullptr;
+  metrics::Gauge* rows_series_ = nullptr;
+
+  RowCacheStats stats_;
+  // Scratch of Lookup and Admit, kept between calls.
+  std::vector<uint32_t> slots_;
+  std::vector<uint32_t> places_;
+};
+
+}  // namespace worker
+}  // namespace ps
+
+#endif  // PS_WORKER_ROW_CACHE_H_
