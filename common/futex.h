@@ -4,6 +4,7 @@
 #define PS_COMMON_FUTEX_H_
 
 #include <linux/futex.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -47,6 +48,20 @@ inline bool SpinWhile(const uint32_t* word, uint32_t value, absl::Duration budge
 #if defined(__x86_64__) || defined(__i386__)
       __builtin_ia32_pause();
 #endif
+    }
+    if (absl::Now() >= until) return false;
+  }
+}
+
+// As SpinWhile, giving the processor up (sched_yield) between looks: for waits a little longer,
+// where a peer that shares the cores must run to change the word, and a futex's sleep and wake
+// would cost more than the wait.
+inline bool YieldWhile(const uint32_t* word, uint32_t value, absl::Duration budget) {
+  const absl::Time until = absl::Now() + budget;
+  while (true) {
+    for (int i = 0; i < 16; ++i) {
+      if (__atomic_load_n(word, __ATOMIC_SEQ_CST) != value) return true;
+      sched_yield();
     }
     if (absl::Now() >= until) return false;
   }

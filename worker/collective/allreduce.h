@@ -73,9 +73,9 @@ class AllReduce {
     // every rank.
     size_t shared_memory_max_bytes = ~size_t{0};
     // The segment's slot per rank, in bytes (default 1 MiB; a positive multiple of 64, at most 1
-    // GiB): larger
-    // buffers go through in chunks of this size, two barriers each. The segment takes (ranks + 2)
-    // slots and two pages of /dev/shm (a container's is often 64 MiB). In the same functional runs
+    // GiB): larger buffers go through in chunks of this size, one barrier each (and one more a
+    // call). The segment takes (2 x ranks + 2) slots and two pages of /dev/shm (a container's is
+    // often 64 MiB). In the same functional runs
     // 4 MiB slots did no better at 16 MiB and 256 KiB ones worse. Rank 0's value is used by every
     // rank.
     size_t shared_memory_slot_bytes = size_t{1} << 20;

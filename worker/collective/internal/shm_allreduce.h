@@ -88,7 +88,8 @@ class ShmAllReduce {
   ShmAllReduce(int rank, int size, void* base, size_t mapped_bytes);
 
   absl::Status Barrier(absl::Time deadline);
-  float* Slot(int rank) const;
+  // Rank `rank`'s slot of set `set` (0 or 1).
+  float* Slot(int set, int rank) const;
   float* Result(int which) const;
   uint64_t* Count(int rank) const;
 
@@ -102,8 +103,8 @@ class ShmAllReduce {
   const size_t max_bytes_;
   const bool spin_;  // whether barriers spin before they sleep
 
-  // Which result area the next chunk's sums go to; the same on every rank.
-  int result_ = 0;
+  // Which slot set and result area the next chunk uses; the same on every rank.
+  int phase_ = 0;
 };
 
 }  // namespace internal
