@@ -28,7 +28,9 @@
 #   train        train_bench, the quickstart's model on 1M rows, 2 epochs, 2 servers, 2 workers,
 #                SYNC, with --backend=gpu and --backend=cpu (--collective=gloo: the two workers
 #                share the one GPU, which NCCL does not allow), and their ratio (target >= 5x,
-#                AUC within 0.001; issue 38)
+#                AUC within 0.001; issue 38), each with its step breakdown (step_ms)
+#   row_cache    train_bench in ASYNC on the GPU without and with a 20,000-row cache refreshed
+#                every 2 steps: hit rate, bytes from the cache and the servers, held-out AUC
 #   tls          ps_bench --security=compare through the sockets with the levers that scale with
 #                cores (issue 16's target, 0.85x)
 #   failover     failover_bench: 3 kills, and the SYNC replication push ratio against the
@@ -198,6 +200,15 @@ print(json.dumps({'check': 'train_ratio', 'gpu_samples_per_s': g, 'cpu_samples_p
                   'gpu_over_cpu': round(g / c, 3), 'target': 5.0,
                   'auc_gpu': ag, 'auc_cpu': ac, 'auc_diff': round(abs(ag - ac), 6)}))")"
 fi
+
+# row_cache: ASYNC on the GPU without, then with, the workers' row cache (issue 38: its hit rate,
+# bytes and effect on the held-out AUC; the lines carry train_bench's row_cache object).
+for rows in 0 20000; do
+  step "row_cache_$rows" 90 ./tests/bench/train_bench --bin_dir=. --setup=ps --servers=2 \
+    --workers=2 --rows=1000000 --epochs=1 --batch=512 --mode=async --backend=gpu \
+    --collective=gloo --job=deploy/jobs/quickstart.pbtxt --row_cache_rows="$rows" \
+    --row_cache_refresh=2
+done
 
 # tls: the levers that scale with cores (tests/bench/README.md, TLS).
 step "tls" 150 ./tests/bench/ps_bench --bin_dir=. --servers=1 --workers=1 --keys=100000 \

@@ -61,6 +61,9 @@ ABSL_FLAG(std::string, bin_dir, "",
 ABSL_FLAG(int, timeout_s, 1800, "how long one setup may take");
 ABSL_FLAG(std::string, backend, "auto",
           "ps: the workers' --backend (auto, cpu or gpu); the local setup computes on the CPU");
+ABSL_FLAG(int64_t, row_cache_rows, 0,
+          "async and bounded_staleness: training.row_cache.max_rows (0: no row cache)");
+ABSL_FLAG(int, row_cache_refresh, 1, "training.row_cache.refresh_steps, with --row_cache_rows");
 ABSL_FLAG(bool, pipeline, true,
           "both setups: overlap each step's read and pull with the step before (the workers' "
           "--pipeline); false: one after the other");
@@ -99,11 +102,13 @@ struct Measurement {
   double mean_push_ms = 0;
   // The step's breakdown (RESULT's step_ms: milliseconds a step by part), a JSON object.
   std::string step_ms = "null";
+  // RESULT's row_cache object (hit rate, bytes), or "null" without a row cache.
+  std::string row_cache = "null";
 };
 
-// The value of `"step_ms":{...}` in a RESULT line, or "null".
-std::string StepMsObject(const std::string& json) {
-  const std::string key = "\"step_ms\":{";
+// The value of `"<name>":{...}` (an object of numbers) in a RESULT line, or "null".
+std::string ObjectField(const std::string& json, const std::string& name) {
+  const std::string key = "\"" + name + "\":{";
   const size_t at = json.find(key);
   if (at == std::string::npos) return "null";
   const size_t begin = at + key.size() - 1;
@@ -130,6 +135,10 @@ absl::StatusOr<config::Job> BenchJob(const std::string& train, const std::string
   training->set_batch_size(absl::GetFlag(FLAGS_batch));
   training->clear_steps();
   training->set_epochs(absl::GetFlag(FLAGS_epochs));
+  if (absl::GetFlag(FLAGS_row_cache_rows) > 0) {
+    training->mutable_row_cache()->set_max_rows(absl::GetFlag(FLAGS_row_cache_rows));
+    training->mutable_row_cache()->set_refresh_steps(absl::GetFlag(FLAGS_row_cache_refresh));
+  }
   PS_RETURN_IF_ERROR(ValidateJob(job));
   return job;
 }
@@ -173,7 +182,8 @@ absl::StatusOr<Measurement> RunCluster(const std::string& job_path) {
   m.seconds = JsonField(rank0, "seconds");
   m.mean_pull_ms = JsonField(rank0, "mean_pull_ms");
   m.mean_push_ms = JsonField(rank0, "mean_push_ms");
-  m.step_ms = StepMsObject(rank0);
+  m.step_ms = ObjectField(rank0, "step_ms");
+  m.row_cache = ObjectField(rank0, "row_cache");
   return m;
 }
 
@@ -212,6 +222,12 @@ absl::StatusOr<Measurement> RunLocal(config::Job job) {
   m.mean_pull_ms = result.mean_pull_ms;
   m.mean_push_ms = result.mean_push_ms;
   m.step_ms = worker::StepBreakdownJson(result.step_times, result.steps, result.copy_measured);
+  if (result.row_cache.has_value()) {
+    const worker::RowCacheStats& c = *result.row_cache;
+    m.row_cache = absl::StrFormat(
+        "{\"lookups\":%d,\"hits\":%d,\"hit_rate\":%.4f,\"cache_bytes\":%d,\"pulled_bytes\":%d}",
+        c.lookups, c.hits, c.hit_rate(), c.cache_bytes, c.pulled_bytes);
+  }
   return m;
 }
 
@@ -223,14 +239,15 @@ void Print(const char* setup, int servers, int workers, const Measurement& m,
       "\"samples\":%s,"
       "\"steps\":%s,"
       "\"seconds\":%s,\"samples_per_s\":%s,\"heldout_auc\":%s,\"heldout_logloss\":%s,"
-      "\"teacher_auc\":%s,\"mean_pull_ms\":%s,\"mean_push_ms\":%s,\"step_ms\":%s}\n",
+      "\"teacher_auc\":%s,\"mean_pull_ms\":%s,\"mean_push_ms\":%s,\"step_ms\":%s,"
+      "\"row_cache\":%s}\n",
       setup, servers, workers, absl::GetFlag(FLAGS_rows), absl::GetFlag(FLAGS_epochs),
       absl::GetFlag(FLAGS_batch), absl::GetFlag(FLAGS_mode),
       std::string(setup) == "local" ? "cpu" : absl::GetFlag(FLAGS_backend),
       absl::GetFlag(FLAGS_pipeline) ? "true" : "false", std::thread::hardware_concurrency(),
       JsonNumber(m.samples), JsonNumber(m.steps), JsonNumber(m.seconds),
       JsonNumber(m.samples_per_s), JsonNumber(m.heldout_auc), JsonNumber(m.heldout_logloss),
-      teacher_auc, JsonNumber(m.mean_pull_ms), JsonNumber(m.mean_push_ms), m.step_ms);
+      teacher_auc, JsonNumber(m.mean_pull_ms), JsonNumber(m.mean_push_ms), m.step_ms, m.row_cache);
   std::fflush(stdout);
 }
 
