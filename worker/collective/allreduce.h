@@ -57,27 +57,26 @@ class AllReduce {
     // Gloo (default true). At CreateGloo every rank publishes its host identity (host name, boot
     // id, IPC namespace: internal/shm_allreduce.h); when all agree and every rank maps the POSIX
     // shared-memory segment that rank 0 creates (then unlinks at once, so nothing is left behind),
-    // buffers of up to `shared_memory_max_bytes` go through it: each rank copies its buffer into
-    // its slot, sums its 1/size part over the slots in rank order, and copies the result out,
-    // with a barrier in the segment (spin, then futex) in between, and no event loop thread or
-    // socket. Every rank then gets bit-identical values, the serial sum in rank order (Gloo's
-    // order of additions differs, so the two may differ by rounding). Otherwise (ranks on several
-    // hosts, any rank with this false, or a segment that cannot be created or mapped: a small
-    // /dev/shm, another mount namespace) every buffer goes to Gloo as before, on every rank.
+    // buffers of up to `shared_memory_max_bytes` go through it, a slot's size at a time: each rank
+    // copies into its slot what the others sum, sums its 1/size part in rank order, and copies
+    // the others' sums out, with a barrier in the segment (spin, yield, then futex) in between,
+    // and no event loop thread or socket. Every rank then gets bit-identical values, the serial sum
+    // in rank order (Gloo's order of additions differs, so the two may differ by rounding).
+    // Otherwise (ranks on several hosts, any rank with this false, or a segment that cannot be
+    // created or mapped: a small /dev/shm, another mount namespace) every buffer goes to Gloo as
+    // before, on every rank.
     bool shared_memory = true;
     // The largest buffer, in bytes, summed through shared memory; larger ones go to Gloo. Default
-    // unlimited: every size goes through the segment, in chunks of a slot, since in functional
-    // runs on a 2-core machine (2 ranks, allreduce_bench --shared_memory=1 against 0, one round
-    // each, the machine loaded) 16 MiB chunked through it took about half the time of Gloo's ring
-    // (8 to 11 ms against 19 to 22); to be confirmed on an idle machine. Rank 0's value is used by
-    // every rank.
+    // unlimited: every size goes through the segment, in chunks of a slot, since on a 2-core
+    // machine (2 ranks, allreduce_bench, idle, 2026-11-28, medians) 16 MiB chunked through it
+    // takes 5.8 ms (10 invocations) against 14.5 by Gloo's ring (--shared_memory=0, 3). Rank 0's
+    // value is used by every rank.
     size_t shared_memory_max_bytes = ~size_t{0};
     // The segment's slot per rank, in bytes (default 1 MiB; a positive multiple of 64, at most 1
     // GiB): larger buffers go through in chunks of this size, one barrier each (and one more a
     // call). The segment takes (2 x ranks + 2) slots and two pages of /dev/shm (a container's is
-    // often 64 MiB). In the same functional runs
-    // 4 MiB slots did no better at 16 MiB and 256 KiB ones worse. Rank 0's value is used by every
-    // rank.
+    // often 64 MiB). 256 KiB and 128 KiB slots did no better at 1 and 16 MiB (5 invocations
+    // each, within this machine's noise). Rank 0's value is used by every rank.
     size_t shared_memory_slot_bytes = size_t{1} << 20;
   };
 
