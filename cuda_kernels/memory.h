@@ -51,19 +51,21 @@ Error EventRecord(void* event, void* stream);
 // (the host does not wait).
 Error StreamWaitEvent(void* stream, void* event);
 
-// An owned device array of T that grows on demand. Not copyable. Thread-compatible.
-template <typename T>
-class DeviceArray {
+// An owned array of T that grows on demand, in the memory `Memory` allocates: Memory::Alloc(bytes,
+// void**) returns an Error and Memory::Free(void*) frees (null included). Movable, not copyable.
+// Thread-compatible.
+template <typename T, typename Memory>
+class GrowingArray {
  public:
-  DeviceArray() = default;
-  ~DeviceArray() { DeviceFree(data_); }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-  DeviceArray(DeviceArray&& other) noexcept
+  GrowingArray() = default;
+  ~GrowingArray() { Memory::Free(data_); }
+  GrowingArray(const GrowingArray&) = delete;
+  GrowingArray& operator=(const GrowingArray&) = delete;
+  GrowingArray(GrowingArray&& other) noexcept
       : data_(std::exchange(other.data_, nullptr)),
         size_(std::exchange(other.size_, 0)),
         capacity_(std::exchange(other.capacity_, 0)) {}
-  DeviceArray& operator=(DeviceArray&& other) noexcept {
+  GrowingArray& operator=(GrowingArray&& other) noexcept {
     std::swap(data_, other.data_);
     std::swap(size_, other.size_);
     std::swap(capacity_, other.capacity_);
@@ -74,11 +76,11 @@ class DeviceArray {
   // every earlier size. On failure the array is empty.
   Error Resize(size_t n) {
     if (n > capacity_) {
-      DeviceFree(data_);
+      Memory::Free(data_);
       data_ = nullptr;
       size_ = capacity_ = 0;
       void* p = nullptr;
-      Error e = DeviceAlloc(n * sizeof(T), &p);
+      Error e = Memory::Alloc(n * sizeof(T), &p);
       if (!e.ok()) return e;
       data_ = static_cast<T*>(p);
       capacity_ = n;
@@ -98,43 +100,24 @@ class DeviceArray {
   size_t capacity_ = 0;
 };
 
-// An owned array of T in pinned host memory (HostAlloc) that grows on demand, as DeviceArray. Not
-// copyable. Thread-compatible.
+// Device memory (DeviceAlloc) and pinned host memory (HostAlloc), for GrowingArray.
+struct DeviceMemory {
+  static Error Alloc(size_t bytes, void** p) { return DeviceAlloc(bytes, p); }
+  static void Free(void* p) { DeviceFree(p); }
+};
+struct PinnedMemory {
+  static Error Alloc(size_t bytes, void** p) { return HostAlloc(bytes, p); }
+  static void Free(void* p) { HostFree(p); }
+};
+
+// An owned device array of T that grows on demand.
 template <typename T>
-class PinnedArray {
- public:
-  PinnedArray() = default;
-  ~PinnedArray() { HostFree(data_); }
-  PinnedArray(const PinnedArray&) = delete;
-  PinnedArray& operator=(const PinnedArray&) = delete;
+using DeviceArray = GrowingArray<T, DeviceMemory>;
 
-  // Makes room for n elements. Reallocates (without keeping the contents) only when n exceeds
-  // every earlier size. On failure the array is empty.
-  Error Resize(size_t n) {
-    if (n > capacity_) {
-      HostFree(data_);
-      data_ = nullptr;
-      size_ = capacity_ = 0;
-      void* p = nullptr;
-      Error e = HostAlloc(n * sizeof(T), &p);
-      if (!e.ok()) return e;
-      data_ = static_cast<T*>(p);
-      capacity_ = n;
-    }
-    size_ = n;
-    return Error();
-  }
-
-  T* data() { return data_; }
-  const T* data() const { return data_; }
-  size_t size() const { return size_; }
-  size_t bytes() const { return size_ * sizeof(T); }
-
- private:
-  T* data_ = nullptr;
-  size_t size_ = 0;
-  size_t capacity_ = 0;
-};
+// An owned array of T in pinned host memory (faster copies to and from the device, and
+// asynchronous ones) that grows on demand.
+template <typename T>
+using PinnedArray = GrowingArray<T, PinnedMemory>;
 
 }  // namespace cuda
 }  // namespace ps

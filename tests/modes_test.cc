@@ -210,27 +210,44 @@ std::vector<uint64_t> ProbeKeys() {
   return keys;
 }
 
-// One worker: the trainer's protocol around a pull of the probe keys and a push to two of them.
-void RunWorker(const std::string& coordinator_address, int rank, uint32_t seed, int64_t hold,
-               std::vector<std::atomic<int>>* started, Progress* progress, WorkerRun* out) {
+// A probe worker's connections: its Client (role WORKER), its CoordinatorClient and a StepSync
+// for the job's mode over them.
+struct ProbeWorker {
+  std::unique_ptr<Client> client;
+  std::unique_ptr<CoordinatorClient> coordinator;
+  std::unique_ptr<worker::StepSync> sync;
+};
+
+absl::StatusOr<ProbeWorker> ConnectProbe(const std::string& coordinator_address, int rank) {
   ClientOptions options;
   options.coordinator = coordinator_address;
   options.connect_timeout = absl::Seconds(30);
   options.role = rpc::WORKER;
   options.rank = rank;
+  ProbeWorker probe;
   absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
-  if (!client.ok()) {
-    out->status = client.status();
-    return;
-  }
+  if (!client.ok()) return client.status();
+  probe.client = *std::move(client);
   absl::StatusOr<std::unique_ptr<CoordinatorClient>> coordinator =
       CoordinatorClient::Connect(coordinator_address, absl::Seconds(30));
-  if (!coordinator.ok()) {
-    out->status = coordinator.status();
+  if (!coordinator.ok()) return coordinator.status();
+  probe.coordinator = *std::move(coordinator);
+  probe.sync = std::make_unique<worker::StepSync>(
+      probe.client->job(), probe.client.get(), probe.coordinator.get(), probe.client->worker_id(),
+      /*wait_timeout=*/absl::Seconds(60));
+  return probe;
+}
+
+// One worker: the trainer's protocol around a pull of the probe keys and a push to two of them.
+void RunWorker(const std::string& coordinator_address, int rank, uint32_t seed, int64_t hold,
+               std::vector<std::atomic<int>>* started, Progress* progress, WorkerRun* out) {
+  absl::StatusOr<ProbeWorker> probe = ConnectProbe(coordinator_address, rank);
+  if (!probe.ok()) {
+    out->status = probe.status();
     return;
   }
-  worker::StepSync sync((*client)->job(), client->get(), coordinator->get(), (*client)->worker_id(),
-                        /*wait_timeout=*/absl::Seconds(60));
+  Client* const client = probe->client.get();
+  worker::StepSync& sync = *probe->sync;
   std::mt19937 rng(seed);
   std::uniform_int_distribution<int> jitter(0, kMaxJitterMicros);
   const std::vector<uint64_t> keys = ProbeKeys();
@@ -238,9 +255,9 @@ void RunWorker(const std::string& coordinator_address, int rank, uint32_t seed, 
   const std::vector<float> grads = {-1.0f, -1.0f};
   // With a row cache: the probe keys' rows come from it while fresh, the misses are pulled.
   std::unique_ptr<worker::RowCache> cache;
-  if ((*client)->job().training().has_row_cache()) {
+  if (client->job().training().has_row_cache()) {
     absl::StatusOr<std::unique_ptr<worker::RowCache>> made = worker::RowCache::Create(
-        worker::RowCache::OptionsOf((*client)->job().training().row_cache(), {1}));
+        worker::RowCache::OptionsOf(client->job().training().row_cache(), {1}));
     if (!made.ok()) {
       out->status = made.status();
       return;
@@ -251,13 +268,13 @@ void RunWorker(const std::string& coordinator_address, int rank, uint32_t seed, 
   std::vector<uint64_t> miss_keys;
   std::vector<float> miss_values;
   const auto pull = [&](int64_t step) {
-    if (cache == nullptr) return (*client)->Pull(kTable, keys, absl::MakeSpan(values));
+    if (cache == nullptr) return client->Pull(kTable, keys, absl::MakeSpan(values));
     cache->Lookup(0, step, keys, values.data(), &misses);
     miss_keys.clear();
     for (uint32_t i : misses) miss_keys.push_back(keys[i]);
     miss_values.resize(miss_keys.size());
     if (miss_keys.empty()) return absl::OkStatus();
-    const absl::Status pulled = (*client)->Pull(kTable, miss_keys, absl::MakeSpan(miss_values));
+    const absl::Status pulled = client->Pull(kTable, miss_keys, absl::MakeSpan(miss_values));
     if (!pulled.ok()) return pulled;
     for (size_t m = 0; m < misses.size(); ++m) values[misses[m]] = miss_values[m];
     cache->Admit(0, step, miss_keys, miss_values.data());
@@ -272,7 +289,7 @@ void RunWorker(const std::string& coordinator_address, int rank, uint32_t seed, 
       out->status = status;
       return;
     }
-    (*client)->SetClock(step);
+    client->SetClock(step);
     status = pull(step);
     if (status.code() == absl::StatusCode::kAborted && sync.mode() == config::Training::SYNC) {
       // The cluster applied this step without us: end it and go on where the cluster is, as the
@@ -311,7 +328,7 @@ void RunWorker(const std::string& coordinator_address, int rank, uint32_t seed, 
 
     (*started)[step].fetch_add(1);
     const std::vector<uint64_t> push_keys = {kTotalKey, StepKey(step)};
-    status = (*client)->Push(kTable, push_keys, grads);
+    status = client->Push(kTable, push_keys, grads);
     if (!status.ok()) {
       out->status = status;
       return;
@@ -334,24 +351,13 @@ void RunWorker(const std::string& coordinator_address, int rank, uint32_t seed, 
 void RunPrefetchingWorker(const std::string& coordinator_address, int rank, uint32_t seed,
                           int64_t hold, std::vector<std::atomic<int>>* started, Progress* progress,
                           WorkerRun* out) {
-  ClientOptions options;
-  options.coordinator = coordinator_address;
-  options.connect_timeout = absl::Seconds(30);
-  options.role = rpc::WORKER;
-  options.rank = rank;
-  absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
-  if (!client.ok()) {
-    out->status = client.status();
+  absl::StatusOr<ProbeWorker> probe = ConnectProbe(coordinator_address, rank);
+  if (!probe.ok()) {
+    out->status = probe.status();
     return;
   }
-  absl::StatusOr<std::unique_ptr<CoordinatorClient>> coordinator =
-      CoordinatorClient::Connect(coordinator_address, absl::Seconds(30));
-  if (!coordinator.ok()) {
-    out->status = coordinator.status();
-    return;
-  }
-  worker::StepSync sync((*client)->job(), client->get(), coordinator->get(), (*client)->worker_id(),
-                        /*wait_timeout=*/absl::Seconds(60));
+  Client* const client = probe->client.get();
+  worker::StepSync& sync = *probe->sync;
   if (!sync.can_prefetch()) {
     out->status = absl::InvalidArgumentError("the mode does not let a worker prefetch");
     return;
@@ -369,8 +375,8 @@ void RunPrefetchingWorker(const std::string& coordinator_address, int rank, uint
   const auto start_pull = [&](int64_t step, int slot) {
     absl::Status status = sync.BeforePull(step);
     if (!status.ok()) return status;
-    (*client)->SetClock(step);
-    pulls[slot] = (*client)->PullAsync(kTable, keys, absl::MakeSpan(values[slot]));
+    client->SetClock(step);
+    pulls[slot] = client->PullAsync(kTable, keys, absl::MakeSpan(values[slot]));
     return absl::OkStatus();
   };
   // Waits for the push in flight and ends its step.
@@ -416,8 +422,8 @@ void RunPrefetchingWorker(const std::string& coordinator_address, int rank, uint
     if (!status.ok()) break;
     (*started)[step].fetch_add(1);
     push_keys = {kTotalKey, StepKey(step)};
-    (*client)->SetClock(step);
-    push = (*client)->PushAsync(kTable, push_keys, grads);
+    client->SetClock(step);
+    push = client->PushAsync(kTable, push_keys, grads);
     pushed_step = step;
   }
   if (status.ok()) status = finish_push();
