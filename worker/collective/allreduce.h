@@ -69,7 +69,7 @@ class AllReduce {
     // The largest buffer, in bytes, summed through shared memory; larger ones go to Gloo. Default
     // unlimited: every size goes through the segment, in chunks of a slot, since on a 2-core
     // machine (2 ranks, allreduce_bench, idle, 2026-11-28, medians) 16 MiB chunked through it
-    // takes 5.8 ms (10 invocations) against 14.5 by Gloo's ring (--shared_memory=0, 3). Rank 0's
+    // takes 3.5 ms (20 invocations) against 14.5 by Gloo's ring (--shared_memory=0, 3). Rank 0's
     // value is used by every rank.
     size_t shared_memory_max_bytes = ~size_t{0};
     // The segment's slot per rank, in bytes (default 1 MiB; a positive multiple of 64, at most 1

@@ -49,6 +49,17 @@ __attribute__((target_clones("avx2", "default"))) void Add(float* out, const flo
   for (size_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
 }
 
+// out[i] = out2[i] = a[i] + b[i]: the last addition of a part, written to the result area and
+// the rank's own buffer in one pass. Either output may be `a` or `b`.
+__attribute__((target_clones("avx2", "default"))) void Add2(float* out, float* out2, const float* a,
+                                                            const float* b, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    const float sum = a[i] + b[i];
+    out[i] = sum;
+    out2[i] = sum;
+  }
+}
+
 bool RandomBytes(void* out, size_t n) {
   auto* bytes = static_cast<char*>(out);
   while (n > 0) {
@@ -354,11 +365,13 @@ absl::Status ShmAllReduce::SumInPlace(absl::Span<float> data, absl::Time deadlin
     const auto values = [&](int r) { return r == rank_ ? mine : Slot(phase_, r); };
     float* const out = Result(phase_);
     if (end > begin) {
-      Add(out + begin, values(0) + begin, values(1) + begin, end - begin);
-      for (int r = 2; r < size_; ++r) {
-        Add(out + begin, out + begin, values(r) + begin, end - begin);
+      float* const own = data.data() + offset + begin;
+      const float* sum = values(0) + begin;  // the sum so far
+      for (int r = 1; r + 1 < size_; ++r) {
+        Add(out + begin, sum, values(r) + begin, end - begin);
+        sum = out + begin;
       }
-      std::memcpy(data.data() + offset + begin, out + begin, (end - begin) * sizeof(float));
+      Add2(out + begin, own, sum, values(size_ - 1) + begin, end - begin);
     }
     prev_offset = offset;
     prev_m = m;
