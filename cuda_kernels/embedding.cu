@@ -38,6 +38,13 @@ __global__ void ScatterRowsKernel(const float* __restrict__ bag_grad, int64_t in
   }
 }
 
+__global__ void CopyRowsKernel(const float* __restrict__ src, const uint32_t* __restrict__ src_rows,
+                               float* __restrict__ dst, const uint32_t* __restrict__ dst_rows,
+                               int dim, int64_t n) {
+  const int64_t t = ThreadIndex();
+  if (t < n) internal::CopyRowsThread(t, src, src_rows, dst, dst_rows, dim);
+}
+
 }  // namespace
 
 Error GatherPooled(const float* rows, int64_t num_rows, int dim, const Bags& bags, float* out,
@@ -71,6 +78,17 @@ Error ScatterRows(const float* bag_grad, int64_t in_stride, int dim, const Bags&
   if (n == 0) return Error();
   ScatterRowsKernel<<<BlocksFor(n), kThreads, 0, AsStream(stream)>>>(
       bag_grad, in_stride, dim, b, offsets, bags, bag_weight, row_grad, n);
+  return LaunchStatus(kWhere);
+}
+
+Error CopyRows(const float* src, const uint32_t* src_rows, float* dst, const uint32_t* dst_rows,
+               int64_t n, int dim, void* stream) {
+  constexpr char kWhere[] = "CopyRows";
+  if (n < 0 || dim < 1) return InvalidArgument(kWhere, "n < 0 or dim < 1");
+  const int64_t threads = n * dim;
+  if (threads == 0) return Error();
+  CopyRowsKernel<<<BlocksFor(threads), kThreads, 0, AsStream(stream)>>>(src, src_rows, dst,
+                                                                        dst_rows, dim, threads);
   return LaunchStatus(kWhere);
 }
 

@@ -72,6 +72,13 @@ Error ScatterRows(const float* bag_grad, int64_t in_stride, int dim, const Bags&
                   const int32_t* offsets, const int32_t* bags, const float* bag_weight,
                   int64_t num_rows, float* row_grad, void* stream);
 
+// Copies n rows of dim floats: for every i < n, row dst_rows[i] of dst gets row src_rows[i] of
+// src (the row cache's hits into a batch's rows, and its admitted rows into the cache). The
+// dst_rows must be distinct (the copies run side by side); the rows are not bounds-checked here
+// (the caller checked them). One thread per float. kInvalidArgument on n < 0 or dim < 1.
+Error CopyRows(const float* src, const uint32_t* src_rows, float* dst, const uint32_t* dst_rows,
+               int64_t n, int dim, void* stream);
+
 }  // namespace cuda
 }  // namespace ps
 

@@ -155,6 +155,10 @@ void StartPull(Client* client, const EmbeddingLayout& layout, StepData* d, RowCa
     d->misses.resize(groups);
     d->miss_keys.resize(groups);
     d->miss_rows.resize(groups);
+    d->hit_slots.resize(groups);
+    d->hit_places.resize(groups);
+    d->admit_slots.resize(groups);
+    d->admit_places.resize(groups);
   }
   for (size_t g = 0; g < groups; ++g) {
     const TableSlots& t = layout.tables()[g];
@@ -164,7 +168,12 @@ void StartPull(Client* client, const EmbeddingLayout& layout, StepData* d, RowCa
       d->pending.push_back(client->PullAsync(t.table, unique, absl::MakeSpan(d->rows[g])));
       continue;
     }
-    cache->Lookup(static_cast<int>(g), step, unique, d->rows[g].data(), &d->misses[g]);
+    if (cache->on_device()) {  // the hits' rows stay on the device: their slots travel
+      cache->LookupSlots(static_cast<int>(g), step, unique, &d->hit_slots[g], &d->hit_places[g],
+                         &d->misses[g]);
+    } else {
+      cache->Lookup(static_cast<int>(g), step, unique, d->rows[g].data(), &d->misses[g]);
+    }
     std::vector<uint64_t>& keys = d->miss_keys[g];
     keys.clear();
     for (uint32_t i : d->misses[g]) keys.push_back(unique[i]);
@@ -245,7 +254,14 @@ void PlaceMisses(const EmbeddingLayout& layout, StepData* d) {
     for (size_t m = 0; m < misses.size(); ++m) {
       std::memcpy(rows + size_t(misses[m]) * dim, pulled + m * dim, dim * sizeof(float));
     }
-    d->cache->Admit(static_cast<int>(g), d->step, d->miss_keys[g], pulled);
+    if (!d->cache->on_device()) {
+      d->cache->Admit(static_cast<int>(g), d->step, d->miss_keys[g], pulled);
+      continue;
+    }
+    // On the device: the slots the misses go to, with their places among the distinct rows.
+    d->cache->AdmitSlots(static_cast<int>(g), d->step, d->miss_keys[g], &d->admit_slots[g],
+                         &d->admit_places[g]);
+    for (uint32_t& place : d->admit_places[g]) place = misses[place];
   }
 }
 
@@ -257,6 +273,11 @@ absl::Status FinishPull(const EmbeddingLayout& layout, StepData* d) {
   d->pending.clear();
   d->pooled = status.ok();
   if (!status.ok() || d->direct) return status;
+  if (d->cache != nullptr && d->cache->on_device()) {
+    return absl::FailedPreconditionError(
+        "FinishPull: the row cache keeps its rows on the device; a model that pools there takes "
+        "the batch (AwaitPull)");
+  }
   PlaceMisses(layout, d);
   PoolRows(layout, d->batch.size, d->tables, d->rows, d->emb.data());
   return absl::OkStatus();
@@ -284,6 +305,13 @@ PooledInput PooledInputOf(const EmbeddingLayout& layout, const StepData& d) {
     out.rows = d.rows[g];
     out.index = d.tables[g].index;
     out.ends = d.tables[g].ends;
+    if (d.cache != nullptr && d.cache->on_device()) {
+      out.cache_rows = d.cache->capacity();
+      out.hit_slots = d.hit_slots[g];
+      out.hit_places = d.hit_places[g];
+      out.admit_slots = d.admit_slots[g];
+      out.admit_places = d.admit_places[g];
+    }
     for (int s : t.slots) {
       out.slot_offset.push_back(layout.slots()[s].offset);
       out.slot_mean.push_back(layout.slots()[s].mean ? 1 : 0);
@@ -443,13 +471,15 @@ void StartPushRows(Client* client, const EmbeddingLayout& layout, const StepData
 
 absl::StatusOr<std::unique_ptr<RowCache>> MakeRowCache(const config::Job& job,
                                                        const EmbeddingLayout& layout,
-                                                       metrics::Registry* registry, int rank) {
+                                                       metrics::Registry* registry, int rank,
+                                                       bool on_device) {
   if (!job.training().has_row_cache()) return std::unique_ptr<RowCache>();
   std::vector<int> dims;
   for (const TableSlots& t : layout.tables()) dims.push_back(t.dim);
   RowCache::Options options = RowCache::OptionsOf(job.training().row_cache(), std::move(dims));
   options.registry = registry;
   options.rank = rank;
+  options.on_device = on_device;
   return RowCache::Create(options);
 }
 

@@ -145,6 +145,13 @@ struct StepData {
   std::vector<std::vector<uint32_t>> misses;
   std::vector<std::vector<uint64_t>> miss_keys;
   std::vector<std::vector<float>> miss_rows;
+  // A cache on the device (RowCache::on_device), per table: the hits' slots and their places in
+  // tables[g].unique (set by StartPull; their rows in `rows` are left unset), and the slots the
+  // pulled misses go to with their places there (set by AwaitPull). The model's pass copies both.
+  std::vector<std::vector<uint32_t>> hit_slots;
+  std::vector<std::vector<uint32_t>> hit_places;
+  std::vector<std::vector<uint32_t>> admit_slots;
+  std::vector<std::vector<uint32_t>> admit_places;
 };
 
 // Starts the pulls of `d->batch`'s rows. `d` must stay in place until FinishPull returns.
@@ -172,11 +179,13 @@ absl::Status AwaitPull(const EmbeddingLayout& layout, StepData* d);
 // which must stay unchanged while the result is used; dense and labels are d->batch's.
 PooledInput PooledInputOf(const EmbeddingLayout& layout, const StepData& d);
 // The row cache of `job`'s training.row_cache for the tables of `layout`, its series in
-// `registry` (may be null) labelled with `rank`; null when the job has none. Errors of
+// `registry` (may be null) labelled with `rank`, its rows on the device when `on_device` (a model
+// that pools there: RowCache::Options::on_device); null when the job has none. Errors of
 // RowCache::Create.
 absl::StatusOr<std::unique_ptr<RowCache>> MakeRowCache(const config::Job& job,
                                                        const EmbeddingLayout& layout,
-                                                       metrics::Registry* registry, int rank);
+                                                       metrics::Registry* registry, int rank,
+                                                       bool on_device = false);
 
 // Waits for whatever pulls of `d` are still in flight, ignoring their outcome (a batch that
 // will not be used, before its buffers go).

@@ -79,7 +79,8 @@ absl::StatusOr<std::unique_ptr<RowCache>> RowCache::Create(const Options& option
   return std::unique_ptr<RowCache>(new RowCache(options));
 }
 
-RowCache::RowCache(const Options& options) : refresh_steps_(options.refresh_steps) {
+RowCache::RowCache(const Options& options)
+    : refresh_steps_(options.refresh_steps), on_device_(options.on_device) {
   const uint32_t capacity = static_cast<uint32_t>(options.max_rows);
   uint64_t index_size = 16;
   int shift = 60;
@@ -97,7 +98,7 @@ RowCache::RowCache(const Options& options) : refresh_steps_(options.refresh_step
     t->index.assign(index_size, kEmpty);
     t->mask = index_size - 1;
     t->shift = shift;
-    t->storage = std::make_unique<HostRowStorage>(capacity, dim);
+    if (!options.on_device) t->storage = std::make_unique<HostRowStorage>(capacity, dim);
     tables_.push_back(std::move(t));
   }
   if (options.registry != nullptr) {
@@ -171,25 +172,25 @@ uint32_t RowCache::TakeSlot(Table& t, int64_t step) {
   }
 }
 
-void RowCache::Lookup(int table, int64_t step, absl::Span<const uint64_t> keys, float* rows,
-                      std::vector<uint32_t>* misses) {
+void RowCache::FindHits(int table, int64_t step, absl::Span<const uint64_t> keys,
+                        std::vector<uint32_t>* hit_slots, std::vector<uint32_t>* hit_places,
+                        std::vector<uint32_t>* misses) {
   Table& t = *tables_[table];
   misses->clear();
-  slots_.clear();
-  places_.clear();
+  hit_slots->clear();
+  hit_places->clear();
   const int64_t oldest_fresh = step - refresh_steps_;
   for (size_t i = 0; i < keys.size(); ++i) {
     const uint32_t slot = t.index[Probe(t, keys[i])];
     if (slot != kEmpty && t.steps[slot] >= oldest_fresh) {
       t.referenced[slot] = 1;
-      slots_.push_back(slot);
-      places_.push_back(static_cast<uint32_t>(i));
+      hit_slots->push_back(slot);
+      hit_places->push_back(static_cast<uint32_t>(i));
     } else {
       misses->push_back(static_cast<uint32_t>(i));
     }
   }
-  t.storage->ReadRows(slots_, places_, rows);
-  const int64_t hits = static_cast<int64_t>(slots_.size());
+  const int64_t hits = static_cast<int64_t>(hit_slots->size());
   const int64_t bytes = hits * t.dim * static_cast<int64_t>(sizeof(float));
   stats_.lookups += static_cast<int64_t>(keys.size());
   stats_.hits += hits;
@@ -201,11 +202,22 @@ void RowCache::Lookup(int table, int64_t step, absl::Span<const uint64_t> keys, 
   }
 }
 
-void RowCache::Admit(int table, int64_t step, absl::Span<const uint64_t> keys,
-                     const float* pulled) {
+void RowCache::Lookup(int table, int64_t step, absl::Span<const uint64_t> keys, float* rows,
+                      std::vector<uint32_t>* misses) {
+  FindHits(table, step, keys, &slots_, &places_, misses);
+  tables_[table]->storage->ReadRows(slots_, places_, rows);
+}
+
+void RowCache::LookupSlots(int table, int64_t step, absl::Span<const uint64_t> keys,
+                           std::vector<uint32_t>* hit_slots, std::vector<uint32_t>* hit_places,
+                           std::vector<uint32_t>* misses) {
+  FindHits(table, step, keys, hit_slots, hit_places, misses);
+}
+
+void RowCache::AssignSlots(int table, int64_t step, absl::Span<const uint64_t> keys,
+                           std::vector<uint32_t>* slots) {
   Table& t = *tables_[table];
-  slots_.clear();
-  places_.clear();
+  slots->clear();
   const uint32_t used_before = t.used;
   for (size_t i = 0; i < keys.size(); ++i) {
     uint32_t at = Probe(t, keys[i]);
@@ -220,11 +232,8 @@ void RowCache::Admit(int table, int64_t step, absl::Span<const uint64_t> keys,
       t.referenced[slot] = 0;
     }
     t.steps[slot] = step;
-    slots_.push_back(slot);
-    places_.push_back(static_cast<uint32_t>(i));
+    slots->push_back(slot);
   }
-  // In order: a slot taken twice in this call ends with its later row.
-  t.storage->WriteRows(slots_, places_, pulled);
   const int64_t bytes =
       static_cast<int64_t>(keys.size()) * t.dim * static_cast<int64_t>(sizeof(float));
   stats_.pulled_bytes += bytes;
@@ -235,7 +244,35 @@ void RowCache::Admit(int table, int64_t step, absl::Span<const uint64_t> keys,
   }
 }
 
+void RowCache::Admit(int table, int64_t step, absl::Span<const uint64_t> keys,
+                     const float* pulled) {
+  AssignSlots(table, step, keys, &slots_);
+  places_.resize(slots_.size());
+  for (size_t i = 0; i < places_.size(); ++i) places_[i] = static_cast<uint32_t>(i);
+  // In order: a slot taken twice in this call ends with its later row.
+  tables_[table]->storage->WriteRows(slots_, places_, pulled);
+}
+
+void RowCache::AdmitSlots(int table, int64_t step, absl::Span<const uint64_t> keys,
+                          std::vector<uint32_t>* slots, std::vector<uint32_t>* places) {
+  AssignSlots(table, step, keys, &slots_);
+  // A slot taken twice in this call keeps its later row: only the last write of each slot is
+  // handed out, so that writes made side by side (a device's threads) never collide.
+  Table& t = *tables_[table];
+  seen_.assign(t.capacity, 0);
+  slots->clear();
+  places->clear();
+  for (size_t i = slots_.size(); i-- > 0;) {
+    if (seen_[slots_[i]] != 0) continue;
+    seen_[slots_[i]] = 1;
+    slots->push_back(slots_[i]);
+    places->push_back(static_cast<uint32_t>(i));
+  }
+}
+
 RowCacheStats RowCache::stats() const { return stats_; }
+
+uint32_t RowCache::capacity() const { return tables_.empty() ? 0 : tables_[0]->capacity; }
 
 }  // namespace worker
 }  // namespace ps

@@ -19,10 +19,12 @@
 // its key, step and mark (17 bytes), and an open-addressing index of 2 x max_rows (rounded up to
 // a power of two) 32-bit places.
 //
-// Storage: the rows live behind RowStorage, on the host (HostRowStorage). The worker pools rows on
-// the host today; a backend that pools on the device can give a device buffer of its own that
-// copies between slots and a batch's rows (ReadRows / WriteRows take whole batches, not single
-// rows, for that reason), without changing the index or the eviction.
+// Storage: on the CPU route the rows live behind RowStorage, on the host (HostRowStorage), and
+// Lookup / Admit copy them. On the GPU route (a model that pools on its device) they live in the
+// device's memory, which the model holds (GpuModel: max_rows x dim floats per table): the cache
+// keeps only the index and hands out (slot, place) pairs (LookupSlots, AdmitSlots), and the
+// model's pass copies the hits from their slots into the batch's rows and the pulled misses into
+// their slots, on the device, in that order (worker/model/pooled_input.h).
 #ifndef PS_WORKER_ROW_CACHE_H_
 #define PS_WORKER_ROW_CACHE_H_
 
@@ -97,6 +99,10 @@ class RowCache {
     metrics::Registry* registry = nullptr;
     // The worker's rank, for the series' label. Default 0.
     int rank = 0;
+    // The rows live on the device of a model that pools there (GpuModel keeps them): the cache
+    // keeps only the index and hands out slots (LookupSlots, AdmitSlots); Lookup and Admit, which
+    // copy rows, must not be called. Default false: the rows live here (HostRowStorage).
+    bool on_device = false;
   };
 
   // Allocates every table's slots, index and rows. INVALID_ARGUMENT when max_rows is 0 or above
@@ -123,6 +129,20 @@ class RowCache {
   // call admits more keys than fit, its later keys may evict its earlier ones.
   void Admit(int table, int64_t step, absl::Span<const uint64_t> keys, const float* pulled);
 
+  // On the device (Options::on_device): as Lookup, but instead of copying the hits' rows, gives
+  // their slots and their places in `keys` (in order), for the device to copy.
+  void LookupSlots(int table, int64_t step, absl::Span<const uint64_t> keys,
+                   std::vector<uint32_t>* hit_slots, std::vector<uint32_t>* hit_places,
+                   std::vector<uint32_t>* misses);
+  // On the device: as Admit, but instead of copying the pulled rows, gives the slots they go to
+  // and their places in `keys`, for the device to copy. A slot taken twice in one call is given
+  // once, with its later key's place (no two entries of *slots are equal).
+  void AdmitSlots(int table, int64_t step, absl::Span<const uint64_t> keys,
+                  std::vector<uint32_t>* slots, std::vector<uint32_t>* places);
+  bool on_device() const { return on_device_; }
+  // Rows per table (max_rows).
+  uint32_t capacity() const;
+
   RowCacheStats stats() const;
   int64_t refresh_steps() const { return refresh_steps_; }
   size_t num_tables() const { return tables_.size(); }
@@ -138,9 +158,17 @@ class RowCache {
   void Unindex(Table& t, uint32_t slot);
   // The slot a new row of table t takes at `step`: a free one, else CLOCK's victim (unindexed).
   uint32_t TakeSlot(Table& t, int64_t step);
+  // Lookup's and LookupSlots' part: the hits' slots and places, the misses, the counters.
+  void FindHits(int table, int64_t step, absl::Span<const uint64_t> keys,
+                std::vector<uint32_t>* hit_slots, std::vector<uint32_t>* hit_places,
+                std::vector<uint32_t>* misses);
+  // Admit's and AdmitSlots' part: each key's slot (in order), the counters.
+  void AssignSlots(int table, int64_t step, absl::Span<const uint64_t> keys,
+                   std::vector<uint32_t>* slots);
 
   // Constant after construction.
   const int64_t refresh_steps_;
+  const bool on_device_;
   std::vector<std::unique_ptr<Table>> tables_;
   metrics::Counter* lookups_series_ = nullptr;
   metrics::Counter* hits_series_ = nullptr;
@@ -152,6 +180,7 @@ class RowCache {
   // Scratch of Lookup and Admit, kept between calls.
   std::vector<uint32_t> slots_;
   std::vector<uint32_t> places_;
+  std::vector<uint8_t> seen_;
 };
 
 }  // namespace worker

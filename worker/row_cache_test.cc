@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <set>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -30,8 +31,9 @@ std::vector<float> RowsOf(const std::vector<uint64_t>& keys, int64_t step, int d
 }
 
 std::unique_ptr<RowCache> MakeCache(uint64_t max_rows, int64_t refresh, std::vector<int> dims,
-                                    metrics::Registry* registry = nullptr) {
+                                    metrics::Registry* registry = nullptr, bool on_device = false) {
   RowCache::Options options;
+  options.on_device = on_device;
   options.max_rows = max_rows;
   options.refresh_steps = refresh;
   options.dims = std::move(dims);
@@ -229,6 +231,63 @@ TEST_CASE("random Zipf-like runs serve every hit with the row of its last pull, 
   CHECK(a.hits > 0);
   CHECK(a.rows == static_cast<int64_t>(capacity));
   if (refresh < 200) CHECK(a.lookups * dim * 4 == a.cache_bytes + a.pulled_bytes);
+}
+
+TEST_CASE("on the device, the slots handed out serve every hit as the host cache serves it",
+          "[worker][row_cache]") {
+  // The same random run through a host cache (rows copied) and a device one (slots handed out,
+  // the copies made here on a model of the device's rows, hits before admissions, as GpuModel's
+  // pass makes them): the same hits, misses and rows, and no slot admitted twice in one call.
+  const int64_t refresh = GENERATE(1, 4);
+  const uint64_t capacity = GENERATE(8, 64);
+  const int dim = 3;
+  auto host = MakeCache(capacity, refresh, {dim});
+  auto device = MakeCache(capacity, refresh, {dim}, nullptr, /*on_device=*/true);
+  CHECK(device->on_device());
+  CHECK(device->capacity() == capacity);
+  std::vector<float> slots_rows(capacity * dim, std::nanf(""));  // the device's cache
+  std::mt19937_64 rng(7);
+  std::vector<float> host_rows;
+  for (int64_t step = 0; step < 150; ++step) {
+    INFO("step " << step);
+    std::vector<uint64_t> keys;
+    std::map<uint64_t, bool> seen;
+    for (int v = 0; v < 30; ++v) {
+      const double u = std::uniform_real_distribution<double>(0, 1)(rng);
+      const uint64_t k = static_cast<uint64_t>(std::pow(300.0, u * u)) - 1;
+      if (!seen[k]) keys.push_back(k);
+      seen[k] = true;
+    }
+    const std::vector<uint64_t> host_missed = PullStep(host.get(), 0, dim, step, keys, &host_rows);
+    // The device's step: slots for the hits, the misses pulled, their slots.
+    std::vector<uint32_t> hit_slots, hit_places, misses, admit_slots, admit_places;
+    device->LookupSlots(0, step, keys, &hit_slots, &hit_places, &misses);
+    std::vector<uint64_t> missed;
+    for (uint32_t m : misses) missed.push_back(keys[m]);
+    REQUIRE(missed == host_missed);
+    std::vector<float> rows(keys.size() * dim, std::nanf(""));
+    const std::vector<float> pulled = RowsOf(missed, step, dim);
+    for (size_t m = 0; m < misses.size(); ++m) {
+      std::copy(pulled.begin() + m * dim, pulled.begin() + (m + 1) * dim,
+                rows.begin() + size_t(misses[m]) * dim);
+    }
+    device->AdmitSlots(0, step, missed, &admit_slots, &admit_places);
+    std::set<uint32_t> distinct(admit_slots.begin(), admit_slots.end());
+    CHECK(distinct.size() == admit_slots.size());
+    for (size_t h = 0; h < hit_slots.size(); ++h) {
+      std::copy(slots_rows.begin() + size_t(hit_slots[h]) * dim,
+                slots_rows.begin() + size_t(hit_slots[h] + 1) * dim,
+                rows.begin() + size_t(hit_places[h]) * dim);
+    }
+    for (size_t a = 0; a < admit_slots.size(); ++a) {
+      const size_t place = misses[admit_places[a]];
+      std::copy(rows.begin() + place * dim, rows.begin() + (place + 1) * dim,
+                slots_rows.begin() + size_t(admit_slots[a]) * dim);
+    }
+    CHECK(rows == host_rows);
+  }
+  CHECK(device->stats().hits == host->stats().hits);
+  CHECK(device->stats().hits > 0);
 }
 
 TEST_CASE("the cache's Prometheus series count lookups, hits and bytes by source",

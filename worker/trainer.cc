@@ -113,8 +113,8 @@ absl::StatusOr<std::unique_ptr<TrainingRun>> TrainingRun::Create(
   PS_ASSIGN_OR_RETURN(run->compute_,
                       StepCompute::Create(job, options.backend, world, run->balanced_));
   PS_ASSIGN_OR_RETURN(EmbeddingLayout layout, EmbeddingLayout::FromJob(job, run->compute_->spec()));
-  PS_ASSIGN_OR_RETURN(run->row_cache_,
-                      MakeRowCache(job, layout, options.metrics, allreduce->rank()));
+  PS_ASSIGN_OR_RETURN(run->row_cache_, MakeRowCache(job, layout, options.metrics, allreduce->rank(),
+                                                    run->compute_->model()->pools_rows()));
   PS_ASSIGN_OR_RETURN(const SchemaOptions schema, SchemaOf(job));
   PS_ASSIGN_OR_RETURN(run->reader_,
                       BatchReader::Open(job, schema, allreduce->rank(), world,

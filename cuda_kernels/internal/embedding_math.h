@@ -123,6 +123,15 @@ inline Error BuildRowCsrOnHost(const uint32_t* index, const uint32_t* ends, int 
   return Error();
 }
 
+// CopyRows' thread t: float t % dim of pair t / dim.
+PS_EMB_HOST_DEVICE inline void CopyRowsThread(int64_t t, const float* src, const uint32_t* src_rows,
+                                              float* dst, const uint32_t* dst_rows, int dim) {
+  const int64_t i = t / dim;
+  const int d = static_cast<int>(t - i * dim);
+  dst[static_cast<int64_t>(dst_rows[i]) * dim + d] =
+      src[static_cast<int64_t>(src_rows[i]) * dim + d];
+}
+
 }  // namespace internal
 }  // namespace cuda
 }  // namespace ps

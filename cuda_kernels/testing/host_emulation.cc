@@ -314,5 +314,14 @@ Error ScatterRows(const float* bag_grad, int64_t in_stride, int dim, const Bags&
   return Error();
 }
 
+Error CopyRows(const float* src, const uint32_t* src_rows, float* dst, const uint32_t* dst_rows,
+               int64_t n, int dim, void* stream) {
+  if (n < 0 || dim < 1) return Invalid("CopyRows", "n < 0 or dim < 1");
+  for (int64_t t = 0; t < n * dim; ++t) {
+    internal::CopyRowsThread(t, src, src_rows, dst, dst_rows, dim);
+  }
+  return Error();
+}
+
 }  // namespace cuda
 }  // namespace ps

@@ -108,6 +108,17 @@ struct GpuModel::Device {
     cuda::PinnedArray<int32_t> slot_offset_host;
     cuda::PinnedArray<uint8_t> slot_mean_host;
     cuda::PinnedArray<float> grad_host;  // the rows' gradients, back from the device
+    // The worker's row cache on this device (PooledTable::cache_rows x dim floats, kept from pass
+    // to pass), and a pass's copies into and out of it.
+    cuda::DeviceArray<float> cache;
+    cuda::PinnedArray<uint32_t> hit_slots_host;
+    cuda::PinnedArray<uint32_t> hit_places_host;
+    cuda::PinnedArray<uint32_t> admit_slots_host;
+    cuda::PinnedArray<uint32_t> admit_places_host;
+    cuda::DeviceArray<uint32_t> hit_slots;
+    cuda::DeviceArray<uint32_t> hit_places;
+    cuda::DeviceArray<uint32_t> admit_slots;
+    cuda::DeviceArray<uint32_t> admit_places;
     cuda::DeviceArray<float> rows;
     cuda::DeviceArray<uint32_t> index;
     cuda::DeviceArray<uint32_t> ends;
@@ -561,6 +572,20 @@ absl::StatusOr<float> GpuModel::ForwardBackwardRows(const PooledInput& in, float
                                       &dt.slot_mean, cs));
     GPU_MODEL_CHECK_CUDA(dt.row_grad.Resize(t.rows.size()));
     GPU_MODEL_CHECK_CUDA(dt.grad_host.Resize(t.rows.size()));
+    if (t.cache_rows > 0) {
+      // Allocated at the first pass (its rows are written before any is read: the cache's index
+      // starts empty) and kept: the cache's size never changes.
+      const size_t cache_floats = size_t(t.cache_rows) * t.dim;
+      if (dt.cache.size() != cache_floats) GPU_MODEL_CHECK_CUDA(dt.cache.Resize(cache_floats));
+      GPU_MODEL_CHECK_CUDA(StageAndCopy(t.hit_slots.data(), t.hit_slots.size(), &dt.hit_slots_host,
+                                        &dt.hit_slots, cs));
+      GPU_MODEL_CHECK_CUDA(StageAndCopy(t.hit_places.data(), t.hit_places.size(),
+                                        &dt.hit_places_host, &dt.hit_places, cs));
+      GPU_MODEL_CHECK_CUDA(StageAndCopy(t.admit_slots.data(), t.admit_slots.size(),
+                                        &dt.admit_slots_host, &dt.admit_slots, cs));
+      GPU_MODEL_CHECK_CUDA(StageAndCopy(t.admit_places.data(), t.admit_places.size(),
+                                        &dt.admit_places_host, &dt.admit_places, cs));
+    }
   }
   GPU_MODEL_CHECK_CUDA(cuda::EventRecord(d.inputs_copied, cs));
   GPU_MODEL_CHECK_CUDA(CopyBytes(d.params.data(), params_.data(), d.params.bytes(), s));
@@ -570,6 +595,19 @@ absl::StatusOr<float> GpuModel::ForwardBackwardRows(const PooledInput& in, float
   GPU_MODEL_CHECK_CUDA(cuda::StreamSynchronize(s));
   absl::Duration copy_time = absl::Now() - copy_start;
 
+  // The row cache on the device: the hits' rows into the batch's rows, then the pulled misses'
+  // rows into their slots (after the hits are read: a slot this batch evicts may be one it hit).
+  for (size_t g = 0; g < groups; ++g) {
+    Device::Table& dt = *d.tables[g];
+    const PooledTable& t = in.tables[g];
+    if (t.cache_rows == 0) continue;
+    GPU_MODEL_CHECK_CUDA(cuda::CopyRows(dt.cache.data(), dt.hit_slots.data(), dt.rows.data(),
+                                        dt.hit_places.data(),
+                                        static_cast<int64_t>(t.hit_slots.size()), t.dim, s));
+    GPU_MODEL_CHECK_CUDA(cuda::CopyRows(dt.rows.data(), dt.admit_places.data(), dt.cache.data(),
+                                        dt.admit_slots.data(),
+                                        static_cast<int64_t>(t.admit_slots.size()), t.dim, s));
+  }
   // Pooling into emb (the tables' slots cover every float of it: CheckPooledInput), the dense
   // part, and the scatter of emb's gradient into the rows' gradients.
   for (size_t g = 0; g < groups; ++g) {

@@ -310,6 +310,115 @@ TEST_CASE("ForwardBackwardRows pools and scatters on the device as the host pool
   }
 }
 
+TEST_CASE("ForwardBackwardRows serves the row cache's hits from the device and admits its misses",
+          "[worker][model][gpu]") {
+  const std::string name = GENERATE(as<std::string>{}, "dlrm_mixed_dims", "deepfm");
+  const int batch = GENERATE(7, 300);
+  const ModelSpec spec = Config(name);
+  const int tables = SharedTables(spec);
+  const int num_rows = 3 + batch / 4;
+  INFO(name << ", batch " << batch << ", " << tables << " tables");
+  const RowInputs r = RandomRowInputs(spec, batch, tables, num_rows, 4, true, false, 5 + batch);
+  auto gpu_or = GpuModel::Create(spec, 5);
+  auto ref_or = GpuModel::Create(spec, 5);  // the same passes without the cache
+  REQUIRE(gpu_or.ok());
+  REQUIRE(ref_or.ok());
+  GpuModel& gpu = **gpu_or;
+  GpuModel& ref = **ref_or;
+  const int64_t cache_rows = num_rows + 5;
+  // Row p of every table sits in slot (5p + 2) mod cache_rows (distinct: cache_rows is not a
+  // multiple of 5 for these sizes) once admitted.
+  REQUIRE(cache_rows % 5 != 0);
+  const auto slot_of = [&](uint32_t p) { return static_cast<uint32_t>((5 * p + 2) % cache_rows); };
+  struct Pass {
+    std::vector<std::vector<float>> rows;
+    std::vector<std::vector<uint32_t>> hit_slots, hit_places, admit_slots, admit_places;
+  };
+  // A pass whose rows `hit(p)` come from the cache (their host floats NaN: never read) and whose
+  // rows `admit(p)` go into it.
+  const auto make = [&](auto hit, auto admit) {
+    Pass pass;
+    pass.rows = r.rows;
+    pass.hit_slots.resize(tables);
+    pass.hit_places.resize(tables);
+    pass.admit_slots.resize(tables);
+    pass.admit_places.resize(tables);
+    for (int g = 0; g < tables; ++g) {
+      const int dim = r.in.tables[g].dim;
+      for (uint32_t p = 0; p < static_cast<uint32_t>(num_rows); ++p) {
+        if (hit(p)) {
+          pass.hit_slots[g].push_back(slot_of(p));
+          pass.hit_places[g].push_back(p);
+          for (int k = 0; k < dim; ++k) pass.rows[g][size_t(p) * dim + k] = std::nanf("");
+        } else if (admit(p)) {
+          pass.admit_slots[g].push_back(slot_of(p));
+          pass.admit_places[g].push_back(p);
+        }
+      }
+    }
+    return pass;
+  };
+  const auto input_of = [&](const Pass& pass) {
+    PooledInput in = r.in;
+    for (int g = 0; g < tables; ++g) {
+      PooledTable& t = in.tables[g];
+      t.rows = pass.rows[g];
+      t.cache_rows = cache_rows;
+      t.hit_slots = pass.hit_slots[g];
+      t.hit_places = pass.hit_places[g];
+      t.admit_slots = pass.admit_slots[g];
+      t.admit_places = pass.admit_places[g];
+    }
+    return in;
+  };
+  // 1: the even rows admitted; 2: the even rows hit, the odd ones admitted; 3: every row hit.
+  const Pass passes[] = {
+      make([](uint32_t) { return false; }, [](uint32_t p) { return p % 2 == 0; }),
+      make([](uint32_t p) { return p % 2 == 0; }, [](uint32_t) { return true; }),
+      make([](uint32_t) { return true; }, [](uint32_t) { return false; }),
+  };
+  for (int k = 0; k < 3; ++k) {
+    INFO("pass " << k + 1);
+    std::vector<float> dg(gpu.num_params()), p(batch), ref_dg(ref.num_params()), ref_p(batch);
+    std::vector<std::vector<float>> rows, ref_rows;
+    absl::StatusOr<float> loss =
+        gpu.ForwardBackwardRows(input_of(passes[k]), 0.5f, dg.data(), &rows, p.data());
+    absl::StatusOr<float> ref_loss =
+        ref.ForwardBackwardRows(r.in, 0.5f, ref_dg.data(), &ref_rows, ref_p.data());
+    INFO(loss.status().ToString());
+    REQUIRE(loss.ok());
+    REQUIRE(ref_loss.ok());
+    // The same floats as the pass over every row from the host: nothing NaN was read.
+    CHECK(*loss == *ref_loss);
+    CHECK(dg == ref_dg);
+    CHECK(p == ref_p);
+    REQUIRE(rows.size() == ref_rows.size());
+    for (int g = 0; g < tables; ++g) CHECK(rows[g] == ref_rows[g]);
+  }
+  // Against the CPU model: its pass over the host-pooled rows.
+  auto cpu = CpuModel::Create(spec, 5);
+  REQUIRE(cpu.ok());
+  const std::vector<float> emb = HostPool(r.in, spec.emb_width());
+  std::vector<float> cpu_dg((*cpu)->num_params()), cpu_eg(emb.size()), cpu_p(batch);
+  const float cpu_loss =
+      (*cpu)->ForwardBackward(batch, r.base.dense.data(), emb.data(), r.base.labels.data(), 0.5f,
+                              cpu_dg.data(), cpu_eg.data(), cpu_p.data());
+  std::vector<float> dg(gpu.num_params()), p(batch);
+  std::vector<std::vector<float>> rows;
+  absl::StatusOr<float> loss =
+      gpu.ForwardBackwardRows(input_of(passes[2]), 0.5f, dg.data(), &rows, p.data());
+  REQUIRE(loss.ok());
+  CHECK(*loss == Approx(cpu_loss).epsilon(1e-5));
+  CheckNear("dense_grad", dg, cpu_dg);
+  const std::vector<std::vector<float>> cpu_rows = HostSpread(r.in, spec.emb_width(), cpu_eg);
+  for (int g = 0; g < tables; ++g) CheckNear("row_grad " + std::to_string(g), rows[g], cpu_rows[g]);
+  // A slot past the cache, or a place past the rows, is refused.
+  Pass bad = passes[2];
+  bad.hit_slots[0][0] = static_cast<uint32_t>(cache_rows);
+  CHECK(gpu.ForwardBackwardRows(input_of(bad), 0.5f, dg.data(), &rows, p.data()).status().code() ==
+        absl::StatusCode::kInvalidArgument);
+}
+
 TEST_CASE("ForwardBackwardRows refuses inputs that do not fit", "[worker][model][gpu]") {
   const ModelSpec spec = Config("dlrm_small");
   auto gpu = GpuModel::Create(spec, 5);

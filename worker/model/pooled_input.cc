@@ -27,6 +27,25 @@ absl::Status CheckPooledInput(const PooledInput& in, int emb_width) {
       last = e;
     }
     if (last != t.index.size()) return bad("the last end is not index.size()");
+    if (t.hit_slots.size() != t.hit_places.size() ||
+        t.admit_slots.size() != t.admit_places.size()) {
+      return bad("the cache's slots and places differ in number");
+    }
+    if ((!t.hit_slots.empty() || !t.admit_slots.empty()) && t.cache_rows < 1) {
+      return bad("cache slots without a cache");
+    }
+    const auto within = [](absl::Span<const uint32_t> v, int64_t limit) {
+      for (uint32_t x : v) {
+        if (int64_t{x} >= limit) return false;
+      }
+      return true;
+    };
+    if (!within(t.hit_slots, t.cache_rows) || !within(t.admit_slots, t.cache_rows)) {
+      return bad(absl::StrCat("a cache slot outside its ", t.cache_rows, " rows"));
+    }
+    if (!within(t.hit_places, t.num_rows()) || !within(t.admit_places, t.num_rows())) {
+      return bad(absl::StrCat("a cache place outside the ", t.num_rows(), " rows"));
+    }
     for (int32_t off : t.slot_offset) {
       if (off < 0 || int64_t(off) + t.dim > emb_width) {
         return bad(absl::StrCat("slot offset ", off, " of dim ", t.dim, " outside an emb row of ",

@@ -28,6 +28,15 @@ struct PooledTable {
   // pools by MEAN (else SUM). SUM of no values is zeros; MEAN of no values too.
   std::vector<int32_t> slot_offset;
   std::vector<uint8_t> slot_mean;
+  // The worker's row cache on the model's device (worker/row_cache.h, on_device), or 0 rows: the
+  // model keeps cache_rows x dim floats for the table. Before pooling, the rows of `hit_slots`
+  // are copied from the cache into the distinct rows at `hit_places` (whose floats in `rows` are
+  // not read), then the rows at `admit_places` into the cache at `admit_slots` (no slot twice).
+  int64_t cache_rows = 0;
+  absl::Span<const uint32_t> hit_slots;
+  absl::Span<const uint32_t> hit_places;
+  absl::Span<const uint32_t> admit_slots;
+  absl::Span<const uint32_t> admit_places;
 
   int slots() const { return static_cast<int>(slot_offset.size()); }
   int64_t num_rows() const { return dim > 0 ? static_cast<int64_t>(rows.size()) / dim : 0; }
@@ -44,8 +53,9 @@ struct PooledInput {
 
 // Whether `in`'s shapes fit a model whose emb rows are `emb_width` floats: OK when every table
 // has dim >= 1, rows a multiple of dim, as many slot_mean as slot_offset flags, batch x slots
-// ends, non-decreasing and ending at index.size(), and when the tables' slots cover every float
-// of an emb row exactly once. INVALID_ARGUMENT naming the table and what is wrong otherwise. The
+// ends, non-decreasing and ending at index.size(), when the tables' slots cover every float of an
+// emb row exactly once, and when the cache's slots are < cache_rows and its places < the rows,
+// in pairs of equal lengths. INVALID_ARGUMENT naming the table and what is wrong otherwise. The
 // values' rows (index) are not checked here: the model checks them as it reads them.
 absl::Status CheckPooledInput(const PooledInput& in, int emb_width);
 
