@@ -61,20 +61,28 @@ cuda::Error CopyBytes(void* dst, const void* src, size_t bytes, void* stream) {
   return cuda::Copy(dst, src, bytes, stream);
 }
 
-// Copies `n` elements of host memory `src` into the pinned `staging` (grown to n), then from
-// there into `dev` (grown to n) on `stream`: the copy is asynchronous, and both arrays must stay
-// unchanged until the stream reached it.
+// A device array filled from host memory through pinned staging memory, so that the copy is
+// asynchronous. data() and size() are the device array's.
 template <typename T>
-cuda::Error StageAndCopy(const T* src, size_t n, cuda::PinnedArray<T>* staging,
-                         cuda::DeviceArray<T>* dev, void* stream) {
-  cuda::Error e = staging->Resize(n);
-  if (!e.ok()) return e;
-  e = dev->Resize(n);
-  if (!e.ok()) return e;
-  if (n == 0) return e;
-  std::memcpy(staging->data(), src, n * sizeof(T));
-  return cuda::Copy(dev->data(), staging->data(), n * sizeof(T), stream);
-}
+struct Staged {
+  cuda::PinnedArray<T> host;
+  cuda::DeviceArray<T> dev;
+
+  // Copies host memory `src` into `host` (grown to its size), then from there into `dev` (grown
+  // alike) on `stream`: both must stay unchanged until the stream reached the copy.
+  cuda::Error CopyIn(absl::Span<const T> src, void* stream) {
+    const size_t n = src.size();
+    cuda::Error e = host.Resize(n);
+    if (!e.ok()) return e;
+    e = dev.Resize(n);
+    if (!e.ok()) return e;
+    if (n == 0) return e;
+    std::memcpy(host.data(), src.data(), n * sizeof(T));
+    return cuda::Copy(dev.data(), host.data(), n * sizeof(T), stream);
+  }
+  T* data() { return dev.data(); }
+  size_t size() const { return dev.size(); }
+};
 
 int SumOf(const std::vector<int>& v) {
   int s = 0;
@@ -99,34 +107,22 @@ struct GpuModel::Device {
   // and copied on the copy stream, the transpose of its bags, and its rows' gradients.
   struct Table {
     cuda::RowCsr csr;  // built on the host
-    cuda::PinnedArray<float> rows_host;
-    cuda::PinnedArray<uint32_t> index_host;
-    cuda::PinnedArray<uint32_t> ends_host;
-    cuda::PinnedArray<int32_t> offsets_host;  // csr.offsets
-    cuda::PinnedArray<int32_t> bags_host;     // csr.bags
-    cuda::PinnedArray<float> weight_host;     // csr.bag_weight
-    cuda::PinnedArray<int32_t> slot_offset_host;
-    cuda::PinnedArray<uint8_t> slot_mean_host;
+    Staged<float> rows;
+    Staged<uint32_t> index;
+    Staged<uint32_t> ends;
+    Staged<int32_t> offsets;  // csr.offsets
+    Staged<int32_t> bags;     // csr.bags
+    Staged<float> weight;     // csr.bag_weight
+    Staged<int32_t> slot_offset;
+    Staged<uint8_t> slot_mean;
     cuda::PinnedArray<float> grad_host;  // the rows' gradients, back from the device
     // The worker's row cache on this device (PooledTable::cache_rows x dim floats, kept from pass
     // to pass), and a pass's copies into and out of it.
     cuda::DeviceArray<float> cache;
-    cuda::PinnedArray<uint32_t> hit_slots_host;
-    cuda::PinnedArray<uint32_t> hit_places_host;
-    cuda::PinnedArray<uint32_t> admit_slots_host;
-    cuda::PinnedArray<uint32_t> admit_places_host;
-    cuda::DeviceArray<uint32_t> hit_slots;
-    cuda::DeviceArray<uint32_t> hit_places;
-    cuda::DeviceArray<uint32_t> admit_slots;
-    cuda::DeviceArray<uint32_t> admit_places;
-    cuda::DeviceArray<float> rows;
-    cuda::DeviceArray<uint32_t> index;
-    cuda::DeviceArray<uint32_t> ends;
-    cuda::DeviceArray<int32_t> offsets;
-    cuda::DeviceArray<int32_t> bags;
-    cuda::DeviceArray<float> weight;
-    cuda::DeviceArray<int32_t> slot_offset;
-    cuda::DeviceArray<uint8_t> slot_mean;
+    Staged<uint32_t> hit_slots;
+    Staged<uint32_t> hit_places;
+    Staged<uint32_t> admit_slots;
+    Staged<uint32_t> admit_places;
     cuda::DeviceArray<float> row_grad;
 
     // The bags as the kernels read them, after the copies.
@@ -556,20 +552,14 @@ absl::StatusOr<float> GpuModel::ForwardBackwardRows(const PooledInput& in, float
   for (size_t g = 0; g < groups; ++g) {
     const PooledTable& t = in.tables[g];
     Device::Table& dt = *d.tables[g];
-    GPU_MODEL_CHECK_CUDA(StageAndCopy(t.rows.data(), t.rows.size(), &dt.rows_host, &dt.rows, cs));
-    GPU_MODEL_CHECK_CUDA(
-        StageAndCopy(t.index.data(), t.index.size(), &dt.index_host, &dt.index, cs));
-    GPU_MODEL_CHECK_CUDA(StageAndCopy(t.ends.data(), t.ends.size(), &dt.ends_host, &dt.ends, cs));
-    GPU_MODEL_CHECK_CUDA(StageAndCopy(dt.csr.offsets.data(), dt.csr.offsets.size(),
-                                      &dt.offsets_host, &dt.offsets, cs));
-    GPU_MODEL_CHECK_CUDA(
-        StageAndCopy(dt.csr.bags.data(), dt.csr.bags.size(), &dt.bags_host, &dt.bags, cs));
-    GPU_MODEL_CHECK_CUDA(StageAndCopy(dt.csr.bag_weight.data(), dt.csr.bag_weight.size(),
-                                      &dt.weight_host, &dt.weight, cs));
-    GPU_MODEL_CHECK_CUDA(StageAndCopy(t.slot_offset.data(), t.slot_offset.size(),
-                                      &dt.slot_offset_host, &dt.slot_offset, cs));
-    GPU_MODEL_CHECK_CUDA(StageAndCopy(t.slot_mean.data(), t.slot_mean.size(), &dt.slot_mean_host,
-                                      &dt.slot_mean, cs));
+    GPU_MODEL_CHECK_CUDA(dt.rows.CopyIn(t.rows, cs));
+    GPU_MODEL_CHECK_CUDA(dt.index.CopyIn(t.index, cs));
+    GPU_MODEL_CHECK_CUDA(dt.ends.CopyIn(t.ends, cs));
+    GPU_MODEL_CHECK_CUDA(dt.offsets.CopyIn(dt.csr.offsets, cs));
+    GPU_MODEL_CHECK_CUDA(dt.bags.CopyIn(dt.csr.bags, cs));
+    GPU_MODEL_CHECK_CUDA(dt.weight.CopyIn(dt.csr.bag_weight, cs));
+    GPU_MODEL_CHECK_CUDA(dt.slot_offset.CopyIn(t.slot_offset, cs));
+    GPU_MODEL_CHECK_CUDA(dt.slot_mean.CopyIn(t.slot_mean, cs));
     GPU_MODEL_CHECK_CUDA(dt.row_grad.Resize(t.rows.size()));
     GPU_MODEL_CHECK_CUDA(dt.grad_host.Resize(t.rows.size()));
     if (t.cache_rows > 0) {
@@ -577,14 +567,10 @@ absl::StatusOr<float> GpuModel::ForwardBackwardRows(const PooledInput& in, float
       // starts empty) and kept: the cache's size never changes.
       const size_t cache_floats = size_t(t.cache_rows) * t.dim;
       if (dt.cache.size() != cache_floats) GPU_MODEL_CHECK_CUDA(dt.cache.Resize(cache_floats));
-      GPU_MODEL_CHECK_CUDA(StageAndCopy(t.hit_slots.data(), t.hit_slots.size(), &dt.hit_slots_host,
-                                        &dt.hit_slots, cs));
-      GPU_MODEL_CHECK_CUDA(StageAndCopy(t.hit_places.data(), t.hit_places.size(),
-                                        &dt.hit_places_host, &dt.hit_places, cs));
-      GPU_MODEL_CHECK_CUDA(StageAndCopy(t.admit_slots.data(), t.admit_slots.size(),
-                                        &dt.admit_slots_host, &dt.admit_slots, cs));
-      GPU_MODEL_CHECK_CUDA(StageAndCopy(t.admit_places.data(), t.admit_places.size(),
-                                        &dt.admit_places_host, &dt.admit_places, cs));
+      GPU_MODEL_CHECK_CUDA(dt.hit_slots.CopyIn(t.hit_slots, cs));
+      GPU_MODEL_CHECK_CUDA(dt.hit_places.CopyIn(t.hit_places, cs));
+      GPU_MODEL_CHECK_CUDA(dt.admit_slots.CopyIn(t.admit_slots, cs));
+      GPU_MODEL_CHECK_CUDA(dt.admit_places.CopyIn(t.admit_places, cs));
     }
   }
   GPU_MODEL_CHECK_CUDA(cuda::EventRecord(d.inputs_copied, cs));
