@@ -210,6 +210,29 @@ std::vector<uint64_t> ProbeKeys() {
   return keys;
 }
 
+// What a pull of step `step` saw (`values`: the probe keys' rows), with the pushes of each step
+// issued by then.
+Observation Observe(int64_t step, const std::vector<float>& values,
+                    const std::vector<std::atomic<int>>& started) {
+  Observation seen;
+  seen.step = step;
+  seen.total = values[0];
+  seen.per_step.assign(values.begin() + 1, values.end());
+  for (int64_t t = 0; t < kSteps; ++t) seen.started.push_back(started[t].load());
+  return seen;
+}
+
+// The straggler, before it pushes `step`: waits until the others ended step + hold (as far as
+// its mode lets them get ahead); if they do not by kHoldDeadline, records the step and goes on.
+void HoldIfStraggler(int rank, int64_t step, int64_t hold, Progress* progress, WorkerRun* out) {
+  if (rank == kStraggler &&
+      !progress->AwaitOthersEnded(rank, std::min(step + hold, kSteps),
+                                  absl::Now() + kHoldDeadline) &&
+      out->held_back_at < 0) {
+    out->held_back_at = step;
+  }
+}
+
 // A probe worker's connections: its Client (role WORKER), its CoordinatorClient and a StepSync
 // for the job's mode over them.
 struct ProbeWorker {
@@ -308,22 +331,12 @@ void RunWorker(const std::string& coordinator_address, int rank, uint32_t seed, 
       out->status = status;
       return;
     }
-    Observation seen;
-    seen.step = step;
-    seen.total = values[0];
-    seen.per_step.assign(values.begin() + 1, values.end());
-    for (int64_t t = 0; t < kSteps; ++t) seen.started.push_back((*started)[t].load());
-    out->pulls.push_back(std::move(seen));
+    out->pulls.push_back(Observe(step, values, *started));
 
     // "Compute": the straggler holds its push until the others are as far ahead as its mode
     // lets them be (if they never get there, it says so and goes on, so that no one hangs), and
     // everyone's jitter.
-    if (rank == kStraggler &&
-        !progress->AwaitOthersEnded(rank, std::min(step + hold, kSteps),
-                                    absl::Now() + kHoldDeadline) &&
-        out->held_back_at < 0) {
-      out->held_back_at = step;
-    }
+    HoldIfStraggler(rank, step, hold, progress, out);
     absl::SleepFor(absl::Microseconds(jitter(rng)));
 
     (*started)[step].fetch_add(1);
@@ -399,23 +412,13 @@ void RunPrefetchingWorker(const std::string& coordinator_address, int rank, uint
     absl::SleepFor(absl::Microseconds(jitter(rng)));
     status = pulls[slot].get();
     if (!status.ok()) break;
-    Observation seen;
-    seen.step = step;
-    seen.total = values[slot][0];
-    seen.per_step.assign(values[slot].begin() + 1, values[slot].end());
-    for (int64_t t = 0; t < kSteps; ++t) seen.started.push_back((*started)[t].load());
-    out->pulls.push_back(std::move(seen));
+    out->pulls.push_back(Observe(step, values[slot], *started));
     // The next step's pull, while this one "computes".
     if (step + 1 < kSteps) {
       status = start_pull(step + 1, 1 - slot);
       if (!status.ok()) break;
     }
-    if (rank == kStraggler &&
-        !progress->AwaitOthersEnded(rank, std::min(step + hold, kSteps),
-                                    absl::Now() + kHoldDeadline) &&
-        out->held_back_at < 0) {
-      out->held_back_at = step;
-    }
+    HoldIfStraggler(rank, step, hold, progress, out);
     absl::SleepFor(absl::Microseconds(jitter(rng)));
     // The push: the previous one is waited for and its step ended first.
     status = finish_push();
