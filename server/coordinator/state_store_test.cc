@@ -192,6 +192,9 @@ TEST_CASE("state store: a failed job stays failed for the coordinator that takes
     std::optional<rpc::JobFailure> failure;
     REQUIRE((*c)->Heartbeat(worker, {}, &failure).ok());
     CHECK(failure.has_value());
+    // The timer thread may be the one that takes the failure up and calls on_job_failed, outside
+    // the lock; once Shutdown has joined it, every call made has returned.
+    (*c)->Shutdown();
     CHECK(told.load() == 1);
   });
 }
