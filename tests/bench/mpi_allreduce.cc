@@ -2,8 +2,9 @@
 // ours, as its reference. Run under mpirun; rank 0 prints one line per size:
 //   {"bytes":16777216,"median_s":0.0071}
 //
-//   mpirun --allow-run-as-root --oversubscribe -np 2 --mca btl tcp,self \
+//   mpirun --allow-run-as-root --oversubscribe -np 2 --mca btl tcp,self
 //     bazel-out/k8-opt/bin/tests/bench/mpi_allreduce --sizes=1048576,16777216
+// (one command line).
 #include <mpi.h>
 
 #include <algorithm>

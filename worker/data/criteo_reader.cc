@@ -491,11 +491,7 @@ absl::StatusOr<std::unique_ptr<CriteoReader>> CriteoReader::Open(std::vector<std
 
 CriteoReader::CriteoReader(std::vector<std::string> paths, int rank, int world_size,
                            SchemaOptions schema)
-    : paths_(std::move(paths)),
-      rank_(rank),
-      world_size_(world_size),
-      schema_(schema),
-      num_fields_(1 + schema.num_dense + schema.num_sparse) {}
+    : paths_(std::move(paths)), rank_(rank), world_size_(world_size), schema_(schema) {}
 
 CriteoReader::~CriteoReader() = default;
 

@@ -177,7 +177,6 @@ class CriteoReader {
   const int rank_;
   const int world_size_;
   const SchemaOptions schema_;
-  const int num_fields_;
   // schema_.text's column map of the current file, and the split workspace.
   ColumnMap columns_;
   std::vector<absl::string_view> scratch_;
