@@ -56,9 +56,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "common/admission_sketch.h"
 #include "common/optimizer.h"
 #include "proto/job.pb.h"
-#include "server/storage/admission_sketch.h"
 #include "server/storage/initializer.h"
 
 namespace ps {

@@ -1,6 +1,7 @@
-// Feature admission for one table within one shard: a count-min sketch of how often ids were seen,
-// holding no state per id, and the decision whether an id has been seen often enough to be given
-// a row.
+// Admission by frequency: a count-min sketch of how often ids were seen, holding no state per id,
+// and the decision whether an id has been seen often enough to be given a place. A server's table
+// admits ids to rows by it (one per table and shard, table.admission); a worker's row cache admits
+// pulled rows by it (training.row_cache.min_pulls).
 //
 // The sketch has 4 rows of `width` 4-bit counters (2 bytes an id of width). A sighting of an id
 // increments, in each row, the counter its hash picks, but only those equal to the id's current
@@ -15,15 +16,14 @@
 // Decision (Admit): an id is admitted when, counting this sighting, its estimate reaches
 // min_count, and then with `probability`, drawn from a hash of (seed, id, estimate), so that the
 // same sequence of sightings makes the same decisions on every run.
-#ifndef PS_SERVER_STORAGE_ADMISSION_SKETCH_H_
-#define PS_SERVER_STORAGE_ADMISSION_SKETCH_H_
+#ifndef PS_COMMON_ADMISSION_SKETCH_H_
+#define PS_COMMON_ADMISSION_SKETCH_H_
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 
 namespace ps {
-namespace server {
 
 struct AdmissionOptions {
   // Sightings before an id is admitted, 1 to 15.
@@ -36,7 +36,7 @@ struct AdmissionOptions {
   uint64_t seed = 0;
 };
 
-// Thread-compatible: the caller (one lock per shard) serialises calls.
+// Thread-compatible: the caller serialises calls (a server under its shard's lock).
 class AdmissionSketch {
  public:
   explicit AdmissionSketch(const AdmissionOptions& options);
@@ -67,9 +67,7 @@ class AdmissionSketch {
 
   // The counter positions of `id`, one per row.
   void Positions(uint64_t id, size_t pos[kRows]) const;
-  uint32_t Get(size_t pos) const {
-    return (counters_[pos >> 1] >> ((pos & 1) * 4)) & 0xF;
-  }
+  uint32_t Get(size_t pos) const { return (counters_[pos >> 1] >> ((pos & 1) * 4)) & 0xF; }
   void Set(size_t pos, uint32_t value) {
     uint8_t& byte = counters_[pos >> 1];
     const int shift = (pos & 1) * 4;
@@ -92,7 +90,6 @@ class AdmissionSketch {
   uint64_t agings_ = 0;
 };
 
-}  // namespace server
 }  // namespace ps
 
-#endif  // PS_SERVER_STORAGE_ADMISSION_SKETCH_H_
+#endif  // PS_COMMON_ADMISSION_SKETCH_H_

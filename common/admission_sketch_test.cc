@@ -1,4 +1,4 @@
-#include "server/storage/admission_sketch.h"
+#include "common/admission_sketch.h"
 
 #include <cstdint>
 #include <random>
@@ -7,7 +7,6 @@
 #include "catch2/catch.hpp"
 
 namespace ps {
-namespace server {
 namespace {
 
 TEST_CASE("an id is admitted exactly at its min_count-th sighting", "[admission_sketch]") {
@@ -95,5 +94,4 @@ TEST_CASE("Clear forgets every count", "[admission_sketch]") {
 }
 
 }  // namespace
-}  // namespace server
 }  // namespace ps

@@ -1,4 +1,4 @@
-#include "server/storage/admission_sketch.h"
+#include "common/admission_sketch.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,7 +9,6 @@
 #include "xxhash.h"
 
 namespace ps {
-namespace server {
 namespace {
 
 uint64_t Hash(uint64_t id, uint64_t seed) {
@@ -89,5 +88,4 @@ void AdmissionSketch::Age() {
   ++agings_;
 }
 
-}  // namespace server
 }  // namespace ps
