@@ -34,6 +34,8 @@ constexpr uint32_t kMaxCompactDim = 1024;
 constexpr uint32_t kMaxShards = 65536;
 // training.row_cache.max_rows: slots are 32-bit, and the index has twice as many.
 constexpr uint64_t kMaxRowCacheRows = uint64_t{1} << 30;
+// training.row_cache.min_pulls: the sketch's counters are 4 bits (AdmissionSketch::kMaxCount).
+constexpr uint32_t kMaxRowCacheMinPulls = 15;
 constexpr uint32_t kMinMessageBytes = 1u << 20;
 constexpr uint32_t kMaxMessageBytes = 1u << 30;
 
@@ -655,6 +657,11 @@ absl::Status CheckJob(const Checker& c, const Where& root, const config::Job& jo
           absl::StrFormat("must be between 1 and %d, got %d", kMaxRowCacheRows, rc.max_rows()));
     }
     if (rc.refresh_steps() < 1) return c.Error(wr, rc, "refresh_steps", "must be >= 1");
+    if (rc.min_pulls() < 1 || rc.min_pulls() > kMaxRowCacheMinPulls) {
+      return c.Error(wr, rc, "min_pulls",
+                     absl::StrFormat("must be between 1 and %d, got %d", kMaxRowCacheMinPulls,
+                                     rc.min_pulls()));
+    }
     if (tr.mode() == config::Training::BOUNDED_STALENESS &&
         static_cast<int64_t>(rc.refresh_steps()) > tr.staleness()) {
       return c.Error(wr, rc, "refresh_steps",

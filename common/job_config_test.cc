@@ -368,6 +368,12 @@ TEST_CASE("row_cache is refused in SYNC and bounded by the staleness", "[common]
         "1073741825");
   CHECK(ErrorOf(with_cache("max_rows: 10 refresh_steps: 0")) ==
         "job.pbtxt:14:28: training.row_cache.refresh_steps: must be >= 1");
+  CHECK(ParseJob(with_cache("max_rows: 10"), "job.pbtxt")->training().row_cache().min_pulls() == 1);
+  CHECK(ParseJob(with_cache("max_rows: 10 min_pulls: 15"), "job.pbtxt").ok());
+  CHECK(ErrorOf(with_cache("max_rows: 10 min_pulls: 0")) ==
+        "job.pbtxt:14:28: training.row_cache.min_pulls: must be between 1 and 15, got 0");
+  CHECK(ErrorOf(with_cache("max_rows: 10 min_pulls: 16")) ==
+        "job.pbtxt:14:28: training.row_cache.min_pulls: must be between 1 and 15, got 16");
   // BOUNDED_STALENESS: a cached row's age comes out of the staleness bound.
   CHECK(absl::StrContains(ErrorOf(with_cache("max_rows: 10 refresh_steps: 3")),
                           "job.pbtxt:14:28: training.row_cache.refresh_steps: must be at most "

@@ -1,5 +1,6 @@
 #include "worker/row_cache.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -7,14 +8,19 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/admission_sketch.h"
 
 namespace ps {
 namespace worker {
 namespace {
 
-// An index entry without a slot.
+// An index entry without a slot, and AssignSlots' mark of a key not admitted.
 constexpr uint32_t kEmpty = ~uint32_t{0};
+constexpr uint32_t kNoSlot = ~uint32_t{0};
 constexpr uint64_t kMaxRows = uint64_t{1} << 30;
+// The admission sketch's counters a row, at least (128 KiB a table).
+constexpr size_t kMinSketchWidth = size_t{1} << 16;
 
 }  // namespace
 
@@ -50,6 +56,7 @@ struct RowCache::Table {
   uint64_t mask = 0;
   int shift = 63;
   std::unique_ptr<RowStorage> storage;
+  std::unique_ptr<AdmissionSketch> sketch;  // with min_pulls > 1
 
   // Fibonacci hashing: keys may be small integers, whose low bits alone do not spread.
   uint64_t Home(uint64_t key) const { return (key * 0x9E3779B97F4A7C15ull) >> shift; }
@@ -59,6 +66,7 @@ RowCache::Options RowCache::OptionsOf(const config::RowCache& row_cache, std::ve
   Options options;
   options.max_rows = row_cache.max_rows();
   options.refresh_steps = row_cache.refresh_steps();
+  options.min_pulls = row_cache.min_pulls();
   options.dims = std::move(dims);
   return options;
 }
@@ -71,6 +79,11 @@ absl::StatusOr<std::unique_ptr<RowCache>> RowCache::Create(const Options& option
   if (options.refresh_steps < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("row cache: refresh_steps must be >= 1, got ", options.refresh_steps));
+  }
+  if (options.min_pulls < 1 || options.min_pulls > AdmissionSketch::kMaxCount) {
+    return absl::InvalidArgumentError(absl::StrCat("row cache: min_pulls must be between 1 and ",
+                                                   AdmissionSketch::kMaxCount, ", got ",
+                                                   options.min_pulls));
   }
   if (options.dims.empty()) return absl::InvalidArgumentError("row cache: no table");
   for (int dim : options.dims) {
@@ -99,6 +112,14 @@ RowCache::RowCache(const Options& options)
     t->mask = index_size - 1;
     t->shift = shift;
     if (!options.on_device) t->storage = std::make_unique<HostRowStorage>(capacity, dim);
+    if (options.min_pulls > 1) {
+      AdmissionOptions admission;
+      admission.min_count = options.min_pulls;
+      // Pulls between agings: a small cache still counts over many batches' misses.
+      admission.width = std::max<size_t>(4 * size_t{capacity}, kMinSketchWidth);
+      admission.seed = tables_.size();
+      t->sketch = std::make_unique<AdmissionSketch>(admission);
+    }
     tables_.push_back(std::move(t));
   }
   if (options.registry != nullptr) {
@@ -224,6 +245,10 @@ void RowCache::AssignSlots(int table, int64_t step, absl::Span<const uint64_t> k
     uint32_t slot = t.index[at];
     if (slot != kEmpty) {
       t.referenced[slot] = 1;  // an expired row read again
+    } else if (t.sketch != nullptr && !t.sketch->Admit(keys[i])) {
+      ++stats_.refused;
+      slots->push_back(kNoSlot);
+      continue;
     } else {
       slot = TakeSlot(t, step);
       at = Probe(t, keys[i]);  // TakeSlot's eviction may have moved entries
@@ -247,8 +272,14 @@ void RowCache::AssignSlots(int table, int64_t step, absl::Span<const uint64_t> k
 void RowCache::Admit(int table, int64_t step, absl::Span<const uint64_t> keys,
                      const float* pulled) {
   AssignSlots(table, step, keys, &slots_);
-  places_.resize(slots_.size());
-  for (size_t i = 0; i < places_.size(); ++i) places_[i] = static_cast<uint32_t>(i);
+  places_.clear();
+  size_t n = 0;
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    if (slots_[i] == kNoSlot) continue;
+    slots_[n++] = slots_[i];
+    places_.push_back(static_cast<uint32_t>(i));
+  }
+  slots_.resize(n);
   // In order: a slot taken twice in this call ends with its later row.
   tables_[table]->storage->WriteRows(slots_, places_, pulled);
 }
@@ -258,19 +289,26 @@ void RowCache::AdmitSlots(int table, int64_t step, absl::Span<const uint64_t> ke
   AssignSlots(table, step, keys, &slots_);
   // A slot taken twice in this call keeps its later row: only the last write of each slot is
   // handed out, so that writes made side by side (a device's threads) never collide.
-  Table& t = *tables_[table];
-  seen_.assign(t.capacity, 0);
+  seen_.resize(tables_[table]->capacity);  // zero between calls
   slots->clear();
   places->clear();
   for (size_t i = slots_.size(); i-- > 0;) {
-    if (seen_[slots_[i]] != 0) continue;
+    if (slots_[i] == kNoSlot || seen_[slots_[i]] != 0) continue;
     seen_[slots_[i]] = 1;
     slots->push_back(slots_[i]);
     places->push_back(static_cast<uint32_t>(i));
   }
+  for (const uint32_t slot : *slots) seen_[slot] = 0;
 }
 
 RowCacheStats RowCache::stats() const { return stats_; }
+
+std::string RowCacheStatsJson(const RowCacheStats& c) {
+  return absl::StrFormat(
+      "{\"lookups\":%d,\"hits\":%d,\"hit_rate\":%.4f,\"cache_bytes\":%d,\"pulled_bytes\":%d,"
+      "\"refused\":%d,\"rows\":%d}",
+      c.lookups, c.hits, c.hit_rate(), c.cache_bytes, c.pulled_bytes, c.refused, c.rows);
+}
 
 uint32_t RowCache::capacity() const { return tables_.empty() ? 0 : tables_[0]->capacity; }
 

@@ -15,9 +15,18 @@
 // allocated or sorted per step (LRU would need a list update per hit). A new row starts
 // unreferenced: a key must be read again while cached to be kept over others.
 //
+// Admission (min_pulls > 1): a pulled row enters the cache only on its key's min_pulls-th pull
+// among recent pulls, counted per table by a count-min sketch (common/admission_sketch.h: 4 x
+// max_rows counters a row, at least 2^16, rounded up to a power of two; halved after as many
+// pulls). A key pulled once
+// (Zipf data's long tail) then never takes the slot of a row that is read again and again, which
+// matters when a batch's distinct keys outnumber the cache's rows: admitting every miss would
+// evict the hot rows every step. A row already cached is always refreshed in place.
+//
 // Memory: allocated once, in Create: per table max_rows x dim floats (RowStorage) plus per slot
 // its key, step and mark (17 bytes), and an open-addressing index of 2 x max_rows (rounded up to
-// a power of two) 32-bit places.
+// a power of two) 32-bit places; with min_pulls > 1, the sketch's 8 bytes a row (128 KiB at
+// least).
 //
 // Storage: on the CPU route the rows live behind RowStorage, on the host (HostRowStorage), and
 // Lookup / Admit copy them. On the GPU route (a model that pools on its device) they live in the
@@ -30,6 +39,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -73,10 +83,15 @@ struct RowCacheStats {
   int64_t lookups = 0;       // keys looked up (a batch's distinct keys, per table)
   int64_t hits = 0;          // of which served from the cache
   int64_t cache_bytes = 0;   // bytes of rows served from the cache (hits x dim x 4)
-  int64_t pulled_bytes = 0;  // bytes of rows admitted after a pull (the misses pulled)
+  int64_t pulled_bytes = 0;  // bytes of rows pulled (the misses), admitted or not
+  int64_t refused = 0;       // pulled rows not admitted (min_pulls not reached)
   int64_t rows = 0;          // rows resident now, every table
   double hit_rate() const { return lookups > 0 ? static_cast<double>(hits) / lookups : 0.0; }
 };
+
+// `stats` as the JSON object that RESULT lines carry: {"lookups":..,"hits":..,"hit_rate":..,
+// "cache_bytes":..,"pulled_bytes":..,"refused":..,"rows":..}.
+std::string RowCacheStatsJson(const RowCacheStats& stats);
 
 // A RowCache holds the cached rows of every table a worker pulls. Thread-compatible: the worker
 // calls it from its training thread only (StartPull's Lookup and FinishPull's Admit are never
@@ -89,6 +104,9 @@ class RowCache {
     // training.row_cache.refresh_steps: a row pulled for step t0 is served at steps up to
     // t0 + refresh_steps; >= 1. Default 1.
     int64_t refresh_steps = 1;
+    // training.row_cache.min_pulls: pulls of a key among recent ones before its row is admitted;
+    // 1 to 15 (AdmissionSketch::kMaxCount). Default 1: every pulled row is admitted.
+    uint32_t min_pulls = 1;
     // Per table of the layout (EmbeddingLayout::tables(), in order): its dim (>= 1). At least
     // one table; default none (refused).
     std::vector<int> dims;
@@ -105,8 +123,8 @@ class RowCache {
     bool on_device = false;
   };
 
-  // Allocates every table's slots, index and rows. INVALID_ARGUMENT when max_rows is 0 or above
-  // 2^30, refresh_steps < 1, there is no table, or a dim < 1.
+  // Allocates every table's slots, index, rows and sketch. INVALID_ARGUMENT when max_rows is 0 or
+  // above 2^30, refresh_steps < 1, min_pulls is not in 1..15, there is no table, or a dim < 1.
   static absl::StatusOr<std::unique_ptr<RowCache>> Create(const Options& options);
   // The options of `row_cache` for tables of `dims`.
   static Options OptionsOf(const config::RowCache& row_cache, std::vector<int> dims);
@@ -125,8 +143,9 @@ class RowCache {
 
   // Admits the rows of `keys` pulled for `step` (pulled + i * dim for keys[i]; distinct keys):
   // a key already cached (an expired row pulled again) gets its row and step replaced in place
-  // and is marked referenced; a new one takes a free slot, else the one CLOCK evicts. When one
-  // call admits more keys than fit, its later keys may evict its earlier ones.
+  // and is marked referenced; a new one, if admitted (this is its min_pulls-th pull), takes a free
+  // slot, else the one CLOCK evicts; a new one not admitted yet is only counted. When one call
+  // admits more keys than fit, its later keys may evict its earlier ones.
   void Admit(int table, int64_t step, absl::Span<const uint64_t> keys, const float* pulled);
 
   // On the device (Options::on_device): as Lookup, but instead of copying the hits' rows, gives
@@ -135,8 +154,9 @@ class RowCache {
                    std::vector<uint32_t>* hit_slots, std::vector<uint32_t>* hit_places,
                    std::vector<uint32_t>* misses);
   // On the device: as Admit, but instead of copying the pulled rows, gives the slots they go to
-  // and their places in `keys`, for the device to copy. A slot taken twice in one call is given
-  // once, with its later key's place (no two entries of *slots are equal).
+  // and their places in `keys`, for the device to copy (keys not admitted have none). A slot taken
+  // twice in one call is given once, with its later key's place (no two entries of *slots are
+  // equal).
   void AdmitSlots(int table, int64_t step, absl::Span<const uint64_t> keys,
                   std::vector<uint32_t>* slots, std::vector<uint32_t>* places);
   bool on_device() const { return on_device_; }
@@ -162,7 +182,8 @@ class RowCache {
   void FindHits(int table, int64_t step, absl::Span<const uint64_t> keys,
                 std::vector<uint32_t>* hit_slots, std::vector<uint32_t>* hit_places,
                 std::vector<uint32_t>* misses);
-  // Admit's and AdmitSlots' part: each key's slot (in order), the counters.
+  // Admit's and AdmitSlots' part: each key's slot (in order; kNoSlot for a key not admitted),
+  // the counters.
   void AssignSlots(int table, int64_t step, absl::Span<const uint64_t> keys,
                    std::vector<uint32_t>* slots);
 

@@ -31,9 +31,11 @@ std::vector<float> RowsOf(const std::vector<uint64_t>& keys, int64_t step, int d
 }
 
 std::unique_ptr<RowCache> MakeCache(uint64_t max_rows, int64_t refresh, std::vector<int> dims,
-                                    metrics::Registry* registry = nullptr, bool on_device = false) {
+                                    metrics::Registry* registry = nullptr, bool on_device = false,
+                                    uint32_t min_pulls = 1) {
   RowCache::Options options;
   options.on_device = on_device;
+  options.min_pulls = min_pulls;
   options.max_rows = max_rows;
   options.refresh_steps = refresh;
   options.dims = std::move(dims);
@@ -170,14 +172,68 @@ TEST_CASE("more misses than max_rows in one step keep the cache consistent",
   }
 }
 
+TEST_CASE("with min_pulls 2 a row enters on its key's second pull, and is refreshed in place",
+          "[worker][row_cache][admission]") {
+  const int dim = 2;
+  auto cache = MakeCache(100, 2, {dim}, nullptr, false, /*min_pulls=*/2);
+  std::vector<float> rows;
+  // Step 0: the first pull of 1, 2, 3 is only counted.
+  CHECK(PullStep(cache.get(), 0, dim, 0, {1, 2, 3}, &rows).size() == 3);
+  CHECK(cache->stats().rows == 0);
+  CHECK(cache->stats().refused == 3);
+  // Step 1: the second pull of 1 and 2 admits them.
+  CHECK(PullStep(cache.get(), 0, dim, 1, {1, 2}, &rows).size() == 2);
+  CHECK(cache->stats().rows == 2);
+  // Step 2: 1 and 2 hit with step 1's rows; 3's second pull admits it.
+  CHECK(PullStep(cache.get(), 0, dim, 2, {1, 3, 2}, &rows) == std::vector<uint64_t>{3});
+  std::vector<float> want = RowsOf({1}, 1, dim);
+  for (float f : RowsOf({3}, 2, dim)) want.push_back(f);
+  for (float f : RowsOf({2}, 1, dim)) want.push_back(f);
+  CHECK(rows == want);
+  // Step 4: 1's row (step 1) expired; pulled again, it is refreshed in place with no new count.
+  CHECK(PullStep(cache.get(), 0, dim, 4, {1, 3}, &rows) == std::vector<uint64_t>{1});
+  CHECK(PullStep(cache.get(), 0, dim, 5, {1}, &rows).empty());
+  CHECK(rows == RowsOf({1}, 4, dim));
+  CHECK(cache->stats().refused == 3);
+  CHECK(cache->stats().rows == 3);
+  CHECK(cache->stats().pulled_bytes == (3 + 2 + 1 + 1) * dim * 4);
+}
+
+TEST_CASE("keys pulled once do not evict the hot rows with min_pulls 2, and do with 1",
+          "[worker][row_cache][admission]") {
+  // Each step reads the same 16 hot keys and 64 keys never seen before, into 16 rows: admitting
+  // every miss lets the cold keys push the hot ones out every step.
+  const int dim = 1;
+  const auto hot_hits = [&](uint32_t min_pulls) {
+    auto cache = MakeCache(16, 1000, {dim}, nullptr, false, min_pulls);
+    std::vector<float> rows;
+    uint64_t next_cold = 1000;
+    int64_t hits = 0;
+    for (int64_t step = 0; step < 50; ++step) {
+      std::vector<uint64_t> keys;
+      for (uint64_t k = 0; k < 16; ++k) keys.push_back(k);
+      for (int c = 0; c < 64; ++c) keys.push_back(next_cold++);
+      const std::vector<uint64_t> missed = PullStep(cache.get(), 0, dim, step, keys, &rows);
+      if (step >= 2) hits += static_cast<int64_t>(keys.size() - missed.size());
+    }
+    // With min_pulls 2, every cold key and each hot key's first pull were refused.
+    if (min_pulls == 2) CHECK(cache->stats().refused == 50 * 64 + 16);
+    return hits;
+  };
+  // From step 2 on (the hot keys' second pull was step 1), every hot key hits.
+  CHECK(hot_hits(2) == 48 * 16);
+  CHECK(hot_hits(1) < 48 * 16 / 2);
+}
+
 // A model of the cache with the same rules, for a random run: key -> (step pulled, row step).
 TEST_CASE("random Zipf-like runs serve every hit with the row of its last pull, deterministically",
           "[worker][row_cache]") {
   const int64_t refresh = GENERATE(1, 3, 1000);
   const uint64_t capacity = GENERATE(8, 64);
+  const uint32_t min_pulls = GENERATE(1, 2);
   const int dim = 2;
   const auto run = [&](std::vector<int64_t>* hits_per_step) {
-    auto cache = MakeCache(capacity, refresh, {dim});
+    auto cache = MakeCache(capacity, refresh, {dim}, nullptr, false, min_pulls);
     std::mt19937_64 rng(42);
     std::map<uint64_t, int64_t> last_pull;  // key -> step of its last pull
     std::vector<float> rows;
@@ -240,9 +296,10 @@ TEST_CASE("on the device, the slots handed out serve every hit as the host cache
   // pass makes them): the same hits, misses and rows, and no slot admitted twice in one call.
   const int64_t refresh = GENERATE(1, 4);
   const uint64_t capacity = GENERATE(8, 64);
+  const uint32_t min_pulls = GENERATE(1, 2);
   const int dim = 3;
-  auto host = MakeCache(capacity, refresh, {dim});
-  auto device = MakeCache(capacity, refresh, {dim}, nullptr, /*on_device=*/true);
+  auto host = MakeCache(capacity, refresh, {dim}, nullptr, false, min_pulls);
+  auto device = MakeCache(capacity, refresh, {dim}, nullptr, /*on_device=*/true, min_pulls);
   CHECK(device->on_device());
   CHECK(device->capacity() == capacity);
   std::vector<float> slots_rows(capacity * dim, std::nanf(""));  // the device's cache
@@ -322,6 +379,13 @@ TEST_CASE("bad options are refused", "[worker][row_cache]") {
   options.dims = {0};
   CHECK(RowCache::Create(options).status().code() == absl::StatusCode::kInvalidArgument);
   options.dims = {4};
+  options.min_pulls = 0;
+  CHECK(RowCache::Create(options).status().code() == absl::StatusCode::kInvalidArgument);
+  options.min_pulls = 16;
+  CHECK(RowCache::Create(options).status().code() == absl::StatusCode::kInvalidArgument);
+  options.min_pulls = 15;
+  CHECK(RowCache::Create(options).ok());
+  options.min_pulls = 1;
   CHECK(RowCache::Create(options).ok());
 }
 

@@ -92,11 +92,7 @@ std::string JsonEscaped(const std::string& s) {
 // The row cache's figures over the run as a JSON object, or null without a cache.
 std::string RowCacheJson(const worker::TrainResult& result) {
   if (!result.row_cache.has_value()) return "null";
-  const worker::RowCacheStats& c = *result.row_cache;
-  return absl::StrFormat(
-      "{\"lookups\":%d,\"hits\":%d,\"hit_rate\":%.4f,\"cache_bytes\":%d,\"pulled_bytes\":%d,"
-      "\"rows\":%d}",
-      c.lookups, c.hits, c.hit_rate(), c.cache_bytes, c.pulled_bytes, c.rows);
+  return worker::RowCacheStatsJson(*result.row_cache);
 }
 
 // The last line on stdout: `RESULT {json}` with the run's figures.

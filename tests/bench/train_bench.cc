@@ -64,6 +64,7 @@ ABSL_FLAG(std::string, backend, "auto",
 ABSL_FLAG(int64_t, row_cache_rows, 0,
           "async and bounded_staleness: training.row_cache.max_rows (0: no row cache)");
 ABSL_FLAG(int, row_cache_refresh, 1, "training.row_cache.refresh_steps, with --row_cache_rows");
+ABSL_FLAG(int, row_cache_min_pulls, 1, "training.row_cache.min_pulls, with --row_cache_rows");
 ABSL_FLAG(bool, pipeline, true,
           "both setups: overlap each step's read and pull with the step before (the workers' "
           "--pipeline); false: one after the other");
@@ -138,6 +139,7 @@ absl::StatusOr<config::Job> BenchJob(const std::string& train, const std::string
   if (absl::GetFlag(FLAGS_row_cache_rows) > 0) {
     training->mutable_row_cache()->set_max_rows(absl::GetFlag(FLAGS_row_cache_rows));
     training->mutable_row_cache()->set_refresh_steps(absl::GetFlag(FLAGS_row_cache_refresh));
+    training->mutable_row_cache()->set_min_pulls(absl::GetFlag(FLAGS_row_cache_min_pulls));
   }
   PS_RETURN_IF_ERROR(ValidateJob(job));
   return job;
@@ -222,12 +224,7 @@ absl::StatusOr<Measurement> RunLocal(config::Job job) {
   m.mean_pull_ms = result.mean_pull_ms;
   m.mean_push_ms = result.mean_push_ms;
   m.step_ms = worker::StepBreakdownJson(result.step_times, result.steps, result.copy_measured);
-  if (result.row_cache.has_value()) {
-    const worker::RowCacheStats& c = *result.row_cache;
-    m.row_cache = absl::StrFormat(
-        "{\"lookups\":%d,\"hits\":%d,\"hit_rate\":%.4f,\"cache_bytes\":%d,\"pulled_bytes\":%d}",
-        c.lookups, c.hits, c.hit_rate(), c.cache_bytes, c.pulled_bytes);
-  }
+  if (result.row_cache.has_value()) m.row_cache = worker::RowCacheStatsJson(*result.row_cache);
   return m;
 }
 
