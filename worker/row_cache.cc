@@ -22,6 +22,16 @@ constexpr uint64_t kMaxRows = uint64_t{1} << 30;
 // The admission sketch's counters a row, at least (128 KiB a table).
 constexpr size_t kMinSketchWidth = size_t{1} << 16;
 
+// Keys ahead of the one looked up whose index entry is prefetched, and (half as far) whose slot
+// is, once its entry has arrived; and slots ahead of CLOCK's hand whose key's entry is.
+constexpr size_t kEntryAhead = 16;
+constexpr size_t kSlotAhead = 8;
+constexpr uint32_t kVictimAhead = 8;
+// Bytes of index and slots from which a table prefetches: below, they stay in a core's own
+// caches, and the prefetches' work only adds (row_cache_bench: 26 against 20 ns a key looked up
+// with 2,000 rows).
+constexpr size_t kPrefetchFrom = size_t{512} << 10;
+
 }  // namespace
 
 HostRowStorage::HostRowStorage(uint32_t slots, int dim) : dim_(dim), floats_(size_t(slots) * dim) {}
@@ -42,24 +52,40 @@ void HostRowStorage::WriteRows(absl::Span<const uint32_t> slots, absl::Span<cons
   }
 }
 
-// One table's slots: slot s holds keys[s]'s row (in storage), pulled for steps[s]. Slots
-// [0, used) are taken; the index maps a key to its slot by linear probing.
+// One table's slots: slot s holds slots[s].key's row (in storage), pulled for slots[s].step.
+// Slots [0, used) are taken; the index maps a key to its slot by linear probing. An index entry
+// carries the top 32 bits of its key's hash, from which its home follows, so that a probe
+// compares within the index and touches a slot only where those bits match; a slot's key, step
+// and mark share a cache line. So a lookup of a key not in cache memory waits on memory twice,
+// which Lookup and Admit hide by prefetching a few keys ahead.
 struct RowCache::Table {
+  struct Entry {
+    uint32_t hash = 0;  // Hash(key) >> 32
+    uint32_t slot = kEmpty;
+  };
+  struct Slot {
+    uint64_t key = 0;
+    int64_t step = 0;
+    uint8_t referenced = 0;
+  };
+
   int dim = 0;
   uint32_t capacity = 0;
   uint32_t used = 0;
   uint32_t hand = 0;  // CLOCK's
-  std::vector<uint64_t> keys;
-  std::vector<int64_t> steps;
-  std::vector<uint8_t> referenced;
-  std::vector<uint32_t> index;  // slots, or kEmpty
+  std::vector<Slot> slots;
+  std::vector<Entry> index;
   uint64_t mask = 0;
   int shift = 63;
   std::unique_ptr<RowStorage> storage;
   std::unique_ptr<AdmissionSketch> sketch;  // with min_pulls > 1
+  // Whether index and slots outgrow a core's cache (kPrefetchFrom), so that prefetching pays.
+  bool prefetch = false;
 
-  // Fibonacci hashing: keys may be small integers, whose low bits alone do not spread.
-  uint64_t Home(uint64_t key) const { return (key * 0x9E3779B97F4A7C15ull) >> shift; }
+  // Fibonacci hashing: keys may be small integers, whose low bits alone do not spread. The index
+  // has at most 2^31 entries, so shift >= 33 and a home is a function of the hash's top 32 bits.
+  static uint32_t Hash(uint64_t key) { return (key * 0x9E3779B97F4A7C15ull) >> 32; }
+  uint64_t Home(uint32_t hash) const { return hash >> (shift - 32); }
 };
 
 RowCache::Options RowCache::OptionsOf(const config::RowCache& row_cache, std::vector<int> dims) {
@@ -105,10 +131,10 @@ RowCache::RowCache(const Options& options)
     auto t = std::make_unique<Table>();
     t->dim = dim;
     t->capacity = capacity;
-    t->keys.resize(capacity);
-    t->steps.resize(capacity);
-    t->referenced.resize(capacity);
-    t->index.assign(index_size, kEmpty);
+    t->slots.resize(capacity);
+    t->index.resize(index_size);
+    t->prefetch =
+        capacity * sizeof(Table::Slot) + index_size * sizeof(Table::Entry) >= kPrefetchFrom;
     t->mask = index_size - 1;
     t->shift = shift;
     if (!options.on_device) t->storage = std::make_unique<HostRowStorage>(capacity, dim);
@@ -147,17 +173,20 @@ RowCache::RowCache(const Options& options)
 RowCache::~RowCache() = default;
 
 uint32_t RowCache::Probe(const Table& t, uint64_t key) const {
-  uint64_t i = t.Home(key);
+  const uint32_t hash = Table::Hash(key);
+  uint64_t i = t.Home(hash);
   while (true) {
-    const uint32_t slot = t.index[i];
-    if (slot == kEmpty || t.keys[slot] == key) return static_cast<uint32_t>(i);
+    const Table::Entry& e = t.index[i];
+    if (e.slot == kEmpty || (e.hash == hash && t.slots[e.slot].key == key)) {
+      return static_cast<uint32_t>(i);
+    }
     i = (i + 1) & t.mask;
   }
 }
 
 void RowCache::Unindex(Table& t, uint32_t slot) {
-  uint64_t i = Probe(t, t.keys[slot]);
-  if (t.index[i] != slot) {
+  uint64_t i = Probe(t, t.slots[slot].key);
+  if (t.index[i].slot != slot) {
     std::fprintf(stderr, "row cache: slot %u is not in the index\n", slot);
     std::abort();
   }
@@ -166,15 +195,15 @@ void RowCache::Unindex(Table& t, uint32_t slot) {
   uint64_t j = i;
   while (true) {
     j = (j + 1) & t.mask;
-    const uint32_t moved = t.index[j];
-    if (moved == kEmpty) break;
-    const uint64_t home = t.Home(t.keys[moved]);
+    const Table::Entry moved = t.index[j];
+    if (moved.slot == kEmpty) break;
+    const uint64_t home = t.Home(moved.hash);
     const bool stays = i <= j ? (i < home && home <= j) : (i < home || home <= j);
     if (stays) continue;
     t.index[i] = moved;
     i = j;
   }
-  t.index[i] = kEmpty;
+  t.index[i].slot = kEmpty;
 }
 
 uint32_t RowCache::TakeSlot(Table& t, int64_t step) {
@@ -184,8 +213,15 @@ uint32_t RowCache::TakeSlot(Table& t, int64_t step) {
   while (true) {
     const uint32_t s = t.hand;
     t.hand = t.hand + 1 == t.capacity ? 0 : t.hand + 1;
-    if (t.steps[s] >= oldest_fresh && t.referenced[s] != 0) {
-      t.referenced[s] = 0;
+    // The index entry of a slot the hand reaches soon, which Unindex may look for then.
+    if (t.prefetch) {
+      const uint32_t soon =
+          s + kVictimAhead < t.capacity ? s + kVictimAhead : s + kVictimAhead - t.capacity;
+      __builtin_prefetch(&t.index[t.Home(Table::Hash(t.slots[soon].key))]);
+    }
+    Table::Slot& slot = t.slots[s];
+    if (slot.step >= oldest_fresh && slot.referenced != 0) {
+      slot.referenced = 0;
       continue;
     }
     Unindex(t, s);
@@ -193,25 +229,47 @@ uint32_t RowCache::TakeSlot(Table& t, int64_t step) {
   }
 }
 
+// Always inlined: a call to it has no effect GCC can see (prefetches are none), so a call left
+// out of line is deleted as dead code.
+[[gnu::always_inline]] inline void RowCache::PrefetchAhead(const Table& t,
+                                                           absl::Span<const uint64_t> keys,
+                                                           size_t i) const {
+  if (i + kEntryAhead < keys.size()) {
+    __builtin_prefetch(&t.index[t.Home(Table::Hash(keys[i + kEntryAhead]))]);
+  }
+  if (i + kSlotAhead < keys.size()) {
+    const uint32_t hash = Table::Hash(keys[i + kSlotAhead]);
+    const Table::Entry& e = t.index[t.Home(hash)];
+    if (e.slot != kEmpty && e.hash == hash) __builtin_prefetch(&t.slots[e.slot]);
+  }
+}
+
 void RowCache::FindHits(int table, int64_t step, absl::Span<const uint64_t> keys,
                         std::vector<uint32_t>* hit_slots, std::vector<uint32_t>* hit_places,
                         std::vector<uint32_t>* misses) {
   Table& t = *tables_[table];
-  misses->clear();
-  hit_slots->clear();
-  hit_places->clear();
+  // Sized for every outcome, then cut: no growth checks in the loop.
+  misses->resize(keys.size());
+  hit_slots->resize(keys.size());
+  hit_places->resize(keys.size());
+  size_t num_hits = 0;
+  size_t num_misses = 0;
   const int64_t oldest_fresh = step - refresh_steps_;
   for (size_t i = 0; i < keys.size(); ++i) {
-    const uint32_t slot = t.index[Probe(t, keys[i])];
-    if (slot != kEmpty && t.steps[slot] >= oldest_fresh) {
-      t.referenced[slot] = 1;
-      hit_slots->push_back(slot);
-      hit_places->push_back(static_cast<uint32_t>(i));
+    if (t.prefetch) PrefetchAhead(t, keys, i);
+    const uint32_t slot = t.index[Probe(t, keys[i])].slot;
+    if (slot != kEmpty && t.slots[slot].step >= oldest_fresh) {
+      t.slots[slot].referenced = 1;
+      (*hit_slots)[num_hits] = slot;
+      (*hit_places)[num_hits++] = static_cast<uint32_t>(i);
     } else {
-      misses->push_back(static_cast<uint32_t>(i));
+      (*misses)[num_misses++] = static_cast<uint32_t>(i);
     }
   }
-  const int64_t hits = static_cast<int64_t>(hit_slots->size());
+  misses->resize(num_misses);
+  hit_slots->resize(num_hits);
+  hit_places->resize(num_hits);
+  const int64_t hits = static_cast<int64_t>(num_hits);
   const int64_t bytes = hits * t.dim * static_cast<int64_t>(sizeof(float));
   stats_.lookups += static_cast<int64_t>(keys.size());
   stats_.hits += hits;
@@ -238,26 +296,27 @@ void RowCache::LookupSlots(int table, int64_t step, absl::Span<const uint64_t> k
 void RowCache::AssignSlots(int table, int64_t step, absl::Span<const uint64_t> keys,
                            std::vector<uint32_t>* slots) {
   Table& t = *tables_[table];
-  slots->clear();
+  slots->resize(keys.size());
   const uint32_t used_before = t.used;
   for (size_t i = 0; i < keys.size(); ++i) {
+    if (t.prefetch) PrefetchAhead(t, keys, i);
     uint32_t at = Probe(t, keys[i]);
-    uint32_t slot = t.index[at];
+    uint32_t slot = t.index[at].slot;
     if (slot != kEmpty) {
-      t.referenced[slot] = 1;  // an expired row read again
+      t.slots[slot].referenced = 1;  // an expired row read again
     } else if (t.sketch != nullptr && !t.sketch->Admit(keys[i])) {
       ++stats_.refused;
-      slots->push_back(kNoSlot);
+      (*slots)[i] = kNoSlot;
       continue;
     } else {
       slot = TakeSlot(t, step);
       at = Probe(t, keys[i]);  // TakeSlot's eviction may have moved entries
-      t.index[at] = slot;
-      t.keys[slot] = keys[i];
-      t.referenced[slot] = 0;
+      t.index[at] = Table::Entry{Table::Hash(keys[i]), slot};
+      t.slots[slot].key = keys[i];
+      t.slots[slot].referenced = 0;
     }
-    t.steps[slot] = step;
-    slots->push_back(slot);
+    t.slots[slot].step = step;
+    (*slots)[i] = slot;
   }
   const int64_t bytes =
       static_cast<int64_t>(keys.size()) * t.dim * static_cast<int64_t>(sizeof(float));

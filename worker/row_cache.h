@@ -24,9 +24,9 @@
 // evict the hot rows every step. A row already cached is always refreshed in place.
 //
 // Memory: allocated once, in Create: per table max_rows x dim floats (RowStorage) plus per slot
-// its key, step and mark (17 bytes), and an open-addressing index of 2 x max_rows (rounded up to
-// a power of two) 32-bit places; with min_pulls > 1, the sketch's 8 bytes a row (128 KiB at
-// least).
+// its key, step and mark (24 bytes), and an open-addressing index of 2 x max_rows (rounded up to
+// a power of two) entries of hash and slot (8 bytes); with min_pulls > 1, the sketch's 8 bytes a
+// row (128 KiB at least).
 //
 // Storage: on the CPU route the rows live behind RowStorage, on the host (HostRowStorage), and
 // Lookup / Admit copy them. On the GPU route (a model that pools on its device) they live in the
@@ -174,6 +174,9 @@ class RowCache {
   // Where `key` is in table t's index: the position of its entry, or of the empty one it would
   // take.
   uint32_t Probe(const Table& t, uint64_t key) const;
+  // Prefetches the index entry of keys[i + 16] and, when its entry is there, the slot of
+  // keys[i + 8] (a lookup of keys in order otherwise waits on memory twice a key).
+  void PrefetchAhead(const Table& t, absl::Span<const uint64_t> keys, size_t i) const;
   // Removes the key of slot `slot` from table t's index (backward-shift deletion).
   void Unindex(Table& t, uint32_t slot);
   // The slot a new row of table t takes at `step`: a free one, else CLOCK's victim (unindexed).
