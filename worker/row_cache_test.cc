@@ -225,6 +225,37 @@ TEST_CASE("keys pulled once do not evict the hot rows with min_pulls 2, and do w
   CHECK(hot_hits(1) < 48 * 16 / 2);
 }
 
+TEST_CASE("a table large enough to prefetch finds every row it holds, after many evictions",
+          "[worker][row_cache]") {
+  // 40,000 rows: 1.3 MB of index and slots, past the size from which lookups prefetch ahead.
+  const int dim = 1;
+  const uint64_t capacity = 40000;
+  auto cache = MakeCache(capacity, 1 << 20, {dim});
+  std::mt19937_64 rng(11);
+  std::vector<uint64_t> all;
+  std::vector<float> rows;
+  for (int64_t step = 0; step < 20; ++step) {
+    std::vector<uint64_t> keys(5000);
+    for (uint64_t& k : keys) k = rng();
+    all.insert(all.end(), keys.begin(), keys.end());
+    CHECK(PullStep(cache.get(), 0, dim, step, keys, &rows).size() == keys.size());
+  }
+  CHECK(cache->stats().rows == static_cast<int64_t>(capacity));
+  // The keys still held are served with their own rows; exactly `capacity` of them.
+  rows.assign(all.size() * dim, -1.0f);
+  std::vector<uint32_t> misses;
+  cache->Lookup(0, 20, all, rows.data(), &misses);
+  CHECK(all.size() - misses.size() == capacity);
+  size_t m = 0;
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (m < misses.size() && misses[m] == i) {
+      ++m;
+      continue;
+    }
+    REQUIRE(rows[i] == RowOf(all[i], static_cast<int64_t>(i / 5000), dim)[0]);
+  }
+}
+
 // A model of the cache with the same rules, for a random run: key -> (step pulled, row step).
 TEST_CASE("random Zipf-like runs serve every hit with the row of its last pull, deterministically",
           "[worker][row_cache]") {
