@@ -7,7 +7,10 @@
 #
 # The dry run unpacks the tarball as the device does and checks that every binary the checks run
 # is in it, executable, and finds every shared library it needs in the bundle or the base system
-# (the CUDA toolkit's from /usr/local/cuda, as on the device), and that the job file is there.
+# (the CUDA toolkit's from /usr/local/cuda, as on the device), that the job file is there, and
+# that every benchmark accepts the flags its step gives it (the step's command with --helpshort:
+# Abseil refuses an unknown flag or a bad value before it prints the help), so that a renamed flag
+# is found here and not on the device's few minutes.
 #
 # Here it builds (`bazel build -c opt`) the daemons, the benchmarks and the GPU tests, and packs
 # them with their shared libraries, the CUDA toolkit's left out (the device has CUDA installed),
@@ -48,9 +51,9 @@ binaries=(
   worker/collective/nccl_allreduce_gpu_test worker/step_compute_test
 )
 
+dry_run=0
 if [[ "${1:-}" != "--on_device" ]]; then
   set -e
-  dry_run=0
   [[ "${1:-}" == "--dry_run" ]] && dry_run=1
   ./deploy/bundle.sh -o="$bundle" --without_cuda_libs "${binaries[@]}"
   # The tarball travels (about a third of the folder's size, which is over the tool's limit).
@@ -89,36 +92,48 @@ if [[ "${1:-}" != "--on_device" ]]; then
     echo "device_check: dry run: the ${#binaries[@]} binaries and the job are in" \
       "$bundle.tar.gz, with every library they need"
   fi
-  echo "device_check: $bundle.tar.gz ($size_mb MiB) is ready. With the device tool:"
-  echo "  run(command=\"deploy/device_check.sh --on_device\", carry=[\"$bundle.tar.gz\"]," \
-    "timeout_s=600)"
-  exit 0
+  if ((!dry_run)); then
+    echo "device_check: $bundle.tar.gz ($size_mb MiB) is ready. With the device tool:"
+    echo "  run(command=\"deploy/device_check.sh --on_device\", carry=[\"$bundle.tar.gz\"]," \
+      "timeout_s=600)"
+    exit 0
+  fi
+  # The dry run goes on through the steps below, checking each one's flags instead of running it.
+  set +e
+  root="$PWD"
+  bundle_tarball="$bundle.tar.gz"
+  bundle="$unpacked/bundle"
+  out=$(mktemp -d)
+  trap 'rm -rf "$unpacked" "$out"' EXIT
+else
+  shift
+  budget_s=450
+  for arg in "$@"; do
+    case "$arg" in
+      --budget_s=*) budget_s="${arg#--budget_s=}" ;;
+      *) echo "device_check: unknown option $arg" >&2; exit 2 ;;
+    esac
+  done
+  out="${OUT:-$(mktemp -d)}"
+  root="$PWD"
+  if [[ -d "$root/$bundle/bin" ]]; then
+    bundle="$root/$bundle"
+  elif [[ -f "$root/$bundle.tar.gz" ]]; then
+    mkdir -p /tmp/device_check && tar -C /tmp/device_check -xzf "$root/$bundle.tar.gz"
+    bundle=/tmp/device_check/bundle
+  fi
 fi
-shift
-budget_s=450
-for arg in "$@"; do
-  case "$arg" in
-    --budget_s=*) budget_s="${arg#--budget_s=}" ;;
-    *) echo "device_check: unknown option $arg" >&2; exit 2 ;;
-  esac
-done
 
-out="${OUT:-$(mktemp -d)}"
 jsonl="$out/device_check.jsonl"
 log="$out/device_check.log"
 : >"$jsonl"
 : >"$log"
 start=$(date +%s)
-root="$PWD"
-if [[ -d "$root/$bundle/bin" ]]; then
-  bundle="$root/$bundle"
-elif [[ -f "$root/$bundle.tar.gz" ]]; then
-  mkdir -p /tmp/device_check && tar -C /tmp/device_check -xzf "$root/$bundle.tar.gz"
-  bundle=/tmp/device_check/bundle
-fi
 export LD_LIBRARY_PATH="$bundle/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+flag_problems=0
 
-emit() {  # a JSON line, to stdout and the file
+emit() {  # a JSON line, to stdout and the file (none in the dry run)
+  ((dry_run)) && return 0
   echo "$1" | tee -a "$jsonl"
 }
 
@@ -130,7 +145,20 @@ allow() {
 
 # step NAME LIMIT_S COMMAND...: runs COMMAND from the bundle's bin/ under a time limit, its
 # output into the log; echoes JSON lines the command printed; a failure becomes a line of its own.
+# In the dry run, only asks COMMAND (a benchmark; the tests take no flags) for --helpshort.
 step() {
+  if ((dry_run)); then
+    local name="$1"
+    shift 2
+    [[ "$1" == *_test ]] && return 0
+    local refused
+    refused=$(cd "$bundle/bin" && "$@" --helpshort 2>&1 >/dev/null | grep "^ERROR" | head -3)
+    if [[ -n "$refused" ]]; then
+      echo "device_check: dry run: step $name: $1 refuses its flags: $refused" >&2
+      flag_problems=$((flag_problems + 1))
+    fi
+    return 0
+  fi
   local name="$1" limit
   limit=$(allow "$2")
   shift 2
@@ -224,4 +252,15 @@ step "failover" 150 ./tests/bench/failover_bench --bin_dir=. --kills=3 --catchup
 step "checkpoint" 120 ./tests/bench/checkpoint_bench --bin_dir=. --servers=1 --runs=1 \
   --rows=2000000 --dd_mb=1024 --dir=/tmp/checkpoint_bench
 
+if ((dry_run)); then
+  if ((flag_problems > 0)); then
+    echo "device_check: dry run: $flag_problems steps would fail on their flags" >&2
+    exit 1
+  fi
+  echo "device_check: dry run: every step's benchmark accepts its flags"
+  echo "device_check: $bundle_tarball ($size_mb MiB) is ready. With the device tool:"
+  echo "  run(command=\"deploy/device_check.sh --on_device\", carry=[\"$bundle_tarball\"]," \
+    "timeout_s=600)"
+  exit 0
+fi
 emit "{\"check\":\"done\",\"seconds\":$(($(date +%s) - start))}"

@@ -112,7 +112,8 @@ class RowCache {
     std::vector<int> dims;
     // If set (not owned, outliving the cache), its series are registered here, labelled
     // rank="<rank>": ps_worker_row_cache_lookups_total, ps_worker_row_cache_hits_total,
-    // ps_worker_row_cache_bytes_total{source="cache"|"server"} and ps_worker_row_cache_rows.
+    // ps_worker_row_cache_bytes_total{source="cache"|"server"}, ps_worker_row_cache_refused_total
+    // and ps_worker_row_cache_rows.
     // Default null: no series.
     metrics::Registry* registry = nullptr;
     // The worker's rank, for the series' label. Default 0.
@@ -198,6 +199,7 @@ class RowCache {
   metrics::Counter* hits_series_ = nullptr;
   metrics::Counter* cache_bytes_series_ = nullptr;
   metrics::Counter* server_bytes_series_ = nullptr;
+  metrics::Counter* refused_series_ = nullptr;
   metrics::Gauge* rows_series_ = nullptr;
 
   RowCacheStats stats_;

@@ -394,6 +394,16 @@ TEST_CASE("the cache's Prometheus series count lookups, hits and bytes by source
   CHECK(absl::StrContains(text,
                           "ps_worker_row_cache_bytes_total{rank=\"3\",source=\"server\"} 32\n"));
   CHECK(absl::StrContains(text, "ps_worker_row_cache_rows{rank=\"3\"} 4\n"));
+  CHECK(absl::StrContains(text, "ps_worker_row_cache_refused_total{rank=\"3\"} 0\n"));
+
+  // With min_pulls 2, the first pull of each key is refused.
+  metrics::Registry admitting;
+  auto counted = MakeCache(10, 1, {dim}, &admitting, false, /*min_pulls=*/2);
+  PullStep(counted.get(), 0, dim, 0, {1, 2, 3}, &rows);
+  PullStep(counted.get(), 0, dim, 1, {1, 4}, &rows);
+  const std::string after = admitting.Render();
+  CHECK(absl::StrContains(after, "ps_worker_row_cache_refused_total{rank=\"3\"} 4\n"));
+  CHECK(absl::StrContains(after, "ps_worker_row_cache_rows{rank=\"3\"} 1\n"));
 }
 
 TEST_CASE("bad options are refused", "[worker][row_cache]") {
