@@ -10,14 +10,21 @@
 //          without servers, RPCs or collectives.
 // Prints one JSON line per setup and, when both ran, one with their ratio:
 //   {"bench":"train","setup":"ps","servers":2,"workers":2,"samples_per_s":...,"heldout_auc":...,
-//    "step_ms":{...}}   (rank 0's step breakdown, as its RESULT line gives it)
+//    "step_ms":{...},   (rank 0's step breakdown, as its RESULT line gives it)
+//    "server_cpu_s":...,"worker_cpu_s":...}   (CPU seconds, user and system, the servers spent
+//                                              while the workers ran, and the workers in all)
 //   {"bench":"train","setup":"local","servers":0,"workers":1,"samples_per_s":...,...}
 //   {"bench":"train","setup":"ratio","servers":2,"workers":2,"ratio":...}   (ps / local)
 //
 //   bazel build -c opt //tests/bench:train_bench
 //   bazel-bin/tests/bench/train_bench --servers=2 --workers=2 --rows=500000 --epochs=1
 //       --batch=512 --mode=sync [--local] [--setup=ps --backend=gpu --collective=gloo]
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <string>
@@ -30,7 +37,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "common/job_config.h"
 #include "common/process_tuning.h"
@@ -105,7 +115,47 @@ struct Measurement {
   std::string step_ms = "null";
   // RESULT's row_cache object (hit rate, bytes), or "null" without a row cache.
   std::string row_cache = "null";
+  // The cluster's CPU seconds (user + system): the servers' while the workers ran, and the
+  // workers' in all; negative when unknown (and for the local setup).
+  double server_cpu_s = -1;
+  double worker_cpu_s = -1;
 };
+
+// CPU seconds (user + system) process `pid` has used, from /proc/<pid>/stat; -1 when unreadable.
+double CpuSecondsOf(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t paren = stat.rfind(')');  // the command name may hold spaces
+  if (paren == std::string::npos) return -1;
+  const std::vector<std::string> fields =
+      absl::StrSplit(absl::string_view(stat).substr(paren + 2), ' ');
+  // After the name: state is field 3, utime field 14 and stime field 15 (proc(5)).
+  double utime = 0, stime = 0;
+  if (fields.size() < 13 || !absl::SimpleAtod(fields[11], &utime) ||
+      !absl::SimpleAtod(fields[12], &stime)) {
+    return -1;
+  }
+  return (utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+// CPU seconds (user + system) of this process's children that have ended and been waited for.
+double ChildrenCpuSeconds() {
+  struct rusage usage = {};
+  getrusage(RUSAGE_CHILDREN, &usage);
+  return static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+         static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) * 1e-6;
+}
+
+// The servers' CPU seconds in all, or -1 when one is unreadable.
+double ServersCpuSeconds(const testing::LocalCluster& cluster) {
+  double total = 0;
+  for (const auto& server : cluster.servers()) {
+    const double s = CpuSecondsOf(server->pid());
+    if (s < 0) return -1;
+    total += s;
+  }
+  return total;
+}
 
 // The value of `"<name>":{...}` (an object of numbers) in a RESULT line, or "null".
 std::string ObjectField(const std::string& json, const std::string& name) {
@@ -168,14 +218,20 @@ absl::StatusOr<Measurement> RunCluster(const std::string& job_path) {
       "--backend=" + absl::GetFlag(FLAGS_backend),
       "--collective=" + absl::GetFlag(FLAGS_collective),
       absl::GetFlag(FLAGS_pipeline) ? "--pipeline=true" : "--pipeline=false"};
+  const double servers_before = ServersCpuSeconds(*cluster);
+  const double children_before = ChildrenCpuSeconds();
   PS_ASSIGN_OR_RETURN(const std::vector<testing::ProcessResult> workers,
                       cluster->RunWorkers(std::vector<std::vector<std::string>>(
                                               absl::GetFlag(FLAGS_workers), worker_flags),
                                           absl::Seconds(absl::GetFlag(FLAGS_timeout_s))));
+  Measurement m;
+  // The workers have been waited for; the servers still run.
+  m.worker_cpu_s = ChildrenCpuSeconds() - children_before;
+  const double servers_after = ServersCpuSeconds(*cluster);
+  if (servers_before >= 0 && servers_after >= 0) m.server_cpu_s = servers_after - servers_before;
   const std::string rank0 = workers.empty() ? "" : testing::ResultJson(workers[0].stdout_text);
   if (rank0.empty()) return absl::InternalError("worker 0 printed no RESULT line");
   PS_RETURN_IF_ERROR(cluster->Terminate(absl::Seconds(30)));
-  Measurement m;
   m.samples_per_s = JsonField(rank0, "samples_per_s");
   m.heldout_auc = JsonField(rank0, "heldout_auc");
   m.heldout_logloss = JsonField(rank0, "heldout_logloss");
@@ -237,14 +293,16 @@ void Print(const char* setup, int servers, int workers, const Measurement& m,
       "\"steps\":%s,"
       "\"seconds\":%s,\"samples_per_s\":%s,\"heldout_auc\":%s,\"heldout_logloss\":%s,"
       "\"teacher_auc\":%s,\"mean_pull_ms\":%s,\"mean_push_ms\":%s,\"step_ms\":%s,"
-      "\"row_cache\":%s}\n",
+      "\"row_cache\":%s,\"server_cpu_s\":%s,\"worker_cpu_s\":%s}\n",
       setup, servers, workers, absl::GetFlag(FLAGS_rows), absl::GetFlag(FLAGS_epochs),
       absl::GetFlag(FLAGS_batch), absl::GetFlag(FLAGS_mode),
       std::string(setup) == "local" ? "cpu" : absl::GetFlag(FLAGS_backend),
       absl::GetFlag(FLAGS_pipeline) ? "true" : "false", std::thread::hardware_concurrency(),
       JsonNumber(m.samples), JsonNumber(m.steps), JsonNumber(m.seconds),
       JsonNumber(m.samples_per_s), JsonNumber(m.heldout_auc), JsonNumber(m.heldout_logloss),
-      teacher_auc, JsonNumber(m.mean_pull_ms), JsonNumber(m.mean_push_ms), m.step_ms, m.row_cache);
+      teacher_auc, JsonNumber(m.mean_pull_ms), JsonNumber(m.mean_push_ms), m.step_ms, m.row_cache,
+      m.server_cpu_s >= 0 ? JsonNumber(m.server_cpu_s) : "null",
+      m.worker_cpu_s >= 0 ? JsonNumber(m.worker_cpu_s) : "null");
   std::fflush(stdout);
 }
 
