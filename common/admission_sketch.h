@@ -32,7 +32,8 @@ struct AdmissionOptions {
   double probability = 1.0;
   // Counters per row, rounded up to a power of two, at least 64.
   size_t width = 1 << 16;
-  // Mixed into the hashes (the table's name hash and the job's seed).
+  // Mixed into the hashes (a server's table: its name's hash and the job's seed; a row cache's
+  // table: its index).
   uint64_t seed = 0;
 };
 
