@@ -7,7 +7,6 @@
 // of Lookup and of Admit (each pass on a new cache).
 //
 //   bazel run -c opt //tests/bench:row_cache_bench -- --max_rows=2000,20000,200000
-#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -24,6 +23,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "tests/testing/json_line.h"
+#include "tests/testing/measure.h"
 #include "worker/data/zipf_sampler.h"
 #include "worker/row_cache.h"
 
@@ -113,11 +113,6 @@ Pass RunPass(const std::vector<std::vector<uint64_t>>& steps, uint64_t max_rows)
   return pass;
 }
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 int Main() {
   const std::vector<std::vector<uint64_t>> steps = DrawSteps();
   size_t distinct = 0;
@@ -140,8 +135,9 @@ int Main() {
         static_cast<unsigned long long>(max_rows), absl::GetFlag(FLAGS_min_pulls),
         absl::GetFlag(FLAGS_refresh_steps),
         testing::JsonNumber(static_cast<double>(distinct) / steps.size()).c_str(),
-        testing::JsonNumber(hit_rate).c_str(), testing::JsonNumber(Median(lookup)).c_str(),
-        testing::JsonNumber(Median(admit)).c_str());
+        testing::JsonNumber(hit_rate).c_str(),
+        testing::JsonNumber(testing::Percentile(lookup, 0.5)).c_str(),
+        testing::JsonNumber(testing::Percentile(admit, 0.5)).c_str());
     std::fflush(stdout);
   }
   return 0;

@@ -20,11 +20,8 @@
 //   bazel-bin/tests/bench/train_bench --servers=2 --workers=2 --rows=500000 --epochs=1
 //       --batch=512 --mode=sync [--local] [--setup=ps --backend=gpu --collective=gloo]
 #include <sys/resource.h>
-#include <unistd.h>
 
 #include <cstdio>
-#include <fstream>
-#include <iterator>
 #include <memory>
 #include <optional>
 #include <string>
@@ -36,11 +33,8 @@
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_split.h"
-#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "common/job_config.h"
 #include "common/process_tuning.h"
@@ -49,6 +43,7 @@
 #include "tests/testing/json_line.h"
 #include "tests/testing/local/local_client.h"
 #include "tests/testing/local_cluster.h"
+#include "tests/testing/measure.h"
 #include "tests/testing/runfiles.h"
 #include "tests/testing/temp_dir.h"
 #include "worker/collective/allreduce.h"
@@ -121,23 +116,6 @@ struct Measurement {
   double worker_cpu_s = -1;
 };
 
-// CPU seconds (user + system) process `pid` has used, from /proc/<pid>/stat; -1 when unreadable.
-double CpuSecondsOf(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const size_t paren = stat.rfind(')');  // the command name may hold spaces
-  if (paren == std::string::npos) return -1;
-  const std::vector<std::string> fields =
-      absl::StrSplit(absl::string_view(stat).substr(paren + 2), ' ');
-  // After the name: state is field 3, utime field 14 and stime field 15 (proc(5)).
-  double utime = 0, stime = 0;
-  if (fields.size() < 13 || !absl::SimpleAtod(fields[11], &utime) ||
-      !absl::SimpleAtod(fields[12], &stime)) {
-    return -1;
-  }
-  return (utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
-}
-
 // CPU seconds (user + system) of this process's children that have ended and been waited for.
 double ChildrenCpuSeconds() {
   struct rusage usage = {};
@@ -150,7 +128,7 @@ double ChildrenCpuSeconds() {
 double ServersCpuSeconds(const testing::LocalCluster& cluster) {
   double total = 0;
   for (const auto& server : cluster.servers()) {
-    const double s = CpuSecondsOf(server->pid());
+    const double s = testing::CpuSecondsOf(server->pid());
     if (s < 0) return -1;
     total += s;
   }

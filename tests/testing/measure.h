@@ -15,6 +15,10 @@ namespace testing {
 // read (the process is gone).
 uint64_t ResidentBytesOf(pid_t pid);
 
+// The CPU seconds (user + system) process `pid` has used (utime and stime of /proc/PID/stat), or
+// -1 if they cannot be read (the process is gone).
+double CpuSecondsOf(pid_t pid);
+
 // The `p`-quantile (p in [0, 1]) of `v`, the nearest rank rounded half up; 0 for an empty `v`.
 double Percentile(std::vector<double> v, double p);
 
