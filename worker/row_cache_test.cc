@@ -46,6 +46,19 @@ std::unique_ptr<RowCache> MakeCache(uint64_t max_rows, int64_t refresh, std::vec
   return std::move(*cache);
 }
 
+// A batch's distinct keys: `draws` draws over 0 .. range - 1, small keys far more often (a power
+// law), each kept at its first draw.
+std::vector<uint64_t> PowerLawKeys(std::mt19937_64* rng, int draws, double range) {
+  std::vector<uint64_t> keys;
+  std::set<uint64_t> seen;
+  for (int v = 0; v < draws; ++v) {
+    const double u = std::uniform_real_distribution<double>(0, 1)(*rng);
+    const uint64_t k = static_cast<uint64_t>(std::pow(range, u * u)) - 1;
+    if (seen.insert(k).second) keys.push_back(k);
+  }
+  return keys;
+}
+
 // What a worker does with the cache at `step`: looks `keys` up, "pulls" the misses (rows made by
 // RowsOf for `step`), admits them. Returns the keys that missed; *rows gets every key's row.
 std::vector<uint64_t> PullStep(RowCache* cache, int table, int dim, int64_t step,
@@ -269,15 +282,7 @@ TEST_CASE("random Zipf-like runs serve every hit with the row of its last pull, 
     std::map<uint64_t, int64_t> last_pull;  // key -> step of its last pull
     std::vector<float> rows;
     for (int64_t step = 0; step < 200; ++step) {
-      // Distinct keys, small ones far more often (a power law over 0..999).
-      std::vector<uint64_t> keys;
-      std::map<uint64_t, bool> seen;
-      for (int v = 0; v < 40; ++v) {
-        const double u = std::uniform_real_distribution<double>(0, 1)(rng);
-        const uint64_t k = static_cast<uint64_t>(std::pow(1000.0, u * u)) - 1;
-        if (!seen[k]) keys.push_back(k);
-        seen[k] = true;
-      }
+      const std::vector<uint64_t> keys = PowerLawKeys(&rng, 40, 1000);
       const std::vector<uint64_t> missed = PullStep(cache.get(), 0, dim, step, keys, &rows);
       std::map<uint64_t, bool> was_missed;
       for (uint64_t k : missed) was_missed[k] = true;
@@ -338,14 +343,7 @@ TEST_CASE("on the device, the slots handed out serve every hit as the host cache
   std::vector<float> host_rows;
   for (int64_t step = 0; step < 150; ++step) {
     INFO("step " << step);
-    std::vector<uint64_t> keys;
-    std::map<uint64_t, bool> seen;
-    for (int v = 0; v < 30; ++v) {
-      const double u = std::uniform_real_distribution<double>(0, 1)(rng);
-      const uint64_t k = static_cast<uint64_t>(std::pow(300.0, u * u)) - 1;
-      if (!seen[k]) keys.push_back(k);
-      seen[k] = true;
-    }
+    const std::vector<uint64_t> keys = PowerLawKeys(&rng, 30, 300);
     const std::vector<uint64_t> host_missed = PullStep(host.get(), 0, dim, step, keys, &host_rows);
     // The device's step: slots for the hits, the misses pulled, their slots.
     std::vector<uint32_t> hit_slots, hit_places, misses, admit_slots, admit_places;
